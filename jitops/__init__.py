@@ -1,0 +1,79 @@
+"""jitops: JIT-compiled PyTorch ops from kernel sources shipped in a pure wheel.
+
+``jitops.get("softmax")`` compiles the op for the current device on first use,
+caches it (content-addressed, per device) and returns a callable dispatcher
+op. Importing jitops is inert: no torch import, no subprocess, no file access.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+from .errors import (
+    BuildError,
+    BuildInterrupted,
+    CacheError,
+    InvalidNameError,
+    JitopsError,
+    LockTimeout,
+    OfflineMiss,
+    TargetError,
+    ToolchainError,
+    UnknownOpError,
+)
+from .spec import OpSpec
+
+if TYPE_CHECKING:
+    from .loader import Op
+
+__all__ = [
+    "BuildError",
+    "BuildInterrupted",
+    "CacheError",
+    "InvalidNameError",
+    "JitopsError",
+    "LockTimeout",
+    "OfflineMiss",
+    "OpSpec",
+    "TargetError",
+    "ToolchainError",
+    "UnknownOpError",
+    "__version__",
+    "get",
+    "list_ops",
+    "reference",
+    "register",
+]
+
+
+def get(name: str, *, device: str | None = None, fallback: bool | None = None) -> Op:
+    """Return op ``name`` for ``device`` (default: the current one), building it on first use.
+
+    ``fallback=True`` (or ``JITOPS_FALLBACK=1``) returns the pure-PyTorch
+    reference, with one warning, when the op cannot be built here.
+    """
+    from .loader import get as _get
+
+    return _get(name, device=device, fallback=fallback)
+
+
+def list_ops() -> list[str]:
+    """Names of every op ``get`` knows: builtins and registered libraries."""
+    from .loader import list_ops as _list_ops
+
+    return _list_ops()
+
+
+def reference(name: str) -> Any:
+    """The pure-PyTorch reference implementation of op ``name``; builds nothing."""
+    from .loader import reference as _reference
+
+    return _reference(name)
+
+
+def register(spec: OpSpec, *, replace: bool = False) -> None:
+    """Make the kernel library described by ``spec`` reachable through :func:`get`."""
+    from .loader import register as _register
+
+    _register(spec, replace=replace)

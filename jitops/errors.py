@@ -1,0 +1,67 @@
+"""The exceptions jitops raises.
+
+Every error is a :class:`JitopsError`, and also inherits the built-in exception
+that fits it, so ``except KeyError`` around ``jitops.get`` keeps working.
+Messages name the op, the cause and one fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class JitopsError(Exception):
+    """Base class of every error jitops raises."""
+
+
+class UnknownOpError(JitopsError, KeyError):
+    """No op of that name is registered."""
+
+    def __init__(self, name: str, suggestions: list[str] | tuple[str, ...] = (), known: int = 0) -> None:
+        self.name = name
+        self.suggestions = tuple(suggestions)
+        hint = f"; did you mean {', '.join(repr(s) for s in self.suggestions)}?" if self.suggestions else ""
+        msg = f"unknown op {name!r}{hint} (jitops.list_ops() lists the {known} known ops)"
+        super().__init__(msg)
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class InvalidNameError(JitopsError, ValueError):
+    """A name that may not reach the filesystem (checked before any file access)."""
+
+
+class ToolchainError(JitopsError, RuntimeError):
+    """A compiler, ninja or nvcc is missing or unusable; raised before any lock or build."""
+
+
+class BuildError(JitopsError, RuntimeError):
+    """The compiler failed. ``log`` holds the full output, ``log_path`` where it is kept."""
+
+    def __init__(self, message: str, *, op: str, target: str, log: str, log_path: Path | None) -> None:
+        super().__init__(message)
+        self.op = op
+        self.target = target
+        self.log = log
+        self.log_path = log_path
+
+
+class BuildInterrupted(JitopsError, KeyboardInterrupt):
+    """A build was interrupted (Ctrl-C); the compiler was stopped and nothing was published."""
+
+
+class CacheError(JitopsError, OSError):
+    """The cache directory cannot be used (permissions, ownership, full disk)."""
+
+
+class LockTimeout(JitopsError, TimeoutError):
+    """Waiting for another process's build took longer than JITOPS_LOCK_TIMEOUT."""
+
+
+class OfflineMiss(JitopsError, LookupError):
+    """JITOPS_OFFLINE=1 and the cache has no usable entry for this op and target."""
+
+
+class TargetError(JitopsError, RuntimeError):
+    """No device target can be built or loaded here; the message lists each candidate and why."""

@@ -1,0 +1,31 @@
+"""The builtin op libraries, as data. Importing this imports no torch.
+
+Each library is one folder here with its C++/CUDA sources and a ``python``
+module holding its fake kernels, autograd formulas and pure-PyTorch
+references. A new op costs one declaration below plus its folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..spec import OpSpec
+
+_HERE = Path(__file__).parent
+
+BUILTINS: tuple[OpSpec, ...] = (
+    OpSpec(
+        name="softmax",
+        root=_HERE / "softmax",
+        cpu_sources=("softmax_cpu.cpp", "register.cpp"),
+        cuda_sources=("softmax_cuda.cu",),
+        schemas=(
+            "softmax(Tensor x, int dim=-1) -> Tensor",
+            "log_softmax(Tensor x, int dim=-1) -> Tensor",
+            "softmax_backward(Tensor grad, Tensor out, int dim) -> Tensor",
+            "log_softmax_backward(Tensor grad, Tensor out, int dim) -> Tensor",
+        ),
+        python="jitops.kernels.softmax.python",
+        description="numerically stable softmax and log_softmax over one dim",
+    ),
+)

@@ -1,0 +1,507 @@
+"""Orchestration: spec -> target -> key -> cache hit, or lock + build + publish -> load.
+
+The warm path (a verified cache entry) reads a manifest, hashes one library
+and dlopens it: no ninja, no compiler, no subprocess, no import of
+``torch.utils.cpp_extension``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import fsutil, toolchain
+from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests
+from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError
+from .spec import OpSpec, Registry, validate_name
+from .target import SCRUBBED_ENV_VARS, System, Target, choose_target, extra_env_flags, probe
+
+log = logging.getLogger("jitops")
+
+REGISTRY = Registry()
+_builtins_loaded = False
+_state_lock = threading.RLock()
+_libraries: dict[str, LoadedLibrary] = {}  # key -> loaded build
+_ops: dict[tuple[str, str | None], Any] = {}  # (name, device) -> Op
+_torch_libs: dict[str, Any] = {}  # namespace -> torch.library.Library (kept alive)
+_fallback_warned: set[str] = set()
+_private_cache: Path | None = None
+
+
+def _reset_after_fork() -> None:
+    # A fork taken while another thread held a lock must not deadlock the child.
+    global _state_lock
+    _state_lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def registry() -> Registry:
+    global _builtins_loaded
+    if not _builtins_loaded:
+        with _state_lock:
+            if not _builtins_loaded:
+                from .kernels import BUILTINS
+
+                REGISTRY.extend(BUILTINS)
+                _builtins_loaded = True
+    return REGISTRY
+
+
+def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    value = (os.environ if environ is None else environ).get(name, "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+# ------------------------------------------------------------------ plan
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything decided about one build of one library, before any lock."""
+
+    spec: OpSpec
+    target: Target
+    system: System
+    ingredients: dict[str, Any]
+    key: str
+    cache: Cache
+    toolchain_error: ToolchainError | None = None
+
+    @property
+    def namespace(self) -> str:
+        return namespace_for(self.spec.name, self.key)
+
+    @property
+    def entry(self) -> Path:
+        return self.cache.entry_dir(self.spec.name, self.target.name, self.key)
+
+    @property
+    def what(self) -> str:
+        return f"{self.spec.name} for {self.target.name}"
+
+
+def ingredients(
+    spec: OpSpec,
+    target: Target,
+    system: System,
+    compiler: toolchain.Tool | None,
+    nvcc: toolchain.Tool | None,
+    digests: Mapping[str, str],
+) -> dict[str, Any]:
+    """Every input that changes the binary, and nothing that does not. Pure."""
+    env_cflags, env_ldflags = extra_env_flags(system)
+    return {
+        "library": spec.name,
+        "schemas": list(spec.schemas),
+        "sources": dict(sorted(digests.items())),
+        "build_sources": list(spec.sources_for(target.device)),
+        "cflags": [*target.cflags(), *spec.cflags, *env_cflags],
+        "cuda_cflags": [*target.cuda_cflags(), *spec.cuda_cflags],
+        "ldflags": [*spec.ldflags, *env_ldflags],
+        "target": {"name": target.name, "device": target.device, "isa": target.isa, "cuda_archs": list(target.archs)},
+        "jitops_version": system.jitops_version,
+        "torch_version": system.torch_version,
+        "torch_git_version": system.torch_git_version,
+        "torch_cuda": system.torch_cuda,
+        "cxx11_abi": system.cxx11_abi,
+        "python_abi": system.python_abi,
+        "platform": system.platform,
+        "machine": system.machine,
+        "compiler": {"path": compiler.path, "version": compiler.version} if compiler else None,
+        "nvcc": {"path": nvcc.path, "version": nvcc.version} if nvcc else None,
+        "env": dict(system.build_env),
+    }
+
+
+def cache_for_reading(environ: Mapping[str, str] | None = None) -> Cache:
+    return Cache(_private_cache or default_root(environ))
+
+
+def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None) -> Plan:
+    """Decide target and key. Raises ToolchainError (no compiler) within ~ms, before any lock."""
+    system = probe()
+    target = choose_target(system, device, archs)
+    cache = cache_for_reading()
+    tool_dir = cache.toolchains
+    compiler = nvcc = None
+    missing: ToolchainError | None = None
+    try:
+        compiler = toolchain.tool("cxx", toolchain.find_cxx(system, spec.name), tool_dir)
+        if target.device == "cuda":
+            nvcc = toolchain.tool("nvcc", toolchain.find_nvcc(system, spec.name), tool_dir)
+            check_nvcc_matches_torch(nvcc.version, system.torch_cuda, spec.name)
+    except ToolchainError as e:
+        missing = e
+    ingr = ingredients(spec, target, system, compiler, nvcc, source_digests(spec))
+    return Plan(spec, target, system, ingr, compute_key(ingr), cache, missing)
+
+
+_TOOL_INGREDIENTS = ("compiler", "nvcc")
+
+
+def find_compatible(plan: Plan) -> tuple[Path, Manifest] | None:
+    """With no compiler here, an entry equal to the plan in every ingredient but the toolchain.
+
+    This is how a slim container without a compiler loads a cache that was
+    warmed elsewhere (same torch, flags and sources).
+    """
+    wanted = {k: v for k, v in plan.ingredients.items() if k not in _TOOL_INGREDIENTS}
+    parent = plan.cache.entry_dir(plan.spec.name, plan.target.name, "x").parent
+    if plan.cache.root_problem() is not None or not parent.is_dir():
+        return None
+    for entry in sorted(parent.iterdir()):
+        m = plan.cache.read_manifest(entry)
+        if m is None or {k: v for k, v in m.ingredients.items() if k not in _TOOL_INGREDIENTS} != wanted:
+            continue
+        try:
+            return entry, plan.cache.verify(entry, m.key, plan.spec.name, plan.target.name)
+        except EntryProblem:
+            continue
+    return None
+
+
+def check_nvcc_matches_torch(nvcc_version: str, torch_cuda: str | None, op: str) -> None:
+    import re
+
+    m = re.search(r"release (\d+)\.(\d+)", nvcc_version) or re.search(r"V(\d+)\.(\d+)", nvcc_version)
+    if not m or not torch_cuda:
+        return
+    if m.group(1) != torch_cuda.split(".")[0]:
+        raise ToolchainError(
+            f"cannot build op {op!r} for cuda: nvcc is CUDA {m.group(1)}.{m.group(2)} but torch was built with "
+            f"CUDA {torch_cuda}; the major versions must match. Fix: set CUDA_HOME to a CUDA {torch_cuda.split('.')[0]}.x "
+            "toolkit, or install the torch build for your toolkit"
+        )
+
+
+# ------------------------------------------------------------------ load
+
+
+@dataclass(frozen=True)
+class LoadedLibrary:
+    spec: OpSpec
+    key: str
+    namespace: str
+    target: str
+    entry: Path
+    manifest: Manifest
+    built: bool  # True if this process compiled it
+
+
+def _load_into_process(plan: Plan, manifest: Manifest, entry: Path, built: bool) -> LoadedLibrary:
+    import torch
+
+    ns = manifest.namespace
+    if plan.spec.schemas and ns not in _torch_libs:
+        lib = torch.library.Library(ns, "DEF")
+        for schema in plan.spec.schemas:
+            lib.define(schema)
+        _torch_libs[ns] = lib
+    torch.ops.load_library(str(entry / manifest.library_file))
+    if plan.spec.python:
+        importlib.import_module(plan.spec.python).register(ns)
+    return LoadedLibrary(plan.spec, plan.key, ns, plan.target.name, entry, manifest, built)
+
+
+def _try_cached(plan: Plan, cache: Cache) -> tuple[Manifest | None, str | None]:
+    """(manifest, None) for a loadable entry; (None, why) otherwise."""
+    entry = cache.entry_dir(plan.spec.name, plan.target.name, plan.key)
+    if not entry.exists() and not entry.is_symlink():
+        return None, None
+    problem = cache.root_problem()
+    if problem is not None:
+        return None, f"cache root refused: {problem}"
+    try:
+        return cache.verify(entry, plan.key, plan.spec.name, plan.target.name), None
+    except EntryProblem as e:
+        return None, str(e)
+
+
+def load_library(spec: OpSpec, device: str | None = None, archs: str | None = None, *, offline: bool | None = None) -> LoadedLibrary:
+    """Get one library loaded: from memory, from the cache, or by building it."""
+    plan = make_plan(spec, device, archs)
+    with _state_lock:
+        hit = _libraries.get(plan.key)
+    if hit is not None:
+        return hit
+    offline = env_flag("JITOPS_OFFLINE") if offline is None else offline
+    if plan.toolchain_error is not None:
+        found = find_compatible(plan)
+        if found is not None:
+            entry, manifest = found
+            with _state_lock:
+                hit = _libraries.get(manifest.key)
+            if hit is not None:
+                return hit
+            plan = Plan(plan.spec, plan.target, plan.system, manifest.ingredients, manifest.key, plan.cache)
+            return _remember(_load_into_process(plan, manifest, entry, built=False))
+        if not offline:
+            raise plan.toolchain_error
+    manifest, problem = _try_cached(plan, plan.cache)
+    if manifest is not None:
+        return _remember(_load_into_process(plan, manifest, plan.entry, built=False))
+    if offline:
+        why = f" ({problem})" if problem else ""
+        raise OfflineMiss(
+            f"JITOPS_OFFLINE=1 and the cache {plan.cache.root} has no usable entry for op library "
+            f"{spec.name!r} ({plan.target.name}, key {plan.key[:12]}){why}. Fix: run `jitops warm {spec.exports[0]}` "
+            "with the same torch, compiler and flags, or unset JITOPS_OFFLINE"
+        )
+    from .lock import key_lock, lock_timeout  # miss path only: keeps the warm path's imports small
+
+    toolchain.find_ninja(spec.name)
+    cache = _writable_cache(plan.cache)
+    if cache is not plan.cache:
+        plan = Plan(plan.spec, plan.target, plan.system, plan.ingredients, plan.key, cache, plan.toolchain_error)
+    with key_lock(cache.lock_path(spec.name, plan.key), plan.what, lock_timeout()):
+        with _state_lock:
+            hit = _libraries.get(plan.key)
+        if hit is not None:
+            return hit
+        manifest, problem = _try_cached(plan, cache)
+        if manifest is None:
+            if problem is not None and plan.entry.exists():
+                cache.set_aside(plan.entry, problem)
+            manifest = _build_and_publish(plan, cache)
+            built = True
+        else:
+            built = False
+        return _remember(_load_into_process(plan, manifest, plan.entry, built=built))
+
+
+def _remember(lib: LoadedLibrary) -> LoadedLibrary:
+    with _state_lock:
+        return _libraries.setdefault(lib.key, lib)
+
+
+def _writable_cache(cache: Cache) -> Cache:
+    """The cache itself if it can take a build; else a private temporary one (one warning)."""
+    global _private_cache
+    try:
+        cache.ensure_base()
+        problem = cache.root_problem()
+        if problem is None:
+            probe_file = cache.staging / f".probe.{os.getpid()}"
+            fsutil.atomic_write(probe_file, b"")
+            probe_file.unlink()
+            return cache
+    except OSError as e:
+        problem = f"{cache.root} is not writable ({e.strerror or e})"
+    if env_flag("JITOPS_STRICT"):
+        raise CacheError(
+            f"cannot use the jitops cache: {problem}. Fix: make it writable by this user with mode 0700, "
+            "or point JITOPS_CACHE_DIR at a directory you own (JITOPS_STRICT=1 forbids a temporary cache)"
+        )
+    with _state_lock:
+        if _private_cache is None:
+            _private_cache = Path(tempfile.mkdtemp(prefix="jitops-cache-"))
+            os.chmod(_private_cache, fsutil.DIR_MODE)
+            warnings.warn(
+                f"jitops: cannot use the cache ({problem}); building into the private temporary cache "
+                f"{_private_cache} for this process. Fix: set JITOPS_CACHE_DIR to a directory you own",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+    fallback = Cache(_private_cache)
+    fallback.ensure_base()
+    return fallback
+
+
+def _build_env(system: System) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV_VARS}
+    return env
+
+
+def _build_and_publish(plan: Plan, cache: Cache) -> Manifest:
+    from . import build as _build
+    from .progress import BuildProgress
+
+    cache.sweep_staging()
+    staging = cache.new_staging(plan.spec.name, plan.key)
+    try:
+        build_dir = staging / "build"
+        out_dir = staging / "entry"
+        fsutil.makedirs(build_dir)
+        fsutil.makedirs(out_dir)
+        spec, target = plan.spec, plan.target
+        job = _build.BuildJob(
+            library=spec.name,
+            target=target.name,
+            device=target.device,
+            namespace=plan.namespace,
+            sources=tuple(spec.root / s for s in spec.sources_for(target.device)),
+            include_dirs=(Path(__file__).parent / "include", spec.root, *spec.include_dirs),
+            cflags=tuple(plan.ingredients["cflags"]),
+            cuda_cflags=tuple(plan.ingredients["cuda_cflags"]),
+            ldflags=tuple(plan.ingredients["ldflags"]),
+            cxx=plan.ingredients["compiler"]["path"],
+            ninja=toolchain.find_ninja(spec.name),
+            nvcc=(plan.ingredients["nvcc"] or {}).get("path"),
+            build_dir=build_dir,
+            env=_build_env(plan.system),
+            jobs=_build.default_jobs(),
+        )
+        log.info("building %s (first use; cached afterwards)", plan.what)
+        with BuildProgress(plan.what):
+            result = _build.build(job, cache.logs)
+        lib_path = out_dir / job.library_file
+        shutil.copyfile(result.library, lib_path)
+        os.chmod(lib_path, fsutil.LIB_MODE)
+        with open(lib_path, "rb+") as f:
+            os.fsync(f.fileno())
+        manifest = Manifest(
+            key=plan.key,
+            library=spec.name,
+            target=target.name,
+            namespace=plan.namespace,
+            library_file=job.library_file,
+            sha256=fsutil.sha256_file(lib_path),
+            size=lib_path.stat().st_size,
+            build_seconds=round(result.seconds, 3),
+            built_at=time.time(),
+            ingredients=plan.ingredients,
+            build_log=result.log[-65536:],
+        )
+        fsutil.atomic_write(out_dir / "manifest.json", manifest.to_json())  # written last
+        if not cache.publish(out_dir, spec.name, target.name, plan.key):
+            log.info("another process published %s first; using its entry", plan.what)
+            theirs = cache.verify(plan.entry, plan.key, spec.name, target.name)
+            return theirs
+        log.info("built %s in %.1fs", plan.what, result.seconds)
+        return cache.verify(plan.entry, plan.key, spec.name, target.name)
+    except OSError as e:
+        import errno
+
+        if e.errno == errno.ENOSPC:
+            raise CacheError(
+                f"no space left on the device holding {cache.root} while building {plan.what}; nothing was "
+                "published. Fix: free space (e.g. `jitops cache prune --max-size 1G`) or set JITOPS_CACHE_DIR elsewhere"
+            ) from e
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ ops
+
+
+class Op:
+    """A callable handle to one dispatcher op, memoised per process.
+
+    Calling it goes straight to torch's op object (no extra Python frame):
+    ``get()`` makes a tiny subclass whose ``__call__`` *is* the op.
+    """
+
+    __slots__ = ("name", "library", "qualname", "packet", "reference", "__weakref__")
+
+    name: str
+    library: LoadedLibrary | None
+    qualname: str
+    packet: Any
+    reference: Callable[..., Any] | None
+
+    def __repr__(self) -> str:
+        where = f"{self.library.target}, key {self.library.key[:12]}" if self.library else "PyTorch fallback"
+        return f"<jitops op {self.qualname} ({where})>"
+
+    @property
+    def default(self) -> Any:
+        return self.packet.default
+
+    @property
+    def namespace(self) -> str | None:
+        return self.library.namespace if self.library else None
+
+
+def _make_op(name: str, library: LoadedLibrary | None, fn: Callable[..., Any], packet: Any, reference: Any) -> Op:
+    cls = type(f"Op_{name}", (Op,), {"__slots__": (), "__call__": staticmethod(fn)})
+    op = cls()
+    op.name = name
+    op.library = library
+    op.qualname = f"{library.namespace}::{name}" if library else f"reference::{name}"
+    op.packet = packet
+    op.reference = reference
+    return op
+
+
+def op_from_library(lib: LoadedLibrary, name: str) -> Op:
+    import torch
+
+    packet = getattr(getattr(torch.ops, lib.namespace), name)
+    overloads = packet.overloads()
+    fn = packet.default if overloads == ["default"] else packet
+    return _make_op(name, lib, fn, packet, _reference(lib.spec, name))
+
+
+def _reference(spec: OpSpec, name: str) -> Callable[..., Any] | None:
+    if not spec.python:
+        return None
+    return getattr(importlib.import_module(spec.python), "REFERENCES", {}).get(name)
+
+
+def reference(name: str) -> Callable[..., Any]:
+    """The pure-PyTorch reference implementation of a builtin op (builds nothing)."""
+    spec = registry().lookup(name)
+    ref = _reference(spec, name)
+    if ref is None:
+        raise KeyError(f"op {name!r} has no pure-PyTorch reference")
+    return ref
+
+
+def get(name: str, *, device: str | None = None, fallback: bool | None = None) -> Op:
+    """The op ``name``, built for ``device`` (default: the current device) on first use."""
+    key = (name, device)
+    op = _ops.get(key)  # lock-free fast path: dict reads are atomic
+    if op is not None:
+        return op
+    spec = registry().lookup(name)
+    try:
+        lib = load_library(spec, device)
+    except (ToolchainError, OfflineMiss) as e:
+        use_fallback = env_flag("JITOPS_FALLBACK") if fallback is None else fallback
+        if not use_fallback:
+            raise
+        return _fallback_op(spec, name, e)
+    op = op_from_library(lib, name)
+    with _state_lock:
+        return _ops.setdefault(key, op)
+
+
+def _fallback_op(spec: OpSpec, name: str, cause: JitopsError) -> Op:
+    ref = _reference(spec, name)
+    if ref is None:
+        raise cause
+    if name not in _fallback_warned:
+        _fallback_warned.add(name)
+        warnings.warn(
+            f"jitops: using the pure-PyTorch reference for op {name!r} because it cannot be built here: {cause}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return _make_op(name, None, ref, None, ref)
+
+
+def list_ops() -> list[str]:
+    return registry().names()
+
+
+def register(spec: OpSpec, *, replace: bool = False) -> None:
+    """Make a kernel library reachable through :func:`get`."""
+    validate_name(spec.name, "library name")
+    registry().add(spec, replace=replace)
+    with _state_lock:
+        for e in spec.exports:
+            for k in [k for k in _ops if k[0] == e]:
+                del _ops[k]

@@ -1,0 +1,88 @@
+"""Live build status: a ticking line in a terminal, an updating display in Jupyter.
+
+The one place jitops writes to the user directly (everything else goes
+through ``logging.getLogger("jitops")``). When neither a terminal nor a
+notebook is attached, it shows nothing. ``JITOPS_PROGRESS=0/1`` forces it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from types import TracebackType
+
+
+def _in_notebook() -> bool:
+    shell = sys.modules.get("IPython")
+    if shell is None or "ipykernel" not in sys.modules:
+        return False
+    try:
+        ip = shell.get_ipython()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - any failure means "no notebook"
+        return False
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+def mode() -> str:
+    forced = os.environ.get("JITOPS_PROGRESS")
+    if forced == "0":
+        return "off"
+    if _in_notebook():
+        return "notebook"
+    if forced == "1" or (sys.stderr is not None and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
+        return "terminal"
+    return "off"
+
+
+class BuildProgress:
+    """``with BuildProgress("softmax for cpu-avx512"): ...`` shows elapsed time while it runs."""
+
+    def __init__(self, what: str, interval: float = 0.5) -> None:
+        self.what = what
+        self.interval = interval
+        self.mode = mode()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start = 0.0
+        self._handle = None
+        self.last_line = ""
+
+    def _text(self, state: str = "building") -> str:
+        return f"jitops: {state} {self.what} ... {time.monotonic() - self._start:.1f}s"
+
+    def _show(self, text: str, final: bool = False) -> None:
+        self.last_line = text
+        if self.mode == "terminal":
+            sys.stderr.write("\r\033[K" + text + ("\n" if final else ""))
+            sys.stderr.flush()
+        elif self.mode == "notebook":
+            from IPython.display import display  # type: ignore[import-not-found]
+
+            if self._handle is None:
+                self._handle = display({"text/plain": text}, raw=True, display_id=True)
+            else:
+                self._handle.update({"text/plain": text}, raw=True)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._show(self._text())
+
+    def __enter__(self) -> BuildProgress:
+        self._start = time.monotonic()
+        if self.mode != "off":
+            self._show(self._text())
+            self._thread = threading.Thread(target=self._tick, name="jitops-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.mode != "off":
+            state = "built" if exc_type is None else ("interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed")
+            self._show(self._text(state), final=True)

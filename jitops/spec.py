@@ -1,0 +1,157 @@
+"""Op specs (immutable data) and the registry that maps public names to them.
+
+A spec describes one kernel library: where its sources are, which schemas it
+defines, its flags and the Python module that holds its fake kernels,
+autograd formulas and pure-PyTorch references. One library may export several
+public op names (``add`` and ``add_``; ``softmax`` and ``log_softmax``).
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidNameError, UnknownOpError
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}", re.ASCII)
+
+SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
+HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inl")
+
+
+def validate_name(name: object, what: str = "op name") -> str:
+    """Return ``name`` if it may be used as an op or library name, else raise.
+
+    Runs before any file access: a name that passes contains only ASCII
+    lowercase letters, digits and underscores, so it can never form a path
+    separator, a parent reference, a shell metacharacter or a homoglyph.
+    """
+    if isinstance(name, str) and _NAME_RE.fullmatch(name):
+        return name
+    shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
+    raise InvalidNameError(
+        f"invalid {what} {shown}: names must match {NAME_PATTERN} "
+        "(ASCII lowercase letters, digits and '_', starting with a letter, at most 64 characters)"
+    )
+
+
+def _op_name_of(schema: str) -> str:
+    """``"add.out(Tensor self, ...) -> ..."`` -> ``"add"``."""
+    head = schema.split("(", 1)[0].strip()
+    return head.split(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One kernel library, described as data.
+
+    ``root`` is the folder holding the sources; ``cpu_sources`` and
+    ``cuda_sources`` are paths relative to it. A CUDA build compiles both
+    lists, so CPU tensors keep working on a GPU machine. ``schemas`` are
+    defined by jitops before the library loads; a library that defines its
+    own schemas in C++ (``JITOPS_LIBRARY``) leaves it empty and lists its
+    ``exports``. ``python`` names a module with ``register(ns)`` (fake
+    kernels, autograd) and a ``REFERENCES`` mapping of pure-PyTorch
+    implementations.
+    """
+
+    name: str
+    root: Path
+    cpu_sources: tuple[str, ...]
+    cuda_sources: tuple[str, ...] = ()
+    schemas: tuple[str, ...] = ()
+    exports: tuple[str, ...] = ()
+    cflags: tuple[str, ...] = ()
+    cuda_cflags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+    include_dirs: tuple[Path, ...] = ()
+    python: str | None = None
+    description: str = ""
+    origin: str = "builtin"
+
+    def __post_init__(self) -> None:
+        validate_name(self.name, "library name")
+        object.__setattr__(self, "root", Path(self.root))
+        for attr in ("cpu_sources", "cuda_sources", "schemas", "exports", "cflags", "cuda_cflags", "ldflags"):
+            value = getattr(self, attr)
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise TypeError(f"OpSpec.{attr} must be a sequence of strings, got {value!r}")
+            object.__setattr__(self, attr, tuple(value))
+        object.__setattr__(self, "include_dirs", tuple(Path(p) for p in self.include_dirs))
+        if not self.exports:
+            names = tuple(dict.fromkeys(_op_name_of(s) for s in self.schemas if not _op_name_of(s).endswith("_backward")))
+            object.__setattr__(self, "exports", names)
+        for export in self.exports:
+            validate_name(export, "op name")
+        if not self.exports:
+            raise ValueError(f"spec {self.name!r} exports no op: give schemas or exports")
+        for rel in self.cpu_sources + self.cuda_sources:
+            p = Path(rel)
+            if p.is_absolute() or ".." in p.parts:
+                raise InvalidNameError(f"spec {self.name!r}: source {rel!r} must be a relative path inside {self.root}")
+
+    def sources_for(self, device: str) -> tuple[str, ...]:
+        return self.cpu_sources + (self.cuda_sources if device == "cuda" else ())
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return ("cpu", "cuda") if self.cuda_sources else ("cpu",)
+
+
+class Registry:
+    """Public op name -> (spec, op name inside the library). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._specs: dict[str, OpSpec] = {}
+        self._index: dict[str, OpSpec] = {}
+
+    def add(self, spec: OpSpec, *, replace: bool = False) -> None:
+        with self._lock:
+            clashes = [e for e in spec.exports if e in self._index and self._index[e].name != spec.name]
+            if clashes and not replace:
+                owner = self._index[clashes[0]].name
+                raise ValueError(f"op {clashes[0]!r} is already provided by library {owner!r}")
+            old = self._specs.get(spec.name)
+            if old is not None:
+                if not replace and old != spec:
+                    raise ValueError(f"a different library named {spec.name!r} is already registered")
+                for e in old.exports:
+                    self._index.pop(e, None)
+            self._specs[spec.name] = spec
+            for e in spec.exports:
+                self._index[e] = spec
+
+    def extend(self, specs: Iterable[OpSpec]) -> None:
+        for s in specs:
+            self.add(s)
+
+    def find(self, name: str) -> OpSpec | None:
+        return self._index.get(name)
+
+    def lookup(self, name: object) -> OpSpec:
+        op = validate_name(name)
+        spec = self._index.get(op)
+        if spec is None:
+            close = difflib.get_close_matches(op, list(self._index), n=3, cutoff=0.6)
+            raise UnknownOpError(op, close, known=len(self._index))
+        return spec
+
+    def library(self, name: str) -> OpSpec:
+        spec = self._specs.get(validate_name(name, "library name"))
+        if spec is None:
+            raise UnknownOpError(name, difflib.get_close_matches(name, list(self._specs), n=3), known=len(self._specs))
+        return spec
+
+    def names(self) -> list[str]:
+        return sorted(self._index)
+
+    def specs(self) -> list[OpSpec]:
+        return [self._specs[k] for k in sorted(self._specs)]

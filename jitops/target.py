@@ -1,0 +1,272 @@
+"""Probing the system, and the pure decisions made from what was probed.
+
+``probe()`` is the only function here that looks at the machine. It returns a
+frozen :class:`System`. Choosing a target, the flags for it and the CUDA arch
+list are pure functions of that value, so GPU cases are unit-tested on a
+CPU-only machine by building a ``System`` by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+import shlex
+import sys
+import sysconfig
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ._version import __version__
+from .errors import TargetError
+
+# Environment variables that change what the compiler produces. They are part
+# of the key; the ones in SCRUBBED_ENV_VARS are removed from the build's
+# environment instead, so they cannot change a binary behind the key's back.
+BUILD_ENV_VARS = (
+    "CXX",
+    "CC",
+    "CFLAGS",
+    "CXXFLAGS",
+    "LDFLAGS",
+    "TORCH_CUDA_ARCH_LIST",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "CUDA_HOME",
+)
+SCRUBBED_ENV_VARS = (
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH",
+    "LIBRARY_PATH",
+    "GCC_EXEC_PREFIX",
+    "COMPILER_PATH",
+    "DEPENDENCIES_OUTPUT",
+    "SUNPRO_DEPENDENCIES",
+    "NVCC_CCBIN",
+    "CUDA_PATH",
+    "TORCH_NVCC_FLAGS",
+    "PYTORCH_NVCC",
+    "CCACHE_DISABLE",
+    "CCACHE_PREFIX",
+)
+
+# Flags for the CPU ISA that torch itself dispatches to here. at::vec picks
+# its 256/512-bit implementations from the CPU_CAPABILITY_* macro.
+_ISA_FLAGS: dict[str, tuple[str, ...]] = {
+    "AVX512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-DCPU_CAPABILITY_AVX512"),
+    "AVX2": ("-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY_AVX2"),
+}
+
+BASE_CFLAGS = ("-O3", "-fvisibility=hidden", "-fno-math-errno")
+BASE_CUDA_CFLAGS = ("-O3", "--use_fast_math", "-lineinfo")
+
+
+@dataclass(frozen=True)
+class System:
+    """Everything about this machine and process that can change a binary."""
+
+    torch_version: str
+    torch_git_version: str
+    torch_cuda: str | None
+    cxx11_abi: bool
+    python_abi: str
+    platform: str
+    machine: str
+    cpu_capability: str
+    build_env: tuple[tuple[str, str], ...] = ()
+    cuda_available: bool = False
+    device_capability: tuple[int, int] | None = None
+    jitops_version: str = __version__
+
+    def env(self, name: str) -> str | None:
+        return dict(self.build_env).get(name)
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_facts() -> tuple[str, str, str | None, bool, str]:
+    import torch
+
+    return (
+        torch.__version__,
+        str(getattr(torch.version, "git_version", "")),
+        torch.version.cuda,
+        bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+        str(torch.backends.cpu.get_cpu_capability()),
+    )
+
+
+def build_env(environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
+    env = os.environ if environ is None else environ
+    return tuple((k, env[k]) for k in BUILD_ENV_VARS if env.get(k))
+
+
+def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> System:
+    """Read the facts about this process. Cheap: no subprocess, no file write.
+
+    The torch facts are read once per process; the build environment is read
+    on every call so that a notebook that changes ``CXXFLAGS`` gets a new key.
+    """
+    torch_version, git, torch_cuda, abi, capability = _torch_facts()
+    cuda_available = False
+    device_capability = None
+    if cuda and torch_cuda:
+        import torch
+
+        cuda_available = bool(torch.cuda.is_available())
+        if cuda_available:
+            device_capability = tuple(torch.cuda.get_device_capability())  # type: ignore[assignment]
+    return System(
+        torch_version=torch_version,
+        torch_git_version=git,
+        torch_cuda=torch_cuda,
+        cxx11_abi=abi,
+        python_abi=str(sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag),
+        platform=sys.platform,
+        machine=platform.machine(),
+        cpu_capability=capability,
+        build_env=build_env(environ),
+        cuda_available=cuda_available,
+        device_capability=device_capability,
+    )
+
+
+# ---------------------------------------------------------------- CUDA archs
+
+_NAMED_ARCHS = {
+    "kepler": ("3.5", "3.7"),
+    "maxwell": ("5.0", "5.2"),
+    "pascal": ("6.0", "6.1"),
+    "volta": ("7.0",),
+    "turing": ("7.5",),
+    "ampere": ("8.0", "8.6"),
+    "ada": ("8.9",),
+    "hopper": ("9.0",),
+    "blackwell": ("10.0", "12.0"),
+}
+_ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$", re.IGNORECASE)
+
+
+def parse_arch_list(text: str) -> tuple[str, ...]:
+    """Parse a TORCH_CUDA_ARCH_LIST-style string into normalized entries.
+
+    Accepts ``;``, ``,`` or whitespace as separators, ``+PTX`` suffixes,
+    arch-specific suffixes (``9.0a``) and torch's named forms (``Ampere``).
+    The result is sorted and deduplicated, so equivalent spellings give the
+    same key and the same entry name.
+    """
+    out: set[str] = set()
+    for raw in re.split(r"[;,\s]+", text.strip()):
+        if not raw:
+            continue
+        ptx = raw.lower().endswith("+ptx")
+        base = raw[:-4] if ptx else raw
+        if base.lower() in _NAMED_ARCHS:
+            archs = _NAMED_ARCHS[base.lower()]
+            out.update(a + ("+PTX" if ptx and i == len(archs) - 1 else "") for i, a in enumerate(archs))
+            continue
+        m = _ARCH_RE.match(raw)
+        if not m:
+            raise TargetError(
+                f"invalid CUDA arch {raw!r} in {text!r}: expected entries like '8.0', '9.0a', '8.6+PTX' "
+                "or a name such as 'Ampere' (as in TORCH_CUDA_ARCH_LIST)"
+            )
+        out.add(f"{int(m.group(1))}.{int(m.group(2))}{m.group(3).lower()}{'+PTX' if m.group(4) else ''}")
+    if not out:
+        raise TargetError(f"empty CUDA arch list {text!r}")
+
+    def order(a: str) -> tuple[int, int, str]:
+        major, minor = a.split("+")[0].split(".")
+        return int(major), int(re.sub(r"\D", "", minor) or 0), a
+
+    return tuple(sorted(out, key=order))
+
+
+def arch_gencode_flags(archs: tuple[str, ...]) -> tuple[str, ...]:
+    flags = []
+    for a in archs:
+        base = a.split("+")[0]
+        num = base.replace(".", "")
+        flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
+        if a.endswith("+PTX"):
+            flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
+    return tuple(flags)
+
+
+def sass_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
+    """``("8.0", "9.0a+PTX")`` -> ``("sm_80", "sm_90a")``: what cuobjdump should list."""
+    return tuple("sm_" + a.split("+")[0].replace(".", "") for a in archs)
+
+
+# ------------------------------------------------------------------ targets
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a build is for: ``cpu`` (with its ISA) or ``cuda`` with an arch list."""
+
+    device: str
+    isa: str = "DEFAULT"
+    archs: tuple[str, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        """Directory-safe, deterministic name: ``cpu-avx512``, ``cuda-sm80-sm90ptx``."""
+        if self.device == "cpu":
+            return f"cpu-{self.isa.lower()}"
+        parts = [a.replace(".", "").replace("+PTX", "ptx").lower() for a in self.archs]
+        return "cuda-" + "-".join("sm" + p for p in parts)
+
+    def cflags(self) -> tuple[str, ...]:
+        return BASE_CFLAGS + _ISA_FLAGS.get(self.isa, ())
+
+    def cuda_cflags(self) -> tuple[str, ...]:
+        return BASE_CUDA_CFLAGS + arch_gencode_flags(self.archs) if self.device == "cuda" else ()
+
+
+def choose_target(system: System, device: str | None = None, archs: str | tuple[str, ...] | None = None) -> Target:
+    """Pick the build target. Pure: everything it needs is in ``system``.
+
+    ``device=None`` means the current device: CUDA when a GPU is usable, else
+    CPU. For CUDA the arch list comes from ``archs``, else
+    ``TORCH_CUDA_ARCH_LIST``, else the current GPU's capability. A failure
+    lists each candidate and why it was rejected.
+    """
+    if device is None:
+        device = "cuda" if system.cuda_available else "cpu"
+    if device == "cpu":
+        return Target("cpu", system.cpu_capability)
+    if device != "cuda":
+        raise TargetError(f"unknown device {device!r}: expected 'cpu' or 'cuda'")
+    if not system.torch_cuda:
+        raise TargetError(
+            f"cannot build for cuda: this torch ({system.torch_version}) is a CPU-only build "
+            "(torch.version.cuda is None); install a CUDA build of torch, or use device='cpu'"
+        )
+    if archs:
+        arch_list = parse_arch_list(archs if isinstance(archs, str) else ",".join(archs))
+    elif system.env("TORCH_CUDA_ARCH_LIST"):
+        arch_list = parse_arch_list(system.env("TORCH_CUDA_ARCH_LIST") or "")
+    elif system.device_capability is not None:
+        major, minor = system.device_capability
+        arch_list = (f"{major}.{minor}",)
+    else:
+        raise TargetError(
+            "cannot choose CUDA archs: no arch list was given (rejected: archs argument is empty), "
+            "TORCH_CUDA_ARCH_LIST is not set (rejected), and no GPU is visible to read its capability "
+            "from (rejected). Name the archs explicitly, e.g. `jitops warm --device cuda --arch 8.0,9.0` "
+            "or TORCH_CUDA_ARCH_LIST='8.0;9.0'"
+        )
+    return Target("cuda", system.cpu_capability, arch_list)
+
+
+def extra_env_flags(system: System) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """CFLAGS + CXXFLAGS and LDFLAGS from the environment, as argv lists.
+
+    g++ does not read these itself, so jitops applies them (they are in the
+    key). NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS are read by nvcc directly.
+    """
+    cflags = tuple(shlex.split(system.env("CFLAGS") or "")) + tuple(shlex.split(system.env("CXXFLAGS") or ""))
+    ldflags = tuple(shlex.split(system.env("LDFLAGS") or ""))
+    return cflags, ldflags
