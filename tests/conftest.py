@@ -1,0 +1,63 @@
+"""Shared fixtures.
+
+Tiers (see README "Tests"): pure tests need no compiler; ``compile`` tests
+build real kernels into one session-wide cache, each op at most once per
+session; ``process`` tests run scenarios in subprocesses with hard timeouts;
+``cuda`` tests need a GPU and are skipped without one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# One cache for the whole session, resolved before anything imports jitops's
+# loader: every compile test shares it, so each op is built once.
+_SESSION_CACHE = os.environ.get("JITOPS_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="jitops-test-cache-")
+os.environ["JITOPS_CACHE_DIR"] = _SESSION_CACHE
+for _var in ("JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_BUILDER", "JITOPS_STRICT", "JITOPS_LOCK_TIMEOUT"):
+    os.environ.pop(_var, None)
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not os.environ.get("JITOPS_TEST_CACHE_DIR"):
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def session_cache() -> Path:
+    """The session-wide cache root that compile tests share."""
+    return Path(_SESSION_CACHE)
+
+
+@pytest.fixture
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh, empty cache root for one test (for subprocess scenarios)."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(root))
+    return root
+
+
+DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]

@@ -1,0 +1,46 @@
+"""Helpers for tests that run scenarios in fresh Python processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def child_env(**overrides: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    for k, v in overrides.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter; raise with its output if it fails."""
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env or child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    return proc
+
+
+def last_json(stdout: str) -> Any:
+    """The last line of a child's stdout, parsed as JSON (children report that way)."""
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    assert lines, "child printed nothing"
+    return json.loads(lines[-1])
