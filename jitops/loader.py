@@ -229,29 +229,35 @@ def _try_cached(plan: Plan, cache: Cache) -> tuple[Manifest | None, str | None]:
         return None, str(e)
 
 
-def load_library(spec: OpSpec, device: str | None = None, archs: str | None = None, *, offline: bool | None = None) -> LoadedLibrary:
-    """Get one library loaded: from memory, from the cache, or by building it."""
-    plan = make_plan(spec, device, archs)
-    with _state_lock:
-        hit = _libraries.get(plan.key)
-    if hit is not None:
-        return hit
+@dataclass(frozen=True)
+class Entry:
+    """A verified cache entry; ``plan`` is the plan whose key and cache it matches."""
+
+    plan: Plan
+    path: Path
+    manifest: Manifest
+    built: bool  # True if this call compiled it
+
+
+def ensure_entry(plan: Plan, *, offline: bool | None = None) -> Entry:
+    """Make sure a verified entry exists for ``plan``, building it if needed. Loads nothing.
+
+    ``jitops warm`` uses this directly (a CUDA entry can be built on a machine
+    without a GPU); :func:`load_library` loads what it returns.
+    """
+    spec = plan.spec
     offline = env_flag("JITOPS_OFFLINE") if offline is None else offline
     if plan.toolchain_error is not None:
         found = find_compatible(plan)
         if found is not None:
             entry, manifest = found
-            with _state_lock:
-                hit = _libraries.get(manifest.key)
-            if hit is not None:
-                return hit
             plan = Plan(plan.spec, plan.target, plan.system, manifest.ingredients, manifest.key, plan.cache)
-            return _remember(_load_into_process(plan, manifest, entry, built=False))
+            return Entry(plan, entry, manifest, built=False)
         if not offline:
             raise plan.toolchain_error
     manifest, problem = _try_cached(plan, plan.cache)
     if manifest is not None:
-        return _remember(_load_into_process(plan, manifest, plan.entry, built=False))
+        return Entry(plan, plan.entry, manifest, built=False)
     if offline:
         why = f" ({problem})" if problem else ""
         raise OfflineMiss(
@@ -266,24 +272,27 @@ def load_library(spec: OpSpec, device: str | None = None, archs: str | None = No
     if cache is not plan.cache:
         plan = Plan(plan.spec, plan.target, plan.system, plan.ingredients, plan.key, cache, plan.toolchain_error)
     with key_lock(cache.lock_path(spec.name, plan.key), plan.what, lock_timeout()):
-        with _state_lock:
-            hit = _libraries.get(plan.key)
-        if hit is not None:
-            return hit
         manifest, problem = _try_cached(plan, cache)
-        if manifest is None:
-            if problem is not None and plan.entry.exists():
-                cache.set_aside(plan.entry, problem)
-            manifest = _build_and_publish(plan, cache)
-            built = True
-        else:
-            built = False
-        return _remember(_load_into_process(plan, manifest, plan.entry, built=built))
+        if manifest is not None:
+            return Entry(plan, plan.entry, manifest, built=False)
+        if problem is not None and plan.entry.exists():
+            cache.set_aside(plan.entry, problem)
+        return Entry(plan, plan.entry, _build_and_publish(plan, cache), built=True)
 
 
-def _remember(lib: LoadedLibrary) -> LoadedLibrary:
-    with _state_lock:
-        return _libraries.setdefault(lib.key, lib)
+def load_library(spec: OpSpec, device: str | None = None, archs: str | None = None, *, offline: bool | None = None) -> LoadedLibrary:
+    """Get one library loaded: from memory, from the cache, or by building it."""
+    plan = make_plan(spec, device, archs)
+    hit = _libraries.get(plan.key)
+    if hit is not None:
+        return hit
+    entry = ensure_entry(plan, offline=offline)
+    with _state_lock:  # loading takes milliseconds; one thread loads, the others reuse
+        hit = _libraries.get(entry.plan.key)
+        if hit is None:
+            hit = _load_into_process(entry.plan, entry.manifest, entry.path, built=entry.built)
+            _libraries[entry.plan.key] = hit
+        return hit
 
 
 def _writable_cache(cache: Cache) -> Cache:
