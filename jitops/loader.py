@@ -409,17 +409,23 @@ def _build_and_publish(plan: Plan, cache: Cache) -> Manifest:
 class Op:
     """A callable handle to one dispatcher op, memoised per process.
 
-    Calling it goes straight to torch's op object (no extra Python frame):
-    ``get()`` makes a tiny subclass whose ``__call__`` *is* the op.
+    ``op(x, dim=-1)`` calls the torch op (``torch.ops.<ns>.<name>``); a plain
+    Python ``__call__`` so that torch.compile inlines it without a graph break.
     """
 
-    __slots__ = ("name", "library", "qualname", "packet", "reference", "__weakref__")
+    __slots__ = ("name", "library", "qualname", "packet", "reference", "_fn", "__weakref__")
 
-    name: str
-    library: LoadedLibrary | None
-    qualname: str
-    packet: Any
-    reference: Callable[..., Any] | None
+    def __init__(self, name: str, library: LoadedLibrary | None, fn: Callable[..., Any], packet: Any,
+                 reference: Callable[..., Any] | None) -> None:
+        self.name = name
+        self.library = library
+        self.qualname = f"{library.namespace}::{name}" if library else f"reference::{name}"
+        self.packet = packet
+        self.reference = reference
+        self._fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn(*args, **kwargs)
 
     def __repr__(self) -> str:
         where = f"{self.library.target}, key {self.library.key[:12]}" if self.library else "PyTorch fallback"
@@ -434,24 +440,13 @@ class Op:
         return self.library.namespace if self.library else None
 
 
-def _make_op(name: str, library: LoadedLibrary | None, fn: Callable[..., Any], packet: Any, reference: Any) -> Op:
-    cls = type(f"Op_{name}", (Op,), {"__slots__": (), "__call__": staticmethod(fn)})
-    op = cls()
-    op.name = name
-    op.library = library
-    op.qualname = f"{library.namespace}::{name}" if library else f"reference::{name}"
-    op.packet = packet
-    op.reference = reference
-    return op
-
-
 def op_from_library(lib: LoadedLibrary, name: str) -> Op:
     import torch
 
     packet = getattr(getattr(torch.ops, lib.namespace), name)
     overloads = packet.overloads()
     fn = packet.default if overloads == ["default"] else packet
-    return _make_op(name, lib, fn, packet, _reference(lib.spec, name))
+    return Op(name, lib, fn, packet, _reference(lib.spec, name))
 
 
 def _reference(spec: OpSpec, name: str) -> Callable[..., Any] | None:
@@ -499,7 +494,7 @@ def _fallback_op(spec: OpSpec, name: str, cause: JitopsError) -> Op:
             RuntimeWarning,
             stacklevel=3,
         )
-    return _make_op(name, None, ref, None, ref)
+    return Op(name, None, ref, None, ref)
 
 
 def list_ops() -> list[str]:
