@@ -1,0 +1,225 @@
+"""Tier 1: names, registry, key, targets, inert import. No compiler."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+import jitops
+from jitops import cache, loader, spec, target, toolchain
+from jitops.errors import InvalidNameError, JitopsError, TargetError, UnknownOpError
+from tests.helpers import child_env, last_json, run_py
+
+SOFTMAX = next(s for s in __import__("jitops.kernels", fromlist=["BUILTINS"]).BUILTINS if s.name == "softmax")
+
+BASE_SYSTEM = target.System(
+    torch_version="2.13.0+cpu",
+    torch_git_version="abc",
+    torch_cuda=None,
+    cxx11_abi=True,
+    python_abi="cpython-311-x86_64-linux-gnu",
+    platform="linux",
+    machine="x86_64",
+    cpu_capability="AVX512",
+)
+CXX = toolchain.Tool("cxx", "/usr/bin/g++-12", "g++ (Debian 12.2.0-14) 12.2.0")
+NVCC = toolchain.Tool("nvcc", "/usr/local/cuda/bin/nvcc", "Cuda compilation tools, release 13.0, V13.0.48")
+
+
+def key_of(spec_: spec.OpSpec = SOFTMAX, system: target.System = BASE_SYSTEM, tgt: target.Target | None = None,
+           cxx: toolchain.Tool | None = CXX, nvcc: toolchain.Tool | None = None, digests: dict | None = None) -> str:
+    tgt = tgt or target.choose_target(system, "cpu")
+    digests = digests if digests is not None else {"softmax_cpu.cpp": "a" * 64, "register.cpp": "b" * 64}
+    return cache.compute_key(loader.ingredients(spec_, tgt, system, cxx, nvcc, digests))
+
+
+# ------------------------------------------------------------------ names
+
+HOSTILE = ["", "../x", "/abs", "a/b", "x\x00y", "x\ny", "soft max", "Softmax", "sоftmax", "ѕoftmax", "a" * 65,
+           "a" * 256, "$(id)", "`id`", "x;rm", "_x", "1x", "x-y", "x.y", "~x", "..", ".", "x\\y", "x*", "x?", "é",
+           "x\t", " x", "x ", "%2e%2e", None, 3, b"softmax"]
+
+
+@pytest.mark.parametrize("name", HOSTILE, ids=repr)
+def test_hostile_names_are_rejected(name: object) -> None:
+    with pytest.raises(InvalidNameError) as e:
+        spec.validate_name(name)
+    assert "must match" in str(e.value)
+    assert isinstance(e.value, ValueError) and isinstance(e.value, JitopsError)
+
+
+def test_unknown_op_suggests_and_is_a_keyerror() -> None:
+    with pytest.raises(KeyError) as e:
+        jitops.get("sofmax")
+    assert isinstance(e.value, UnknownOpError)
+    assert "did you mean 'softmax'" in str(e.value)
+
+
+def test_list_ops_lists_builtins() -> None:
+    assert {"softmax", "log_softmax"} <= set(jitops.list_ops())
+
+
+def test_spec_is_immutable_and_validated(tmp_path: Path) -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SOFTMAX.name = "x"  # type: ignore[misc]
+    with pytest.raises(InvalidNameError):
+        spec.OpSpec(name="../evil", root=tmp_path, cpu_sources=("a.cpp",), exports=("x",))
+    with pytest.raises(InvalidNameError):
+        spec.OpSpec(name="ok", root=tmp_path, cpu_sources=("../a.cpp",), exports=("x",))
+    s = spec.OpSpec(name="ok", root=tmp_path, cpu_sources=("a.cpp",), schemas=("ok(Tensor x) -> Tensor", "ok_backward(Tensor g) -> Tensor"))
+    assert s.exports == ("ok",)
+
+
+# -------------------------------------------------------------------- key
+
+
+def test_key_is_deterministic() -> None:
+    assert key_of() == key_of()
+    assert len(key_of()) == 64
+
+
+PERTURBATIONS = {
+    "source bytes": dict(digests={"softmax_cpu.cpp": "c" * 64, "register.cpp": "b" * 64}),
+    "header added": dict(digests={"softmax_cpu.cpp": "a" * 64, "register.cpp": "b" * 64, "x.h": "d" * 64}),
+    "spec cflags": dict(spec_=dataclasses.replace(SOFTMAX, cflags=("-DFOO",))),
+    "schemas": dict(spec_=dataclasses.replace(SOFTMAX, schemas=SOFTMAX.schemas[:1])),
+    "jitops version": dict(system=dataclasses.replace(BASE_SYSTEM, jitops_version="9.9.9")),
+    "torch version": dict(system=dataclasses.replace(BASE_SYSTEM, torch_version="2.13.1")),
+    "torch git version": dict(system=dataclasses.replace(BASE_SYSTEM, torch_git_version="def")),
+    "torch cuda": dict(system=dataclasses.replace(BASE_SYSTEM, torch_cuda="13.0")),
+    "cxx11 abi": dict(system=dataclasses.replace(BASE_SYSTEM, cxx11_abi=False)),
+    "python abi": dict(system=dataclasses.replace(BASE_SYSTEM, python_abi="cpython-312-x86_64-linux-gnu")),
+    "platform": dict(system=dataclasses.replace(BASE_SYSTEM, platform="darwin")),
+    "machine": dict(system=dataclasses.replace(BASE_SYSTEM, machine="aarch64")),
+    "compiler path": dict(cxx=dataclasses.replace(CXX, path="/opt/gcc/bin/g++")),
+    "compiler version": dict(cxx=dataclasses.replace(CXX, version="g++ 13.1")),
+    "cpu isa": dict(tgt=target.Target("cpu", "AVX2")),
+    "cuda archs": dict(tgt=target.Target("cuda", "AVX512", ("8.0",)), nvcc=NVCC),
+    "nvcc version": dict(tgt=target.Target("cuda", "AVX512", ("9.0",)), nvcc=dataclasses.replace(NVCC, version="release 13.1")),
+}
+for _var in target.BUILD_ENV_VARS:
+    PERTURBATIONS[f"env {_var}"] = dict(system=dataclasses.replace(BASE_SYSTEM, build_env=((_var, "x"),)))
+
+
+@pytest.mark.parametrize("what", sorted(PERTURBATIONS))
+def test_each_ingredient_changes_the_key(what: str) -> None:
+    kwargs = PERTURBATIONS[what]
+    if what == "nvcc version":  # compare against the same arch with the base nvcc
+        base = key_of(tgt=kwargs["tgt"], nvcc=NVCC)
+    else:
+        base = key_of()
+    assert key_of(**kwargs) != base
+
+
+def test_cuda_arch_spellings_give_one_key() -> None:
+    a = target.Target("cuda", "AVX512", target.parse_arch_list("9.0;8.0"))
+    b = target.Target("cuda", "AVX512", target.parse_arch_list("8.0, 9.0"))
+    assert a == b and key_of(tgt=a, nvcc=NVCC) == key_of(tgt=b, nvcc=NVCC)
+
+
+@pytest.mark.parametrize("var", ["MAX_JOBS", "HOME", "TMPDIR", "VERBOSE", "JITOPS_PROGRESS", "PWD"])
+def test_irrelevant_env_does_not_change_build_env(var: str) -> None:
+    assert target.build_env({var: "/somewhere"}) == ()
+    assert target.build_env({"CXXFLAGS": "-O1", var: "1"}) == (("CXXFLAGS", "-O1"),)
+
+
+def test_source_digests_ignore_prefix_and_mtime(tmp_path: Path) -> None:
+    a = shutil.copytree(SOFTMAX.root, tmp_path / "prefix_a" / "softmax")
+    b = shutil.copytree(SOFTMAX.root, tmp_path / "other" / "deeper" / "softmax")
+    os.utime(b / "softmax_cpu.cpp", (1, 1))
+    da = cache.source_digests(dataclasses.replace(SOFTMAX, root=a))
+    db = cache.source_digests(dataclasses.replace(SOFTMAX, root=b))
+    assert da == db
+    assert "<jitops>/jitops/op.h" in da and "softmax_common.h" in da
+    (b / "softmax_common.h").write_text((b / "softmax_common.h").read_text() + "\n// edit\n")
+    assert cache.source_digests(dataclasses.replace(SOFTMAX, root=b)) != da
+
+
+@pytest.mark.process
+@pytest.mark.timeout(120)
+def test_key_is_stable_across_processes_cwds_and_homes(tmp_path: Path) -> None:
+    code = """
+        import json, jitops
+        from jitops import loader
+        plan = loader.make_plan(loader.registry().lookup("softmax"), "cpu")
+        print(json.dumps(plan.key))
+    """
+    keys = set()
+    for i, extra in enumerate([{}, {"HOME": str(tmp_path), "TMPDIR": str(tmp_path), "MAX_JOBS": "7"}]):
+        env = child_env(PYTHONHASHSEED=str(i + 1), **extra)
+        proc = run_py(code, env=env)
+        keys.add(last_json(proc.stdout))
+    assert len(keys) == 1
+
+
+# ----------------------------------------------------------------- target
+
+
+def test_target_defaults_to_cpu_without_gpu() -> None:
+    t = target.choose_target(BASE_SYSTEM)
+    assert t == target.Target("cpu", "AVX512") and t.name == "cpu-avx512"
+    assert "-DCPU_CAPABILITY_AVX512" in t.cflags() and "-O3" in t.cflags()
+
+
+def test_cuda_target_needs_cuda_torch_and_archs() -> None:
+    with pytest.raises(TargetError, match="CPU-only build"):
+        target.choose_target(BASE_SYSTEM, "cuda")
+    cuda_sys = dataclasses.replace(BASE_SYSTEM, torch_cuda="13.0")
+    with pytest.raises(TargetError, match="jitops warm --device cuda --arch"):
+        target.choose_target(cuda_sys, "cuda")
+    gpu = dataclasses.replace(cuda_sys, cuda_available=True, device_capability=(9, 0))
+    assert target.choose_target(gpu).name == "cuda-sm90"
+    t = target.choose_target(cuda_sys, "cuda", "8.0,9.0+PTX")
+    assert t.name == "cuda-sm80-sm90ptx"
+    assert "-gencode=arch=compute_90,code=compute_90" in t.cuda_cflags()
+
+
+# ------------------------------------------------------------ inert import
+
+
+@pytest.mark.process
+@pytest.mark.timeout(60)
+def test_import_is_inert() -> None:
+    code = """
+        import json, sys
+        events = []
+        def hook(event, args):
+            if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.system", "os.mkdir"):
+                events.append(event)
+            if event == "open" and args[1] not in (None, "r", "rb") and isinstance(args[1], str):
+                events.append(("open", str(args[0]), args[1]))
+        sys.addaudithook(hook)
+        import jitops
+        print(json.dumps({"events": events, "torch": "torch" in sys.modules,
+                          "cpp_extension": "torch.utils.cpp_extension" in sys.modules,
+                          "loader": "jitops.loader" in sys.modules, "platformdirs": "platformdirs" in sys.modules}))
+    """
+    report = last_json(run_py(code).stdout)
+    assert report == {"events": [], "torch": False, "cpp_extension": False, "loader": False, "platformdirs": False}
+
+
+def test_cache_root_is_resolved_at_call_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "a"))
+    assert cache.default_root() == tmp_path / "a"
+    monkeypatch.delenv("JITOPS_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.default_root() == tmp_path / "xdg" / "jitops"
+
+
+def test_manifest_round_trip_and_rejects_garbage() -> None:
+    m = cache.Manifest(key="k" * 64, library="softmax", target="cpu-avx512", namespace="jitops_softmax_x",
+                       library_file="libsoftmax.so", sha256="0" * 64, size=1, build_seconds=1.0, built_at=0.0,
+                       ingredients={"a": 1}, build_log="")
+    assert cache.Manifest.parse(m.to_json()) == m
+    bad = json.loads(m.to_json())
+    bad["library_file"] = "../../evil.so"
+    for raw in (b"", b"{", b"[]", json.dumps(bad).encode(), b'{"format": 2}'):
+        with pytest.raises((ValueError, TypeError)):
+            cache.Manifest.parse(raw)
+
