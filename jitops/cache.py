@@ -307,13 +307,12 @@ class Cache:
         except OSError as e:
             log.debug("could not record the use of %s: %s", entry, e)
 
-    def last_use(self, entry: Path, manifest: Manifest | None = None) -> float:
-        """When ``entry`` was last loaded (or built, if it never was)."""
+    def last_use(self, entry: Path) -> float:
+        """When ``entry`` was last loaded, published or imported (0 if unknown)."""
         try:
-            used = os.lstat(entry / MANIFEST).st_mtime
+            return os.lstat(entry / MANIFEST).st_mtime
         except OSError:
-            used = 0.0
-        return max(used, manifest.built_at if manifest is not None else 0.0)
+            return 0.0
 
     def iter_entries(self) -> list[Path]:
         base = self.base / "entries"

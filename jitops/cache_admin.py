@@ -70,7 +70,7 @@ def entries(cache: Cache) -> list[EntryInfo]:
     for path in cache.iter_entries():
         m = cache.read_manifest(path)
         out.append(EntryInfo(path, path.parent.parent.name, path.parent.name, m.key if m else path.name,
-                             entry_size(path), cache.last_use(path, m), m))
+                             entry_size(path), cache.last_use(path), m))
     return sorted(out, key=lambda e: (e.last_use, str(e.path)))
 
 

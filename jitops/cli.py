@@ -292,6 +292,9 @@ def cmd_cache(args: argparse.Namespace) -> int:
             _out(f"kept    {e.library}/{e.target}/{e.key[:12]}: being built by another process")
         _out(f"{sub}: removed {len(result.removed)} entries ({human_size(sum(e.size for e in result.removed))}); "
              f"{human_size(result.kept_bytes)} kept")
+        if sub == "prune" and args.max_size is not None and result.kept_bytes > args.max_size:
+            print(f"jitops cache prune: still above {human_size(args.max_size)}: entries being built were kept",
+                  file=sys.stderr)
     elif sub == "export":
         libs = {_registry().lookup(op).name for op in args.ops} if args.ops else None
         exported, skipped = admin.export(cache, Path(args.file), libs)
