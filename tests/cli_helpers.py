@@ -1,8 +1,7 @@
-"""Helpers for the CLI tests: small fake-built specs, stripped PATHs, unprivileged children."""
+"""Helpers for the CLI tests: small fake-built specs, stripped PATHs, audited children."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -67,15 +66,8 @@ def no_compiler_env(tmp: Path, **overrides: str | None) -> dict[str, str]:
     return child_env(PATH=stripped_path(tmp), CXX=None, CC=None, CUDA_HOME=None, **overrides)
 
 
-def run_child(code: str, env: dict[str, str], *, uid: int | None = None, timeout: float = 240,
+def run_child(code: str, env: dict[str, str], *, timeout: float = 240,
               args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` (or ``-m jitops args`` when code is empty) in a fresh interpreter, as ``uid`` if given."""
-
-    def drop() -> None:
-        os.setgroups([])
-        os.setgid(uid)  # type: ignore[arg-type]
-        os.setuid(uid)  # type: ignore[arg-type]
-
+    """Run ``code`` (or ``python -m jitops args`` when code is empty) in a fresh interpreter."""
     argv = [sys.executable, "-m", "jitops", *args] if not code else [sys.executable, "-c", textwrap.dedent(code)]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          preexec_fn=drop if uid is not None else None)
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
