@@ -140,7 +140,7 @@ import json, torch, jitops
 op = jitops.get("softmax")
 x = torch.randn(8, 21)
 print(json.dumps({"built": op.library.built, "ok": bool(torch.allclose(op(x, dim=1), torch.softmax(x, 1), atol=1e-6)),
-                  "spawns": SPAWNS, "entry": str(op.library.entry)}))
+                  "spawns": SPAWNS, "writes": WRITES, "entry": str(op.library.entry)}))
 """
 
 
@@ -159,6 +159,11 @@ def test_export_then_import_into_empty_cache_gives_hits_in_a_fresh_process(
     report = last_json(_ok(run_child(LOAD_CHILD, env)))
     assert report["built"] is False and report["ok"] and report["spawns"] == []
     assert report["entry"].startswith(str(fresh))
+    # The one write of a hit: its last use, recorded on the manifest's mtime. Offline: none.
+    assert report["writes"] == [["os.utime", os.path.join(report["entry"], "manifest.json")]]
+    env["JITOPS_OFFLINE"] = "1"
+    report = last_json(_ok(run_child(LOAD_CHILD, env)))
+    assert report["built"] is False and report["ok"] and report["writes"] == [] and report["spawns"] == []
 
 
 @pytest.mark.compile
