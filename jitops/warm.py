@@ -10,11 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from . import loader
-from .errors import BuildError, JitopsError, TargetError, ToolchainError
+from .errors import JitopsError, TargetError, ToolchainError
 from .spec import OpSpec
 
 
@@ -53,8 +52,9 @@ def _run(task: Task, archs: str | None, build_jobs: int) -> Outcome:
     except ToolchainError as e:
         status = "skipped" if task.device == "cuda" else "failed"
         return Outcome(task, status, plan.target.name, time.monotonic() - start, str(e))
-    except (BuildError, JitopsError, OSError) as e:
-        return Outcome(task, "failed", plan.target.name, time.monotonic() - start, str(e))
+    except Exception as e:  # noqa: BLE001 - reported as this task's failure, never lost in a worker thread
+        why = str(e) if isinstance(e, (JitopsError, OSError)) else f"{type(e).__name__}: {e}"
+        return Outcome(task, "failed", plan.target.name, time.monotonic() - start, why)
     status = "built" if entry.built else "cached"
     return Outcome(task, status, plan.target.name, time.monotonic() - start, str(entry.path))
 
@@ -70,22 +70,36 @@ def warm(
     """Run ``tasks`` with at most ``jobs`` compiles in flight; outcomes in task order.
 
     Up to ``jobs`` libraries build at once and share the ``jobs`` compile
-    slots, so the total never exceeds what the machine was sized for.
+    slots, so the total never exceeds what the machine was sized for. Workers
+    are daemon threads and the caller's thread only waits, so Ctrl-C returns
+    at once; each build's supervisor then stops its compilers as this process
+    exits, and nothing half-built is ever published.
     """
     if not tasks:
         return []
     workers = max(1, min(jobs, len(tasks)))
     build_jobs = max(1, jobs // workers)
     guard = threading.Lock()
+    pending = iter(enumerate(tasks))
+    outcomes: list[Outcome | None] = [None] * len(tasks)
 
-    def one(task: Task) -> Outcome:
-        with guard:
-            on_start(task)
-        outcome = _run(task, archs, build_jobs)
-        with guard:
-            on_done(outcome)
-        return outcome
+    def work() -> None:
+        while True:
+            with guard:
+                i, task = next(pending, (-1, None))
+                if task is None:
+                    return
+                on_start(task)
+            outcome = _run(task, archs, build_jobs)
+            with guard:
+                outcomes[i] = outcome
+                on_done(outcome)
 
     loader.probe()  # read torch's facts once, before the threads need them
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jitops-warm") as pool:
-        return list(pool.map(one, tasks))
+    threads = [threading.Thread(target=work, name=f"jitops-warm-{n}", daemon=True) for n in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.2)
+    return [o for o in outcomes if o is not None]

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -254,3 +258,42 @@ def test_fingerprint_ignores_the_compiler_but_not_the_flags(tmp_path: Path) -> N
     bare = _ok(run_child("", no_compiler_env(tmp_path, JITOPS_CACHE_DIR=cache), args=("cache", "fingerprint", "--device", "cpu")))
     flags = _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache, CXXFLAGS="-O1"), args=("cache", "fingerprint", "--device", "cpu")))
     assert len(here.strip()) == 32 and here == bare and flags != here
+
+
+def _processes_using(root: Path) -> list[str]:
+    """Command lines of live processes working inside ``root`` (supervisor, ninja, compilers)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(str(root)):
+            found.append(cmd[:160])
+    return found
+
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.timeout(300)
+def test_ctrl_c_during_warm_stops_its_compilers_and_publishes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    proc = subprocess.Popen([sys.executable, "-m", "jitops", "warm", "--all"], cwd=REPO, text=True,
+                            env=child_env(JITOPS_CACHE_DIR=str(root)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not any("cc1plus" in c or "c++" in c for c in _processes_using(root)):
+            assert time.monotonic() < deadline and proc.poll() is None, "no compiler started"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err
+    deadline = time.monotonic() + 10
+    while _processes_using(root) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_using(root) == []
+    assert not list((root / "v1" / "entries").glob("*/*/*"))
