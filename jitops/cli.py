@@ -62,6 +62,12 @@ def _out(*lines: str) -> None:
         print(line)
 
 
+def _offline() -> bool:
+    from .loader import env_flag  # torch-free
+
+    return env_flag("JITOPS_OFFLINE")
+
+
 def _cache() -> Cache:
     return Cache(default_root())
 
@@ -178,7 +184,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
 
     if not args.ops and not args.all:
         raise SystemExit("jitops warm: name the ops to build, or pass --all")
-    if loader.env_flag("JITOPS_OFFLINE"):
+    if _offline():
         raise JitopsError("jitops warm builds entries, and JITOPS_OFFLINE=1 forbids building. "
                           "Fix: unset JITOPS_OFFLINE in the job that warms the cache")
     start = time.monotonic()
@@ -247,6 +253,9 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
     cache = _cache()
     sub = args.cache_cmd
+    if (sub in ("prune", "clear", "import") or getattr(args, "remove", False)) and _offline():
+        raise JitopsError(f"`jitops cache {sub}` writes to the cache, and JITOPS_OFFLINE=1 forbids writing. "
+                          "Fix: run cache maintenance without JITOPS_OFFLINE")
     if sub == "path":
         _out(str(cache.root))
     elif sub == "fingerprint":

@@ -112,10 +112,19 @@ def test_warm_skips_cuda_without_cuda_torch_and_strict_fails(fake, capsys: pytes
     assert rc == 1 and "--strict" in err
 
 
-def test_warm_refuses_offline(fake, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_offline_refuses_every_command_that_writes(fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    make, cache = fake
+    entry = build(make("cli_offline_rw"))
+    archive = tmp_path / "a.tar.gz"
+    assert run(["cache", "export", str(archive)], capsys)[0] == 0  # writes outside the cache only
     monkeypatch.setenv("JITOPS_OFFLINE", "1")
-    rc, _, err = run(["warm", "--all"], capsys)
-    assert rc == 1 and "JITOPS_OFFLINE" in err
+    for argv in (["warm", "--all"], ["cache", "clear"], ["cache", "prune", "--max-size", "0"],
+                 ["cache", "import", str(archive)], ["cache", "verify", "--remove"]):
+        rc, _, err = run(argv, capsys)
+        assert rc == 1 and "JITOPS_OFFLINE" in err, argv
+    assert entry.path.exists()
+    assert [run(argv, capsys)[0] for argv in (["cache", "ls"], ["cache", "verify"], ["list"])] == [0, 0, 0]
 
 
 # ------------------------------------------------------------------ ls, verify, last use
