@@ -12,7 +12,6 @@ import contextlib
 import errno
 import importlib.metadata
 import json
-import logging
 import os
 import platform
 import re
@@ -30,8 +29,6 @@ from . import fsutil
 from ._version import __version__
 from .cache import KEY_CHARS, MANIFEST, Cache, EntryProblem, Manifest, compute_key
 from .errors import CacheError
-
-log = logging.getLogger("jitops")
 
 _ENTRY_MEMBER = re.compile(
     r"v1/entries/(?P<lib>[a-z][a-z0-9_]{0,63})/(?P<target>[a-z0-9][a-z0-9-]{0,127})/(?P<key>[0-9a-f]{%d})"

@@ -9,8 +9,10 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 import tarfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -342,9 +344,6 @@ def test_help_list_and_cache_commands_do_not_import_torch(tmp_path: Path) -> Non
         print(json.dumps({"rcs": rcs, "torch": sorted(m for m in sys.modules if m.split(".")[0] == "torch")}))
     """
     env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"))
-    import subprocess
-    import textwrap
-
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "x.tar.gz")], env=env,
                           capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, proc.stderr
