@@ -126,6 +126,13 @@ def run_supervised(
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a supervised build: SIGTERM lets the supervisor stop ninja and the compiles
+    ninja runs in process groups of their own; SIGKILL to the group is the fallback."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=5)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+        pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -291,6 +291,29 @@ class Cache:
                 removed += 1
         return removed
 
+    # ---- last use (for LRU pruning)
+    def record_use(self, entry: Path) -> None:
+        """Mark ``entry`` as used now: the manifest's mtime is its last use.
+
+        Best effort, one syscall, no subprocess. Skipped where the cache is
+        read-only (the manifest lacks its owner write bit, as after
+        ``chmod -R a-w``, even for root); errors are ignored.
+        """
+        mpath = entry / MANIFEST
+        try:
+            st = os.lstat(mpath)
+            if st.st_mode & 0o200 and os.access(mpath, os.W_OK):
+                os.utime(mpath, follow_symlinks=False)
+        except OSError as e:
+            log.debug("could not record the use of %s: %s", entry, e)
+
+    def last_use(self, entry: Path) -> float:
+        """When ``entry`` was last loaded, published or imported (0 if unknown)."""
+        try:
+            return os.lstat(entry / MANIFEST).st_mtime
+        except OSError:
+            return 0.0
+
     def iter_entries(self) -> list[Path]:
         base = self.base / "entries"
         out = []

@@ -135,12 +135,13 @@ def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None)
     target = choose_target(system, device, archs)
     cache = cache_for_reading()
     tool_dir = cache.toolchains
+    record = not env_flag("JITOPS_OFFLINE")  # offline never writes, not even identity records
     compiler = nvcc = None
     missing: ToolchainError | None = None
     try:
-        compiler = toolchain.tool("cxx", toolchain.find_cxx(system, spec.name), tool_dir)
+        compiler = toolchain.tool("cxx", toolchain.find_cxx(system, spec.name), tool_dir, record=record)
         if target.device == "cuda":
-            nvcc = toolchain.tool("nvcc", toolchain.find_nvcc(system, spec.name), tool_dir)
+            nvcc = toolchain.tool("nvcc", toolchain.find_nvcc(system, spec.name), tool_dir, record=record)
             check_nvcc_matches_torch(nvcc.version, system.torch_cuda, spec.name)
     except ToolchainError as e:
         missing = e
@@ -239,11 +240,12 @@ class Entry:
     built: bool  # True if this call compiled it
 
 
-def ensure_entry(plan: Plan, *, offline: bool | None = None) -> Entry:
+def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = None) -> Entry:
     """Make sure a verified entry exists for ``plan``, building it if needed. Loads nothing.
 
     ``jitops warm`` uses this directly (a CUDA entry can be built on a machine
-    without a GPU); :func:`load_library` loads what it returns.
+    without a GPU); :func:`load_library` loads what it returns. ``jobs`` caps
+    the build's parallel compiles (default: :func:`build.default_jobs`).
     """
     spec = plan.spec
     offline = env_flag("JITOPS_OFFLINE") if offline is None else offline
@@ -277,7 +279,7 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None) -> Entry:
             return Entry(plan, plan.entry, manifest, built=False)
         if problem is not None and plan.entry.exists():
             cache.set_aside(plan.entry, problem)
-        return Entry(plan, plan.entry, _build_and_publish(plan, cache), built=True)
+        return Entry(plan, plan.entry, _build_and_publish(plan, cache, jobs), built=True)
 
 
 def load_library(spec: OpSpec, device: str | None = None, archs: str | None = None, *, offline: bool | None = None) -> LoadedLibrary:
@@ -292,6 +294,8 @@ def load_library(spec: OpSpec, device: str | None = None, archs: str | None = No
         if hit is None:
             hit = _load_into_process(entry.plan, entry.manifest, entry.path, built=entry.built)
             _libraries[entry.plan.key] = hit
+            if not entry.built and not (env_flag("JITOPS_OFFLINE") if offline is None else offline):
+                entry.plan.cache.record_use(entry.path)  # once per process: last use, for LRU pruning
         return hit
 
 
@@ -333,7 +337,7 @@ def _build_env(system: System) -> dict[str, str]:
     return env
 
 
-def _build_and_publish(plan: Plan, cache: Cache) -> Manifest:
+def _build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Manifest:
     from . import build as _build
     from .progress import BuildProgress
 
@@ -360,7 +364,7 @@ def _build_and_publish(plan: Plan, cache: Cache) -> Manifest:
             nvcc=(plan.ingredients["nvcc"] or {}).get("path"),
             build_dir=build_dir,
             env=_build_env(plan.system),
-            jobs=_build.default_jobs(),
+            jobs=jobs or _build.default_jobs(),
         )
         log.info("building %s (first use; cached afterwards)", plan.what)
         with BuildProgress(plan.what):

@@ -107,36 +107,36 @@ def _ask_version(path: str) -> str:
     return lines[-1] if "nvcc" in os.path.basename(path) else lines[0]
 
 
-def identify(path: str, cache_dir: Path | None) -> str:
-    """``path --version``, remembered per process and on disk (if writable)."""
+def identify(path: str, cache_dir: Path | None, *, record: bool = True) -> str:
+    """``path --version``, remembered per process and on disk (if writable and ``record``)."""
     fp = _fingerprint(path)
     with _memo_lock:
         if fp in _memo:
             return _memo[fp]
     version = None
-    record = cache_dir / f"{fp}.json" if cache_dir is not None else None
-    if record is not None:
+    record_file = cache_dir / f"{fp}.json" if cache_dir is not None else None
+    if record_file is not None:
         try:
-            data = json.loads(record.read_text())
+            data = json.loads(record_file.read_text())
             if data.get("path") == path and isinstance(data.get("version"), str):
                 version = data["version"]
         except (OSError, ValueError):
             pass
     if version is None:
         version = _ask_version(path)
-        if record is not None:
+        if record_file is not None and record:
             from .fsutil import atomic_write, makedirs
 
             try:
                 if cache_dir.parent.is_dir():  # never create a cache root just for this
                     makedirs(cache_dir)
-                atomic_write(record, json.dumps({"path": path, "version": version}).encode())
+                atomic_write(record_file, json.dumps({"path": path, "version": version}).encode())
             except OSError as e:  # read-only cache: fine, ask again next process
-                log.debug("could not record toolchain identity in %s: %s", record, e)
+                log.debug("could not record toolchain identity in %s: %s", record_file, e)
     with _memo_lock:
         _memo[fp] = version
     return version
 
 
-def tool(name: str, path: str, cache_dir: Path | None) -> Tool:
-    return Tool(name, path, identify(path, cache_dir))
+def tool(name: str, path: str, cache_dir: Path | None, *, record: bool = True) -> Tool:
+    return Tool(name, path, identify(path, cache_dir, record=record))

@@ -1,0 +1,270 @@
+"""Answers about this machine: ``doctor`` (would a build work?), ``explain`` (why would
+an op build or rebuild?) and the cache ``fingerprint`` CI jobs key their cache by."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import loader, toolchain
+from ._version import __version__
+from .build import default_jobs
+from .cache import Cache, EntryProblem, default_root
+from .errors import JitopsError, TargetError, ToolchainError
+from .spec import OpSpec
+from .target import BUILD_ENV_VARS, System, choose_target, probe
+
+_SMOKE_CXX = "#include <vector>\nint main() { std::vector<int> v{1}; return v[0] - 1; }\n"
+SETTINGS = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
+            "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "MAX_JOBS")
+
+
+def default_devices(system: System, archs: str | None) -> list[str]:
+    """cpu, plus cuda where a GPU is visible or CUDA archs were named."""
+    return ["cpu", "cuda"] if (archs or system.cuda_available) else ["cpu"]
+
+
+def fingerprint(specs: Sequence[OpSpec], devices: Sequence[str], archs: str | None = None) -> str:
+    """A short hash of every key ingredient of the given libraries and devices.
+
+    The toolchain identity is left out, so a test job without a compiler
+    computes the same value as the job that warmed the cache (the loader then
+    uses entries equal in everything but the compiler).
+    """
+    parts = []
+    for spec in specs:
+        for device in devices:
+            if device not in spec.devices:
+                continue
+            try:
+                plan = loader.make_plan(spec, device, archs)
+            except TargetError:
+                continue
+            ingr = {k: v for k, v in plan.ingredients.items() if k not in ("compiler", "nvcc")}
+            parts.append([spec.name, plan.target.name, ingr])
+    blob = json.dumps(sorted(parts, key=lambda p: (p[0], p[1])), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+# ------------------------------------------------------------------ doctor
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # "ok", "info", "warn" or "fail" (a build would fail)
+    detail: str
+    fix: str = ""
+
+
+def _split_fix(message: str) -> tuple[str, str]:
+    head, sep, fix = message.partition(" Fix: ")
+    return (head, fix) if sep else (message, "")
+
+
+def _toolchain_fail(name: str, e: ToolchainError, status: str = "fail") -> Check:
+    detail, fix = _split_fix(str(e))
+    return Check(name, status, detail, fix)
+
+
+def _compiler(system: System, offline: bool, tool_dir: Path) -> Check:
+    status = "warn" if offline else "fail"  # offline never builds
+    try:
+        path = toolchain.find_cxx(system, "<any>")
+        version = toolchain.identify(path, tool_dir, record=not offline)
+    except ToolchainError as e:
+        return _toolchain_fail("compiler", e, status)
+    try:
+        proc = subprocess.run([path, "-std=c++17", "-fsyntax-only", "-x", "c++", "-"], input=_SMOKE_CXX,
+                              capture_output=True, text=True, timeout=60, check=False)
+        failed = proc.returncode != 0
+        why = (proc.stderr or proc.stdout).strip().splitlines()[:1]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        failed, why = True, [str(e)]
+    if failed:
+        return Check("compiler", status, f"{path} ({version}) cannot compile a C++17 test program: {' '.join(why)}",
+                     "install a working C++ compiler with its standard library (e.g. `apt-get install g++`), "
+                     "or set CXX to one")
+    return Check("compiler", "ok", f"{path} ({version})")
+
+
+def _ninja(offline: bool) -> Check:
+    try:
+        path = toolchain.find_ninja("<any>")
+        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20,
+                                 check=False).stdout.strip()
+    except ToolchainError as e:
+        return _toolchain_fail("ninja", e, "warn" if offline else "fail")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Check("ninja", "warn" if offline else "fail", f"cannot run ninja: {e}", "`pip install ninja`")
+    return Check("ninja", "ok", f"{path} ({version})")
+
+
+def _nvcc(system: System, offline: bool, tool_dir: Path) -> Check:
+    if not system.torch_cuda:
+        return Check("nvcc", "info", "not needed: this torch is a CPU-only build (no CUDA entries can be built)")
+    status = "fail" if system.cuda_available and not offline else "warn"
+    try:
+        path = toolchain.find_nvcc(system, "<any>")
+        version = toolchain.identify(path, tool_dir, record=not offline)
+        loader.check_nvcc_matches_torch(version, system.torch_cuda, "<any>")
+    except ToolchainError as e:
+        return _toolchain_fail("nvcc", e, status)
+    return Check("nvcc", "ok", f"{path} ({version}); torch CUDA {system.torch_cuda}")
+
+
+def _cache(root: Path, offline: bool) -> Check:
+    cache = Cache(root)
+    if not root.exists():
+        parent = next((p for p in root.parents if p.exists()), Path("/"))
+        if offline:
+            return Check("cache", "fail", f"{root} does not exist (offline mode needs a warmed cache)",
+                         "run `jitops warm --all` with this JITOPS_CACHE_DIR, or unset JITOPS_OFFLINE")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return Check("cache", "warn", f"{root} does not exist and {parent} is not writable; builds would go to "
+                         "a private temporary cache", "set JITOPS_CACHE_DIR to a directory you own")
+        return Check("cache", "ok", f"{root} (will be created on first build)")
+    st = os.stat(root)
+    free = shutil.disk_usage(root).free
+    detail = f"{root} (owner uid {st.st_uid}, mode {st.st_mode & 0o777:o}, {free / 2**30:.1f} GiB free)"
+    problem = cache.root_problem()
+    if problem is not None:
+        return Check("cache", "fail", f"{detail}: refused: {problem}",
+                     "make it yours with mode 0700 (`chmod 700` as its owner), or set JITOPS_CACHE_DIR elsewhere")
+    if not offline and not (os.access(root, os.W_OK) and st.st_mode & 0o200):
+        strict = loader.env_flag("JITOPS_STRICT")
+        return Check("cache", "fail" if strict else "warn", f"{detail}: not writable; builds would go to a private "
+                     "temporary cache" + (" (refused: JITOPS_STRICT=1)" if strict else ""),
+                     "make it writable by this user, or set JITOPS_CACHE_DIR to a directory you own")
+    if not offline and free < 2**30:
+        return Check("cache", "warn", f"{detail}: little free space", "free space or `jitops cache prune --max-size 1G`")
+    return Check("cache", "ok", detail + (" (read-only use: offline)" if offline else ""))
+
+
+def _devices(system: System) -> list[Check]:
+    cpu = choose_target(system, "cpu")
+    out = [Check("cpu", "info", f"{system.machine}, torch dispatches to {system.cpu_capability}; target {cpu.name}")]
+    if system.cuda_available and system.device_capability:
+        import torch
+
+        major, minor = system.device_capability
+        out.append(Check("gpu", "info", f"{torch.cuda.get_device_name()} (capability {major}.{minor}); "
+                                        f"target {choose_target(system, 'cuda').name}"))
+    else:
+        out.append(Check("gpu", "info", "none visible" + ("" if system.torch_cuda else " (CPU-only torch)")))
+    return out
+
+
+def _settings() -> Check:
+    shown = [f"{k}={os.environ[k]}" for k in (*SETTINGS, *BUILD_ENV_VARS) if os.environ.get(k)]
+    return Check("settings", "info", (", ".join(shown) or "none set") + f"; default build jobs {default_jobs()}")
+
+
+def _ops(specs: Sequence[OpSpec], offline: bool) -> list[Check]:
+    out = []
+    for spec in specs:
+        try:
+            plan = loader.make_plan(spec)
+        except JitopsError as e:
+            out.append(Check(f"op {spec.name}", "warn", str(e)))
+            continue
+        try:
+            plan.cache.verify(plan.entry, plan.key, spec.name, plan.target.name)
+            out.append(Check(f"op {spec.name}", "ok", f"cached for {plan.target.name} ({plan.key[:12]})"))
+            continue
+        except EntryProblem:
+            pass
+        if plan.toolchain_error is not None and loader.find_compatible(plan) is not None:
+            out.append(Check(f"op {spec.name}", "ok", f"cached for {plan.target.name} (built by another compiler)"))
+        elif offline:
+            out.append(Check(f"op {spec.name}", "fail", f"not cached for {plan.target.name}; offline mode cannot build "
+                             "it", f"run `jitops warm {spec.exports[0]}` with this cache, or unset JITOPS_OFFLINE"))
+        else:
+            out.append(Check(f"op {spec.name}", "info", f"not built yet for {plan.target.name} (first use builds it)"))
+    return out
+
+
+def doctor(specs: Sequence[OpSpec]) -> list[Check]:
+    """Every check, in display order. Any ``fail`` means a build (or offline load) would fail."""
+    system = probe()
+    offline = loader.env_flag("JITOPS_OFFLINE")
+    root = default_root()
+    tool_dir = Cache(root).toolchains
+    checks = [
+        Check("jitops", "info", f"{__version__} on python {sys.version.split()[0]} ({system.python_abi})"),
+        Check("torch", "info", f"{system.torch_version}, CUDA {system.torch_cuda or 'none (CPU-only build)'}"),
+        _compiler(system, offline, tool_dir),
+        _ninja(offline),
+        _nvcc(system, offline, tool_dir),
+        _cache(root, offline),
+        *_devices(system),
+        Check("modes", "info", f"offline {'on' if offline else 'off'} (JITOPS_OFFLINE), fallback to PyTorch "
+                               f"{'on' if loader.env_flag('JITOPS_FALLBACK') else 'off'} (JITOPS_FALLBACK)"),
+        _settings(),
+        *_ops(specs, offline),
+        Check("fingerprint", "info", fingerprint(specs, default_devices(system, None))),
+    ]
+    return checks
+
+
+# ------------------------------------------------------------------ explain
+
+_ABSENT = "(absent)"
+
+
+def diff_ingredients(cached: Any, here: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted path, cached value, value here) for every leaf that differs."""
+    if isinstance(cached, dict) and isinstance(here, dict):
+        out = []
+        for k in sorted(set(cached) | set(here)):
+            out += diff_ingredients(cached.get(k, _ABSENT), here.get(k, _ABSENT), f"{prefix}.{k}" if prefix else k)
+        return out
+    return [] if cached == here else [(prefix, cached, here)]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    plan: loader.Plan
+    verdict: str
+    nearest: Path | None = None
+    diffs: tuple[tuple[str, Any, Any], ...] = ()
+
+
+def explain(spec: OpSpec, device: str | None = None, archs: str | None = None) -> Explanation:
+    """Why this machine would load, build or rebuild ``spec``, against the nearest cached entry."""
+    plan = loader.make_plan(spec, device, archs)
+    if plan.entry.exists():
+        try:
+            plan.cache.verify(plan.entry, plan.key, spec.name, plan.target.name)
+            return Explanation(plan, f"cached: loads {plan.entry} with no build")
+        except EntryProblem as e:
+            return Explanation(plan, f"would rebuild: the entry for this key is damaged ({e}); the next use sets it "
+                                     "aside and builds again", plan.entry)
+    if plan.toolchain_error is not None:
+        found = loader.find_compatible(plan)
+        if found is not None:
+            return Explanation(plan, f"cached: no compiler here, loads {found[0]} (same ingredients, other compiler)")
+    here = json.loads(json.dumps(plan.ingredients))
+    best: tuple[int, int, Path, list[tuple[str, Any, Any]]] | None = None
+    lib_dir = plan.cache.entry_dir(spec.name, plan.target.name, "x").parent.parent
+    for path in sorted(lib_dir.glob("*/*")):
+        m = plan.cache.read_manifest(path)
+        if m is None:
+            continue
+        diffs = diff_ingredients(m.ingredients, here)
+        rank = (len(diffs), int(m.target != plan.target.name))
+        if best is None or rank < best[:2]:
+            best = (*rank, path, diffs)
+    missing = f" (and it cannot: {_split_fix(str(plan.toolchain_error))[0]})" if plan.toolchain_error else ""
+    if best is None:
+        return Explanation(plan, f"would build {plan.what}: nothing is cached for {spec.name!r} yet{missing}")
+    return Explanation(plan, f"would build {plan.what}: no cached entry has this key; the nearest differs in "
+                             f"{best[0]} ingredient(s){missing}", best[2], tuple(best[3]))

@@ -1,0 +1,357 @@
+"""The jitops command in-process (``main(argv)``) with fake builds: cache management and warm.
+
+Real compiles and subprocess scenarios are in test_cli_process.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import jitops
+from jitops import cache_admin, loader
+from jitops.cache import Cache, compute_key
+from jitops.cli import main, parse_age, parse_size
+from jitops.errors import OfflineMiss
+from tests.cli_helpers import fake_spec
+from tests.helpers import child_env, last_json
+
+
+@pytest.fixture
+def fake(private_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Register fake-built specs on demand; returns (make(name) -> spec, Cache)."""
+    monkeypatch.setenv("JITOPS_BUILDER", "fake")
+    monkeypatch.setenv("JITOPS_PROGRESS", "0")
+    made = []
+
+    def make(name: str):  # type: ignore[no-untyped-def]
+        spec = fake_spec(tmp_path / "specs", name)
+        jitops.register(spec, replace=True)
+        made.append(spec)
+        return spec
+
+    yield make, Cache(private_cache)
+
+
+def build(spec, offline: bool | None = None):  # type: ignore[no-untyped-def]
+    return loader.ensure_entry(loader.make_plan(spec, "cpu"), offline=offline)
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def test_sizes_and_ages_parse() -> None:
+    assert parse_size("1048576") == 1 << 20
+    assert parse_size("500M") == 500 << 20
+    assert parse_size("1.5GiB") == int(1.5 * (1 << 30))
+    assert parse_size("2g") == 2 << 30
+    assert parse_age("45s") == 45 and parse_age("30m") == 1800 and parse_age("7d") == 7 * 86400
+    for bad in ("", "M", "-1G", "1X"):
+        with pytest.raises(Exception, match="invalid size"):
+            parse_size(bad)
+    with pytest.raises(Exception, match="invalid age"):
+        parse_age("7 days")
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["frobnicate"], capsys)[0] == 2
+    rc, _, err = run(["warm"], capsys)
+    assert rc == 2 and "--all" in err
+    rc, _, err = run(["cache", "prune", "--max-size", "lots"], capsys)
+    assert rc == 2 and "invalid size" in err
+    rc, _, err = run(["info", "sofmax"], capsys)
+    assert rc == 1 and "did you mean 'softmax'" in err
+
+
+# ------------------------------------------------------------------ warm
+
+
+def test_warm_builds_in_parallel_then_builds_nothing(fake, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    make, cache = fake
+    specs = [make(f"cli_warm_{c}") for c in "abc"]
+    monkeypatch.setenv("JITOPS_FAKE_BUILD_SECONDS", "1.5")  # each build takes >= 1.5 s
+    start = time.monotonic()
+    rc, out, _ = run(["warm", *(s.name for s in specs), "--jobs", "2"], capsys)
+    elapsed = time.monotonic() - start
+    assert rc == 0, out
+    assert "3 built, 0 cached" in out and len(re.findall(r"built +cli_warm_", out)) == 3
+    assert elapsed < 4.5, f"3 builds of 1.5 s with 2 jobs took {elapsed:.1f}s: they did not overlap"
+    monkeypatch.delenv("JITOPS_FAKE_BUILD_SECONDS")
+    assert len(cache_admin.entries(cache)) == 3
+    start = time.monotonic()
+    rc, out, _ = run(["warm", *(s.name for s in specs)], capsys)
+    elapsed = time.monotonic() - start
+    assert rc == 0 and "0 built, 3 cached" in out
+    assert elapsed < 2.0, f"second warm took {elapsed:.2f}s"
+
+
+def test_warm_skips_cuda_without_cuda_torch_and_strict_fails(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    if torch.version.cuda:
+        pytest.skip("this torch can build CUDA entries")
+    rc, out, _ = run(["warm", "softmax", "--device", "cuda", "--arch", "8.0,9.0"], capsys)
+    assert rc == 0
+    skipped = [ln for ln in out.splitlines() if "skipped" in ln and "softmax" in ln]
+    assert len(skipped) == 1 and "CPU-only build" in skipped[0], out
+    rc, out, err = run(["warm", "softmax", "--device", "cuda", "--arch", "8.0", "--strict"], capsys)
+    assert rc == 1 and "--strict" in err
+
+
+def test_offline_refuses_every_command_that_writes(fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    make, cache = fake
+    entry = build(make("cli_offline_rw"))
+    archive = tmp_path / "a.tar.gz"
+    assert run(["cache", "export", str(archive)], capsys)[0] == 0  # writes outside the cache only
+    monkeypatch.setenv("JITOPS_OFFLINE", "1")
+    for argv in (["warm", "--all"], ["cache", "clear"], ["cache", "prune", "--max-size", "0"],
+                 ["cache", "import", str(archive)], ["cache", "verify", "--remove"]):
+        rc, _, err = run(argv, capsys)
+        assert rc == 1 and "JITOPS_OFFLINE" in err, argv
+    assert entry.path.exists()
+    assert [run(argv, capsys)[0] for argv in (["cache", "ls"], ["cache", "verify"], ["list"])] == [0, 0, 0]
+
+
+# ------------------------------------------------------------------ ls, verify, last use
+
+
+def test_ls_lists_entries_with_size_and_last_use(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    make, cache = fake
+    entry = build(make("cli_ls"))
+    rc, out, _ = run(["cache", "ls"], capsys)
+    assert rc == 0
+    row = next(ln for ln in out.splitlines() if ln.startswith("cli_ls"))
+    assert entry.plan.target.name in row and entry.plan.key[:12] in row and "KiB" in row and "ago" in row
+
+
+def test_load_records_last_use_but_not_offline(fake, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    make, cache = fake
+    specs = [make("cli_use_a"), make("cli_use_b")]
+    old = time.time() - 3600
+    for spec in specs:
+        e = build(spec)
+        os.utime(e.path / "manifest.json", (old, old))
+    before = time.time()
+    loader.load_library(specs[0], "cpu")
+    assert cache.last_use(build(specs[0]).path) >= before - 1
+    monkeypatch.setenv("JITOPS_OFFLINE", "1")
+    loader.load_library(specs[1], "cpu")
+    assert abs(os.stat(build(specs[1], offline=True).path / "manifest.json").st_mtime - old) < 1
+
+
+def test_verify_finds_a_flipped_byte_and_remove_removes_it(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    make, cache = fake
+    good, bad = build(make("cli_ver_good")), build(make("cli_ver_bad"))
+    lib = bad.path / bad.manifest.library_file
+    data = bytearray(lib.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    lib.write_bytes(bytes(data))
+    rc, out, err = run(["cache", "verify"], capsys)
+    assert rc == 1 and "sha256" in out and "cli_ver_bad" in out and "ok      cli_ver_good" in out
+    rc, out, err = run(["cache", "verify", "--remove"], capsys)
+    assert rc == 0 and not bad.path.exists() and good.path.exists()
+
+
+# ------------------------------------------------------------------ prune and clear
+
+
+def _use_in_order(cache: Cache, entries: list) -> None:  # type: ignore[type-arg]
+    for e in entries:  # the loader's own last-use record, oldest first
+        time.sleep(0.02)
+        cache.record_use(e.path)
+
+
+def test_prune_to_a_size_cap_evicts_least_recently_used_first(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    make, cache = fake
+    e = {c: build(make(f"cli_lru_{c}")) for c in "abcd"}
+    _use_in_order(cache, [e["b"], e["d"], e["a"], e["c"]])
+    sizes = {c: cache_admin.entry_size(x.path) for c, x in e.items()}
+    cap = sizes["a"] + sizes["c"] + 100
+    rc, out, _ = run(["cache", "prune", "--max-size", str(cap)], capsys)
+    assert rc == 0
+    removed = [ln.split()[1].split("/")[0] for ln in out.splitlines() if ln.startswith("removed ")]
+    assert removed == ["cli_lru_b", "cli_lru_d"]
+    left = cache_admin.entries(cache)
+    assert sorted(x.library for x in left) == ["cli_lru_a", "cli_lru_c"]
+    assert sum(x.size for x in left) <= cap
+
+
+def test_prune_never_evicts_an_entry_whose_key_lock_is_held(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    from jitops.lock import key_lock
+
+    make, cache = fake
+    e = {c: build(make(f"cli_busy_{c}")) for c in "abc"}
+    _use_in_order(cache, [e["a"], e["b"], e["c"]])
+    with key_lock(cache.lock_path("cli_busy_a", e["a"].plan.key), "test holds it"):
+        cap = cache_admin.entry_size(e["a"].path) + cache_admin.entry_size(e["c"].path) + 100
+        rc, out, _ = run(["cache", "prune", "--max-size", str(cap)], capsys)
+    assert rc == 0
+    assert "kept    cli_busy_a" in out and "being built" in out
+    assert e["a"].path.exists() and not e["b"].path.exists() and e["c"].path.exists()
+
+
+def test_prune_older_than_and_damaged_first(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    make, cache = fake
+    old, new, broken = build(make("cli_age_old")), build(make("cli_age_new")), build(make("cli_age_broken"))
+    past = time.time() - 10 * 86400
+    os.utime(old.path / "manifest.json", (past, past))
+    (broken.path / "manifest.json").write_text("{not json")
+    rc, out, _ = run(["cache", "prune", "--older-than", "7d"], capsys)
+    assert rc == 0
+    assert not old.path.exists() and not broken.path.exists() and new.path.exists()
+
+
+def test_clear_removes_only_what_jitops_owns(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    make, cache = fake
+    entry = build(make("cli_clear"))
+    mine = cache.root / "notes.txt"
+    mine.write_text("user data")
+    (cache.base / "README").write_text("also not jitops's")
+    rc, out, _ = run(["cache", "clear"], capsys)
+    assert rc == 0 and "removed 1 entries" in out
+    assert not entry.path.exists() and not cache.toolchains.exists()
+    assert mine.read_text() == "user data" and (cache.base / "README").exists()
+
+
+# ------------------------------------------------------------------ export / import
+
+
+def test_export_then_import_into_an_empty_cache_gives_hits(fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    make, cache = fake
+    specs = [make("cli_exp_a"), make("cli_exp_b")]
+    built = [build(s) for s in specs]
+    archive = tmp_path / "cache.tar.gz"
+    rc, out, _ = run(["cache", "export", str(archive)], capsys)
+    assert rc == 0 and "exported 2 entries" in out
+    other = tmp_path / "other-cache"
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(other))
+    rc, out, _ = run(["cache", "import", str(archive)], capsys)
+    assert rc == 0 and "2 imported" in out and "toolchain records" in out
+    for spec, b in zip(specs, built):
+        e = build(spec, offline=True)  # offline: a miss would raise
+        assert not e.built and e.plan.key == b.plan.key and e.path.is_relative_to(other)
+    rc, out, _ = run(["cache", "import", str(archive)], capsys)
+    assert rc == 0 and "0 imported, 2 already present" in out
+
+
+def _archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _entry_members(cache: Cache, entry_path: Path, manifest: bytes | None = None) -> list[tuple[tarfile.TarInfo, bytes]]:
+    rel = entry_path.relative_to(cache.root).as_posix()
+    out = []
+    for f in sorted(entry_path.iterdir()):
+        data = manifest if (manifest is not None and f.name == "manifest.json") else f.read_bytes()
+        info = tarfile.TarInfo(f"{rel}/{f.name}")
+        info.size = len(data)
+        out.append((info, data))
+    return out
+
+
+def test_import_refuses_traversal_links_and_bad_manifests(fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    make, cache = fake
+    e = build(make("cli_imp"))
+    target = tmp_path / "fresh"
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(target))
+    evil = tarfile.TarInfo("v1/entries/../../../evil.txt")
+    evil.size = 4
+    link = tarfile.TarInfo(f"{e.path.relative_to(cache.root).as_posix()}/libcli_imp.so")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    stray = tarfile.TarInfo("v1/entries/cli_imp/run.sh")
+    stray.size = 4
+    for bad, why in ((evil, "outside the cache"), (link, "link"), (stray, "not part of a jitops cache")):
+        arc = _archive(tmp_path / "bad.tar.gz", [(bad, b"evil" if bad.isfile() else None), *_entry_members(cache, e.path)])
+        rc, _, err = run(["cache", "import", str(arc)], capsys)
+        assert rc == 1 and why in err, err
+        assert not (tmp_path / "evil.txt").exists()
+        assert not list(Cache(target).iter_entries())  # refused whole: nothing published
+    # A manifest whose digest does not match its library: that entry alone is rejected.
+    m = json.loads((e.path / "manifest.json").read_bytes())
+    m["sha256"] = "0" * 64
+    arc = _archive(tmp_path / "badsum.tar.gz", _entry_members(cache, e.path, json.dumps(m).encode()))
+    rc, _, err = run(["cache", "import", str(arc)], capsys)
+    assert rc == 1 and "rejected" in err and "sha256" in err
+    # Ingredients edited without the key: the key check catches it.
+    m = json.loads((e.path / "manifest.json").read_bytes())
+    m["ingredients"]["cflags"].append("-DEVIL")
+    arc = _archive(tmp_path / "badkey.tar.gz", _entry_members(cache, e.path, json.dumps(m).encode()))
+    rc, _, err = run(["cache", "import", str(arc)], capsys)
+    assert rc == 1 and "do not hash to its key" in err
+    assert not list(Cache(target).iter_entries())
+
+
+def test_import_keeps_a_foreign_entry_but_never_loads_it(fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    make, cache = fake
+    spec = make("cli_foreign")
+    e = build(spec)
+    m = json.loads((e.path / "manifest.json").read_bytes())
+    m["ingredients"]["torch_version"] = "1.0.0+elsewhere"
+    m["key"] = compute_key(m["ingredients"])
+    rel = f"v1/entries/cli_foreign/{m['target']}/{m['key'][:32]}"
+    members = []
+    for name, data in (("manifest.json", json.dumps(m).encode()), (m["library_file"], (e.path / m["library_file"]).read_bytes())):
+        info = tarfile.TarInfo(f"{rel}/{name}")
+        info.size = len(data)
+        members.append((info, data))
+    arc = _archive(tmp_path / "foreign.tar.gz", members)
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "fresh"))
+    rc, out, _ = run(["cache", "import", str(arc)], capsys)
+    assert rc == 0 and "1 imported" in out and "never loaded here" in out and "1.0.0+elsewhere" in out
+    assert len(cache_admin.entries(Cache(tmp_path / "fresh"))) == 1
+    with pytest.raises(OfflineMiss, match="jitops warm"):
+        build(spec, offline=True)
+
+
+# ------------------------------------------------------------------ no torch for help and cache commands
+
+
+@pytest.mark.process
+@pytest.mark.timeout(120)
+def test_help_list_and_cache_commands_do_not_import_torch(tmp_path: Path) -> None:
+    code = """
+        import contextlib, io, json, sys
+        from jitops.cli import main
+        rcs = []
+        for argv in (["--help"], ["list"], ["cache", "path"], ["cache", "ls"], ["cache", "verify"],
+                     ["cache", "prune", "--max-size", "1G"], ["cache", "export", sys.argv[1]],
+                     ["cache", "import", sys.argv[1]], ["cache", "clear"]):
+            with contextlib.redirect_stdout(io.StringIO()):
+                rcs.append(main(argv))
+        print(json.dumps({"rcs": rcs, "torch": sorted(m for m in sys.modules if m.split(".")[0] == "torch")}))
+    """
+    env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"))
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "x.tar.gz")], env=env,
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stderr
+    report = last_json(proc.stdout)
+    assert report == {"rcs": [0] * 9, "torch": []}
+    # And as the real command, as `python -X importtime` sees it.
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "jitops", "cache", "ls"], env=env,
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0 and "0 entries" in proc.stdout
+    imported = [ln.rsplit("|", 1)[-1].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")]
+    assert "jitops.cli" in imported and not [m for m in imported if m.split(".")[0] == "torch"]

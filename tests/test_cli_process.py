@@ -1,0 +1,299 @@
+"""The jitops command as real subprocesses, with the real softmax build from the session cache.
+
+Warm then offline on a read-only cache (as an unprivileged user, audited), export/import
+between caches, explain, doctor and the PyTorch fallback without a compiler.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jitops import loader
+from jitops.cli import main
+from tests.cli_helpers import AUDIT, NOBODY, no_compiler_env, run_child
+from tests.helpers import REPO, child_env, last_json
+
+
+@pytest.fixture(scope="session")
+def softmax_entry(session_cache: Path) -> loader.Entry:
+    """The real softmax CPU entry in the session cache (built at most once per session)."""
+    return loader.ensure_entry(loader.make_plan(loader.registry().lookup("softmax"), "cpu"))
+
+
+@pytest.fixture
+def world_dir() -> Iterator[Path]:
+    """A temporary dir an unprivileged child can reach (pytest's tmp_path is 0700 root)."""
+    base = Path(tempfile.mkdtemp(prefix="jitops-cli-"))
+    os.chmod(base, 0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _ok(proc) -> str:  # type: ignore[no-untyped-def]
+    assert proc.returncode == 0, f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    return proc.stdout
+
+
+def test_console_script_is_main() -> None:
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"jitops": "jitops.cli:main"}
+
+
+# The interpreter lives under /root (0700), so the child starts as root, imports what it
+# needs, then drops to an unprivileged user before touching the cache.
+OFFLINE_CHILD = """
+import contextlib, ctypes, io, json, os, sys
+import filelock, torch, jitops, jitops.cache_admin, jitops.kernels.softmax.python
+from jitops import loader
+from jitops.cli import main
+loader.probe()  # reads sysconfig's data module from the interpreter's (root-only) stdlib
+os.setgroups([])
+os.setgid(int(os.environ["CHILD_UID"]))
+os.setuid(int(os.environ["CHILD_UID"]))
+""" + AUDIT + """
+SAMPLES = {"softmax": lambda op, x: (op(x, dim=-1), torch.softmax(x, -1)),
+           "log_softmax": lambda op, x: (op(x, dim=0), torch.log_softmax(x, 0))}
+x = torch.randn(16, 37)
+report = {"uid": os.geteuid(), "ops": {}}
+for name in jitops.list_ops():
+    op = jitops.get(name)
+    got, want = SAMPLES[name](op, x) if name in SAMPLES else (None, None)
+    report["ops"][name] = {"built": op.library.built, "ok": got is None or bool(torch.allclose(got, want, atol=1e-5)),
+                           "checked": name in SAMPLES}
+with contextlib.redirect_stdout(io.StringIO()):
+    report["rcs"] = [main(["cache", "ls"]), main(["cache", "verify"]), main(["list"])]
+os.environ["CXXFLAGS"] = "-DJITOPS_NEW_FLAGS"  # a new key: offline must refuse, not build or write
+try:
+    loader.load_library(loader.registry().lookup("softmax"))
+    report["miss"] = None
+except jitops.OfflineMiss as e:
+    report["miss"] = str(e)
+report.update(writes=WRITES, spawns=SPAWNS, cpp_extension="torch.utils.cpp_extension" in sys.modules)
+print(json.dumps(report))
+"""
+
+
+def _read_only_copy(src_root: Path, dest_root: Path, uid: int) -> None:
+    for part in ("entries", "toolchains"):
+        shutil.copytree(src_root / "v1" / part, dest_root / "v1" / part)
+    for dirpath, dirnames, filenames in os.walk(dest_root):
+        for p in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+            os.chown(p, uid, uid)
+            os.chmod(p, os.stat(p).st_mode & ~0o222)  # chmod -R a-w
+
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.timeout(900)
+def test_warm_all_then_offline_read_only_cache_builds_nothing_and_writes_nothing(
+        session_cache: Path, world_dir: Path) -> None:
+    out = _ok(run_child("", child_env(), args=("warm", "--all"), timeout=600))
+    assert "0 failed" in out and "softmax for cpu-" in out
+    root = world_dir / "cache"
+    _read_only_copy(session_cache, root, NOBODY)
+    home = world_dir / "home"
+    home.mkdir()
+    os.chown(home, NOBODY, NOBODY)
+    env = child_env(JITOPS_CACHE_DIR=str(root), JITOPS_OFFLINE="1", HOME=str(home), CHILD_UID=str(NOBODY))
+    report = last_json(_ok(run_child(OFFLINE_CHILD, env)))
+    assert report["uid"] == NOBODY  # permission bits bind this child (root's would not)
+    assert report["ops"] and all(o["built"] is False and o["ok"] for o in report["ops"].values()), report
+    assert report["ops"]["softmax"]["checked"] and report["ops"]["log_softmax"]["checked"]
+    assert report["rcs"] == [0, 0, 0]
+    assert report["miss"] and "jitops warm" in report["miss"]
+    assert report["writes"] == [] and report["spawns"] == [] and not report["cpp_extension"], report
+
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.timeout(600)
+def test_second_warm_builds_nothing_within_two_seconds(softmax_entry: loader.Entry) -> None:
+    code = AUDIT + """
+import json, time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+import contextlib, io
+from jitops.cli import main
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    rc = main(["warm", "--all"])
+t2 = time.perf_counter()
+print(json.dumps({"rc": rc, "out": buf.getvalue(), "torch_s": t1 - t0, "warm_s": t2 - t1, "spawns": SPAWNS}))
+"""
+    report = last_json(_ok(run_child(code, child_env())))
+    print(f"second `jitops warm --all`: import torch {report['torch_s']:.2f}s + warm {report['warm_s']:.3f}s")
+    assert report["rc"] == 0 and "0 built" in report["out"] and "softmax for cpu-" in report["out"]
+    assert report["spawns"] == []  # no compiler, no ninja, not even `c++ --version`
+    assert report["warm_s"] <= 2.0
+
+
+LOAD_CHILD = AUDIT + """
+import json, torch, jitops
+op = jitops.get("softmax")
+x = torch.randn(8, 21)
+print(json.dumps({"built": op.library.built, "ok": bool(torch.allclose(op(x, dim=1), torch.softmax(x, 1), atol=1e-6)),
+                  "spawns": SPAWNS, "writes": WRITES, "entry": str(op.library.entry)}))
+"""
+
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.timeout(600)
+def test_export_then_import_into_empty_cache_gives_hits_in_a_fresh_process(
+        softmax_entry: loader.Entry, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    archive = tmp_path / "softmax.tar.gz"
+    assert main(["cache", "export", str(archive), "softmax"]) == 0
+    assert "exported" in capsys.readouterr().out
+    fresh = tmp_path / "fresh"
+    env = child_env(JITOPS_CACHE_DIR=str(fresh))
+    out = _ok(run_child("", env, args=("cache", "import", str(archive))))
+    assert "1 imported" in out or "imported 1" in out
+    report = last_json(_ok(run_child(LOAD_CHILD, env)))
+    assert report["built"] is False and report["ok"] and report["spawns"] == []
+    assert report["entry"].startswith(str(fresh))
+    # The one write of a hit: its last use, recorded on the manifest's mtime. Offline: none.
+    assert report["writes"] == [["os.utime", os.path.join(report["entry"], "manifest.json")]]
+    env["JITOPS_OFFLINE"] = "1"
+    report = last_json(_ok(run_child(LOAD_CHILD, env)))
+    assert report["built"] is False and report["ok"] and report["writes"] == [] and report["spawns"] == []
+
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.timeout(600)
+def test_explain_names_the_changed_ingredient(softmax_entry: loader.Entry, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "softmax", "--device", "cpu"]) == 0
+    assert "cached: loads" in capsys.readouterr().out
+    monkeypatch.setenv("CXXFLAGS", "-DJITOPS_EXPLAIN_ME=1")
+    assert main(["explain", "softmax", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "would build" in out and str(softmax_entry.path) in out
+    assert 'env.CXXFLAGS: (absent) -> "-DJITOPS_EXPLAIN_ME=1"' in out and "cflags: +-DJITOPS_EXPLAIN_ME=1" in out
+    out = _ok(run_child("", child_env(CXXFLAGS="-O1"), args=("explain", "softmax", "--device", "cpu")))
+    assert "env.CXXFLAGS" in out and "torch_version" not in out
+
+
+@pytest.mark.process
+@pytest.mark.timeout(300)
+def test_doctor_fails_with_the_fix_when_the_compiler_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    proc = run_child("", no_compiler_env(tmp_path, JITOPS_CACHE_DIR=str(tmp_path / "c")), args=("doctor",))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if "compiler" in ln)
+    assert line.startswith("FAIL") and "no C++ compiler" in line
+    assert "fix: install one" in proc.stdout and "a build would fail" in proc.stderr
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    assert main(["doctor"]) == 1
+    assert "CXX=" in capsys.readouterr().out
+    monkeypatch.delenv("CXX")
+    assert main(["doctor"]) == 0, capsys.readouterr().out
+
+
+FALLBACK_CHILD = """
+import json, time, warnings, torch, jitops
+x = torch.randn(8, 33)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    t = time.monotonic()
+    try:
+        jitops.get("softmax")  # falls back only with JITOPS_FALLBACK=1
+        refused = None
+    except (jitops.ToolchainError, jitops.OfflineMiss) as e:
+        refused = type(e).__name__ + ": " + str(e)
+    refuse_s = time.monotonic() - t
+    kw = {} if jitops.loader.env_flag("JITOPS_FALLBACK") else {"fallback": True}
+    a, b, c = jitops.get("softmax", **kw), jitops.get("softmax", **kw), jitops.get("log_softmax", **kw)
+    ok = bool(torch.allclose(a(x, dim=-1), torch.softmax(x, -1)) and torch.allclose(b(x, 0), torch.softmax(x, 0))
+              and torch.allclose(c(x, dim=1), torch.log_softmax(x, 1), atol=1e-6))
+warned = sorted(str(w.message).split("'")[1] for w in caught if "pure-PyTorch reference" in str(w.message))
+print(json.dumps({"refused": refused, "refuse_s": refuse_s, "ok": ok, "warned": warned, "fallback": a.library is None}))
+"""
+
+
+@pytest.mark.process
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("how", ["argument", "env"])
+def test_fallback_works_with_compilers_stripped_from_path(tmp_path: Path, how: str) -> None:
+    env = no_compiler_env(tmp_path, JITOPS_CACHE_DIR=str(tmp_path / "c"),
+                          JITOPS_FALLBACK="1" if how == "env" else None)
+    report = last_json(_ok(run_child(FALLBACK_CHILD, env)))
+    if how == "argument":  # without opting in, the clear error, fast
+        assert report["refused"].startswith("ToolchainError") and "no C++ compiler" in report["refused"]
+        assert report["refuse_s"] < 2.0
+    else:
+        assert report["refused"] is None
+    assert report["ok"] and report["fallback"]
+    assert report["warned"] == ["log_softmax", "softmax"]  # one warning per op
+
+
+@pytest.mark.process
+@pytest.mark.timeout(300)
+def test_offline_miss_names_warm_writes_nothing_and_falls_back_on_request(tmp_path: Path) -> None:
+    root = tmp_path / "never-created"
+    code = AUDIT + FALLBACK_CHILD.replace("print(json.dumps({", "print(json.dumps({'writes': WRITES, ")
+    report = last_json(_ok(run_child(code, child_env(JITOPS_CACHE_DIR=str(root), JITOPS_OFFLINE="1"))))
+    assert report["refused"].startswith("OfflineMiss") and "jitops warm" in report["refused"]
+    assert report["ok"] and report["warned"] == ["log_softmax", "softmax"]
+    assert report["writes"] == [] and not root.exists()
+
+
+@pytest.mark.process
+@pytest.mark.timeout(300)
+def test_fingerprint_ignores_the_compiler_but_not_the_flags(tmp_path: Path) -> None:
+    cache = str(tmp_path / "c")
+    here = _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache), args=("cache", "fingerprint", "--device", "cpu")))
+    bare = _ok(run_child("", no_compiler_env(tmp_path, JITOPS_CACHE_DIR=cache), args=("cache", "fingerprint", "--device", "cpu")))
+    flags = _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache, CXXFLAGS="-O1"), args=("cache", "fingerprint", "--device", "cpu")))
+    assert len(here.strip()) == 32 and here == bare and flags != here
+
+
+def _processes_using(root: Path) -> list[str]:
+    """Command lines of live processes working inside ``root`` (supervisor, ninja, compilers)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(str(root)):
+            found.append(cmd[:160])
+    return found
+
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.timeout(300)
+def test_ctrl_c_during_warm_stops_its_compilers_and_publishes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    proc = subprocess.Popen([sys.executable, "-m", "jitops", "warm", "--all"], cwd=REPO, text=True,
+                            env=child_env(JITOPS_CACHE_DIR=str(root)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not any("cc1plus" in c or "c++" in c for c in _processes_using(root)):
+            assert time.monotonic() < deadline and proc.poll() is None, "no compiler started"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err
+    deadline = time.monotonic() + 10
+    while _processes_using(root) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_using(root) == []
+    assert not list((root / "v1" / "entries").glob("*/*/*"))
