@@ -16,6 +16,7 @@ from .errors import (
     CacheError,
     InvalidNameError,
     JitopsError,
+    KernelSourceError,
     LockTimeout,
     OfflineMiss,
     TargetError,
@@ -26,6 +27,18 @@ from .spec import OpSpec
 
 if TYPE_CHECKING:
     from .loader import Op
+    from .user import UserLibrary, load, load_inline, register_kernel_dir
+
+_USER_API = ("UserLibrary", "load", "load_inline", "register_kernel_dir")
+
+
+def __getattr__(name: str) -> Any:
+    """The user-kernel API (:mod:`jitops.user`), imported on first use to keep ``import jitops`` cheap."""
+    if name in _USER_API:
+        from . import user
+
+        return getattr(user, name)
+    raise AttributeError(f"module 'jitops' has no attribute {name!r}")
 
 __all__ = [
     "BuildError",
@@ -33,17 +46,22 @@ __all__ = [
     "CacheError",
     "InvalidNameError",
     "JitopsError",
+    "KernelSourceError",
     "LockTimeout",
     "OfflineMiss",
     "OpSpec",
     "TargetError",
     "ToolchainError",
     "UnknownOpError",
+    "UserLibrary",
     "__version__",
     "get",
     "list_ops",
+    "load",
+    "load_inline",
     "reference",
     "register",
+    "register_kernel_dir",
 ]
 
 
@@ -77,3 +95,4 @@ def register(spec: OpSpec, *, replace: bool = False) -> None:
     from .loader import register as _register
 
     _register(spec, replace=replace)
+

@@ -35,6 +35,7 @@ _NVCC_ERROR_RE = re.compile(r"^(?P<file>[^(\s][^(]*)\((?P<line>\d+)\): error:?\s
 _OOM_MARKERS = ("Killed signal terminated program", "internal compiler error: Killed", "virtual memory exhausted",
                 "out of memory allocating", "cannot allocate memory")
 MAX_ERROR_LINES = 40
+MAX_LINE_CHARS = 200  # template errors can run to thousands of characters
 
 
 @dataclass(frozen=True)
@@ -148,27 +149,39 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 # ---------------------------------------------------------------- errors
 
 
-def first_errors(log_text: str, limit: int = 3) -> list[tuple[str, int, str]]:
-    """(file, line, message) of the first compiler errors, in order."""
-    found: list[tuple[str, int, str]] = []
+def error_sites(log_text: str, limit: int = 3) -> list[tuple[str, int, int | None, str]]:
+    """(file, line, column or None, message) of the first compiler errors, one per line of source."""
+    found: list[tuple[str, int, int | None, str]] = []
     for line in log_text.splitlines():
         m = _ERROR_RE.match(line.strip()) or _NVCC_ERROR_RE.match(line.strip())
-        if m:
-            item = (m.group("file"), int(m.group("line")), m.group("msg").strip())
-            if item not in found:
-                found.append(item)
-            if len(found) >= limit:
-                break
+        if not m:
+            continue
+        file, lineno = m.group("file"), int(m.group("line"))
+        if any(f == file and n == lineno for f, n, _, _ in found):
+            continue
+        col = m.groupdict().get("col")
+        found.append((file, lineno, int(col) if col else None, m.group("msg").strip()))
+        if len(found) >= limit:
+            break
     return found
 
 
-def _excerpt(path: str, line: int, context: int = 2) -> list[str]:
+def _excerpt(path: str, line: int, col: int | None = None, context: int = 2) -> list[str]:
+    """A few numbered source lines around ``line``, marked with '>' (and a caret under ``col``)."""
     try:
         lines = Path(path).read_text(errors="replace").splitlines()
     except OSError:
         return []
+    if not 1 <= line <= len(lines):
+        return []
     lo, hi = max(1, line - context), min(len(lines), line + context)
-    return [f"  {'>' if n == line else ' '} {n:5d} | {lines[n - 1]}" for n in range(lo, hi + 1)]
+    out = []
+    for n in range(lo, hi + 1):
+        text = lines[n - 1].expandtabs(8)[:MAX_LINE_CHARS]  # gcc counts display columns, tabs to 8
+        out.append(f"  {'>' if n == line else ' '} {n:5d} | {text}".rstrip())
+        if n == line and col is not None and 1 <= col <= len(text) + 1:
+            out.append(f"          | {' ' * (col - 1)}^")
+    return out
 
 
 def format_build_error(job: BuildJob, rc: int, log_text: str, log_path: Path | None) -> str:
@@ -180,14 +193,16 @@ def format_build_error(job: BuildJob, rc: int, log_text: str, log_path: Path | N
             "  the compiler was killed, most likely by the out-of-memory killer. "
             f"Fix: lower parallel compiles with MAX_JOBS=1 (this build used -j{job.jobs}) or free memory."
         )
-    errors = first_errors(log_text, limit=2)
-    for file, line, msg in errors:
-        lines.append(f"{file}:{line}: error: {msg}")
-        lines.extend(_excerpt(file, line))
+    errors = error_sites(log_text, limit=2)
+    for file, line, col, msg in errors:
+        if len(msg) > MAX_LINE_CHARS:
+            msg = msg[: MAX_LINE_CHARS - 3] + "..."
+        lines.append(f"{file}:{line}{f':{col}' if col else ''}: error: {msg}")
+        lines.extend(_excerpt(file, line, col))
     if not errors:
         tail = [ln for ln in log_text.splitlines() if ln.strip()][-12:]
         lines.append(f"  (exit code {rc}; no compiler error line found; last output:)")
-        lines.extend("  " + ln[:200] for ln in tail)
+        lines.extend("  " + ln[:MAX_LINE_CHARS] for ln in tail)
     if log_path is not None:
         lines.append(f"full log: {log_path}")
     if len(lines) > MAX_ERROR_LINES:

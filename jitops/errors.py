@@ -65,3 +65,7 @@ class OfflineMiss(JitopsError, LookupError):
 
 class TargetError(JitopsError, RuntimeError):
     """No device target can be built or loaded here; the message lists each candidate and why."""
+
+
+class KernelSourceError(JitopsError, ValueError):
+    """User kernel sources that jitops cannot use (missing, wrong kind, or defining no op)."""

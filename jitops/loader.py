@@ -22,7 +22,7 @@ from typing import Any
 
 from . import fsutil, toolchain
 from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests
-from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError
+from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError, UnknownOpError
 from .spec import OpSpec, Registry, validate_name
 from .target import SCRUBBED_ENV_VARS, System, Target, choose_target, extra_env_flags, probe
 
@@ -57,6 +57,26 @@ def registry() -> Registry:
                 REGISTRY.extend(BUILTINS)
                 _builtins_loaded = True
     return REGISTRY
+
+
+_entry_points_seen: set[str] = set()
+
+
+def lookup(name: str) -> OpSpec:
+    """The spec exporting op ``name``; on a miss, kernel packages' entry points are read first."""
+    try:
+        return registry().lookup(name)
+    except UnknownOpError:
+        if not _load_entry_points():
+            raise
+    return registry().lookup(name)
+
+
+def _load_entry_points() -> bool:
+    from .entrypoints import load_entry_points
+
+    with _state_lock:
+        return load_entry_points(registry(), _entry_points_seen)
 
 
 def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
@@ -461,7 +481,7 @@ def _reference(spec: OpSpec, name: str) -> Callable[..., Any] | None:
 
 def reference(name: str) -> Callable[..., Any]:
     """The pure-PyTorch reference implementation of a builtin op (builds nothing)."""
-    spec = registry().lookup(name)
+    spec = lookup(name)
     ref = _reference(spec, name)
     if ref is None:
         raise KeyError(f"op {name!r} has no pure-PyTorch reference")
@@ -474,7 +494,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     op = _ops.get(key)  # lock-free fast path: dict reads are atomic
     if op is not None:
         return op
-    spec = registry().lookup(name)
+    spec = lookup(name)
     try:
         lib = load_library(spec, device)
     except (ToolchainError, OfflineMiss) as e:
@@ -502,6 +522,7 @@ def _fallback_op(spec: OpSpec, name: str, cause: JitopsError) -> Op:
 
 
 def list_ops() -> list[str]:
+    _load_entry_points()
     return registry().names()
 
 

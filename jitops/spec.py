@@ -57,7 +57,8 @@ class OpSpec:
     lists, so CPU tensors keep working on a GPU machine. ``schemas`` are
     defined by jitops before the library loads; a library that defines its
     own schemas in C++ (``JITOPS_LIBRARY``) leaves it empty and lists its
-    ``exports``. ``python`` names a module with ``register(ns)`` (fake
+    ``exports`` (a registered spec needs at least one; ``jitops.load`` finds
+    a user library's ops after loading it instead). ``python`` names a module with ``register(ns)`` (fake
     kernels, autograd) and a ``REFERENCES`` mapping of pure-PyTorch
     implementations.
     """
@@ -90,8 +91,6 @@ class OpSpec:
             object.__setattr__(self, "exports", names)
         for export in self.exports:
             validate_name(export, "op name")
-        if not self.exports:
-            raise ValueError(f"spec {self.name!r} exports no op: give schemas or exports")
         for rel in self.cpu_sources + self.cuda_sources:
             p = Path(rel)
             if p.is_absolute() or ".." in p.parts:
@@ -114,6 +113,8 @@ class Registry:
         self._index: dict[str, OpSpec] = {}
 
     def add(self, spec: OpSpec, *, replace: bool = False) -> None:
+        if not spec.exports:
+            raise ValueError(f"spec {spec.name!r} exports no op: give schemas or exports")
         with self._lock:
             clashes = [e for e in spec.exports if e in self._index and self._index[e].name != spec.name]
             if clashes and not replace:

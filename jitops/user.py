@@ -1,0 +1,306 @@
+"""User kernels: ``jitops.load`` (files), ``jitops.load_inline`` (strings), kernel folders.
+
+User C++ registers its ops with the macros of ``<jitops/op.h>``::
+
+    #include <jitops/op.h>
+    JITOPS_LIBRARY(m) { m.def("squared_relu(Tensor x) -> Tensor"); }
+    JITOPS_LIBRARY_IMPL(CPU, m) { m.impl("squared_relu", &squared_relu); }
+
+jitops supplies the namespace (one per cache key), so an edited library is
+loaded next to the old one and old handles keep working. A user library goes
+through the same loader path as the builtin ops: same cache, key, integrity
+checks and lock. Its ops are found after loading, from the dispatcher's
+registrations in its namespace, not by reading the C++.
+
+Inline sources are written to a content-addressed folder under the cache
+root, so the key covers their bytes and compiler errors point at real files
+with the line numbers of the strings the user wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import fsutil
+from .errors import BuildError, KernelSourceError
+from .spec import SOURCE_SUFFIXES, OpSpec, validate_name
+
+if TYPE_CHECKING:
+    from .loader import LoadedLibrary, Op
+
+MAX_TREE_FILES = 2000  # a source folder bigger than this is not a kernel folder
+_memo: dict[str, UserLibrary] = {}  # cache key -> the object load() returned for it
+_memo_lock = threading.Lock()
+
+StrOrSeq = str | Sequence[str]
+
+
+class UserLibrary:
+    """One build of a user kernel library; its ops are attributes (``lib.my_relu(x)``).
+
+    ``ops`` maps each op name to its handle and ``library`` describes the
+    build (namespace, key, cache entry, whether this process compiled it).
+    An op whose name clashes with those two is reached through ``ops``.
+    """
+
+    def __init__(self, library: LoadedLibrary, ops: dict[str, Op]) -> None:
+        self.__dict__.update(ops)
+        self.ops = ops
+        self.library = library
+
+    def __repr__(self) -> str:
+        lib = self.library
+        return f"<jitops library {lib.spec.name} ({lib.target}, key {lib.key[:12]}): {', '.join(self.ops)}>"
+
+    def __getattr__(self, name: str) -> Any:  # only called when normal lookup fails
+        raise AttributeError(
+            f"library {self.library.spec.name!r} defines no op {name!r}; it defines: {', '.join(self.ops)}"
+        )
+
+
+def _as_list(value: StrOrSeq | None, what: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    items = list(value)
+    if not all(isinstance(v, str) for v in items):
+        raise TypeError(f"{what} must be a string or a sequence of strings, got {value!r}")
+    return items
+
+
+def _check_tree_size(root: Path, name: str) -> None:
+    count = 0
+    for _dirpath, _dirnames, filenames in os.walk(root):
+        count += len(filenames)
+        if count > MAX_TREE_FILES:
+            raise KernelSourceError(
+                f"library {name!r}: the folder {root} holding its sources has more than {MAX_TREE_FILES} files "
+                "under it, and the cache key covers every source and header there. Fix: put the kernel sources "
+                "(and their headers) in a folder of their own"
+            )
+
+
+def _spec(
+    name: str,
+    root: Path,
+    sources: Sequence[str],
+    *,
+    extra_cflags: StrOrSeq | None,
+    extra_cuda_cflags: StrOrSeq | None,
+    extra_ldflags: StrOrSeq | None,
+    extra_include_paths: StrOrSeq | None,
+    schemas: StrOrSeq | None,
+    exports: Sequence[str] = (),
+    origin: str,
+) -> OpSpec:
+    includes = [Path(os.path.abspath(p)) for p in _as_list(extra_include_paths, "extra_include_paths")]
+    for inc in includes:
+        if not inc.is_dir():
+            raise KernelSourceError(f"library {name!r}: include path {inc} is not a directory. Fix: pass existing folders")
+        _check_tree_size(inc, name)
+    return OpSpec(
+        name=name,
+        root=root,
+        cpu_sources=tuple(s for s in sources if not s.endswith(".cu")),
+        cuda_sources=tuple(s for s in sources if s.endswith(".cu")),
+        schemas=tuple(_as_list(schemas, "schemas")),
+        exports=tuple(exports),
+        cflags=tuple(_as_list(extra_cflags, "extra_cflags")),
+        cuda_cflags=tuple(_as_list(extra_cuda_cflags, "extra_cuda_cflags")),
+        ldflags=tuple(_as_list(extra_ldflags, "extra_ldflags")),
+        include_dirs=tuple(includes),
+        origin=origin,
+    )
+
+
+def _discover_ops(namespace: str) -> list[str]:
+    """Op names registered in ``namespace`` (overloads folded), from the dispatcher."""
+    import torch
+
+    prefix = namespace + "::"
+    names = {n[len(prefix):].split(".", 1)[0] for n in torch._C._dispatch_get_all_op_names() if n.startswith(prefix)}
+    return sorted(names)
+
+
+def load_spec(spec: OpSpec, device: str | None = None) -> UserLibrary:
+    """Load (building if needed) a user library through the loader; the same object while unchanged."""
+    from . import loader
+
+    try:
+        lib = loader.load_library(spec, device)
+    except BuildError as e:
+        # The compiler's message is the story; jitops's own frames would only bury it.
+        raise e.with_traceback(None) from None
+    with _memo_lock:
+        hit = _memo.get(lib.key)
+        if hit is not None:
+            return hit
+        names = _discover_ops(lib.namespace)
+        if not names:
+            raise KernelSourceError(
+                f"library {spec.name!r} built and loaded, but defined no op in its namespace {lib.namespace}. "
+                'Fix: #include <jitops/op.h> and define ops with JITOPS_LIBRARY(m) { m.def("my_op(Tensor x) -> Tensor"); } '
+                "(not TORCH_LIBRARY with a fixed namespace), or pass schemas=[...]"
+            )
+        ops = {n: loader.op_from_library(lib, n) for n in names}
+        result = UserLibrary(lib, ops)
+        _memo[lib.key] = result
+        return result
+
+
+def load(
+    name: str,
+    sources: StrOrSeq,
+    *,
+    extra_cflags: StrOrSeq | None = None,
+    extra_cuda_cflags: StrOrSeq | None = None,
+    extra_ldflags: StrOrSeq | None = None,
+    extra_include_paths: StrOrSeq | None = None,
+    schemas: StrOrSeq | None = None,
+    device: str | None = None,
+) -> UserLibrary:
+    """Build (once per content) and load a kernel library from source files.
+
+    ``.cu`` files are compiled for CUDA targets only. The key covers every
+    source and header under the sources' common folder and the include paths,
+    so editing any of them rebuilds on the next call; unchanged, the same
+    object comes back without a rebuild.
+    """
+    validate_name(name, "library name")
+    paths = [Path(os.path.abspath(p)) for p in _as_list(sources, "sources")]
+    if not paths:
+        raise KernelSourceError(f"library {name!r}: no sources given. Fix: pass sources=['my_op.cpp']")
+    for p in paths:
+        if p.suffix not in SOURCE_SUFFIXES:
+            raise KernelSourceError(f"library {name!r}: {p} is not a source file (expected one of {', '.join(SOURCE_SUFFIXES)})")
+        if not p.is_file():
+            raise KernelSourceError(f"library {name!r}: source file {p} does not exist. Fix: check the path")
+    root = Path(os.path.commonpath([str(p.parent) for p in paths]))
+    _check_tree_size(root, name)
+    rel = [p.relative_to(root).as_posix() for p in paths]
+    spec = _spec(name, root, rel, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+                 extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas,
+                 origin=f"jitops.load from {root}")
+    return load_spec(spec, device)
+
+
+def _join(sources: StrOrSeq | None, what: str) -> str:
+    return "\n".join(_as_list(sources, what))
+
+
+def inline_dir(name: str, files: dict[str, str]) -> Path:
+    """A folder under the cache root holding exactly ``files``, named by their content."""
+    from . import loader
+
+    blob = json.dumps(sorted(files.items()), ensure_ascii=True).encode()
+    digest = hashlib.sha256(blob).hexdigest()[:32]
+    cache = loader.cache_for_reading()
+    try:
+        return _write_inline(cache.base / "inline" / f"{name}-{digest}", files)
+    except OSError:
+        cache = loader._writable_cache(cache)  # unwritable root: the loader's private cache (one warning)
+        return _write_inline(cache.base / "inline" / f"{name}-{digest}", files)
+
+
+def _write_inline(folder: Path, files: dict[str, str]) -> Path:
+    if fsutil.insecure_reason(folder, want_dir=True) is not None:
+        fsutil.makedirs(folder)
+        reason = fsutil.insecure_reason(folder, want_dir=True)
+        if reason is not None:
+            raise PermissionError(reason)
+    for fname, text in files.items():
+        path = folder / fname
+        data = text.encode()
+        try:
+            if path.read_bytes() == data and fsutil.insecure_reason(path, want_dir=False) is None:
+                continue
+        except OSError:
+            pass
+        fsutil.atomic_write(path, data)
+    return folder
+
+
+def load_inline(
+    name: str,
+    cpp_sources: StrOrSeq,
+    cuda_sources: StrOrSeq | None = None,
+    *,
+    extra_cflags: StrOrSeq | None = None,
+    extra_cuda_cflags: StrOrSeq | None = None,
+    extra_ldflags: StrOrSeq | None = None,
+    extra_include_paths: StrOrSeq | None = None,
+    schemas: StrOrSeq | None = None,
+    device: str | None = None,
+) -> UserLibrary:
+    """Build (once per content) and load a kernel library from C++/CUDA strings.
+
+    A list of strings is joined with newlines, as torch's ``load_inline``
+    does; nothing is prepended, so compiler line numbers are those of the
+    string. Sources ``#include <jitops/op.h>`` and register with
+    ``JITOPS_LIBRARY`` / ``JITOPS_LIBRARY_IMPL``.
+    """
+    validate_name(name, "library name")
+    files = {f"{name}.cpp": _join(cpp_sources, "cpp_sources")}
+    cuda = _join(cuda_sources, "cuda_sources")
+    if cuda:
+        files[f"{name}_cuda.cu"] = cuda
+    root = inline_dir(name, files)
+    spec = _spec(name, root, list(files), extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+                 extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas,
+                 origin="jitops.load_inline")
+    return load_spec(spec, device)
+
+
+def register_kernel_dir(
+    path: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    ops: Sequence[str] | None = None,
+    extra_cflags: StrOrSeq | None = None,
+    extra_cuda_cflags: StrOrSeq | None = None,
+    extra_ldflags: StrOrSeq | None = None,
+    extra_include_paths: StrOrSeq | None = None,
+    schemas: StrOrSeq | None = None,
+    device: str | None = None,
+) -> OpSpec:
+    """Make the kernel library in folder ``path`` reachable through ``jitops.get``.
+
+    Its sources are the folder's ``.cpp/.cc/.cxx`` files (and ``.cu`` for
+    CUDA). The library name defaults to the folder's name. With ``ops``
+    (the op names it defines) nothing is built until ``jitops.get``;
+    without, it is built now to learn them. Registering the same folder
+    again replaces the earlier registration.
+    """
+    from . import loader
+
+    folder = Path(os.path.abspath(path))
+    if not folder.is_dir():
+        raise KernelSourceError(f"kernel folder {folder} does not exist or is not a directory")
+    lib_name = name if name is not None else folder.name
+    try:
+        validate_name(lib_name, "library name")
+    except ValueError as e:
+        raise KernelSourceError(f"{e}. Fix: pass name='my_kernels' to register_kernel_dir") from None
+    _check_tree_size(folder, lib_name)
+    sources = sorted(p.name for p in folder.iterdir() if p.suffix in SOURCE_SUFFIXES and p.is_file())
+    if not sources:
+        raise KernelSourceError(f"kernel folder {folder} holds no source file ({', '.join(SOURCE_SUFFIXES)})")
+    spec = _spec(lib_name, folder, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+                 extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas,
+                 exports=tuple(ops or ()), origin=f"kernel folder {folder}")
+    if not spec.exports:
+        spec = dataclasses.replace(spec, exports=tuple(load_spec(spec, device).ops))
+    try:
+        same_folder = loader.registry().library(lib_name).root == spec.root
+    except KeyError:
+        same_folder = False
+    loader.register(spec, replace=same_folder)
+    return spec
