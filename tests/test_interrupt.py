@@ -1,0 +1,163 @@
+"""Ctrl-C during a real build: control returns within 2 s, no compiler survives, no lock sticks.
+
+A child process builds a user kernel into a fresh cache; once the compiler
+(cc1plus) is running, the test sends SIGINT to the child alone, as Jupyter's
+"interrupt kernel" does. The child then waits while the test inspects /proc
+and the lock, and finally builds the same kernel again, in the same process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import filelock
+import pytest
+
+from tests.helpers import REPO, child_env
+
+pytestmark = [pytest.mark.process, pytest.mark.compile]
+
+CHILD = textwrap.dedent(
+    r'''
+    import json, os, sys, time
+    import torch, jitops
+
+    SRC = """#include <jitops/op.h>
+    #include <ATen/core/Tensor.h>
+    #include <ATen/ops/empty_like.h>
+
+    at::Tensor squared_relu(const at::Tensor& x) {
+      at::Tensor xc = x.contiguous();
+      at::Tensor out = at::empty_like(xc);
+      const float* in = xc.data_ptr<float>();
+      float* o = out.data_ptr<float>();
+      for (int64_t i = 0; i < xc.numel(); ++i) o[i] = in[i] > 0.f ? in[i] * in[i] : 0.f;
+      return out;
+    }
+
+    JITOPS_LIBRARY(m) { m.def("squared_relu(Tensor x) -> Tensor"); }
+    JITOPS_LIBRARY_IMPL(CPU, m) { m.impl("squared_relu", &squared_relu); }
+    """
+
+    def say(**kw):
+        print(json.dumps(kw), flush=True)
+
+    say(state="building")
+    try:
+        jitops.load_inline("ctrlc", SRC)
+        say(state="finished before the interrupt")
+        sys.exit(3)
+    except KeyboardInterrupt as e:
+        say(state="interrupted", type=type(e).__name__, jitops_error=isinstance(e, jitops.JitopsError))
+    sys.stdin.readline()  # the test inspects processes and the lock meanwhile
+    lib = jitops.load_inline("ctrlc", SRC)
+    x = torch.randn(1000)
+    say(state="rebuilt", built=lib.library.built, ok=bool(torch.equal(lib.squared_relu(x), torch.relu(x) ** 2)))
+    '''
+)
+
+
+def _processes() -> dict[int, tuple[str, int, int]]:
+    """pid -> (command name, parent pid, process group) for every process."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z":
+            out[int(d)] = (comm, int(fields[1]), int(fields[2]))
+    return out
+
+
+def _descendants(root: int, procs: dict[int, tuple[str, int, int]]) -> set[int]:
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, (_, ppid, _) in procs.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.timeout(400)
+def test_ctrl_c_during_build_leaves_no_compiler_and_no_stuck_lock(private_cache: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        cwd=REPO,
+        env=child_env(JITOPS_CACHE_DIR=str(private_cache)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    output: list[str] = []
+
+    def pump() -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            output.append(line)
+            if line.startswith("{"):
+                lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+
+    def report(timeout: float) -> dict[str, object]:
+        try:
+            return json.loads(lines.get(timeout=timeout))
+        except queue.Empty:
+            raise AssertionError(f"child said nothing for {timeout}s; output:\n{''.join(output)}") from None
+
+    try:
+        assert report(120)["state"] == "building"
+        deadline = time.monotonic() + 180
+        while True:  # wait until the compiler proper is running under the child
+            procs = _processes()
+            tree = _descendants(child.pid, procs)
+            if any(procs[p][0] == "cc1plus" for p in tree):
+                break
+            assert child.poll() is None, "".join(output)
+            assert time.monotonic() < deadline, "no compiler appeared"
+            time.sleep(0.05)
+        groups = {procs[p][2] for p in tree}
+        sent = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        first = report(30)
+        returned = time.monotonic() - sent
+        assert first == {"state": "interrupted", "type": "BuildInterrupted", "jitops_error": True}
+        assert returned < 2.0, f"control came back after {returned:.2f}s"
+
+        procs = _processes()
+        left = [(pid, info) for pid, info in procs.items() if info[2] in groups and pid != child.pid]
+        assert left == [] and _descendants(child.pid, procs) == set(), left
+        base = private_cache / "v1"
+        assert list((base / "staging").iterdir()) == []
+        assert not (base / "entries").exists() or list((base / "entries").rglob("manifest.json")) == []
+        locks = list((base / "locks").glob("ctrlc-*.lock"))
+        assert len(locks) == 1
+        held = filelock.FileLock(str(locks[0]))
+        held.acquire(timeout=0)  # free at once: nobody holds it
+        held.release()
+
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert report(300) == {"state": "rebuilt", "built": True, "ok": True}
+        assert child.wait(timeout=30) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
