@@ -60,6 +60,8 @@ class UserLibrary:
         return f"<jitops library {lib.spec.name} ({lib.target}, key {lib.key[:12]}): {', '.join(self.ops)}>"
 
     def __getattr__(self, name: str) -> Any:  # only called when normal lookup fails
+        if name.startswith("_") or name in ("ops", "library"):  # copy/pickle probes, half-built objects
+            raise AttributeError(name)
         raise AttributeError(
             f"library {self.library.spec.name!r} defines no op {name!r}; it defines: {', '.join(self.ops)}"
         )

@@ -177,3 +177,8 @@ def test_bad_user_input_is_named(tmp_path: Path) -> None:
         jitops.register_kernel_dir(bad)
     with pytest.raises(jitops.InvalidNameError):
         jitops.load_inline("../evil", "int x;")
+
+
+def test_a_half_built_library_object_does_not_recurse() -> None:
+    blank = user.UserLibrary.__new__(user.UserLibrary)  # what copy/pickle start from
+    assert not hasattr(blank, "library") and not hasattr(blank, "anything")
