@@ -24,6 +24,7 @@ from . import fsutil, toolchain
 from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests
 from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError
 from .spec import OpSpec, Registry, validate_name
+from .archs import check_runnable, runnable_code
 from .target import SCRUBBED_ENV_VARS, System, Target, choose_target, extra_env_flags, probe
 
 log = logging.getLogger("jitops")
@@ -173,14 +174,17 @@ def find_compatible(plan: Plan) -> tuple[Path, Manifest] | None:
 
 
 def check_nvcc_matches_torch(nvcc_version: str, torch_cuda: str | None, op: str) -> None:
-    import re
-
-    m = re.search(r"release (\d+)\.(\d+)", nvcc_version) or re.search(r"V(\d+)\.(\d+)", nvcc_version)
-    if not m or not torch_cuda:
+    """ToolchainError, before any compile, when nvcc's CUDA major differs from torch's."""
+    release = toolchain.nvcc_release(nvcc_version)
+    if torch_cuda is None:
         return
-    if m.group(1) != torch_cuda.split(".")[0]:
+    if release is None:
+        log.warning("cannot tell the CUDA version of nvcc from %r; not checking it against torch's %s",
+                    nvcc_version, torch_cuda)
+        return
+    if str(release[0]) != torch_cuda.split(".")[0]:
         raise ToolchainError(
-            f"cannot build op {op!r} for cuda: nvcc is CUDA {m.group(1)}.{m.group(2)} but torch was built with "
+            f"cannot build op {op!r} for cuda: nvcc is CUDA {release[0]}.{release[1]} but torch was built with "
             f"CUDA {torch_cuda}; the major versions must match. Fix: set CUDA_HOME to a CUDA {torch_cuda.split('.')[0]}.x "
             "toolkit, or install the torch build for your toolkit"
         )
@@ -282,17 +286,37 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None) -> Entry:
 
 def load_library(spec: OpSpec, device: str | None = None, archs: str | None = None, *, offline: bool | None = None) -> LoadedLibrary:
     """Get one library loaded: from memory, from the cache, or by building it."""
-    plan = make_plan(spec, device, archs)
+    plan = _runnable_here(make_plan(spec, device, archs), archs)
     hit = _libraries.get(plan.key)
     if hit is not None:
         return hit
     entry = ensure_entry(plan, offline=offline)
+    if entry.plan.target.device == "cuda" and plan.system.device_capability is not None:  # check before load
+        built_for = tuple(entry.manifest.ingredients["target"]["cuda_archs"])
+        check_runnable(built_for, plan.system.device_capability, f"the cached build {entry.path}")
     with _state_lock:  # loading takes milliseconds; one thread loads, the others reuse
         hit = _libraries.get(entry.plan.key)
         if hit is None:
             hit = _load_into_process(entry.plan, entry.manifest, entry.path, built=entry.built)
             _libraries[entry.plan.key] = hit
         return hit
+
+
+def _runnable_here(plan: Plan, archs: str | None) -> Plan:
+    """A CUDA plan whose arch list has no code the current GPU runs (checked before building).
+
+    An arch list the caller named is an error; one from TORCH_CUDA_ARCH_LIST
+    gives way, with a warning, to the current GPU's own arch.
+    """
+    cap = plan.system.device_capability
+    if plan.target.device != "cuda" or cap is None or runnable_code(plan.target.archs, cap) is not None:
+        return plan
+    if archs:
+        check_runnable(plan.target.archs, cap, f"op library {plan.spec.name!r} built for {plan.target.name}")
+    here = f"{cap[0]}.{cap[1]}"
+    log.warning("TORCH_CUDA_ARCH_LIST=%r has no code for this GPU (compute capability %s); building %s for %s instead",
+                plan.system.env("TORCH_CUDA_ARCH_LIST"), here, plan.spec.name, here)
+    return make_plan(plan.spec, "cuda", here)
 
 
 def _writable_cache(cache: Cache) -> Cache:

@@ -1,0 +1,143 @@
+"""nvcc discovery and the nvcc/torch CUDA version check, with fake toolkits.
+
+A fake toolkit is a directory with ``bin/nvcc`` (a shell script that prints
+what a real nvcc prints for ``--version``) and ``include/cuda_runtime_api.h``.
+jitops really runs it; no compiler is involved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from jitops import loader, toolchain
+from jitops.errors import ToolchainError
+from jitops.target import System, probe
+
+NVCC_13_0 = """nvcc: NVIDIA (R) Cuda compiler driver
+Copyright (c) 2005-2025 NVIDIA Corporation
+Built on Wed_Aug_20_01:58:59_PM_PDT_2025
+Cuda compilation tools, release 13.0, V13.0.88
+Build cuda_13.0.r13.0/compiler.36424714_0"""
+
+
+def _version_text(release: str) -> str:
+    return NVCC_13_0.replace("13.0", release)
+
+
+def fake_toolkit(root: Path, release: str, *, headers: bool = True) -> Path:
+    (root / "bin").mkdir(parents=True)
+    nvcc = root / "bin" / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\ncat <<'EOF'\n{_version_text(release)}\nEOF\n")
+    nvcc.chmod(0o755)
+    if headers:
+        (root / "include").mkdir()
+        (root / "include" / "cuda_runtime_api.h").write_text("/* fake */\n")
+    return root
+
+
+def cuda_system(**env: str) -> System:
+    return dataclasses.replace(probe(environ={}, cuda=False), torch_cuda="13.0", build_env=tuple(sorted(env.items())))
+
+
+# ------------------------------------------------------------------ pure
+
+
+@pytest.mark.parametrize(
+    ("text", "release"),
+    [
+        ("Cuda compilation tools, release 13.0, V13.0.88; Build cuda_13.0.r13.0/compiler.36424714_0", (13, 0)),
+        ("Cuda compilation tools, release 12.4, V12.4.131", (12, 4)),
+        ("Build cuda_12.8.r12.8/compiler.35404655_0", (12, 8)),  # what older jitops recorded
+        ("V11.8.89", (11, 8)),
+        ("something else entirely", None),
+    ],
+)
+def test_nvcc_release_parsing(text: str, release: tuple[int, int] | None) -> None:
+    assert toolchain.nvcc_release(text) == release
+
+
+def test_major_mismatch_shows_both_versions() -> None:
+    with pytest.raises(ToolchainError) as e:
+        loader.check_nvcc_matches_torch("Cuda compilation tools, release 12.4, V12.4.131", "13.0", "softmax")
+    msg = str(e.value)
+    assert "nvcc is CUDA 12.4" in msg and "torch was built with CUDA 13.0" in msg
+    assert "'softmax'" in msg and "CUDA_HOME" in msg
+
+
+def test_minor_difference_is_fine() -> None:
+    loader.check_nvcc_matches_torch("Cuda compilation tools, release 13.1, V13.1.80", "13.0", "softmax")
+    loader.check_nvcc_matches_torch("release 12.4, V12.4.131", None, "softmax")  # CPU torch: nothing to compare
+
+
+def test_unreadable_version_warns_and_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="jitops"):
+        loader.check_nvcc_matches_torch("weird wrapper 1.0", "13.0", "softmax")
+    assert "cannot tell the CUDA version of nvcc from 'weird wrapper 1.0'" in caplog.text
+
+
+# ------------------------------------------------------- fake toolkits
+
+
+def test_version_line_kept_from_a_real_nvcc_run(tmp_path: Path) -> None:
+    kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
+    version = toolchain.identify(str(kit / "bin" / "nvcc"), None)
+    assert version == "Cuda compilation tools, release 13.0, V13.0.88; Build cuda_13.0.r13.0/compiler.36424714_0"
+
+
+@pytest.mark.parametrize("via", ["CUDA_HOME", "PATH"])
+def test_mismatched_nvcc_is_refused_before_compiling(
+    via: str, tmp_path: Path, private_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kit = fake_toolkit(tmp_path / "cuda-12.4", "12.4")
+    if via == "CUDA_HOME":
+        system = cuda_system(CUDA_HOME=str(kit))
+    else:
+        system = cuda_system()
+        monkeypatch.setenv("PATH", f"{kit / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(loader, "probe", lambda: system)
+    spec = loader.registry().library("softmax")
+    plan = loader.make_plan(spec, "cuda", "8.0,9.0")
+    assert plan.ingredients["nvcc"]["path"] == str(kit / "bin" / "nvcc")
+    assert isinstance(plan.toolchain_error, ToolchainError)
+    start = time.monotonic()
+    with pytest.raises(ToolchainError) as e:
+        loader.ensure_entry(plan)
+    assert time.monotonic() - start < 2
+    assert "nvcc is CUDA 12.4" in str(e.value) and "CUDA 13.0" in str(e.value)
+    staging = private_cache / "v1" / "staging"
+    assert not staging.exists() or not any(staging.iterdir())  # nothing was compiled
+    assert not (private_cache / "v1" / "entries").exists()
+
+
+def test_matching_nvcc_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, private_cache: Path) -> None:
+    kit = fake_toolkit(tmp_path / "cuda-13.1", "13.1")
+    monkeypatch.setattr(loader, "probe", lambda: cuda_system(CUDA_HOME=str(kit)))
+    plan = loader.make_plan(loader.registry().library("softmax"), "cuda", "9.0")
+    assert plan.toolchain_error is None
+    assert "release 13.1" in plan.ingredients["nvcc"]["version"]
+
+
+def test_cuda_home_without_nvcc_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ToolchainError, match="CUDA_HOME=.*has no bin/nvcc"):
+        toolchain.find_nvcc(cuda_system(CUDA_HOME=str(tmp_path)), "softmax")
+    kit = fake_toolkit(tmp_path / "noheaders", "13.0", headers=False)
+    with pytest.raises(ToolchainError, match="include/cuda_runtime_api.h"):
+        toolchain.find_nvcc(cuda_system(CUDA_HOME=str(kit)), "softmax")
+
+
+def test_wrapper_script_on_path_is_passed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/usr/local/bin/nvcc``-style wrappers say nothing about where the CUDA headers are."""
+    wrapper = fake_toolkit(tmp_path / "local", "13.0", headers=False) / "bin" / "nvcc"
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    real = "/usr/local/cuda/bin/nvcc"
+    if os.path.isfile("/usr/local/cuda/include/cuda_runtime_api.h") and os.access(real, os.X_OK):
+        assert toolchain.find_nvcc(cuda_system(), "softmax") == os.path.realpath(real)
+    else:
+        with pytest.raises(ToolchainError, match="not inside a CUDA toolkit"):
+            toolchain.find_nvcc(cuda_system(), "softmax")
