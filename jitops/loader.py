@@ -291,9 +291,6 @@ def load_library(spec: OpSpec, device: str | None = None, archs: str | None = No
     if hit is not None:
         return hit
     entry = ensure_entry(plan, offline=offline)
-    if entry.plan.target.device == "cuda" and plan.system.device_capability is not None:  # check before load
-        built_for = tuple(entry.manifest.ingredients["target"]["cuda_archs"])
-        check_runnable(built_for, plan.system.device_capability, f"the cached build {entry.path}")
     with _state_lock:  # loading takes milliseconds; one thread loads, the others reuse
         hit = _libraries.get(entry.plan.key)
         if hit is None:
@@ -303,10 +300,13 @@ def load_library(spec: OpSpec, device: str | None = None, archs: str | None = No
 
 
 def _runnable_here(plan: Plan, archs: str | None) -> Plan:
-    """A CUDA plan whose arch list has no code the current GPU runs (checked before building).
+    """Check before load: ``plan``, unless its CUDA arch list holds no code the current GPU runs.
 
-    An arch list the caller named is an error; one from TORCH_CUDA_ARCH_LIST
-    gives way, with a warning, to the current GPU's own arch.
+    The entry loaded for a plan holds exactly the plan's archs (they are in
+    the key, and a verified manifest's ingredients hash to it), so checking
+    here, before any build, checks the entry. A list the caller named is an
+    error; one from TORCH_CUDA_ARCH_LIST gives way, with a warning, to the
+    current GPU's own arch. Without a GPU there is nothing to check.
     """
     cap = plan.system.device_capability
     if plan.target.device != "cuda" or cap is None or runnable_code(plan.target.archs, cap) is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 import pytest
 
@@ -23,18 +24,9 @@ from jitops.archs import (
 )
 from jitops.cache import compute_key
 from jitops.errors import TargetError
-from jitops.target import System, Target, choose_target, probe
-
-
-def gpu_system(capability: tuple[int, int] | None = (9, 0), **env: str) -> System:
-    """This machine's facts, as if torch were a CUDA 13.0 build and a GPU of ``capability`` were visible."""
-    return dataclasses.replace(
-        probe(environ={}, cuda=False),
-        torch_cuda="13.0",
-        cuda_available=capability is not None,
-        device_capability=capability,
-        build_env=tuple(sorted(env.items())),
-    )
+from jitops.spec import OpSpec
+from jitops.target import System, Target, choose_target
+from tests.cuda_fakes import fake_toolkit, gpu_system
 
 
 # ----------------------------------------------------------------- parsing
@@ -233,3 +225,28 @@ def test_plan_for_an_arch_list_the_gpu_cannot_run(monkeypatch: pytest.MonkeyPatc
         loader._runnable_here(loader.make_plan(spec, "cuda", "8.0"), "8.0")
     ok = loader.make_plan(spec, "cuda", "8.0,9.0")
     assert loader._runnable_here(ok, "8.0,9.0") is ok
+
+
+def test_load_library_builds_for_the_gpu_it_will_run_on(
+    tmp_path: Path, private_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Wired into the loader: the mismatched sm_80 entry is never built, the sm_90 one is built and loaded."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "k.cpp").write_text("// cpu\n")
+    (src / "k.cu").write_text("// cuda\n")
+    spec = OpSpec(name="archcheck", root=src, cpu_sources=("k.cpp",), cuda_sources=("k.cu",),
+                  schemas=("archcheck(Tensor x) -> Tensor",))
+    kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
+    monkeypatch.setattr(loader, "probe", lambda: gpu_system((9, 0), TORCH_CUDA_ARCH_LIST="8.0", CUDA_HOME=str(kit)))
+    monkeypatch.setenv("JITOPS_BUILDER", "fake")  # a real, tiny .so; this test is about which entry is built
+    entries = private_cache / "v1" / "entries" / "archcheck"
+
+    with pytest.raises(TargetError, match="compute capability 9.0"):
+        loader.load_library(spec, "cuda", "8.0")
+    assert not entries.exists()
+
+    lib = loader.load_library(spec, "cuda")
+    assert lib.target == "cuda-sm90" and lib.built
+    assert sorted(p.name for p in entries.iterdir()) == ["cuda-sm90"]
+    assert lib.manifest.ingredients["target"]["cuda_archs"] == ["9.0"]

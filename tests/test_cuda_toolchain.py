@@ -1,13 +1,10 @@
-"""nvcc discovery and the nvcc/torch CUDA version check, with fake toolkits.
+"""nvcc discovery and the nvcc/torch CUDA version check, with fake toolkits (tests/cuda_fakes.py).
 
-A fake toolkit is a directory with ``bin/nvcc`` (a shell script that prints
-what a real nvcc prints for ``--version``) and ``include/cuda_runtime_api.h``.
-jitops really runs it; no compiler is involved.
+jitops really runs the fake nvcc scripts; no compiler is involved.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -17,33 +14,7 @@ import pytest
 
 from jitops import loader, toolchain
 from jitops.errors import ToolchainError
-from jitops.target import System, probe
-
-NVCC_13_0 = """nvcc: NVIDIA (R) Cuda compiler driver
-Copyright (c) 2005-2025 NVIDIA Corporation
-Built on Wed_Aug_20_01:58:59_PM_PDT_2025
-Cuda compilation tools, release 13.0, V13.0.88
-Build cuda_13.0.r13.0/compiler.36424714_0"""
-
-
-def _version_text(release: str) -> str:
-    return NVCC_13_0.replace("13.0", release)
-
-
-def fake_toolkit(root: Path, release: str, *, headers: bool = True) -> Path:
-    (root / "bin").mkdir(parents=True)
-    nvcc = root / "bin" / "nvcc"
-    nvcc.write_text(f"#!/bin/sh\ncat <<'EOF'\n{_version_text(release)}\nEOF\n")
-    nvcc.chmod(0o755)
-    if headers:
-        (root / "include").mkdir()
-        (root / "include" / "cuda_runtime_api.h").write_text("/* fake */\n")
-    return root
-
-
-def cuda_system(**env: str) -> System:
-    return dataclasses.replace(probe(environ={}, cuda=False), torch_cuda="13.0", build_env=tuple(sorted(env.items())))
-
+from tests.cuda_fakes import fake_toolkit, gpu_system
 
 # ------------------------------------------------------------------ pure
 
@@ -96,9 +67,9 @@ def test_mismatched_nvcc_is_refused_before_compiling(
 ) -> None:
     kit = fake_toolkit(tmp_path / "cuda-12.4", "12.4")
     if via == "CUDA_HOME":
-        system = cuda_system(CUDA_HOME=str(kit))
+        system = gpu_system(None, CUDA_HOME=str(kit))
     else:
-        system = cuda_system()
+        system = gpu_system(None)
         monkeypatch.setenv("PATH", f"{kit / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(loader, "probe", lambda: system)
     spec = loader.registry().library("softmax")
@@ -117,7 +88,7 @@ def test_mismatched_nvcc_is_refused_before_compiling(
 
 def test_matching_nvcc_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, private_cache: Path) -> None:
     kit = fake_toolkit(tmp_path / "cuda-13.1", "13.1")
-    monkeypatch.setattr(loader, "probe", lambda: cuda_system(CUDA_HOME=str(kit)))
+    monkeypatch.setattr(loader, "probe", lambda: gpu_system(None, CUDA_HOME=str(kit)))
     plan = loader.make_plan(loader.registry().library("softmax"), "cuda", "9.0")
     assert plan.toolchain_error is None
     assert "release 13.1" in plan.ingredients["nvcc"]["version"]
@@ -125,10 +96,10 @@ def test_matching_nvcc_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, p
 
 def test_cuda_home_without_nvcc_is_named(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError, match="CUDA_HOME=.*has no bin/nvcc"):
-        toolchain.find_nvcc(cuda_system(CUDA_HOME=str(tmp_path)), "softmax")
+        toolchain.find_nvcc(gpu_system(None, CUDA_HOME=str(tmp_path)), "softmax")
     kit = fake_toolkit(tmp_path / "noheaders", "13.0", headers=False)
     with pytest.raises(ToolchainError, match="include/cuda_runtime_api.h"):
-        toolchain.find_nvcc(cuda_system(CUDA_HOME=str(kit)), "softmax")
+        toolchain.find_nvcc(gpu_system(None, CUDA_HOME=str(kit)), "softmax")
 
 
 def test_wrapper_script_on_path_is_passed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -137,7 +108,7 @@ def test_wrapper_script_on_path_is_passed_over(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
     real = "/usr/local/cuda/bin/nvcc"
     if os.path.isfile("/usr/local/cuda/include/cuda_runtime_api.h") and os.access(real, os.X_OK):
-        assert toolchain.find_nvcc(cuda_system(), "softmax") == os.path.realpath(real)
+        assert toolchain.find_nvcc(gpu_system(None), "softmax") == os.path.realpath(real)
     else:
         with pytest.raises(ToolchainError, match="not inside a CUDA toolkit"):
-            toolchain.find_nvcc(cuda_system(), "softmax")
+            toolchain.find_nvcc(gpu_system(None), "softmax")
