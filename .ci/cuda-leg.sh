@@ -51,7 +51,7 @@ if has_cuda_torch; then
 else
   python3 -m venv "$venv" || skip "cannot create the virtualenv $venv"
   if ! timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q "$torch_req" ninja 'filelock>=3.20.3' platformdirs \
-      pytest pytest-timeout > "$venv/pip.log" 2>&1; then
+      pytest pytest-timeout numpy > "$venv/pip.log" 2>&1; then
     tail -5 "$venv/pip.log"
     skip "cannot install the CUDA build of torch ($torch_req) into $venv; pip's log: $venv/pip.log"
   fi
@@ -77,7 +77,7 @@ if [ -z "$cache" ]; then
 fi
 export JITOPS_CACHE_DIR="$cache" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" JITOPS_PROGRESS=0
 unset JITOPS_OFFLINE JITOPS_BUILDER JITOPS_FALLBACK
-[ -z "${CUDA_HOME:-}" ] || echo "cuda-leg: CUDA_HOME=$CUDA_HOME"
+export CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$nvcc")")}"  # the toolkit found above, for jitops and torch alike
 t=$(date +%s)
 timeout --kill-after=30 "$(left)" "$py" -W ignore::UserWarning .ci/cuda_leg.py --arch "$archs" --cuobjdump "$cuobjdump" \
   || { rc=$?; [ $rc -ge 124 ] && echo "cuda-leg: FAILED: time box of ${budget}s ran out"; exit $rc; }

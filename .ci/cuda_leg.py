@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from jitops import loader  # noqa: E402
 from jitops.archs import ptx_archs, sass_archs  # noqa: E402
+from jitops.errors import OfflineMiss  # noqa: E402
 from jitops.spec import OpSpec  # noqa: E402
 
 
@@ -120,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for spec in cuda_specs():
         plan = loader.make_plan(spec, "cuda", args.arch)
-        entry = loader.ensure_entry(plan, offline=True)  # warm built it; offline: never build here
+        try:
+            entry = loader.ensure_entry(plan, offline=True)  # warm built it; offline: never build here
+        except OfflineMiss as e:
+            fail(f"the warm step left no {plan.target.name} entry for {spec.name}: {e}")
         lib = entry.path / entry.manifest.library_file
         want_elf, want_ptx = set(sass_archs(plan.target.archs)), set(ptx_archs(plan.target.archs))
         got_elf, got_ptx = listed(args.cuobjdump, "--list-elf", lib), listed(args.cuobjdump, "--list-ptx", lib)
