@@ -2,8 +2,9 @@
 
 1. Build every builtin library for the arch list: through `jitops warm --all
    --device cuda --arch LIST` where the CLI exists, else through the loader.
-2. For each entry, `cuobjdump --list-elf` lists exactly the requested SASS
-   archs and `--list-ptx` exactly the requested PTX.
+2. For each entry, every nvcc command in its build log carries exactly the
+   -gencode flags jitops computed, `cuobjdump --list-elf` lists exactly the
+   requested SASS archs and `--list-ptx` exactly the requested PTX.
 3. Each library loads in a fresh process that sees no GPU, and each of its
    ops has a CUDA kernel registered with the dispatcher.
 
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from jitops import loader  # noqa: E402
-from jitops.archs import ptx_archs, sass_archs  # noqa: E402
+from jitops.archs import arch_gencode_flags, ptx_archs, sass_archs  # noqa: E402
 from jitops.errors import OfflineMiss  # noqa: E402
 from jitops.spec import OpSpec  # noqa: E402
 
@@ -68,6 +69,17 @@ def listed(cuobjdump: str, flag: str, lib: Path) -> set[str]:
     if flag == "--list-elf":
         return {"sm_" + m.group(1) for m in re.finditer(r"\.sm_(\d+[af]?)\.cubin\b", text)}
     return {"compute_" + m.group(1) for m in re.finditer(r"\.sm_(\d+[af]?)\.ptx\b", text)}
+
+
+def check_nvcc_flags(spec: OpSpec, build_log: str, want: tuple[str, ...]) -> None:
+    """Every nvcc command (ninja -v echoes build.ninja's) carries exactly jitops's -gencode flags."""
+    commands = [ln for ln in build_log.splitlines() if re.search(r"/nvcc\s", ln)]
+    if len(commands) < len(spec.cuda_sources):
+        fail(f"{spec.name}: {len(commands)} nvcc commands in the build log for {len(spec.cuda_sources)} .cu files")
+    for cmd in commands:
+        got = [w for w in cmd.split() if w.startswith(("-gencode", "-arch", "--gpu-architecture", "-code"))]
+        if got != list(want):
+            fail(f"{spec.name}: nvcc got arch flags {got}, jitops computed {list(want)}:\n{cmd}")
 
 
 _CHILD = """
@@ -126,11 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         except OfflineMiss as e:
             fail(f"the warm step left no {plan.target.name} entry for {spec.name}: {e}")
         lib = entry.path / entry.manifest.library_file
+        check_nvcc_flags(spec, entry.manifest.build_log, arch_gencode_flags(plan.target.archs))
         want_elf, want_ptx = set(sass_archs(plan.target.archs)), set(ptx_archs(plan.target.archs))
         got_elf, got_ptx = listed(args.cuobjdump, "--list-elf", lib), listed(args.cuobjdump, "--list-ptx", lib)
         if got_elf != want_elf or got_ptx != want_ptx:
             fail(f"{lib}: cuobjdump lists SASS {sorted(got_elf)} and PTX {sorted(got_ptx)}; "
                  f"expected exactly SASS {sorted(want_elf)} and PTX {sorted(want_ptx)}")
+        print(f"  nvcc  {spec.name}: exactly {' '.join(arch_gencode_flags(plan.target.archs))}", flush=True)
         print(f"  elf   {spec.name} ({plan.target.name}): {', '.join(sorted(got_elf))}"
               f"{'; ptx ' + ', '.join(sorted(got_ptx)) if got_ptx else ''}", flush=True)
         load_s = check_loads_without_gpu(spec, args.arch)

@@ -112,3 +112,32 @@ def test_wrapper_script_on_path_is_passed_over(tmp_path: Path, monkeypatch: pyte
     else:
         with pytest.raises(ToolchainError, match="not inside a CUDA toolkit"):
             toolchain.find_nvcc(gpu_system(None), "softmax")
+
+
+def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpp_extension adds its own arch flags unless ours are there; and its CUDA_HOME is the chosen toolkit's."""
+    import torch.utils.cpp_extension as ce
+
+    from jitops import build
+    from jitops.archs import arch_gencode_flags
+
+    kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")  # must not reach nvcc: jitops decided the archs
+    saved_home = ce.CUDA_HOME
+    spec = loader.registry().library("softmax")
+    gencode = arch_gencode_flags(("8.0", "9.0+PTX"))
+    (tmp_path / "build").mkdir()
+    job = build.BuildJob(
+        library="softmax", target="cuda-sm80-sm90ptx", device="cuda", namespace="jitops_softmax_0123",
+        sources=tuple(spec.root / s for s in spec.sources_for("cuda")), include_dirs=(spec.root,),
+        cflags=("-O3",), cuda_cflags=("-O3", *gencode), ldflags=(), cxx="/usr/bin/c++", ninja="ninja",
+        nvcc=str(kit / "bin" / "nvcc"), build_dir=tmp_path / "build", env={},
+    )
+    lines = build.write_ninja_file(job).read_text().splitlines()
+    value = {ln.split(" = ", 1)[0]: ln.split(" = ", 1)[1] for ln in lines if " = " in ln and not ln.startswith(" ")}
+    assert value["nvcc"] == str(kit / "bin" / "nvcc")
+    assert [w for w in value["cuda_cflags"].split() if "arch" in w] == list(gencode)
+    assert f"{kit}/include" in value["cuda_cflags"].split()
+    assert f"-L{kit}/lib64" in value["ldflags"].split()
+    assert "cuda_compile" in "\n".join(lines) and "softmax_cuda.cu" in "\n".join(lines)
+    assert ce.CUDA_HOME == saved_home  # put back
