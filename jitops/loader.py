@@ -24,6 +24,7 @@ from . import fsutil, toolchain
 from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests
 from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError
 from .spec import OpSpec, Registry, validate_name
+from .toolchain import check_nvcc_matches_torch
 from .archs import check_runnable, runnable_code
 from .target import SCRUBBED_ENV_VARS, System, Target, choose_target, extra_env_flags, probe
 
@@ -171,23 +172,6 @@ def find_compatible(plan: Plan) -> tuple[Path, Manifest] | None:
         except EntryProblem:
             continue
     return None
-
-
-def check_nvcc_matches_torch(nvcc_version: str, torch_cuda: str | None, op: str) -> None:
-    """ToolchainError, before any compile, when nvcc's CUDA major differs from torch's."""
-    release = toolchain.nvcc_release(nvcc_version)
-    if torch_cuda is None:
-        return
-    if release is None:
-        log.warning("cannot tell the CUDA version of nvcc from %r; not checking it against torch's %s",
-                    nvcc_version, torch_cuda)
-        return
-    if str(release[0]) != torch_cuda.split(".")[0]:
-        raise ToolchainError(
-            f"cannot build op {op!r} for cuda: nvcc is CUDA {release[0]}.{release[1]} but torch was built with "
-            f"CUDA {torch_cuda}; the major versions must match. Fix: set CUDA_HOME to a CUDA {torch_cuda.split('.')[0]}.x "
-            "toolkit, or install the torch build for your toolkit"
-        )
 
 
 # ------------------------------------------------------------------ load

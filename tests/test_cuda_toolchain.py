@@ -35,20 +35,20 @@ def test_nvcc_release_parsing(text: str, release: tuple[int, int] | None) -> Non
 
 def test_major_mismatch_shows_both_versions() -> None:
     with pytest.raises(ToolchainError) as e:
-        loader.check_nvcc_matches_torch("Cuda compilation tools, release 12.4, V12.4.131", "13.0", "softmax")
+        toolchain.check_nvcc_matches_torch("Cuda compilation tools, release 12.4, V12.4.131", "13.0", "softmax")
     msg = str(e.value)
     assert "nvcc is CUDA 12.4" in msg and "torch was built with CUDA 13.0" in msg
     assert "'softmax'" in msg and "CUDA_HOME" in msg
 
 
 def test_minor_difference_is_fine() -> None:
-    loader.check_nvcc_matches_torch("Cuda compilation tools, release 13.1, V13.1.80", "13.0", "softmax")
-    loader.check_nvcc_matches_torch("release 12.4, V12.4.131", None, "softmax")  # CPU torch: nothing to compare
+    toolchain.check_nvcc_matches_torch("Cuda compilation tools, release 13.1, V13.1.80", "13.0", "softmax")
+    toolchain.check_nvcc_matches_torch("release 12.4, V12.4.131", None, "softmax")  # CPU torch: nothing to compare
 
 
 def test_unreadable_version_warns_and_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="jitops"):
-        loader.check_nvcc_matches_torch("weird wrapper 1.0", "13.0", "softmax")
+        toolchain.check_nvcc_matches_torch("weird wrapper 1.0", "13.0", "softmax")
     assert "cannot tell the CUDA version of nvcc from 'weird wrapper 1.0'" in caplog.text
 
 
