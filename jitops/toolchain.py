@@ -122,6 +122,23 @@ def nvcc_release(version: str) -> tuple[int, int] | None:
     return None
 
 
+def check_nvcc_matches_torch(nvcc_version: str, torch_cuda: str | None, op: str) -> None:
+    """ToolchainError, before any compile, when nvcc's CUDA major differs from torch's."""
+    release = nvcc_release(nvcc_version)
+    if torch_cuda is None:
+        return
+    if release is None:
+        log.warning("cannot tell the CUDA version of nvcc from %r; not checking it against torch's %s",
+                    nvcc_version, torch_cuda)
+        return
+    if str(release[0]) != torch_cuda.split(".")[0]:
+        raise ToolchainError(
+            f"cannot build op {op!r} for cuda: nvcc is CUDA {release[0]}.{release[1]} but torch was built with "
+            f"CUDA {torch_cuda}; the major versions must match. Fix: set CUDA_HOME to a CUDA {torch_cuda.split('.')[0]}.x "
+            "toolkit, or install the torch build for your toolkit"
+        )
+
+
 def _fingerprint(path: str) -> str:
     st = os.stat(path)
     raw = f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
@@ -176,20 +193,3 @@ def identify(path: str, cache_dir: Path | None) -> str:
 
 def tool(name: str, path: str, cache_dir: Path | None) -> Tool:
     return Tool(name, path, identify(path, cache_dir))
-
-
-def check_nvcc_matches_torch(nvcc_version: str, torch_cuda: str | None, op: str) -> None:
-    """ToolchainError, before any compile, when nvcc's CUDA major differs from torch's."""
-    release = nvcc_release(nvcc_version)
-    if torch_cuda is None:
-        return
-    if release is None:
-        log.warning("cannot tell the CUDA version of nvcc from %r; not checking it against torch's %s",
-                    nvcc_version, torch_cuda)
-        return
-    if str(release[0]) != torch_cuda.split(".")[0]:
-        raise ToolchainError(
-            f"cannot build op {op!r} for cuda: nvcc is CUDA {release[0]}.{release[1]} but torch was built with "
-            f"CUDA {torch_cuda}; the major versions must match. Fix: set CUDA_HOME to a CUDA {torch_cuda.split('.')[0]}.x "
-            "toolkit, or install the torch build for your toolkit"
-        )
