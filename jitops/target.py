@@ -190,7 +190,7 @@ def choose_target(system: System, device: str | None = None, archs: str | tuple[
         raise TargetError(
             "cannot choose CUDA archs to build for: no arch list was given, "
             f"TORCH_CUDA_ARCH_LIST {env_why}, and no GPU is visible to read its compute capability from. "
-            "Fix: name the archs explicitly, e.g. `jitops warm --all --device cuda --arch 8.0,9.0` "
+            "Fix: name the archs explicitly, e.g. `jitops warm --device cuda --arch 8.0,9.0 --all` "
             "(or archs='8.0,9.0', or TORCH_CUDA_ARCH_LIST='8.0;9.0')"
         )
     return Target("cuda", system.cpu_capability, arch_list)
