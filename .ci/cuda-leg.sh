@@ -23,7 +23,7 @@ archs=${JITOPS_CUDA_ARCHS:-8.0,9.0}
 torch_req="torch==2.14.1"
 
 elapsed() { echo $(( $(date +%s) - leg_start )); }
-left() { echo $(( budget - $(elapsed) )); }
+left() { local l=$(( budget - $(elapsed) )); echo $(( l > 1 ? l : 1 )); }  # never 0: timeout 0 means no limit
 skip() {
   echo "cuda-leg: SKIPPED: $*"
   if [ "${JITOPS_CUDA_LEG_REQUIRED:-0}" = 1 ]; then echo "cuda-leg: JITOPS_CUDA_LEG_REQUIRED=1, so this fails"; exit 1; fi
@@ -45,7 +45,7 @@ echo "cuda-leg: nvcc $nvcc: $("$nvcc" --version | grep -o 'release [0-9.]*' || e
 # --- the second venv, with the CUDA build of torch
 t=$(date +%s)
 py="$venv/bin/python"
-has_cuda_torch() { [ -x "$py" ] && "$py" -c "import torch, sys; sys.exit(0 if torch.version.cuda else 1)" 2>/dev/null; }
+has_cuda_torch() { [ -x "$py" ] && "$py" -c "import pytest, torch, sys; sys.exit(0 if torch.version.cuda else 1)" 2>/dev/null; }
 if has_cuda_torch; then
   echo "cuda-leg: reusing $venv"
 else
