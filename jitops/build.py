@@ -221,15 +221,31 @@ def _cuda_home(ce: Any, nvcc: str | None) -> Iterator[None]:
             ce.CUDA_HOME = saved
 
 
+def cuda_library_includes() -> tuple[str, ...]:
+    """Header dirs of the CUDA libraries torch's wheel installs (``site-packages/nvidia/*/include``).
+
+    <ATen/cuda/CUDAContext.h> includes cusparse.h and cublas_v2.h, which a
+    minimal toolkit (nvcc + cudart) lacks; the pip packages torch links
+    against carry them. They are searched after the toolkit's include dir,
+    so the toolkit's own headers win where both have one.
+    """
+    import importlib.util
+
+    found = importlib.util.find_spec("nvidia")
+    locations = list(found.submodule_search_locations or []) if found is not None else []
+    return tuple(sorted(str(p) for loc in locations for p in Path(loc).glob("*/include") if p.is_dir()))
+
+
 def write_ninja_file(job: BuildJob) -> Path:
     """Have cpp_extension write build.ninja, then pin the exact compilers."""
     import torch.utils.cpp_extension as ce
 
     with_cuda = job.device == "cuda"
     path = job.build_dir / "build.ninja"
-    cflags = [*job.cflags, f"-DJITOPS_NS={job.namespace}"] + (["-DJITOPS_WITH_CUDA"] if with_cuda else [])
+    libs = [f for d in cuda_library_includes() for f in ("-isystem", d)] if with_cuda else []
+    cflags = [*job.cflags, f"-DJITOPS_NS={job.namespace}"] + (["-DJITOPS_WITH_CUDA", *libs] if with_cuda else [])
     # The -gencode flags in cuda_cflags make cpp_extension add no arch flags of its own.
-    cuda_cflags = [*job.cuda_cflags, f"-DJITOPS_NS={job.namespace}", "-DJITOPS_WITH_CUDA"] if with_cuda else []
+    cuda_cflags = [*job.cuda_cflags, f"-DJITOPS_NS={job.namespace}", "-DJITOPS_WITH_CUDA", *libs] if with_cuda else []
     with _cuda_home(ce, job.nvcc if with_cuda else None):
         ldflags = ce._prepare_ldflags(list(job.ldflags), with_cuda, False, False, False)
         if "-ltorch_python" in ldflags:

@@ -115,7 +115,8 @@ def test_wrapper_script_on_path_is_passed_over(tmp_path: Path, monkeypatch: pyte
 
 
 def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """cpp_extension adds its own arch flags unless ours are there; and its CUDA_HOME is the chosen toolkit's."""
+    """cpp_extension adds its own arch flags unless ours are there; its CUDA_HOME is the chosen toolkit's;
+    the CUDA libraries' headers from torch's wheels come after the toolkit's."""
     import torch.utils.cpp_extension as ce
 
     from jitops import build
@@ -123,6 +124,10 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
 
     kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")  # must not reach nvcc: jitops decided the archs
+    (tmp_path / "site" / "nvidia" / "cu13" / "include").mkdir(parents=True)  # as torch's CUDA wheels install it
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    libs = str(tmp_path / "site" / "nvidia" / "cu13" / "include")
+    assert libs in build.cuda_library_includes()
     saved_home = ce.CUDA_HOME
     spec = loader.registry().library("softmax")
     gencode = arch_gencode_flags(("8.0", "9.0+PTX"))
@@ -137,7 +142,9 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
     value = {ln.split(" = ", 1)[0]: ln.split(" = ", 1)[1] for ln in lines if " = " in ln and not ln.startswith(" ")}
     assert value["nvcc"] == str(kit / "bin" / "nvcc")
     assert [w for w in value["cuda_cflags"].split() if "arch" in w] == list(gencode)
-    assert f"{kit}/include" in value["cuda_cflags"].split()
+    words = value["cuda_cflags"].split()
+    assert words.index(f"{kit}/include") < words.index(libs)  # the toolkit's headers win; libraries' fill gaps
+    assert libs in value["cflags"].split()
     assert f"-L{kit}/lib64" in value["ldflags"].split()
     assert "cuda_compile" in "\n".join(lines) and "softmax_cuda.cu" in "\n".join(lines)
     assert ce.CUDA_HOME == saved_home  # put back
