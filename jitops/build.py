@@ -13,6 +13,7 @@ pair it with specs whose kernels are registered from Python.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -20,10 +21,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import BuildError, BuildInterrupted, ToolchainError
 
@@ -217,30 +220,71 @@ def _ninja_escape_path(p: str) -> str:
     return p.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
+_CUDA_HOME_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _cuda_home(ce: Any, nvcc: str | None) -> Iterator[None]:
+    """Point cpp_extension's CUDA include and library dirs at the toolkit of the chosen nvcc.
+
+    cpp_extension guesses CUDA_HOME once, at import; a wrapper script on
+    PATH (``/usr/local/bin/nvcc``) makes it guess ``/usr/local``. jitops chose
+    (and keyed) one nvcc, so its toolkit is the one to build against.
+    """
+    if nvcc is None:
+        yield
+        return
+    with _CUDA_HOME_LOCK:  # parallel warm builds write ninja files from several threads
+        saved = ce.CUDA_HOME
+        ce.CUDA_HOME = os.path.dirname(os.path.dirname(nvcc))
+        try:
+            yield
+        finally:
+            ce.CUDA_HOME = saved
+
+
+def cuda_library_includes() -> tuple[str, ...]:
+    """Header dirs of the CUDA libraries torch's wheel installs (``site-packages/nvidia/*/include``).
+
+    <ATen/cuda/CUDAContext.h> includes cusparse.h and cublas_v2.h, which a
+    minimal toolkit (nvcc + cudart) lacks; the pip packages torch links
+    against carry them. They are searched after the toolkit's include dir,
+    so the toolkit's own headers win where both have one.
+    """
+    import importlib.util
+
+    found = importlib.util.find_spec("nvidia")
+    locations = list(found.submodule_search_locations or []) if found is not None else []
+    return tuple(sorted(str(p) for loc in locations for p in Path(loc).glob("*/include") if p.is_dir()))
+
+
 def write_ninja_file(job: BuildJob) -> Path:
     """Have cpp_extension write build.ninja, then pin the exact compilers."""
     import torch.utils.cpp_extension as ce
 
     with_cuda = job.device == "cuda"
-    ldflags = ce._prepare_ldflags(list(job.ldflags), with_cuda, False, False, False)
-    if "-ltorch_python" in ldflags:
-        ldflags.remove("-ltorch_python")  # the ops use no Python C-API
     path = job.build_dir / "build.ninja"
-    cflags = [*job.cflags, f"-DJITOPS_NS={job.namespace}"] + (["-DJITOPS_WITH_CUDA"] if with_cuda else [])
-    cuda_cflags = [*job.cuda_cflags, f"-DJITOPS_NS={job.namespace}", "-DJITOPS_WITH_CUDA"] if with_cuda else []
-    ce._write_ninja_file_to_build_library(
-        str(path),
-        job.library,
-        [str(s) for s in job.sources],
-        cflags,
-        cuda_cflags,
-        [],
-        ldflags,
-        [str(d) for d in job.include_dirs],
-        with_cuda,
-        False,
-        False,
-    )
+    libs = [f for d in cuda_library_includes() for f in ("-isystem", d)] if with_cuda else []
+    cflags = [*job.cflags, f"-DJITOPS_NS={job.namespace}"] + (["-DJITOPS_WITH_CUDA", *libs] if with_cuda else [])
+    # The -gencode flags in cuda_cflags make cpp_extension add no arch flags of its own.
+    cuda_cflags = [*job.cuda_cflags, f"-DJITOPS_NS={job.namespace}", "-DJITOPS_WITH_CUDA", *libs] if with_cuda else []
+    with _cuda_home(ce, job.nvcc if with_cuda else None):
+        ldflags = ce._prepare_ldflags(list(job.ldflags), with_cuda, False, False, False)
+        if "-ltorch_python" in ldflags:
+            ldflags.remove("-ltorch_python")  # the ops use no Python C-API
+        ce._write_ninja_file_to_build_library(
+            str(path),
+            job.library,
+            [str(s) for s in job.sources],
+            cflags,
+            cuda_cflags,
+            [],
+            ldflags,
+            [str(d) for d in job.include_dirs],
+            with_cuda,
+            False,
+            False,
+        )
     text = path.read_text()
     out = []
     cflags_line = ""

@@ -24,6 +24,8 @@ from . import fsutil, toolchain
 from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests
 from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError, UnknownOpError
 from .spec import OpSpec, Registry, validate_name
+from .toolchain import check_nvcc_matches_torch
+from .archs import check_runnable, runnable_code
 from .target import SCRUBBED_ENV_VARS, System, Target, choose_target, extra_env_flags, probe
 
 log = logging.getLogger("jitops")
@@ -193,20 +195,6 @@ def find_compatible(plan: Plan) -> tuple[Path, Manifest] | None:
     return None
 
 
-def check_nvcc_matches_torch(nvcc_version: str, torch_cuda: str | None, op: str) -> None:
-    import re
-
-    m = re.search(r"release (\d+)\.(\d+)", nvcc_version) or re.search(r"V(\d+)\.(\d+)", nvcc_version)
-    if not m or not torch_cuda:
-        return
-    if m.group(1) != torch_cuda.split(".")[0]:
-        raise ToolchainError(
-            f"cannot build op {op!r} for cuda: nvcc is CUDA {m.group(1)}.{m.group(2)} but torch was built with "
-            f"CUDA {torch_cuda}; the major versions must match. Fix: set CUDA_HOME to a CUDA {torch_cuda.split('.')[0]}.x "
-            "toolkit, or install the torch build for your toolkit"
-        )
-
-
 # ------------------------------------------------------------------ load
 
 
@@ -304,7 +292,7 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
 
 def load_library(spec: OpSpec, device: str | None = None, archs: str | None = None, *, offline: bool | None = None) -> LoadedLibrary:
     """Get one library loaded: from memory, from the cache, or by building it."""
-    plan = make_plan(spec, device, archs)
+    plan = _runnable_here(make_plan(spec, device, archs), archs)
     hit = _libraries.get(plan.key)
     if hit is not None:
         return hit
@@ -317,6 +305,26 @@ def load_library(spec: OpSpec, device: str | None = None, archs: str | None = No
             if not entry.built and not (env_flag("JITOPS_OFFLINE") if offline is None else offline):
                 entry.plan.cache.record_use(entry.path)  # once per process: last use, for LRU pruning
         return hit
+
+
+def _runnable_here(plan: Plan, archs: str | None) -> Plan:
+    """Check before load: ``plan``, unless its CUDA arch list holds no code the current GPU runs.
+
+    The entry loaded for a plan holds exactly the plan's archs (they are in
+    the key, and a verified manifest's ingredients hash to it), so checking
+    here, before any build, checks the entry. A list the caller named is an
+    error; one from TORCH_CUDA_ARCH_LIST gives way, with a warning, to the
+    current GPU's own arch. Without a GPU there is nothing to check.
+    """
+    cap = plan.system.device_capability
+    if plan.target.device != "cuda" or cap is None or runnable_code(plan.target.archs, cap) is not None:
+        return plan
+    if archs:
+        check_runnable(plan.target.archs, cap, f"op library {plan.spec.name!r} built for {plan.target.name}")
+    here = f"{cap[0]}.{cap[1]}"
+    log.warning("TORCH_CUDA_ARCH_LIST=%r has no code for this GPU (compute capability %s); building %s for %s instead",
+                plan.system.env("TORCH_CUDA_ARCH_LIST"), here, plan.spec.name, here)
+    return make_plan(plan.spec, "cuda", here)
 
 
 def _writable_cache(cache: Cache) -> Cache:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import re
 import shlex
 import sys
 import sysconfig
@@ -19,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ._version import __version__
+from .archs import arch_gencode_flags, parse_arch_list
 from .errors import TargetError
 
 # Environment variables that change what the compiler produces. They are part
@@ -132,73 +132,6 @@ def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> Sys
     )
 
 
-# ---------------------------------------------------------------- CUDA archs
-
-_NAMED_ARCHS = {
-    "kepler": ("3.5", "3.7"),
-    "maxwell": ("5.0", "5.2"),
-    "pascal": ("6.0", "6.1"),
-    "volta": ("7.0",),
-    "turing": ("7.5",),
-    "ampere": ("8.0", "8.6"),
-    "ada": ("8.9",),
-    "hopper": ("9.0",),
-    "blackwell": ("10.0", "12.0"),
-}
-_ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$", re.IGNORECASE)
-
-
-def parse_arch_list(text: str) -> tuple[str, ...]:
-    """Parse a TORCH_CUDA_ARCH_LIST-style string into normalized entries.
-
-    Accepts ``;``, ``,`` or whitespace as separators, ``+PTX`` suffixes,
-    arch-specific suffixes (``9.0a``) and torch's named forms (``Ampere``).
-    The result is sorted and deduplicated, so equivalent spellings give the
-    same key and the same entry name.
-    """
-    out: set[str] = set()
-    for raw in re.split(r"[;,\s]+", text.strip()):
-        if not raw:
-            continue
-        ptx = raw.lower().endswith("+ptx")
-        base = raw[:-4] if ptx else raw
-        if base.lower() in _NAMED_ARCHS:
-            archs = _NAMED_ARCHS[base.lower()]
-            out.update(a + ("+PTX" if ptx and i == len(archs) - 1 else "") for i, a in enumerate(archs))
-            continue
-        m = _ARCH_RE.match(raw)
-        if not m:
-            raise TargetError(
-                f"invalid CUDA arch {raw!r} in {text!r}: expected entries like '8.0', '9.0a', '8.6+PTX' "
-                "or a name such as 'Ampere' (as in TORCH_CUDA_ARCH_LIST)"
-            )
-        out.add(f"{int(m.group(1))}.{int(m.group(2))}{m.group(3).lower()}{'+PTX' if m.group(4) else ''}")
-    if not out:
-        raise TargetError(f"empty CUDA arch list {text!r}")
-
-    def order(a: str) -> tuple[int, int, str]:
-        major, minor = a.split("+")[0].split(".")
-        return int(major), int(re.sub(r"\D", "", minor) or 0), a
-
-    return tuple(sorted(out, key=order))
-
-
-def arch_gencode_flags(archs: tuple[str, ...]) -> tuple[str, ...]:
-    flags = []
-    for a in archs:
-        base = a.split("+")[0]
-        num = base.replace(".", "")
-        flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
-        if a.endswith("+PTX"):
-            flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
-    return tuple(flags)
-
-
-def sass_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
-    """``("8.0", "9.0a+PTX")`` -> ``("sm_80", "sm_90a")``: what cuobjdump should list."""
-    return tuple("sm_" + a.split("+")[0].replace(".", "") for a in archs)
-
-
 # ------------------------------------------------------------------ targets
 
 
@@ -244,19 +177,21 @@ def choose_target(system: System, device: str | None = None, archs: str | tuple[
             f"cannot build for cuda: this torch ({system.torch_version}) is a CPU-only build "
             "(torch.version.cuda is None); install a CUDA build of torch, or use device='cpu'"
         )
+    env_archs = (system.env("TORCH_CUDA_ARCH_LIST") or "").strip()
     if archs:
         arch_list = parse_arch_list(archs if isinstance(archs, str) else ",".join(archs))
-    elif system.env("TORCH_CUDA_ARCH_LIST"):
-        arch_list = parse_arch_list(system.env("TORCH_CUDA_ARCH_LIST") or "")
+    elif env_archs and env_archs.lower() != "native":
+        arch_list = parse_arch_list(env_archs)
     elif system.device_capability is not None:
         major, minor = system.device_capability
         arch_list = (f"{major}.{minor}",)
     else:
+        env_why = "is 'native', which needs a GPU" if env_archs else "is not set"
         raise TargetError(
-            "cannot choose CUDA archs: no arch list was given (rejected: archs argument is empty), "
-            "TORCH_CUDA_ARCH_LIST is not set (rejected), and no GPU is visible to read its capability "
-            "from (rejected). Name the archs explicitly, e.g. `jitops warm --device cuda --arch 8.0,9.0` "
-            "or TORCH_CUDA_ARCH_LIST='8.0;9.0'"
+            "cannot choose CUDA archs to build for: no arch list was given, "
+            f"TORCH_CUDA_ARCH_LIST {env_why}, and no GPU is visible to read its compute capability from. "
+            "Fix: name the archs explicitly, e.g. `jitops warm --device cuda --arch 8.0,9.0 --all` "
+            "(or archs='8.0,9.0', or TORCH_CUDA_ARCH_LIST='8.0;9.0')"
         )
     return Target("cuda", system.cpu_capability, arch_list)
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -73,18 +74,69 @@ def find_ninja(op: str) -> str:
     return path
 
 
+def cuda_home_of(nvcc: str) -> str:
+    """The toolkit root of an nvcc binary: ``<root>/bin/nvcc``."""
+    return os.path.dirname(os.path.dirname(nvcc))
+
+
+def _is_toolkit_nvcc(path: str) -> bool:
+    home = cuda_home_of(path)
+    return os.access(path, os.X_OK) and os.path.isfile(os.path.join(home, "include", "cuda_runtime_api.h"))
+
+
 def find_nvcc(system: System, op: str) -> str:
+    """nvcc of a whole CUDA toolkit: ``$CUDA_HOME/bin/nvcc``, else on PATH, else /usr/local/cuda.
+
+    A candidate counts only if its toolkit root (``bin/..``) holds the CUDA
+    headers, because the build takes include and library dirs from there. A
+    wrapper script such as ``/usr/local/bin/nvcc`` is passed over for the
+    toolkit it wraps. ``CUDA_HOME``, when set, is the only candidate.
+    """
     home = system.env("CUDA_HOME")
-    candidates = [os.path.join(home, "bin", "nvcc")] if home else []
-    candidates += [p for p in (_which("nvcc"), "/usr/local/cuda/bin/nvcc") if p]
+    if home:
+        candidates = [os.path.join(home, "bin", "nvcc")]
+    else:
+        candidates = [p for p in (_which("nvcc"), "/usr/local/cuda/bin/nvcc") if p]
     for c in candidates:
-        if os.access(c, os.X_OK):
-            return os.path.realpath(c)
-    where = f"CUDA_HOME={home!r} has no bin/nvcc" if home else "nvcc is not on PATH and /usr/local/cuda/bin/nvcc is missing"
+        real = os.path.realpath(c)
+        if _is_toolkit_nvcc(real):
+            return real
+    if home:
+        where = f"CUDA_HOME={home!r} has no bin/nvcc with include/cuda_runtime_api.h beside it"
+    elif candidates:
+        where = f"{', '.join(candidates)} {'is' if len(candidates) == 1 else 'are'} not inside a CUDA toolkit"
+    else:
+        where = "nvcc is not on PATH and /usr/local/cuda/bin/nvcc is missing"
     raise ToolchainError(
-        f"cannot build op {op!r} for cuda: no nvcc found ({where}). "
+        f"cannot build op {op!r} for cuda: no usable nvcc ({where}). "
         "Fix: install the CUDA toolkit and set CUDA_HOME to it (e.g. CUDA_HOME=/usr/local/cuda)."
     )
+
+
+def nvcc_release(version: str) -> tuple[int, int] | None:
+    """``"Cuda compilation tools, release 13.0, V13.0.88"`` -> ``(13, 0)``; None if it names none."""
+    for pattern in (r"release (\d+)\.(\d+)", r"\bV(\d+)\.(\d+)", r"cuda_(\d+)\.(\d+)"):
+        m = re.search(pattern, version)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def check_nvcc_matches_torch(nvcc_version: str, torch_cuda: str | None, op: str) -> None:
+    """ToolchainError, before any compile, when nvcc's CUDA major differs from torch's."""
+    release = nvcc_release(nvcc_version)
+    if torch_cuda is None:
+        return
+    if release is None:
+        log.warning("cannot tell the CUDA version of nvcc from %r; not checking it against torch's %s",
+                    nvcc_version, torch_cuda)
+        return
+    if str(release[0]) != torch_cuda.split(".")[0]:
+        raise ToolchainError(
+            f"cannot build op {op!r} for cuda: nvcc is CUDA {release[0]}.{release[1]} but torch was built with "
+            f"CUDA {torch_cuda}; the major versions must match. Fix: set CUDA_HOME to a CUDA {torch_cuda.split('.')[0]}.x "
+            "toolkit, or install the torch build for your toolkit"
+        )
 
 
 def _fingerprint(path: str) -> str:
@@ -103,8 +155,9 @@ def _ask_version(path: str) -> str:
     lines = [ln.strip() for ln in (out.stdout or out.stderr).splitlines() if ln.strip()]
     if out.returncode != 0 or not lines:
         raise ToolchainError(f"{path} --version failed (exit {out.returncode}); is it a working compiler?")
-    # nvcc prints its release on the last line; compilers on the first.
-    return lines[-1] if "nvcc" in os.path.basename(path) else lines[0]
+    if "nvcc" in os.path.basename(path):  # "..., release 13.0, V13.0.88" then "Build cuda_13.0.r13.0/..."
+        return "; ".join(ln for ln in lines if "release" in ln or ln.startswith("Build")) or lines[-1]
+    return lines[0]
 
 
 def identify(path: str, cache_dir: Path | None, *, record: bool = True) -> str:

@@ -3,14 +3,17 @@
 // Last-dim case: one block per row, block-wide max and sum through warp
 // shuffles and shared memory. Other dims: one thread per (outer, inner)
 // column. Half and bfloat16 accumulate in float. Kernels run on the current
-// stream under a device guard.
+// stream under a device guard. Headers are c10's lean CUDA ones, not
+// <ATen/cuda/CUDAContext.h>, which also pulls in cuBLAS/cuSPARSE/cuSOLVER
+// headers: slower to parse, and absent from a minimal CUDA toolkit.
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/WrapDimMinimal.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <cfloat>
 
@@ -108,7 +111,7 @@ at::Tensor forward_cuda(const at::Tensor& x, int64_t dim) {
   int64_t inner = 1;
   for (int64_t i = d + 1; i < x.dim(); ++i) inner *= xc.size(i);
   const int64_t outer = xc.numel() / (n * inner);
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, xc.scalar_type(), op, [&] {
     const scalar_t* in = xc.const_data_ptr<scalar_t>();
     scalar_t* out = y.mutable_data_ptr<scalar_t>();
