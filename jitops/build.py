@@ -25,15 +25,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import BuildError, BuildInterrupted, ToolchainError
+from .errors import BuildError, BuildInterrupted, ConfigError, ToolchainError
 
 log = logging.getLogger("jitops")
 
 SUPERVISOR = Path(__file__).with_name("_supervise.py")
 _ERROR_RE = re.compile(r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?:fatal )?error\b[:\s]?(?P<msg>.*)$")
 _NVCC_ERROR_RE = re.compile(r"^(?P<file>[^(\s][^(]*)\((?P<line>\d+)\): error:?\s*(?P<msg>.*)$")
+# What GCC, clang, collect2 and the kernel's messages say when the OOM killer
+# took a compiler or linker (both end as SIGKILL), or when memory ran out.
 _OOM_MARKERS = ("Killed signal terminated program", "internal compiler error: Killed", "virtual memory exhausted",
-                "out of memory allocating", "cannot allocate memory")
+                "out of memory allocating", "cannot allocate memory", "unable to execute command: Killed",
+                "terminated with signal 9")
+NO_SPACE_MARKER = "No space left on device"
 MAX_ERROR_LINES = 40
 
 
@@ -122,6 +126,7 @@ def run_supervised(
     except BaseException:
         kill_group(proc)
         raise
+    proc.stdout.close()
     return rc, "".join(chunks)
 
 
@@ -294,7 +299,10 @@ def build(job: BuildJob, log_dir: Path | None, on_line: Callable[[str], None] | 
     which = job.env.get("JITOPS_BUILDER", "real")
     builder = BUILDERS.get(which)
     if builder is None:
-        raise ValueError(f"JITOPS_BUILDER={which!r}: expected one of {sorted(BUILDERS)}")
+        raise ConfigError(
+            f"cannot build {job.library!r}: JITOPS_BUILDER={which!r} is not a builder. Fix: set it to one of "
+            f"{sorted(BUILDERS)} or unset it"
+        )
     start = time.monotonic()
     try:
         rc, out, lib = builder(job, on_line)

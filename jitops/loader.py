@@ -7,6 +7,8 @@ and dlopens it: no ninja, no compiler, no subprocess, no import of
 
 from __future__ import annotations
 
+import atexit
+import errno
 import importlib
 import logging
 import os
@@ -22,7 +24,7 @@ from typing import Any
 
 from . import fsutil, toolchain
 from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests
-from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError
+from .errors import BuildError, CacheError, JitopsError, OfflineMiss, ToolchainError
 from .spec import OpSpec, Registry, validate_name
 from .target import SCRUBBED_ENV_VARS, System, Target, choose_target, extra_env_flags, probe
 
@@ -268,7 +270,7 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None) -> Entry:
     from .lock import key_lock, lock_timeout  # miss path only: keeps the warm path's imports small
 
     toolchain.find_ninja(spec.name)
-    cache = _writable_cache(plan.cache)
+    cache = _writable_cache(plan.cache, plan.what)
     if cache is not plan.cache:
         plan = Plan(plan.spec, plan.target, plan.system, plan.ingredients, plan.key, cache, plan.toolchain_error)
     with key_lock(cache.lock_path(spec.name, plan.key), plan.what, lock_timeout()):
@@ -295,14 +297,14 @@ def load_library(spec: OpSpec, device: str | None = None, archs: str | None = No
         return hit
 
 
-def _writable_cache(cache: Cache) -> Cache:
+def _writable_cache(cache: Cache, what: str) -> Cache:
     """The cache itself if it can take a build; else a private temporary one (one warning)."""
     global _private_cache
     try:
         cache.ensure_base()
         problem = cache.root_problem()
         if problem is None:
-            probe_file = cache.staging / f".probe.{os.getpid()}"
+            probe_file = cache.staging / f".probe.{os.getpid()}.{threading.get_ident()}"
             fsutil.atomic_write(probe_file, b"")
             probe_file.unlink()
             return cache
@@ -310,15 +312,16 @@ def _writable_cache(cache: Cache) -> Cache:
         problem = f"{cache.root} is not writable ({e.strerror or e})"
     if env_flag("JITOPS_STRICT"):
         raise CacheError(
-            f"cannot use the jitops cache: {problem}. Fix: make it writable by this user with mode 0700, "
+            f"cannot build {what}: the jitops cache is unusable ({problem}). Fix: make it writable by this user with mode 0700, "
             "or point JITOPS_CACHE_DIR at a directory you own (JITOPS_STRICT=1 forbids a temporary cache)"
         )
     with _state_lock:
         if _private_cache is None:
             _private_cache = Path(tempfile.mkdtemp(prefix="jitops-cache-"))
             os.chmod(_private_cache, fsutil.DIR_MODE)
+            atexit.register(shutil.rmtree, _private_cache, ignore_errors=True)
             warnings.warn(
-                f"jitops: cannot use the cache ({problem}); building into the private temporary cache "
+                f"jitops: cannot use the cache for {what} ({problem}); building into the private temporary cache "
                 f"{_private_cache} for this process. Fix: set JITOPS_CACHE_DIR to a directory you own",
                 RuntimeWarning,
                 stacklevel=3,
@@ -338,8 +341,9 @@ def _build_and_publish(plan: Plan, cache: Cache) -> Manifest:
     from .progress import BuildProgress
 
     cache.sweep_staging()
-    staging = cache.new_staging(plan.spec.name, plan.key)
+    staging: Path | None = None
     try:
+        staging = cache.new_staging(plan.spec.name, plan.key)
         build_dir = staging / "build"
         out_dir = staging / "entry"
         fsutil.makedirs(build_dir)
@@ -364,7 +368,13 @@ def _build_and_publish(plan: Plan, cache: Cache) -> Manifest:
         )
         log.info("building %s (first use; cached afterwards)", plan.what)
         with BuildProgress(plan.what):
-            result = _build.build(job, cache.logs)
+            try:
+                result = _build.build(job, cache.logs)
+            except BuildError as e:
+                if _build.NO_SPACE_MARKER in e.log:
+                    raise OSError(errno.ENOSPC, "the compiler ran out of disk space") from e
+                raise
+        toolchain.persist(cache.toolchains)  # so the next process's warm path runs no `--version`
         lib_path = out_dir / job.library_file
         shutil.copyfile(result.library, lib_path)
         os.chmod(lib_path, fsutil.LIB_MODE)
@@ -391,16 +401,15 @@ def _build_and_publish(plan: Plan, cache: Cache) -> Manifest:
         log.info("built %s in %.1fs", plan.what, result.seconds)
         return cache.verify(plan.entry, plan.key, spec.name, target.name)
     except OSError as e:
-        import errno
-
         if e.errno == errno.ENOSPC:
             raise CacheError(
                 f"no space left on the device holding {cache.root} while building {plan.what}; nothing was "
-                "published. Fix: free space (e.g. `jitops cache prune --max-size 1G`) or set JITOPS_CACHE_DIR elsewhere"
+                "published. Fix: free space on that filesystem, or set JITOPS_CACHE_DIR to one with room"
             ) from e
         raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ ops
@@ -475,6 +484,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     op = _ops.get(key)  # lock-free fast path: dict reads are atomic
     if op is not None:
         return op
+    validate_name(name)  # before the registry import or any other file access
     spec = registry().lookup(name)
     try:
         lib = load_library(spec, device)
