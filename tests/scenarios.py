@@ -14,6 +14,7 @@ import json
 import os
 import select
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,17 @@ from typing import Any
 
 import jitops
 from tests import fakelib
+
+
+_popens = [0]
+
+
+def _count_popens(event: str, args: tuple[Any, ...]) -> None:
+    if event == "subprocess.Popen":
+        _popens[0] += 1
+
+
+sys.addaudithook(_count_popens)
 
 
 def preload() -> None:
@@ -39,6 +51,7 @@ def preload() -> None:
 def get_and_check(name: str = "fakeadd") -> dict[str, Any]:
     """``jitops.get(name)`` and call it; what a worker reports."""
     fakelib.register_all()
+    before = _popens[0]
     op = jitops.get(name)
     lib = op.library
     assert lib is not None
@@ -49,7 +62,7 @@ def get_and_check(name: str = "fakeadd") -> dict[str, Any]:
 
         x = torch.randn(3, 5)
         works = bool(torch.allclose(op(x), torch.softmax(x, -1), atol=1e-6))
-    return {"pid": os.getpid(), "built": lib.built, "sha256": lib.manifest.sha256, "works": works,
+    return {"pid": os.getpid(), "built": lib.built, "subprocesses": _popens[0] - before, "sha256": lib.manifest.sha256, "works": works,
             "entry": str(lib.entry), "op_id": id(op)}
 
 
@@ -124,6 +137,41 @@ def race(n: int, name: str = "fakeadd", timeout: float = 120) -> list[dict[str, 
     replies = [collect(pid, fd, timeout) for pid, fd in workers]
     os.close(gate[0])
     return replies
+
+
+def phase(cache: Path) -> str:
+    """Where a build in ``cache`` stood (after a kill): the furthest step it reached."""
+    if list((cache / "v1" / "entries").glob("*/*/*")):
+        return "published"
+    staged = list((cache / "v1" / "staging").glob("*"))
+    if any((s / "entry" / "manifest.json").exists() for s in staged):
+        return "publishing"
+    if any((s / "build").exists() for s in staged):
+        return "building"
+    return "before-build"
+
+
+def entry_of(cache: Path) -> Path:
+    """The one entry in ``cache``."""
+    (e,) = (cache / "v1" / "entries").glob("*/*/*")
+    return e
+
+
+def get_recording(name: str = "fakeadd") -> dict[str, Any]:
+    """get_and_check, plus the inode of every library dlopened meanwhile (audit hook)."""
+    seen: list[int] = []
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "ctypes.dlopen" and args[0]:
+            try:
+                seen.append(os.stat(args[0]).st_ino)
+            except OSError:
+                pass
+
+    sys.addaudithook(hook)
+    r = get_and_check(name)
+    r["dlopened"] = seen
+    return r
 
 
 def builders_under(root: Path) -> list[str]:
