@@ -258,11 +258,14 @@ class Cache:
     def publish(self, staged_entry: Path, library: str, target: str, key: str) -> bool:
         """Rename a finished entry into place. False if another process won."""
         final = self.entry_dir(library, target, key)
+        for d in (self.base / "entries", final.parent.parent, final.parent):
+            if os.path.islink(d):  # never publish through a symlink; move the link itself away
+                self.set_aside(d, "a symbolic link inside the cache")
         fsutil.makedirs(final.parent)
         try:
             os.rename(staged_entry, final)
         except OSError as e:
-            if final.exists():
+            if os.path.lexists(final):
                 return False
             raise e
         fsutil.fsync_dir(final.parent)
@@ -309,7 +312,7 @@ class Cache:
     def iter_entries(self) -> list[Path]:
         base = self.base / "entries"
         out = []
-        if not base.is_dir():
+        if not os.path.isdir(base):
             return out
         for lib in sorted(base.iterdir()):
             if not lib.is_dir():

@@ -161,7 +161,7 @@ def find_compatible(plan: Plan) -> tuple[Path, Manifest] | None:
     """
     wanted = {k: v for k, v in plan.ingredients.items() if k not in _TOOL_INGREDIENTS}
     parent = plan.cache.entry_dir(plan.spec.name, plan.target.name, "x").parent
-    if plan.cache.root_problem() is not None or not parent.is_dir():
+    if plan.cache.root_problem() is not None or not os.path.isdir(parent):
         return None
     for entry in sorted(parent.iterdir()):
         m = plan.cache.read_manifest(entry)
@@ -220,7 +220,7 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Path, built: bool)
 def _try_cached(plan: Plan, cache: Cache) -> tuple[Manifest | None, str | None]:
     """(manifest, None) for a loadable entry; (None, why) otherwise."""
     entry = cache.entry_dir(plan.spec.name, plan.target.name, plan.key)
-    if not entry.exists() and not entry.is_symlink():
+    if not os.path.lexists(entry):  # os.path: an unreachable cache is a miss, not a PermissionError
         return None, None
     problem = cache.root_problem()
     if problem is not None:
@@ -277,7 +277,7 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None) -> Entry:
         manifest, problem = _try_cached(plan, cache)
         if manifest is not None:
             return Entry(plan, plan.entry, manifest, built=False)
-        if problem is not None and plan.entry.exists():
+        if problem is not None and os.path.lexists(plan.entry):
             cache.set_aside(plan.entry, problem)
         return Entry(plan, plan.entry, _build_and_publish(plan, cache), built=True)
 
@@ -395,11 +395,21 @@ def _build_and_publish(plan: Plan, cache: Cache) -> Manifest:
         )
         fsutil.atomic_write(out_dir / "manifest.json", manifest.to_json())  # written last
         if not cache.publish(out_dir, spec.name, target.name, plan.key):
+            try:
+                theirs = cache.verify(plan.entry, plan.key, spec.name, target.name)
+            except EntryProblem as e:  # an unusable entry that could not be set aside (not ours to move)
+                raise CacheError(
+                    f"cannot publish {plan.what}: {plan.entry} is in the way and can be neither used nor moved "
+                    f"({e}). Fix: remove that directory, or set JITOPS_CACHE_DIR to a cache you own"
+                ) from e
             log.info("another process published %s first; using its entry", plan.what)
-            theirs = cache.verify(plan.entry, plan.key, spec.name, target.name)
             return theirs
         log.info("built %s in %.1fs", plan.what, result.seconds)
-        return cache.verify(plan.entry, plan.key, spec.name, target.name)
+        try:
+            return cache.verify(plan.entry, plan.key, spec.name, target.name)
+        except EntryProblem as e:  # e.g. a directory above the entry belongs to another user
+            raise CacheError(f"built {plan.what} but cannot trust where it was published: {e}. "
+                             "Fix: set JITOPS_CACHE_DIR to a cache directory you own") from e
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise CacheError(

@@ -145,7 +145,8 @@ def _identify(path: str, fp: str, cache_dir: Path | None) -> str:
         version = _ask_version(path)
     with _memo_lock:
         _memo[fp] = (path, version)
-    if asked and cache_dir is not None and cache_dir.parent.is_dir():  # never create a cache root just for this
+    # os.path.isdir: an unreachable cache root is "absent", not a PermissionError. Never create a root just for this.
+    if asked and cache_dir is not None and os.path.isdir(cache_dir.parent):
         _record(cache_dir, fp, path, version)
     return version
 
@@ -169,7 +170,7 @@ def persist(cache_dir: Path) -> None:
     with _memo_lock:
         known = dict(_memo)
     for fp, (path, version) in known.items():
-        if not (cache_dir / f"{fp}.json").is_file():
+        if not os.path.isfile(cache_dir / f"{fp}.json"):
             _record(cache_dir, fp, path, version)
 
 
