@@ -173,12 +173,13 @@ def format_build_error(job: BuildJob, rc: int, log_text: str, log_path: Path | N
     """One screen: what failed, the first error(s) with file:line and source, where the log is."""
     head = f"building op library {job.library!r} for {job.target} failed"
     lines = [head]
-    if any(m in log_text for m in _OOM_MARKERS) or rc in (-9, 137):
+    oom = any(m in log_text for m in _OOM_MARKERS) or rc in (-9, 137)
+    if oom:
         lines.append(
             "  the compiler was killed, most likely by the out-of-memory killer. "
             f"Fix: lower parallel compiles with MAX_JOBS=1 (this build used -j{job.jobs}) or free memory."
         )
-    errors = first_errors(log_text, limit=2)
+    errors = [] if oom else first_errors(log_text, limit=2)
     for file, line, msg in errors:
         lines.append(f"{file}:{line}: error: {msg}")
         lines.extend(_excerpt(file, line))
@@ -186,6 +187,9 @@ def format_build_error(job: BuildJob, rc: int, log_text: str, log_path: Path | N
         tail = [ln for ln in log_text.splitlines() if ln.strip()][-12:]
         lines.append(f"  (exit code {rc}; no compiler error line found; last output:)")
         lines.extend("  " + ln[:200] for ln in tail)
+    else:
+        lines.append(f"Fix: correct the first error above in {errors[0][0]}; if it is a jitops source, "
+                     "report it with the full log")
     if log_path is not None:
         lines.append(f"full log: {log_path}")
     if len(lines) > MAX_ERROR_LINES:

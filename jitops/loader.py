@@ -267,9 +267,9 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None) -> Entry:
             f"{spec.name!r} ({plan.target.name}, key {plan.key[:12]}){why}. Fix: run `jitops warm {spec.exports[0]}` "
             "with the same torch, compiler and flags, or unset JITOPS_OFFLINE"
         )
+    toolchain.find_ninja(spec.name)  # a missing tool fails here, before any lock
     from .lock import key_lock, lock_timeout  # miss path only: keeps the warm path's imports small
 
-    toolchain.find_ninja(spec.name)
     cache = _writable_cache(plan.cache, plan.what)
     if cache is not plan.cache:
         plan = Plan(plan.spec, plan.target, plan.system, plan.ingredients, plan.key, cache, plan.toolchain_error)

@@ -85,8 +85,8 @@ def find_ninja(op: str) -> str:
 
 def find_nvcc(system: System, op: str) -> str:
     home = system.env("CUDA_HOME")
-    candidates = [os.path.join(home, "bin", "nvcc")] if home else []
-    candidates += [p for p in (_which("nvcc"), "/usr/local/cuda/bin/nvcc") if p]
+    # An explicit CUDA_HOME is obeyed: falling back to another toolkit would build against the wrong one.
+    candidates = [os.path.join(home, "bin", "nvcc")] if home else [p for p in (_which("nvcc"), "/usr/local/cuda/bin/nvcc") if p]
     for c in candidates:
         if os.access(c, os.X_OK):
             return os.path.realpath(c)
