@@ -177,3 +177,48 @@ def test_kills_during_real_builds(tmp_path: Path) -> None:
     assert r["final"]["ok"] and r["final"]["value"]["works"] and r["final"]["value"]["built"], r["final"]
     assert r["final_s"] <= r["build_seconds"] + 5
     print("real kills:", r["rows"], "final get", r["final_s"], "build", r["build_seconds"])
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_at_each_publish_step(tmp_path: Path) -> None:
+    """Random kills rarely land inside the millisecond-long publish, so kill there on purpose:
+    a worker SIGKILLs itself at each step (audit hook), then the next get() must succeed."""
+    out = run_py(
+        f"""
+        import os, signal, sys
+        from pathlib import Path
+        from tests import scenarios as S
+        S.preload()
+        STEPS = {{
+            "copy library into the staged entry": lambda e, a: e == "shutil.copyfile",
+            "start writing the manifest": lambda e, a: e == "open" and ".manifest.json." in str(a[0]),
+            "manifest written, before rename": lambda e, a: e == "os.rename" and "manifest.json" in str(a[1]),
+            "publish rename": lambda e, a: e == "os.rename" and "/staging/" in str(a[0]) and "/entries/" in str(a[1]),
+            "after publish, before dlopen": lambda e, a: e == "ctypes.dlopen",
+        }}
+        def die_at(step):
+            match = STEPS[step]
+            def hook(e, a):
+                if match(e, a):
+                    os.kill(os.getpid(), signal.SIGKILL)
+            sys.addaudithook(hook)
+            return S.get_and_check("fakeadd")
+        rows = []
+        for i, step in enumerate(STEPS):
+            cache = Path({str(tmp_path)!r}) / f"s{{i}}"
+            os.environ["JITOPS_CACHE_DIR"] = str(cache)
+            victim = S.call(die_at, step, timeout=30)
+            where = S.phase(cache)
+            after = S.call(S.get_and_check, "fakeadd", timeout=10)
+            rows.append({{"step": step, "victim": victim["type"], "phase": where, "after": after}})
+        S.report(rows)
+        """,
+        env=child_env(JITOPS_BUILDER="fake"),
+    )
+    rows = last_json(out.stdout)
+    assert len(rows) == 5
+    for r in rows:
+        assert r["victim"] == "died", r  # the kill happened at that step
+        assert r["after"]["ok"] and r["after"]["value"]["works"], r
+    assert [r["phase"] for r in rows] == ["building", "building", "building", "publishing", "published"]
+    assert [r["after"]["value"]["built"] for r in rows] == [True, True, True, True, False]
