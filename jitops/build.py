@@ -131,6 +131,13 @@ def run_supervised(
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a supervised build: SIGTERM lets the supervisor kill every process below it
+    (ninja runs each compile in a process group of its own); SIGKILL of its group is the fallback."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=1.5)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

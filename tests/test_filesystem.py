@@ -301,25 +301,25 @@ def test_odd_paths_and_modes_fake(tmp_path: Path, umask: int) -> None:
 @pytest.mark.timeout(300)
 def test_odd_paths_and_modes_real_compiler(tmp_path: Path) -> None:
     """The package itself and the cache under paths with spaces, quotes and unicode; umask 0."""
-    pkg = tmp_path / _ODD / "site"
+    # Known limit: a '$' in the *package* path breaks the ninja file cpp_extension writes
+    # (it escapes spaces and ':' but not '$'); the cache path may hold one.
+    pkg = tmp_path / "pkg dir 'single' \"double\" ünïcødé ✓ ;" / "site"
     shutil.copytree(REPO / "jitops", pkg / "jitops")
     shutil.copytree(REPO / "tests", pkg / "tests", ignore=shutil.ignore_patterns("test_*.py"))
     cache = tmp_path / _ODD / "cache"
     env = child_env(JITOPS_BUILDER=None, JITOPS_CACHE_DIR=str(cache))
     env["PYTHONPATH"] = str(pkg)
-    out = run_py(
-        """
-        import os
-        os.umask(0)
-        import jitops
-        from tests import scenarios as S
-        r = S.get_and_check("softmax")
-        r["jitops"] = jitops.__file__
-        S.report(r)
-        """,
-        env=env,
-        timeout=290,
-    )
+    code = """
+import os
+os.umask(0)
+import jitops
+from tests import scenarios as S
+r = S.get_and_check("softmax")
+r["jitops"] = jitops.__file__
+S.report(r)
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=pkg, capture_output=True, text=True, timeout=290)
+    assert out.returncode == 0, out.stderr
     r = last_json(out.stdout)
     assert r["works"] and r["built"] and r["jitops"].startswith(str(pkg))
     assert _modes(cache) == []
