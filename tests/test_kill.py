@@ -67,7 +67,7 @@ def test_kill_fuzz_fake_builder(tmp_path: Path) -> None:
     rows = res["rows"]
     assert len(rows) == 260
     failed = [r for r in rows if not r["ok"]]
-    assert not failed, failed[:3]
+    assert not failed, "\n".join(repr(r) for r in failed[:3])
     assert [r for r in rows if r["orphans"]] == []
     assert max(r["after_s"] for r in rows) <= res["full"] + 5
     assert sum(r["sig"] == 9 for r in rows) >= 200
