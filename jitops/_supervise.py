@@ -2,10 +2,13 @@
 
 It runs as the leader of its own process group (the caller starts it with
 ``start_new_session=True``), asks the kernel for SIGTERM when its parent dies
-(Linux ``PR_SET_PDEATHSIG``), and on SIGTERM, SIGINT or SIGHUP stops ninja
-(which stops the compiles it runs in groups of their own) and kills its whole
-group: ninja, the compiler driver and cc1plus included. So no compiler keeps
-running or writing once the process that asked for the build is gone.
+(Linux ``PR_SET_PDEATHSIG``), and on SIGTERM, SIGINT or SIGHUP kills every
+process below it. A process group is not enough: ninja puts each compile
+command in a process group of its own. So the supervisor is also a child
+subreaper (``PR_SET_CHILD_SUBREAPER``): a compiler orphaned by a dying ninja
+is re-parented to it, and the sweep walks ``/proc`` until no descendant is
+left. No compiler keeps running or writing once the process that asked for
+the build is gone.
 
 Standard library only, no jitops or torch import: it starts in milliseconds.
 """
@@ -16,46 +19,69 @@ import subprocess
 import sys
 import time
 
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
-_child_pid = 0
+
+def _descendants():
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    found, todo = [], [os.getpid()]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            found.append(c)
+            todo.append(c)
+    return found
 
 
-def _kill_group(signum=None, frame=None):
-    # ninja runs every compile in a process group of its own, so killing our
-    # group alone would orphan the compilers. SIGTERM to ninja first: it
-    # forwards the signal to each compile's group. Then SIGKILL what is left.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def _kill_all(signum=None, frame=None):
     try:
-        if _child_pid:
-            try:
-                os.kill(_child_pid, signal.SIGTERM)
-                for _ in range(60):  # up to 3 s for ninja to stop its compiles
-                    if os.waitpid(_child_pid, os.WNOHANG)[0]:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            pids = _descendants() if os.path.isdir("/proc/self") else []
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            while True:  # reap what died (orphans re-parented to us included)
+                try:
+                    if os.waitpid(-1, os.WNOHANG)[0] == 0:
                         break
-                    time.sleep(0.05)
-            except OSError:
-                pass
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+                except ChildProcessError:
+                    break
+            if not pids:
+                break
+            time.sleep(0.005)
     finally:
-        os._exit(128 + (signum or signal.SIGKILL))
+        try:
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        finally:
+            os._exit(128 + (signum or signal.SIGKILL))
 
 
 def main() -> int:
     parent = int(sys.argv[1])
     cmd = sys.argv[2:]
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _kill_group)
+        signal.signal(sig, _kill_all)
     if sys.platform.startswith("linux"):
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the request took effect
-        _kill_group(signal.SIGTERM)
-    global _child_pid
+        _kill_all(signal.SIGTERM)
     proc = subprocess.Popen(cmd)
-    _child_pid = proc.pid
     rc = proc.wait()
     return rc if rc >= 0 else 128 - rc
 

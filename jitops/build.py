@@ -28,15 +28,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BuildError, BuildInterrupted, ToolchainError
+from .errors import BuildError, BuildInterrupted, ConfigError, ToolchainError
 
 log = logging.getLogger("jitops")
 
 SUPERVISOR = Path(__file__).with_name("_supervise.py")
 _ERROR_RE = re.compile(r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?:fatal )?error\b[:\s]?(?P<msg>.*)$")
 _NVCC_ERROR_RE = re.compile(r"^(?P<file>[^(\s][^(]*)\((?P<line>\d+)\): error:?\s*(?P<msg>.*)$")
+# What GCC, clang, collect2 and the kernel's messages say when the OOM killer
+# took a compiler or linker (both end as SIGKILL), or when memory ran out.
 _OOM_MARKERS = ("Killed signal terminated program", "internal compiler error: Killed", "virtual memory exhausted",
-                "out of memory allocating", "cannot allocate memory")
+                "out of memory allocating", "cannot allocate memory", "unable to execute command: Killed",
+                "terminated with signal 9")
+NO_SPACE_MARKER = "No space left on device"
 MAX_ERROR_LINES = 40
 MAX_LINE_CHARS = 200  # template errors can run to thousands of characters
 
@@ -126,15 +130,16 @@ def run_supervised(
     except BaseException:
         kill_group(proc)
         raise
+    proc.stdout.close()
     return rc, "".join(chunks)
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a supervised build: SIGTERM lets the supervisor stop ninja and the compiles
-    ninja runs in process groups of their own; SIGKILL to the group is the fallback."""
+    """Stop a supervised build: SIGTERM lets the supervisor kill every process below it
+    (ninja runs each compile in a process group of its own); SIGKILL of its group is the fallback."""
     try:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=5)
+        proc.wait(timeout=1.5)
     except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
         pass
     try:
@@ -191,12 +196,13 @@ def format_build_error(job: BuildJob, rc: int, log_text: str, log_path: Path | N
     """One screen: what failed, the first error(s) with file:line and source, where the log is."""
     head = f"building op library {job.library!r} for {job.target} failed"
     lines = [head]
-    if any(m in log_text for m in _OOM_MARKERS) or rc in (-9, 137):
+    oom = any(m in log_text for m in _OOM_MARKERS) or rc in (-9, 137)
+    if oom:
         lines.append(
             "  the compiler was killed, most likely by the out-of-memory killer. "
             f"Fix: lower parallel compiles with MAX_JOBS=1 (this build used -j{job.jobs}) or free memory."
         )
-    errors = error_sites(log_text, limit=2)
+    errors = [] if oom else error_sites(log_text, limit=2)
     for file, line, col, msg in errors:
         if len(msg) > MAX_LINE_CHARS:
             msg = msg[: MAX_LINE_CHARS - 3] + "..."
@@ -206,6 +212,9 @@ def format_build_error(job: BuildJob, rc: int, log_text: str, log_path: Path | N
         tail = [ln for ln in log_text.splitlines() if ln.strip()][-12:]
         lines.append(f"  (exit code {rc}; no compiler error line found; last output:)")
         lines.extend("  " + ln[:MAX_LINE_CHARS] for ln in tail)
+    else:
+        lines.append(f"Fix: correct the first error above in {errors[0][0]}; if it is a jitops source, "
+                     "report it with the full log")
     if log_path is not None:
         lines.append(f"full log: {log_path}")
     if len(lines) > MAX_ERROR_LINES:
@@ -360,7 +369,10 @@ def build(job: BuildJob, log_dir: Path | None, on_line: Callable[[str], None] | 
     which = job.env.get("JITOPS_BUILDER", "real")
     builder = BUILDERS.get(which)
     if builder is None:
-        raise ValueError(f"JITOPS_BUILDER={which!r}: expected one of {sorted(BUILDERS)}")
+        raise ConfigError(
+            f"cannot build {job.library!r}: JITOPS_BUILDER={which!r} is not a builder. Fix: set it to one of "
+            f"{sorted(BUILDERS)} or unset it"
+        )
     start = time.monotonic()
     try:
         rc, out, lib = builder(job, on_line)

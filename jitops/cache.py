@@ -39,7 +39,7 @@ log = logging.getLogger("jitops")
 
 LAYOUT = "v1"
 MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2  # 2: canonical bytes + self-digest, so any changed byte is detected
 KEY_CHARS = 32  # 128 bits of sha256 in paths
 MAX_MANIFEST_BYTES = 4 << 20
 STAGING_MAX_AGE = 3600.0  # seconds; older staging dirs are swept
@@ -114,9 +114,18 @@ class Manifest:
     ingredients: dict[str, Any]
     build_log: str
 
+    def _body(self) -> dict[str, Any]:
+        return {"format": MANIFEST_FORMAT, **self.__dict__}
+
     def to_json(self) -> bytes:
-        data = {"format": MANIFEST_FORMAT, **self.__dict__}
-        return json.dumps(data, indent=1, sort_keys=True).encode()
+        """Canonical JSON (sorted keys, no spaces) carrying the sha256 of its own body.
+
+        ``parse`` demands exactly these bytes back, so a flipped or truncated
+        byte anywhere in the file, even in a field nothing else checks (the
+        build log) or in insignificant whitespace, is detected.
+        """
+        body = self._body()
+        return _canonical({**body, "digest": hashlib.sha256(_canonical(body)).hexdigest()})
 
     @classmethod
     def parse(cls, raw: bytes) -> Manifest:
@@ -135,7 +144,13 @@ class Manifest:
                 raise ValueError(f"manifest field {f!r} has the wrong type")
         if not re.fullmatch(r"lib[a-z0-9_]+\.so", m.library_file):
             raise ValueError(f"manifest names an unexpected library file {m.library_file!r}")
+        if raw != m.to_json():
+            raise ValueError("manifest bytes do not match their digest (damaged or edited)")
         return m
+
+
+def _canonical(data: Mapping[str, Any]) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
 
 
 class EntryProblem(Exception):
@@ -243,11 +258,14 @@ class Cache:
     def publish(self, staged_entry: Path, library: str, target: str, key: str) -> bool:
         """Rename a finished entry into place. False if another process won."""
         final = self.entry_dir(library, target, key)
+        for d in (self.base / "entries", final.parent.parent, final.parent):
+            if os.path.islink(d):  # never publish through a symlink; move the link itself away
+                self.set_aside(d, "a symbolic link inside the cache")
         fsutil.makedirs(final.parent)
         try:
             os.rename(staged_entry, final)
         except OSError as e:
-            if final.exists():
+            if os.path.lexists(final):
                 return False
             raise e
         fsutil.fsync_dir(final.parent)
@@ -317,7 +335,7 @@ class Cache:
     def iter_entries(self) -> list[Path]:
         base = self.base / "entries"
         out = []
-        if not base.is_dir():
+        if not os.path.isdir(base):
             return out
         for lib in sorted(base.iterdir()):
             if not lib.is_dir():

@@ -63,6 +63,10 @@ class OfflineMiss(JitopsError, LookupError):
     """JITOPS_OFFLINE=1 and the cache has no usable entry for this op and target."""
 
 
+class ConfigError(JitopsError, ValueError):
+    """A JITOPS_* environment variable has a value jitops cannot use."""
+
+
 class TargetError(JitopsError, RuntimeError):
     """No device target can be built or loaded here; the message lists each candidate and why."""
 

@@ -7,6 +7,8 @@ and dlopens it: no ninja, no compiler, no subprocess, no import of
 
 from __future__ import annotations
 
+import atexit
+import errno
 import importlib
 import logging
 import os
@@ -22,7 +24,7 @@ from typing import Any
 
 from . import fsutil, toolchain
 from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests
-from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError, UnknownOpError
+from .errors import BuildError, CacheError, JitopsError, OfflineMiss, ToolchainError, UnknownOpError
 from .spec import OpSpec, Registry, validate_name
 from .toolchain import check_nvcc_matches_torch
 from .archs import check_runnable, runnable_code
@@ -182,7 +184,7 @@ def find_compatible(plan: Plan) -> tuple[Path, Manifest] | None:
     """
     wanted = {k: v for k, v in plan.ingredients.items() if k not in _TOOL_INGREDIENTS}
     parent = plan.cache.entry_dir(plan.spec.name, plan.target.name, "x").parent
-    if plan.cache.root_problem() is not None or not parent.is_dir():
+    if plan.cache.root_problem() is not None or not os.path.isdir(parent):
         return None
     for entry in sorted(parent.iterdir()):
         m = plan.cache.read_manifest(entry)
@@ -227,7 +229,7 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Path, built: bool)
 def _try_cached(plan: Plan, cache: Cache) -> tuple[Manifest | None, str | None]:
     """(manifest, None) for a loadable entry; (None, why) otherwise."""
     entry = cache.entry_dir(plan.spec.name, plan.target.name, plan.key)
-    if not entry.exists() and not entry.is_symlink():
+    if not os.path.lexists(entry):  # os.path: an unreachable cache is a miss, not a PermissionError
         return None, None
     problem = cache.root_problem()
     if problem is not None:
@@ -275,17 +277,17 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
             f"{spec.name!r} ({plan.target.name}, key {plan.key[:12]}){why}. Fix: run `jitops warm {spec.exports[0]}` "
             "with the same torch, compiler and flags, or unset JITOPS_OFFLINE"
         )
+    toolchain.find_ninja(spec.name)  # a missing tool fails here, before any lock
     from .lock import key_lock, lock_timeout  # miss path only: keeps the warm path's imports small
 
-    toolchain.find_ninja(spec.name)
-    cache = _writable_cache(plan.cache)
+    cache = _writable_cache(plan.cache, plan.what)
     if cache is not plan.cache:
         plan = Plan(plan.spec, plan.target, plan.system, plan.ingredients, plan.key, cache, plan.toolchain_error)
     with key_lock(cache.lock_path(spec.name, plan.key), plan.what, lock_timeout()):
         manifest, problem = _try_cached(plan, cache)
         if manifest is not None:
             return Entry(plan, plan.entry, manifest, built=False)
-        if problem is not None and plan.entry.exists():
+        if problem is not None and os.path.lexists(plan.entry):
             cache.set_aside(plan.entry, problem)
         return Entry(plan, plan.entry, _build_and_publish(plan, cache, jobs), built=True)
 
@@ -327,14 +329,14 @@ def _runnable_here(plan: Plan, archs: str | None) -> Plan:
     return make_plan(plan.spec, "cuda", here)
 
 
-def _writable_cache(cache: Cache) -> Cache:
+def _writable_cache(cache: Cache, what: str) -> Cache:
     """The cache itself if it can take a build; else a private temporary one (one warning)."""
     global _private_cache
     try:
         cache.ensure_base()
         problem = cache.root_problem()
         if problem is None:
-            probe_file = cache.staging / f".probe.{os.getpid()}"
+            probe_file = cache.staging / f".probe.{os.getpid()}.{threading.get_ident()}"
             fsutil.atomic_write(probe_file, b"")
             probe_file.unlink()
             return cache
@@ -342,15 +344,16 @@ def _writable_cache(cache: Cache) -> Cache:
         problem = f"{cache.root} is not writable ({e.strerror or e})"
     if env_flag("JITOPS_STRICT"):
         raise CacheError(
-            f"cannot use the jitops cache: {problem}. Fix: make it writable by this user with mode 0700, "
+            f"cannot build {what}: the jitops cache is unusable ({problem}). Fix: make it writable by this user with mode 0700, "
             "or point JITOPS_CACHE_DIR at a directory you own (JITOPS_STRICT=1 forbids a temporary cache)"
         )
     with _state_lock:
         if _private_cache is None:
             _private_cache = Path(tempfile.mkdtemp(prefix="jitops-cache-"))
             os.chmod(_private_cache, fsutil.DIR_MODE)
+            atexit.register(shutil.rmtree, _private_cache, ignore_errors=True)
             warnings.warn(
-                f"jitops: cannot use the cache ({problem}); building into the private temporary cache "
+                f"jitops: cannot use the cache for {what} ({problem}); building into the private temporary cache "
                 f"{_private_cache} for this process. Fix: set JITOPS_CACHE_DIR to a directory you own",
                 RuntimeWarning,
                 stacklevel=3,
@@ -370,8 +373,9 @@ def _build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Man
     from .progress import BuildProgress
 
     cache.sweep_staging()
-    staging = cache.new_staging(plan.spec.name, plan.key)
+    staging: Path | None = None
     try:
+        staging = cache.new_staging(plan.spec.name, plan.key)
         build_dir = staging / "build"
         out_dir = staging / "entry"
         fsutil.makedirs(build_dir)
@@ -396,7 +400,13 @@ def _build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Man
         )
         log.info("building %s (first use; cached afterwards)", plan.what)
         with BuildProgress(plan.what):
-            result = _build.build(job, cache.logs)
+            try:
+                result = _build.build(job, cache.logs)
+            except BuildError as e:
+                if _build.NO_SPACE_MARKER in e.log:
+                    raise OSError(errno.ENOSPC, "the compiler ran out of disk space") from e
+                raise
+        toolchain.persist(cache.toolchains)  # so the next process's warm path runs no `--version`
         lib_path = out_dir / job.library_file
         shutil.copyfile(result.library, lib_path)
         os.chmod(lib_path, fsutil.LIB_MODE)
@@ -417,22 +427,31 @@ def _build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Man
         )
         fsutil.atomic_write(out_dir / "manifest.json", manifest.to_json())  # written last
         if not cache.publish(out_dir, spec.name, target.name, plan.key):
+            try:
+                theirs = cache.verify(plan.entry, plan.key, spec.name, target.name)
+            except EntryProblem as e:  # an unusable entry that could not be set aside (not ours to move)
+                raise CacheError(
+                    f"cannot publish {plan.what}: {plan.entry} is in the way and can be neither used nor moved "
+                    f"({e}). Fix: remove that directory, or set JITOPS_CACHE_DIR to a cache you own"
+                ) from e
             log.info("another process published %s first; using its entry", plan.what)
-            theirs = cache.verify(plan.entry, plan.key, spec.name, target.name)
             return theirs
         log.info("built %s in %.1fs", plan.what, result.seconds)
-        return cache.verify(plan.entry, plan.key, spec.name, target.name)
+        try:
+            return cache.verify(plan.entry, plan.key, spec.name, target.name)
+        except EntryProblem as e:  # e.g. a directory above the entry belongs to another user
+            raise CacheError(f"built {plan.what} but cannot trust where it was published: {e}. "
+                             "Fix: set JITOPS_CACHE_DIR to a cache directory you own") from e
     except OSError as e:
-        import errno
-
         if e.errno == errno.ENOSPC:
             raise CacheError(
                 f"no space left on the device holding {cache.root} while building {plan.what}; nothing was "
-                "published. Fix: free space (e.g. `jitops cache prune --max-size 1G`) or set JITOPS_CACHE_DIR elsewhere"
+                "published. Fix: free space on that filesystem, or set JITOPS_CACHE_DIR to one with room"
             ) from e
         raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ ops
@@ -502,6 +521,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     op = _ops.get(key)  # lock-free fast path: dict reads are atomic
     if op is not None:
         return op
+    validate_name(name)  # before the registry import or any other file access
     spec = lookup(name)
     try:
         lib = load_library(spec, device)

@@ -23,7 +23,7 @@ from pathlib import Path
 import filelock
 
 from . import fsutil
-from .errors import LockTimeout
+from .errors import ConfigError, LockTimeout
 
 log = logging.getLogger("jitops")
 
@@ -44,7 +44,10 @@ def lock_timeout() -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"JITOPS_LOCK_TIMEOUT={raw!r} is not a number of seconds") from None
+        raise ConfigError(
+            f"JITOPS_LOCK_TIMEOUT={raw!r} is not a number of seconds. Fix: set it to e.g. 600, or unset it to wait "
+            "as long as the build takes"
+        ) from None
     return value if value >= 0 else None
 
 
@@ -55,6 +58,19 @@ def _holder_text(holder: Path) -> str:
         return f"pid {info['pid']} on {info['host']}, building for {age:.0f}s"
     except (OSError, ValueError, KeyError, TypeError):
         return "holder unknown"
+
+
+def _reset_after_fork() -> None:
+    # A child forked while a thread of its parent held a key (a DataLoader
+    # worker forked during a build) must not wait for a thread it does not
+    # have. The parent's OS lock stays the parent's: the child's own attempt
+    # opens the lock file anew and waits for that build like any process.
+    global _thread_locks_guard
+    _thread_locks_guard = threading.Lock()
+    _thread_locks.clear()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def _thread_lock(path: Path) -> threading.Lock:

@@ -14,6 +14,7 @@ import platform
 import shlex
 import sys
 import sysconfig
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -34,6 +35,14 @@ BUILD_ENV_VARS = (
     "NVCC_PREPEND_FLAGS",
     "NVCC_APPEND_FLAGS",
     "CUDA_HOME",
+    # Read by torch.utils.cpp_extension in-process while it writes the ninja
+    # file (include and library paths), so scrubbing cannot reach them.
+    "CUDA_PATH",
+    "CUDA_INC_PATH",
+    "CUDNN_HOME",
+    "CUDNN_PATH",
+    # The test seam that swaps the compiler for a fake one (build.py).
+    "JITOPS_BUILDER",
 )
 SCRUBBED_ENV_VARS = (
     "CPATH",
@@ -45,11 +54,13 @@ SCRUBBED_ENV_VARS = (
     "DEPENDENCIES_OUTPUT",
     "SUNPRO_DEPENDENCIES",
     "NVCC_CCBIN",
-    "CUDA_PATH",
     "TORCH_NVCC_FLAGS",
     "PYTORCH_NVCC",
     "CCACHE_DISABLE",
     "CCACHE_PREFIX",
+    "OBJC_INCLUDE_PATH",
+    "LD_RUN_PATH",
+    "SOURCE_DATE_EPOCH",
 )
 
 # Flags for the CPU ISA that torch itself dispatches to here. at::vec picks
@@ -97,6 +108,18 @@ def _torch_facts() -> tuple[str, str, str | None, bool, str]:
     )
 
 
+_sysconfig_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _python_abi() -> str:
+    # sysconfig fills its variables lazily and not thread-safely (3.11): a
+    # second thread can read None while the first is still filling them in,
+    # which gave racing threads different keys. Fill them once, under a lock.
+    with _sysconfig_lock:
+        return str(sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag)
+
+
 def build_env(environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
     env = os.environ if environ is None else environ
     return tuple((k, env[k]) for k in BUILD_ENV_VARS if env.get(k))
@@ -122,7 +145,7 @@ def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> Sys
         torch_git_version=git,
         torch_cuda=torch_cuda,
         cxx11_abi=abi,
-        python_abi=str(sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag),
+        python_abi=_python_abi(),
         platform=sys.platform,
         machine=platform.machine(),
         cpu_capability=capability,

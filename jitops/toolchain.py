@@ -24,8 +24,18 @@ from .target import System
 
 log = logging.getLogger("jitops")
 
-_memo: dict[str, str] = {}
+_memo: dict[str, tuple[str, str]] = {}  # fingerprint -> (path, version)
 _memo_lock = threading.Lock()
+_ask_lock = threading.Lock()  # one `--version` at a time, so racing threads ask once
+
+
+def _reset_after_fork() -> None:
+    global _memo_lock, _ask_lock
+    _memo_lock = threading.Lock()
+    _ask_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 @dataclass(frozen=True)
@@ -165,7 +175,15 @@ def identify(path: str, cache_dir: Path | None, *, record: bool = True) -> str:
     fp = _fingerprint(path)
     with _memo_lock:
         if fp in _memo:
-            return _memo[fp]
+            return _memo[fp][1]
+    with _ask_lock:
+        return _identify(path, fp, cache_dir, record)
+
+
+def _identify(path: str, fp: str, cache_dir: Path | None, record: bool) -> str:
+    with _memo_lock:
+        if fp in _memo:  # another thread asked while this one waited
+            return _memo[fp][1]
     version = None
     record_file = cache_dir / f"{fp}.json" if cache_dir is not None else None
     if record_file is not None:
@@ -175,20 +193,38 @@ def identify(path: str, cache_dir: Path | None, *, record: bool = True) -> str:
                 version = data["version"]
         except (OSError, ValueError):
             pass
+    asked = version is None
     if version is None:
         version = _ask_version(path)
-        if record_file is not None and record:
-            from .fsutil import atomic_write, makedirs
-
-            try:
-                if cache_dir.parent.is_dir():  # never create a cache root just for this
-                    makedirs(cache_dir)
-                atomic_write(record_file, json.dumps({"path": path, "version": version}).encode())
-            except OSError as e:  # read-only cache: fine, ask again next process
-                log.debug("could not record toolchain identity in %s: %s", record_file, e)
     with _memo_lock:
-        _memo[fp] = version
+        _memo[fp] = (path, version)
+    # os.path.isdir: an unreachable cache root is "absent", not a PermissionError. Never create a root just for this.
+    if asked and record and cache_dir is not None and os.path.isdir(cache_dir.parent):
+        _record(cache_dir, fp, path, version)
     return version
+
+
+def _record(cache_dir: Path, fp: str, path: str, version: str) -> None:
+    from .fsutil import atomic_write, makedirs
+
+    try:
+        makedirs(cache_dir)
+        atomic_write(cache_dir / f"{fp}.json", json.dumps({"path": path, "version": version}).encode())
+    except OSError as e:  # read-only cache: fine, ask again next process
+        log.debug("could not record toolchain identity in %s: %s", cache_dir, e)
+
+
+def persist(cache_dir: Path) -> None:
+    """Record every identity asked in this process that ``cache_dir`` lacks.
+
+    A cold cache has no root yet when the plan is made, so the identities are
+    written here, once a build has created it.
+    """
+    with _memo_lock:
+        known = dict(_memo)
+    for fp, (path, version) in known.items():
+        if not os.path.isfile(cache_dir / f"{fp}.json"):
+            _record(cache_dir, fp, path, version)
 
 
 def tool(name: str, path: str, cache_dir: Path | None, *, record: bool = True) -> Tool:

@@ -1,0 +1,211 @@
+"""Building blocks for process scenarios, run inside a child interpreter.
+
+A test starts one fresh interpreter (``helpers.run_py``) that imports torch
+and jitops once and then forks a worker per scenario step: forking costs
+milliseconds where a fresh interpreter costs a second of torch import, so the
+race, kill and corruption tests can afford hundreds of real processes. Each
+worker is a real process with its own memory, its own OS locks and its own
+loader memo, and it is killed, raced and checked like any other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jitops
+from tests import fakelib
+
+
+_popens = [0]
+
+
+def _count_popens(event: str, args: tuple[Any, ...]) -> None:
+    if event == "subprocess.Popen":
+        _popens[0] += 1
+
+
+sys.addaudithook(_count_popens)
+
+
+def preload() -> None:
+    """Import everything a build imports, so forked workers start warm."""
+    import filelock  # noqa: F401
+    import torch  # noqa: F401
+
+    import jitops.build  # noqa: F401
+    import jitops.lock  # noqa: F401
+    import jitops.loader  # noqa: F401
+    import jitops.progress  # noqa: F401
+
+    fakelib.register_all()
+
+
+def get_and_check(name: str = "fakeadd") -> dict[str, Any]:
+    """``jitops.get(name)`` and call it; what a worker reports."""
+    fakelib.register_all()
+    before = _popens[0]
+    op = jitops.get(name)
+    lib = op.library
+    assert lib is not None
+    if name in fakelib.REFERENCES:
+        works = fakelib.check(op, name)
+    else:
+        import torch
+
+        x = torch.randn(3, 5)
+        works = bool(torch.allclose(op(x), torch.softmax(x, -1), atol=1e-6))
+    return {"pid": os.getpid(), "built": lib.built, "subprocesses": _popens[0] - before, "sha256": lib.manifest.sha256, "works": works,
+            "entry": str(lib.entry), "op_id": id(op)}
+
+
+def _describe(e: BaseException) -> dict[str, Any]:
+    return {"ok": False, "type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e)}
+
+
+def spawn(fn: Callable[..., Any], *args: Any, env: dict[str, str] | None = None,
+          gate: tuple[int, int] | None = None) -> tuple[int, int]:
+    """Fork a worker that runs ``fn(*args)`` and writes one JSON reply. Returns (pid, read fd).
+
+    With ``gate`` (a pipe from ``os.pipe()``) the worker first blocks until
+    the parent closes the write end, so a whole batch starts at one instant.
+    """
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # worker
+        try:
+            os.close(r)
+            if gate is not None:
+                os.close(gate[1])
+                os.read(gate[0], 1)
+            if env:
+                os.environ.update(env)
+            out = {"ok": True, "value": fn(*args)}
+        except BaseException as e:  # noqa: BLE001 - every failure is reported, typed
+            out = _describe(e)
+        try:
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    return pid, r
+
+
+def collect(pid: int, fd: int, timeout: float) -> dict[str, Any]:
+    """The worker's reply and exit status; a worker past ``timeout`` is killed and reported as a hang."""
+    deadline = time.monotonic() + timeout
+    chunks = []
+    hung = False
+    while True:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([fd], [], [], max(0.0, left))
+        if not ready:
+            hung = True
+            os.kill(pid, signal.SIGKILL)
+            break
+        b = os.read(fd, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    if hung:
+        return {"ok": False, "type": "hang", "msg": f"worker {pid} still running after {timeout}s", "mro": []}
+    raw = b"".join(chunks)
+    out = json.loads(raw) if raw else {"ok": False, "type": "died", "mro": [], "msg": f"status {status}"}
+    out["exit"] = os.waitstatus_to_exitcode(status)
+    return out
+
+
+def call(fn: Callable[..., Any], *args: Any, timeout: float = 60, env: dict[str, str] | None = None) -> dict[str, Any]:
+    pid, fd = spawn(fn, *args, env=env)
+    return collect(pid, fd, timeout)
+
+
+def race(n: int, name: str = "fakeadd", timeout: float = 120) -> list[dict[str, Any]]:
+    """``n`` workers released at one instant, each getting ``name``; their replies."""
+    gate = os.pipe()
+    workers = [spawn(get_and_check, name, gate=gate) for _ in range(n)]
+    os.close(gate[1])
+    replies = [collect(pid, fd, timeout) for pid, fd in workers]
+    os.close(gate[0])
+    return replies
+
+
+def phase(cache: Path) -> str:
+    """Where a build in ``cache`` stood (after a kill): the furthest step it reached."""
+    if list((cache / "v1" / "entries").glob("*/*/*")):
+        return "published"
+    staged = list((cache / "v1" / "staging").glob("*"))
+    if any((s / "entry" / "manifest.json").exists() for s in staged):
+        return "publishing"
+    if any((s / "build").exists() for s in staged):
+        return "building"
+    return "before-build"
+
+
+def entry_of(cache: Path) -> Path:
+    """The one entry in ``cache``."""
+    (e,) = (cache / "v1" / "entries").glob("*/*/*")
+    return e
+
+
+def get_recording(name: str = "fakeadd") -> dict[str, Any]:
+    """get_and_check, plus the inode of every library dlopened meanwhile (audit hook)."""
+    seen: list[int] = []
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "ctypes.dlopen" and args[0]:
+            try:
+                seen.append(os.stat(args[0]).st_ino)
+            except OSError:
+                pass
+
+    sys.addaudithook(hook)
+    r = get_and_check(name)
+    r["dlopened"] = seen
+    return r
+
+
+def builders_under(root: Path) -> list[str]:
+    """Processes (not this one) whose working dir or argv lies under ``root``: live builds."""
+    root_s = str(root)
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{d}/cwd")
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{d}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state == "Z":  # exited, waiting to be reaped by its parent
+            continue
+        if cwd.startswith(root_s) or root_s in argv:
+            found.append(f"{d}: {argv[:200]}")
+    return found
+
+
+def wait_no_builders(root: Path, within: float) -> list[str]:
+    """Poll until no build process is left under ``root``; what is left after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        left = builders_under(root)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.02)
+
+
+def report(value: Any) -> None:
+    """The child's result, as the last line of its stdout (see helpers.last_json)."""
+    print(json.dumps(value), flush=True)

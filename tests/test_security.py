@@ -1,0 +1,389 @@
+"""Security: foreign, writable or symlinked caches are never loaded; hostile names never
+reach the filesystem; builds start argv lists only; the build environment is keyed or scrubbed.
+
+Tests and CI run as root, and root may read anything, so ownership and
+permission cases run in a child that dropped to uid/gid 65534 (nobody) before
+importing jitops. The entry it must refuse is otherwise perfect (its manifest
+matches the library) and its library writes a marker file if loaded.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jitops import target
+from tests.helpers import REPO, child_env, last_json, run_py
+
+pytestmark = pytest.mark.process
+NOBODY = 65534
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
+
+
+def _drop(base: Path) -> str:
+    """Code that makes this interpreter reachable for nobody, then becomes nobody.
+
+    The interpreter may live in a root-only directory (here: /root/.pyenv,
+    /root is 0700). The child runs in a private mount namespace, where the
+    directories on that path are re-exposed through 0755 bind mounts; the
+    host sees nothing of it.
+    """
+    return f"""
+import os, subprocess, sys
+exe = os.path.realpath(sys.executable)
+blocked = [p for p in Path(exe).parents if p != Path("/") and not os.stat(p).st_mode & 0o001]
+for i, d in enumerate(reversed(blocked)):
+    view = Path({str(base)!r}) / f".view{{i}}"
+    view.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(view, 0o755)
+    child = Path(exe).relative_to(d).parts[0]
+    (view / child).mkdir(exist_ok=True)
+    subprocess.run(["mount", "--bind", str(d / child), str(view / child)], check=True)
+    subprocess.run(["mount", "--rbind", str(view), str(d)], check=True)
+os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})
+"""
+
+
+def _run_as_nobody(base: Path, code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    import sys
+    import textwrap
+
+    full = "from pathlib import Path\n" + _drop(base) + textwrap.dedent(code)
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", full],
+                          env=env, capture_output=True, text=True, timeout=280, cwd=REPO)
+    if proc.returncode != 0:
+        raise AssertionError(f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    return proc
+
+
+def _tattletale(tmp_path: Path, marker: Path) -> Path:
+    src = tmp_path / "tattle.c"
+    src.write_text(
+        "#include <fcntl.h>\n#include <unistd.h>\n"
+        "__attribute__((constructor)) static void tattle(void) {"
+        f' int fd = open("{marker}", O_CREAT | O_WRONLY, 0666); if (fd >= 0) close(fd); }}\n'
+    )
+    lib = tmp_path / "libtattle.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    return lib
+
+
+# Each case: (name, how the test damages trust after nobody built a perfect entry).
+CASES = [
+    "root-owned-by-other", "entry-owned-by-other", "library-owned-by-other", "manifest-owned-by-other",
+    "root-group-writable", "root-world-writable", "v1-world-writable", "entry-world-writable",
+    "library-group-writable", "root-is-symlink", "v1-is-symlink", "entry-is-symlink", "target-dir-is-symlink",
+]
+
+
+@pytest.fixture
+def nobody_dir() -> Iterator[Path]:
+    """A directory nobody can reach and owns (pytest's tmp_path lives under a 0700 dir)."""
+    base = Path(tempfile.mkdtemp(prefix="jitops-sec-"))
+    os.chmod(base, 0o755)
+    (base / "sec").mkdir()
+    os.chown(base / "sec", NOBODY, NOBODY)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@needs_root
+@pytest.mark.timeout(300)
+def test_untrusted_cache_is_never_loaded(nobody_dir: Path) -> None:
+    tmp_path = nobody_dir
+    base = tmp_path / "sec"
+    marker = base / "PLANTED-LIBRARY-RAN"
+    evil = _tattletale(tmp_path, marker)
+    os.chmod(evil, 0o755)
+    out = _run_as_nobody(
+        base,
+        f"""
+        import os
+        os.environ["HOME"] = {str(base)!r}
+        import dataclasses, hashlib, shutil, warnings
+        from pathlib import Path
+        from jitops.cache import Manifest
+        from tests import scenarios as S
+        S.preload()
+        base, evil = Path({str(base)!r}), Path({str(evil)!r})
+        os.environ["JITOPS_CACHE_DIR"] = str(base / "pristine")
+        r = S.call(S.get_and_check, "fakeadd")
+        assert r["ok"], r
+        S.report("built")
+        """,
+        env=child_env(JITOPS_BUILDER="fake", TMPDIR=str(base)),
+    )
+    assert last_json(out.stdout) == "built"
+    # As root: copy the pristine cache per case, plant the tattletale with a matching manifest, break trust.
+    pristine = base / "pristine"
+    for case in CASES:
+        cache = base / case
+        subprocess.run(["cp", "-a", str(pristine), str(cache)], check=True)
+        (entry,) = (cache / "v1" / "entries").glob("*/*/*")
+        lib = entry / "libfakeadd.so"
+        data = evil.read_bytes()
+        lib.write_bytes(data)
+        m = _manifest_for(entry / "manifest.json", data)
+        (entry / "manifest.json").write_bytes(m)
+        _break(case, cache, entry, tmp_path)
+    out = _run_as_nobody(
+        base,
+        f"""
+        import os
+        import warnings
+        from tests import scenarios as S
+        S.preload()
+        rows = []
+        for case in {CASES!r}:
+            os.environ["JITOPS_CACHE_DIR"] = {str(base)!r} + "/" + case
+            def run():
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    r = S.get_and_check("fakeadd")
+                r["warnings"] = [str(w.message) for w in caught]
+                return r
+            rows.append((case, S.call(run, timeout=30)))
+        os.environ["JITOPS_CACHE_DIR"] = {str(base)!r} + "/root-owned-by-other"
+        rows.append(("strict", S.call(S.get_and_check, "fakeadd", env={{"JITOPS_STRICT": "1"}}, timeout=30)))
+        S.report(rows)
+        """,
+        env=child_env(JITOPS_BUILDER="fake", TMPDIR=str(base)),
+    )
+    rows = dict(last_json(out.stdout))
+    assert not marker.exists(), "a library from an untrusted cache ran"
+    for case in CASES:
+        r = rows[case]
+        if case == "entry-owned-by-other":  # nobody may not move root's directory out of the way
+            assert r["type"] == "CacheError" and "Fix: remove that directory" in r["msg"], r
+            continue
+        assert r["ok"] and r["value"]["works"] and r["value"]["built"], (case, r)
+    strict = rows["strict"]
+    assert strict["type"] == "CacheError" and "fakeadd" in strict["msg"] and "Fix:" in strict["msg"]
+
+
+def _manifest_for(path: Path, data: bytes) -> bytes:
+    import dataclasses
+    import hashlib
+
+    from jitops.cache import Manifest
+
+    m = Manifest.parse(path.read_bytes())
+    return dataclasses.replace(m, sha256=hashlib.sha256(data).hexdigest(), size=len(data)).to_json()
+
+
+def _break(case: str, cache: Path, entry: Path, tmp_path: Path) -> None:
+    v1 = cache / "v1"
+    if case == "root-owned-by-other":
+        subprocess.run(["chown", "-R", "0:0", str(cache)], check=True)
+        os.chmod(cache, 0o755)
+    elif case == "entry-owned-by-other":
+        os.chown(entry, 0, 0)
+        os.chmod(entry, 0o755)
+    elif case in ("library-owned-by-other", "manifest-owned-by-other"):
+        f = entry / ("libfakeadd.so" if case.startswith("library") else "manifest.json")
+        os.chown(f, 0, 0)
+        os.chmod(f, 0o755 if case.startswith("library") else 0o644)
+    elif case == "root-group-writable":
+        os.chmod(cache, 0o770)
+    elif case == "root-world-writable":
+        os.chmod(cache, 0o777)
+    elif case == "v1-world-writable":
+        os.chmod(v1, 0o777)
+    elif case == "entry-world-writable":
+        os.chmod(entry, 0o777)
+    elif case == "library-group-writable":
+        os.chmod(entry / "libfakeadd.so", 0o770)
+    elif case in ("root-is-symlink", "v1-is-symlink", "entry-is-symlink", "target-dir-is-symlink"):
+        victim = {"root-is-symlink": cache, "v1-is-symlink": v1, "entry-is-symlink": entry,
+                  "target-dir-is-symlink": entry.parent}[case]
+        real = victim.with_name(victim.name + ".real")
+        victim.rename(real)
+        victim.symlink_to(real)
+        os.lchown(victim, NOBODY, NOBODY)
+    else:
+        raise AssertionError(case)
+
+
+HOSTILE = [
+    "", "../x", "..", ".", "/abs", "/etc/passwd", "a/b", "a\\b", "x\0", "\0", "soft\0max", "a\nb", "softmax\n",
+    "a\rb", "a\tb", "a b", " softmax", "softmax ", "$(id)", "`id`", "a;rm -rf ~", "a|b", "a&b", "a>b", "~", "~root",
+    "%2e%2e", "a*", "a?", "[a]", "{a,b}", "'a'", '"a"', "a" * 65, "a" * 256, "a" * 5000, "Softmax", "SOFTMAX",
+    "1abc", "_x", "-x", "a-b", "a.b", "a.so", "s\u043eftmax", "\u0455oftmax", "\uff53oftmax", "softmax\u200b",
+    "softmax\u0301", "stra\u00dfe", "caf\u00e9", "\u212bngstrom", "\U0001f600", "\x7f", "a:b", "a=b", "a@b",
+    None, b"softmax", 123, ["softmax"], Path("softmax"),
+]
+
+
+def test_hostile_names_rejected_before_any_file_access() -> None:
+    """>= 30 hostile names: InvalidNameError from get(), reference() and OpSpec(), with no
+    file access, import or subprocess in between (audit hook)."""
+    assert len(HOSTILE) >= 30
+    out = run_py(
+        f"""
+        import sys, pickle
+        from pathlib import Path
+        import jitops, jitops.loader
+        from jitops import OpSpec, InvalidNameError
+        jitops.list_ops()  # the registry is loaded before the hook: it is not under test
+        names = pickle.loads({__import__("pickle").dumps(HOSTILE)!r})
+        events = []
+        WATCH = ("open", "os.", "subprocess.", "shutil.", "ctypes.", "import", "glob.", "socket.", "tempfile.", "fcntl.")
+        sys.addaudithook(lambda e, a: events.append((e, repr(a)[:80])) if e.startswith(WATCH) else None)
+        rejected = []
+        for n in names:
+            for call in (lambda: jitops.get(n), lambda: jitops.reference(n),
+                         lambda: OpSpec(name=n, root=Path("/nonexistent"), cpu_sources=("a.cpp",), exports=("x",)),
+                         lambda: OpSpec(name="x", root=Path("/nonexistent"), cpu_sources=("a.cpp",), exports=(n,))):
+                try:
+                    call()
+                except InvalidNameError as e:
+                    rejected.append(isinstance(e, ValueError))
+                    continue
+                except TypeError:  # OpSpec's field type check sees a non-str first
+                    rejected.append(not isinstance(n, str))
+                    continue
+                rejected.append(("accepted", repr(n)))
+        print(repr((events, rejected)))
+        """,
+    )
+    events, rejected = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own child's repr
+    assert events == []
+    assert rejected == [True] * (4 * len(HOSTILE))
+
+
+def test_build_subprocesses_are_argv_lists_with_scrubbed_env(tmp_path: Path) -> None:
+    """Every process a cold build starts is an argv list (never a shell), and its environment
+    carries none of the scrubbed variables even when the user's has them."""
+    scrubbed = {v: "/evil" for v in target.SCRUBBED_ENV_VARS}
+    out = run_py(
+        """
+        import sys
+        from tests import scenarios as S
+        S.preload()
+        seen = []
+        sys.addaudithook(lambda e, a: seen.append((a[0], list(a[1]) if isinstance(a[1], (list, tuple)) else a[1],
+                                                   sorted(a[3]) if a[3] is not None else None))
+                         if e == "subprocess.Popen" else None)
+        S.get_and_check("fakeadd")
+        S.report(seen)
+        """,
+        env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c"), **scrubbed),
+    )
+    seen = last_json(out.stdout)
+    assert len(seen) >= 2  # `c++ --version` and the supervised build
+    for exe, argv, env in seen:
+        assert isinstance(argv, list) and argv and os.path.basename(argv[0]) not in ("sh", "bash", "dash", "zsh")
+        if env is not None:
+            assert not set(env) & set(scrubbed), set(env) & set(scrubbed)
+
+
+def test_no_shell_anywhere_in_jitops() -> None:
+    """Static check: no shell=True, os.system, os.popen or os.exec* in the package."""
+    offenders = []
+    for path in (REPO / "jitops").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg == "shell":
+                offenders.append(f"{path.name}:{node.lineno} shell=")
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os" and (
+                node.attr in ("system", "popen") or node.attr.startswith(("exec", "spawn"))
+            ):
+                offenders.append(f"{path.name}:{node.lineno} os.{node.attr}")
+    assert offenders == []
+
+
+def _key_with(environ: dict[str, str]) -> str:
+    from jitops import loader
+    from jitops.cache import compute_key
+    from jitops.kernels import BUILTINS
+
+    system = target.probe(environ, cuda=False)
+    spec = BUILTINS[0]
+    tgt = target.choose_target(system, "cpu")
+    ingr = loader.ingredients(spec, tgt, system, None, None, {"x.cpp": "0" * 64})
+    return compute_key(ingr)
+
+
+@pytest.mark.parametrize("var", target.BUILD_ENV_VARS)
+def test_every_build_env_var_changes_the_key(var: str) -> None:
+    assert _key_with({var: "1"}) != _key_with({})
+
+
+# Variables torch.utils.cpp_extension reads that cannot change a jitops binary, and why.
+_HARMLESS = {
+    "MAX_JOBS": "parallelism only",
+    "PATH": "jitops pins the compiler and nvcc paths (in the key) into the ninja file",
+    "TORCH_EXTENSIONS_DIR": "jitops never uses cpp_extension's build directory",
+    "TORCH_DONT_CHECK_COMPILER_ABI": "a warning only",
+    "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES": "dependency files only",
+    "TORCH_NO_COMPILER_WRAPPER": "jitops replaces the cxx line, so no ccache wrapper is used",
+    "PYTORCH_ROCM_ARCH": "ROCm only; jitops builds CPU and CUDA",
+    "ROCM_HOME": "ROCm only", "ROCM_PATH": "ROCm only", "TORCH_XPU_ARCH_LIST": "XPU only",
+    "VCT": "Windows only", "VSCMD_ARG_TGT_ARCH": "Windows only", "WINDOWS_CUDA_HOME": "Windows only",
+}
+
+
+def test_env_vars_cpp_extension_reads_are_keyed_scrubbed_or_harmless() -> None:
+    """Scans torch.utils.cpp_extension (which writes the ninja file in-process) for every
+    variable it reads; each must be in the key, scrubbed, or listed here as harmless."""
+    import re
+
+    import torch.utils.cpp_extension as ce
+
+    src = Path(ce.__file__).read_text()
+    read = set(re.findall(r"os\.(?:environ\.get|getenv)\(\s*['\"]([A-Z_]+)", src))
+    read |= set(re.findall(r"os\.environ\[['\"]([A-Z_]+)", src))
+    read |= set(re.findall(r"['\"]([A-Z_]+)['\"] in os\.environ", src))
+    covered = set(target.BUILD_ENV_VARS) | set(target.SCRUBBED_ENV_VARS) | set(_HARMLESS)
+    assert read, "the scan found nothing; the pattern is stale"
+    assert sorted(read - covered) == []
+
+
+def test_scrubbed_vars_leave_the_build_env() -> None:
+    from jitops import loader
+
+    env = {**os.environ, **{v: "/evil" for v in target.SCRUBBED_ENV_VARS}}
+    old = dict(os.environ)
+    try:
+        os.environ.update(env)
+        built = loader._build_env(target.probe(cuda=False))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    assert not set(built) & set(target.SCRUBBED_ENV_VARS)
+
+
+@needs_root
+@pytest.mark.timeout(120)
+def test_unreachable_cache_as_nobody(nobody_dir: Path) -> None:
+    """A cache nobody cannot even reach (under a root 0700 dir): one warning and a private
+    build, not a PermissionError; JITOPS_STRICT=1 gives a CacheError."""
+    private = nobody_dir / "rootonly"
+    private.mkdir(mode=0o700)
+    out = _run_as_nobody(
+        nobody_dir / "sec",
+        f"""
+        import warnings
+        from tests import scenarios as S
+        S.preload()
+        def run():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                values = [S.get_and_check(n)["works"] for n in ("fakeadd", "fakemul")]
+            return {{"values": values, "warnings": [str(w.message) for w in caught]}}
+        S.report([S.call(run), S.call(S.get_and_check, "fakeadd", env={{"JITOPS_STRICT": "1"}})])
+        """,
+        env=child_env(JITOPS_BUILDER="fake", TMPDIR=str(nobody_dir / "sec"), JITOPS_CACHE_DIR=str(private / "c")),
+    )
+    lenient, strict = last_json(out.stdout)
+    assert lenient["ok"] and lenient["value"]["values"] == [True, True], lenient
+    assert len(lenient["value"]["warnings"]) == 1 and "Permission denied" in lenient["value"]["warnings"][0]
+    assert strict["type"] == "CacheError" and "fakeadd" in strict["msg"] and "Fix:" in strict["msg"]
+    assert os.listdir(private) == []
