@@ -115,9 +115,9 @@ def register(ns: str) -> None:
     torch.library.register_fake(f"{ns}::add.out", fake_add_out)
     torch.library.register_fake(f"{ns}::add_", fake_add_)
 
-    def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
-        self, other, alpha = inputs
-        ctx.alpha = alpha
+    def setup_context(ctx, inputs, keyword_only_inputs, output):  # type: ignore[no-untyped-def]
+        self, other = inputs
+        ctx.alpha = keyword_only_inputs.get("alpha", 1)
         ctx.meta = (self.shape, self.dtype, other.shape, other.dtype)
 
     def backward(ctx, grad):  # type: ignore[no-untyped-def]
@@ -126,6 +126,6 @@ def register(ns: str) -> None:
         g_other = None
         if ctx.needs_input_grad[1]:
             g_other = _reduce_to(grad if ctx.alpha == 1 else grad * ctx.alpha, o_shape, o_dtype)
-        return g_self, g_other, None
+        return g_self, g_other
 
     define_twin(ns, "add", fake_add, backward, setup_context)

@@ -62,7 +62,7 @@ def register(ns: str) -> None:
     def fake_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
         check_inputs(boxes, scores)
         ctx = torch.library.get_ctx()
-        k = ctx.new_dynamic_size(max=boxes.shape[0])
+        k = ctx.new_dynamic_size()  # data-dependent; at most N (a SymInt bound is not accepted)
         return boxes.new_empty((k,), dtype=torch.int64)
 
     torch.library.register_fake(f"{ns}::nms", fake_nms)
