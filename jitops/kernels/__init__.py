@@ -28,4 +28,26 @@ BUILTINS: tuple[OpSpec, ...] = (
         python="jitops.kernels.softmax.python",
         description="numerically stable softmax and log_softmax over one dim",
     ),
+    OpSpec(
+        name="add",
+        root=_HERE / "add",
+        cpu_sources=("add_cpu.cpp", "register.cpp"),
+        cuda_sources=("add_cuda.cu",),
+        schemas=(
+            "add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+            "add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)",
+            "add_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)",
+        ),
+        python="jitops.kernels.add.python",
+        description="self + alpha * other with torch.add's broadcasting and type promotion; in-place and out= variants",
+    ),
+    OpSpec(
+        name="nms",
+        root=_HERE / "nms",
+        cpu_sources=("nms_cpu.cpp", "register.cpp"),
+        cuda_sources=("nms_cuda.cu",),
+        schemas=("nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor",),
+        python="jitops.kernels.nms.python",
+        description="non-maximum suppression of (N, 4) xyxy boxes, torchvision.ops.nms semantics",
+    ),
 )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from .._autograd import define_twin
+
 _FLOATS = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64"}
 
 
@@ -41,8 +43,17 @@ REFERENCES = {"softmax": softmax_reference, "log_softmax": log_softmax_reference
 
 
 def register(ns: str) -> None:
-    """Fake kernels and autograd for one loaded build (namespace ``ns``)."""
+    """Fake kernels and autograd for one loaded build (namespace ``ns``).
+
+    The derivatives live on the twins ``softmax_autograd`` and
+    ``log_softmax_autograd``; the C++ Autograd kernels of ``softmax`` and
+    ``log_softmax`` call them only when an input requires grad.
+    """
     ops = getattr(torch.ops, ns)
+
+    def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
+        ctx.dim = inputs[1]
+        ctx.save_for_backward(output)
 
     for name in ("softmax", "log_softmax"):
 
@@ -50,7 +61,14 @@ def register(ns: str) -> None:
             check_input(_name, x, dim)
             return x.new_empty(x.shape)
 
+        backward_op = getattr(ops, f"{name}_backward").default
+
+        def backward(ctx, grad, _op=backward_op):  # type: ignore[no-untyped-def]
+            (out,) = ctx.saved_tensors
+            return _op(grad, out, ctx.dim), None
+
         torch.library.register_fake(f"{ns}::{name}", fake)
+        define_twin(ns, name, fake, backward, setup_context)
 
     for name in ("softmax_backward", "log_softmax_backward"):
 
@@ -58,18 +76,3 @@ def register(ns: str) -> None:
             return out.new_empty(out.shape)
 
         torch.library.register_fake(f"{ns}::{name}", fake_backward)
-
-    def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
-        ctx.dim = inputs[1]
-        ctx.save_for_backward(output)
-
-    def softmax_bwd(ctx, grad):  # type: ignore[no-untyped-def]
-        (out,) = ctx.saved_tensors
-        return ops.softmax_backward.default(grad, out, ctx.dim), None
-
-    def log_softmax_bwd(ctx, grad):  # type: ignore[no-untyped-def]
-        (out,) = ctx.saved_tensors
-        return ops.log_softmax_backward.default(grad, out, ctx.dim), None
-
-    torch.library.register_autograd(f"{ns}::softmax", softmax_bwd, setup_context=setup_context)
-    torch.library.register_autograd(f"{ns}::log_softmax", log_softmax_bwd, setup_context=setup_context)

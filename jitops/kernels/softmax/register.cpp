@@ -17,9 +17,20 @@ JITOPS_LIBRARY_IMPL(CUDA, m) {
 }
 #endif
 
-// The backward formulas are device-agnostic ATen expressions, registered for
+// Autograd: C++ kernels that skip autograd when no input needs grad, and
+// otherwise call the twins softmax_autograd / log_softmax_autograd, whose
+// derivatives are registered from python.py (see jitops/op.h).
+JITOPS_LIBRARY_IMPL(Autograd, m) {
+  jitops::differentiable(m, "softmax");
+  jitops::differentiable(m, "log_softmax");
+}
+
+// The twins' forwards (they call softmax / log_softmax below autograd) and
+// the backward formulas, device-agnostic ATen expressions: registered for
 // every backend at once.
 JITOPS_LIBRARY_IMPL(CompositeExplicitAutograd, m) {
+  jitops::twin(m, "softmax");
+  jitops::twin(m, "log_softmax");
   m.impl("softmax_backward", &jitops_softmax::softmax_backward);
   m.impl("log_softmax_backward", &jitops_softmax::log_softmax_backward);
 }

@@ -1,0 +1,103 @@
+"""Kernel benchmarks: jitops ops against torch (and torchvision's nms when importable), CPU.
+
+Run from the repository root: ``python benchmarks/kernels.py``. Prints one
+line per case: median times and the speed ratio (torch time / jitops time,
+so > 1 means jitops is faster). "alloc" cases allocate the output on every
+call; "prealloc" cases write into an existing buffer (torch._softmax /
+torch._log_softmax out=, torch.add out=, jitops add out=). jitops softmax has
+no out= variant: the issue's schema is functional, so its softmax rows are
+allocating only (torch's prealloc row is printed for reference).
+"""
+
+from __future__ import annotations
+
+import sys
+import timeit
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+import torch.utils.benchmark as tb  # noqa: E402
+
+import jitops  # noqa: E402
+
+
+def median(fn: Callable[[], Any], min_run_time: float = 1.0) -> float:
+    return tb.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time).median
+
+
+def row(label: str, ours: Callable[[], Any], theirs: Callable[[], Any], against: str) -> None:
+    a, b = median(ours), median(theirs)
+    print(f"{label:44s} jitops {a * 1e3:9.3f} ms   {against} {b * 1e3:9.3f} ms   ratio {b / a:5.2f}x", flush=True)
+
+
+def per_call() -> None:
+    x = torch.randn(1, 8)
+    op = jitops.get("softmax")
+    raw = getattr(torch.ops, op.namespace).softmax
+    cases = {"op(x)": lambda: op(x), f"torch.ops.{op.namespace}.softmax(x)": lambda: raw(x),
+             "torch.softmax(x, -1)": lambda: torch.softmax(x, -1)}
+    best = {k: min(timeit.repeat(f, number=2000, repeat=25)) / 2000 for k, f in cases.items()}
+    for k, v in best.items():
+        print(f"per call, 1x8 float32: {k:52s} {v * 1e6:6.2f} us")
+
+
+def softmaxes() -> None:
+    for name, torch_fn, torch_out in (
+        ("softmax", torch.softmax, torch._softmax),
+        ("log_softmax", torch.log_softmax, torch._log_softmax),
+    ):
+        op = jitops.get(name)
+        for shape in ((4096, 4096), (65536, 128), (128, 65536)):
+            x = torch.randn(shape)
+            out = torch.empty_like(x)
+            row(f"{name} {shape} alloc", lambda: op(x, -1), lambda: torch_fn(x, -1), "torch")
+            t = median(lambda: torch_out(x, -1, False, out=out))
+            print(f"{name} {str(shape) + ' prealloc (torch only)':34s} {'':22s} torch {t * 1e3:9.3f} ms")
+
+
+def adds() -> None:
+    add = jitops.get("add")
+    cases = {
+        "(4096, 4096) + (4096, 4096)": (torch.randn(4096, 4096), torch.randn(4096, 4096)),
+        "(4096, 4096) + (4096,) broadcast": (torch.randn(4096, 4096), torch.randn(4096)),
+        "(1024, 1024) int64 + int64, alpha=3": (torch.randint(0, 9, (1024, 1024)), torch.randint(0, 9, (1024, 1024))),
+        "(64, 64) + (64, 64) small": (torch.randn(64, 64), torch.randn(64, 64)),
+    }
+    for label, (a, b) in cases.items():
+        alpha = 3 if a.dtype == torch.int64 else 1
+        row(f"add {label} alloc", lambda: add(a, b, alpha=alpha), lambda: torch.add(a, b, alpha=alpha), "torch")
+        out = torch.empty_like(a)
+        row(f"add {label} prealloc", lambda: add(a, b, alpha=alpha, out=out),
+            lambda: torch.add(a, b, alpha=alpha, out=out), "torch")
+
+
+def nmses() -> None:
+    nms = jitops.get("nms")
+    try:
+        from torchvision.ops import nms as theirs
+
+        against = "torchvision"
+    except Exception:  # noqa: BLE001 - not installed, or its C++ ops do not load with this torch
+        theirs, against = jitops.reference("nms"), "reference"
+    gen = torch.Generator().manual_seed(0)
+    for n in (1000, 10000):
+        xy = torch.rand(n, 2, generator=gen) * 1000
+        boxes = torch.cat([xy, xy + torch.rand(n, 2, generator=gen) * 100 + 1], 1)
+        scores = torch.rand(n, generator=gen)
+        assert torch.equal(nms(boxes, scores, 0.5), jitops.reference("nms")(boxes, scores, 0.5))
+        row(f"nms {n} boxes, iou 0.5", lambda: nms(boxes, scores, 0.5), lambda: theirs(boxes, scores, 0.5), against)
+
+
+def main() -> None:
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    per_call()
+    softmaxes()
+    adds()
+    nmses()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Twin ops that carry the derivatives of differentiable jitops ops.
+
+A differentiable op ``f`` has a C++ kernel on the Autograd key
+(``jitops::differentiable`` in ``jitops/include/jitops/op.h``): without grad
+it goes straight to the backend kernel, with grad it calls ``f_autograd``.
+This module defines that twin, with ``f``'s schema renamed (so the schema is
+still written once, in the spec), and registers its fake kernel and
+derivative from Python. The twin's forward (``jitops::twin`` in C++) calls
+``f`` below autograd.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+TWIN_SUFFIX = "_autograd"  # jitops::kTwinSuffix in op.h
+_LIBS: dict[str, torch.library.Library] = {}  # namespace -> fragment holding its twins (kept alive)
+
+
+def twin_schema(schema: str, ns: str, name: str) -> str:
+    """``"ns::f(Tensor x) -> Tensor"`` -> ``"f_autograd(Tensor x) -> Tensor"``."""
+    head = f"{ns}::{name}("
+    if not schema.startswith(head):
+        raise ValueError(f"schema {schema!r} is not the default overload of {ns}::{name}")
+    return f"{name}{TWIN_SUFFIX}(" + schema[len(head):]
+
+
+def define_twin(
+    ns: str,
+    name: str,
+    fake: Callable[..., Any],
+    backward: Callable[..., Any],
+    setup_context: Callable[..., None],
+) -> None:
+    """Define ``ns::<name>_autograd`` from ``ns::<name>``'s schema; register its fake kernel and derivative."""
+    lib = _LIBS.get(ns)
+    if lib is None:
+        lib = _LIBS[ns] = torch.library.Library(ns, "FRAGMENT")
+    primal = getattr(getattr(torch.ops, ns), name).default
+    lib.define(twin_schema(str(primal._schema), ns, name))
+    qualname = f"{ns}::{name}{TWIN_SUFFIX}"
+    torch.library.register_fake(qualname, fake, lib=lib)
+    torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=lib)

@@ -1,0 +1,99 @@
+// Shared by the CPU and CUDA translation units of the add library: the input
+// checks (the Python fake kernel repeats them word for word) and the kernel
+// entry points. The computation itself goes through TensorIterator, which
+// gives torch.add's broadcasting, type promotion and output layout.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/native/TypeProperties.h>
+#include <c10/core/Scalar.h>
+#include <c10/core/ScalarType.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+namespace jitops_add {
+
+// torch's Python spelling of a dtype ("float32").
+inline const char* dtype_name(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Half: return "float16";
+    case c10::ScalarType::BFloat16: return "bfloat16";
+    case c10::ScalarType::Float: return "float32";
+    case c10::ScalarType::Double: return "float64";
+    case c10::ScalarType::Byte: return "uint8";
+    case c10::ScalarType::Char: return "int8";
+    case c10::ScalarType::Short: return "int16";
+    case c10::ScalarType::Int: return "int32";
+    case c10::ScalarType::Long: return "int64";
+    case c10::ScalarType::Bool: return "bool";
+    case c10::ScalarType::ComplexFloat: return "complex64";
+    case c10::ScalarType::ComplexDouble: return "complex128";
+    default: return c10::toString(t);
+  }
+}
+
+inline bool supported(c10::ScalarType t) {
+  return (c10::isFloatingType(t) || c10::isIntegralType(t, /*includeBool=*/false)) &&
+         t != c10::ScalarType::UInt16 && t != c10::ScalarType::UInt32 && t != c10::ScalarType::UInt64 &&
+         !c10::isFloat8Type(t);
+}
+
+inline std::vector<int64_t> broadcast_shape(const char* op, const at::Tensor& self, const at::Tensor& other) {
+  const int64_t n = std::max(self.dim(), other.dim());
+  std::vector<int64_t> shape(n);
+  for (int64_t i = -1; i >= -n; --i) {
+    const int64_t a = i >= -self.dim() ? self.size(i) : 1;
+    const int64_t b = i >= -other.dim() ? other.size(i) : 1;
+    TORCH_CHECK(a == b || a == 1 || b == 1, op, ": self of shape ", self.sizes(), " and other of shape ",
+                other.sizes(), " cannot be broadcast together (dim ", i, ": ", a, " vs ", b, ")");
+    shape[n + i] = a == 1 ? b : a;
+  }
+  return shape;
+}
+
+// The checks torch.add makes, with messages that name the offending value.
+// `out` is the in-place target or the out= tensor (undefined for the
+// functional form). Returns the computation dtype.
+inline c10::ScalarType check_inputs(const char* op, const at::Tensor& self, const at::Tensor& other,
+                                    const c10::Scalar& alpha, const at::Tensor* out, const char* out_name) {
+  TORCH_CHECK(supported(self.scalar_type()) && supported(other.scalar_type()), op,
+              ": expected float or integer tensors, got ", dtype_name(self.scalar_type()), " and ",
+              dtype_name(other.scalar_type()));
+  const auto shape = broadcast_shape(op, self, other);
+  at::native::ResultTypeState state;
+  state = at::native::update_result_type_state(self, state);
+  state = at::native::update_result_type_state(other, state);
+  const c10::ScalarType dtype = at::native::result_type(state);
+  TORCH_CHECK(!alpha.isBoolean() && !alpha.isComplex(), op, ": alpha must be a real number, got a ",
+              alpha.isBoolean() ? "bool" : "complex");
+  if (!c10::isFloatingType(dtype) && !alpha.isIntegral(/*includeBool=*/false)) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", alpha.toDouble());  // Python's f"{alpha:g}" in the fake kernel
+    TORCH_CHECK(false, op, ": alpha must be an integer when the result dtype is ", dtype_name(dtype), ", got ", text);
+  }
+  if (out != nullptr) {
+    TORCH_CHECK(c10::canCast(dtype, out->scalar_type()), op, ": result dtype ", dtype_name(dtype),
+                " cannot be cast to ", out_name, "'s dtype ", dtype_name(out->scalar_type()));
+    if (std::strcmp(out_name, "self") == 0) {
+      TORCH_CHECK(out->sizes().equals(shape), op, ": the broadcast shape ", c10::IntArrayRef(shape),
+                  " differs from self's shape ", out->sizes());
+    }
+  }
+  return dtype;
+}
+
+at::Tensor add(const at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha);
+at::Tensor& add_out(const at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha, at::Tensor& out);
+at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha);
+
+void add_kernel_cpu(at::TensorIteratorBase& iter, const c10::Scalar& alpha);
+#ifdef JITOPS_WITH_CUDA
+void add_kernel_cuda(at::TensorIteratorBase& iter, const c10::Scalar& alpha);
+#endif
+
+}  // namespace jitops_add
