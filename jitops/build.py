@@ -213,8 +213,11 @@ def format_build_error(job: BuildJob, rc: int, log_text: str, log_path: Path | N
         lines.append(f"  (exit code {rc}; no compiler error line found; last output:)")
         lines.extend("  " + ln[:MAX_LINE_CHARS] for ln in tail)
     else:
-        lines.append(f"Fix: correct the first error above in {errors[0][0]}; if it is a jitops source, "
-                     "report it with the full log")
+        first = errors[0][0]
+        if os.path.abspath(first).startswith(str(Path(__file__).parent) + os.sep):
+            lines.append("Fix: this error is in jitops's own kernel source: please report it with the full log")
+        else:
+            lines.append(f"Fix: correct the first error above ({os.path.basename(first)}:{errors[0][1]}) and run again")
     if log_path is not None:
         lines.append(f"full log: {log_path}")
     if len(lines) > MAX_ERROR_LINES:

@@ -58,6 +58,7 @@ def test_first_errors_with_file_line_caret_and_log_path(tmp_path: Path) -> None:
         "        6 | }",
         "  >     7 | int g() { return nope(); }",
         "          |                  ^",
+        "Fix: correct the first error above (mine.cpp:5) and run again",
         f"full log: {tmp_path / 'mine.log'}",
     ]
 
@@ -68,7 +69,8 @@ def test_nvcc_errors_and_headers_are_found(tmp_path: Path) -> None:
     log = f"In file included from x.cu:1:\n{hdr}(2): error: identifier \"q\" is undefined\n"
     assert error_sites(log) == [(str(hdr), 2, None, 'identifier "q" is undefined')]
     msg = format_build_error(_job(tmp_path), 2, log, None)
-    assert msg.splitlines()[1:] == [f"{hdr}:2: error: identifier \"q\" is undefined", "        1 | a", "  >     2 | b", "        3 | c"]
+    assert msg.splitlines()[1:] == [f"{hdr}:2: error: identifier \"q\" is undefined", "        1 | a", "  >     2 | b", "        3 | c",
+                                    "Fix: correct the first error above (k.cuh:2) and run again"]
 
 
 def test_long_messages_fit_one_screen(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ Real compiles and subprocess scenarios are in test_cli_process.py.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -20,7 +21,7 @@ import pytest
 
 import jitops
 from jitops import cache_admin, loader
-from jitops.cache import Cache, compute_key
+from jitops.cache import Cache, Manifest, compute_key
 from jitops.cli import main, parse_age, parse_size
 from jitops.errors import OfflineMiss
 from tests.cli_helpers import fake_spec
@@ -289,15 +290,17 @@ def test_import_refuses_traversal_links_and_bad_manifests(fake, tmp_path: Path, 
         assert not (tmp_path / "evil.txt").exists()
         assert not list(Cache(target).iter_entries())  # refused whole: nothing published
     # A manifest whose digest does not match its library: that entry alone is rejected.
-    m = json.loads((e.path / "manifest.json").read_bytes())
-    m["sha256"] = "0" * 64
-    arc = _archive(tmp_path / "badsum.tar.gz", _entry_members(cache, e.path, json.dumps(m).encode()))
+    m = Manifest.parse((e.path / "manifest.json").read_bytes())
+    badsum = dataclasses.replace(m, sha256="0" * 64).to_json()  # a well-formed manifest that lies
+    arc = _archive(tmp_path / "badsum.tar.gz", _entry_members(cache, e.path, badsum))
     rc, _, err = run(["cache", "import", str(arc)], capsys)
     assert rc == 1 and "rejected" in err and "sha256" in err
     # Ingredients edited without the key: the key check catches it.
-    m = json.loads((e.path / "manifest.json").read_bytes())
-    m["ingredients"]["cflags"].append("-DEVIL")
-    arc = _archive(tmp_path / "badkey.tar.gz", _entry_members(cache, e.path, json.dumps(m).encode()))
+    m = Manifest.parse((e.path / "manifest.json").read_bytes())
+    ingredients = json.loads(json.dumps(m.ingredients))
+    ingredients["cflags"].append("-DEVIL")
+    badkey = dataclasses.replace(m, ingredients=ingredients).to_json()
+    arc = _archive(tmp_path / "badkey.tar.gz", _entry_members(cache, e.path, badkey))
     rc, _, err = run(["cache", "import", str(arc)], capsys)
     assert rc == 1 and "do not hash to its key" in err
     assert not list(Cache(target).iter_entries())
@@ -308,12 +311,13 @@ def test_import_keeps_a_foreign_entry_but_never_loads_it(fake, tmp_path: Path, m
     make, cache = fake
     spec = make("cli_foreign")
     e = build(spec)
-    m = json.loads((e.path / "manifest.json").read_bytes())
-    m["ingredients"]["torch_version"] = "1.0.0+elsewhere"
-    m["key"] = compute_key(m["ingredients"])
-    rel = f"v1/entries/cli_foreign/{m['target']}/{m['key'][:32]}"
+    old = Manifest.parse((e.path / "manifest.json").read_bytes())
+    ingredients = json.loads(json.dumps(old.ingredients))
+    ingredients["torch_version"] = "1.0.0+elsewhere"
+    m = dataclasses.replace(old, ingredients=ingredients, key=compute_key(ingredients))
+    rel = f"v1/entries/cli_foreign/{m.target}/{m.key[:32]}"
     members = []
-    for name, data in (("manifest.json", json.dumps(m).encode()), (m["library_file"], (e.path / m["library_file"]).read_bytes())):
+    for name, data in (("manifest.json", m.to_json()), (m.library_file, (e.path / m.library_file).read_bytes())):
         info = tarfile.TarInfo(f"{rel}/{name}")
         info.size = len(data)
         members.append((info, data))

@@ -95,6 +95,8 @@ def test_nvcc_major_differs_from_torch(tmp_path: Path) -> None:
     nvcc = home / "bin" / "nvcc"
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
     nvcc.chmod(0o755)
+    (home / "include").mkdir()
+    (home / "include" / "cuda_runtime_api.h").write_text("")  # a whole (fake) toolkit, not a wrapper
     r = _fake_cuda_plan_error(tmp_path, home)
     _assert_fast_toolchain_error(r, "'softmax'", "CUDA 12.4", "13.0", "CUDA_HOME", "Fix:")
 

@@ -109,8 +109,9 @@ def test_failed_build_is_retried_and_reports_the_error_in_the_users_source(inclu
         f"    {ERROR_LINE + 1:5d} | {source[ERROR_LINE]}",
         f"    {ERROR_LINE + 2:5d} | {source[ERROR_LINE + 1]}",
     ]
+    assert lines[-2] == f"Fix: correct the first error above (hot.cpp:{ERROR_LINE}) and run again"
     assert lines[-1] == f"full log: {err.log_path}"
-    assert len(lines) == 9 and len(lines) <= 40
+    assert len(lines) == 10 and len(lines) <= 40
     assert "undefined_offset" in Path(err.log_path).read_text()
     assert err.log == Path(err.log_path).read_text()
     frames = {Path(f.filename).name for f in traceback.extract_tb(err.__traceback__)}
