@@ -464,18 +464,21 @@ class Op:
     Python ``__call__`` so that torch.compile inlines it without a graph break.
     """
 
-    __slots__ = ("name", "library", "qualname", "packet", "reference", "_fn", "__weakref__")
+    __slots__ = ("name", "library", "qualname", "packet", "reference", "_fn", "_out", "__weakref__")
 
     def __init__(self, name: str, library: LoadedLibrary | None, fn: Callable[..., Any], packet: Any,
-                 reference: Callable[..., Any] | None) -> None:
+                 reference: Callable[..., Any] | None, out: Callable[..., Any] | None = None) -> None:
         self.name = name
         self.library = library
         self.qualname = f"{library.namespace}::{name}" if library else f"reference::{name}"
         self.packet = packet
         self.reference = reference
         self._fn = fn
+        self._out = out
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._out is not None and "out" in kwargs:
+            return self._out(*args, **kwargs)
         return self._fn(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -495,9 +498,12 @@ def op_from_library(lib: LoadedLibrary, name: str) -> Op:
     import torch
 
     packet = getattr(getattr(torch.ops, lib.namespace), name)
-    overloads = packet.overloads()
-    fn = packet.default if overloads == ["default"] else packet
-    return Op(name, lib, fn, packet, _reference(lib.spec, name))
+    overloads = set(packet.overloads())
+    if "default" in overloads and overloads <= {"default", "out"}:
+        # Call the overloads directly: the packet's overload resolution costs ~0.3 us per call.
+        return Op(name, lib, packet.default, packet, _reference(lib.spec, name),
+                  packet.out if "out" in overloads else None)
+    return Op(name, lib, packet, packet, _reference(lib.spec, name))
 
 
 def _reference(spec: OpSpec, name: str) -> Callable[..., Any] | None:
