@@ -19,23 +19,28 @@ def check_input(op: str, x: torch.Tensor, dim: int) -> None:
     torch._check(-ndim <= dim < ndim, lambda: f"{op}: dim {dim} is out of range for a tensor with {x.dim()} dimensions")
 
 
+def _shifted(op: str, x: torch.Tensor, dim: int) -> torch.Tensor:
+    """``x - max(x)`` along ``dim``, widened to float for half/bfloat16 (never overflows exp)."""
+    check_input(op, x, dim)
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    return xf - xf.amax(dim=dim, keepdim=True)
+
+
 def softmax_reference(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Pure PyTorch, numerically stable; accumulates half/bfloat16 in float."""
-    check_input("softmax", x, dim)
-    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-    if xf.numel() == 0:
+    if x.numel() == 0:
+        check_input("softmax", x, dim)
         return torch.empty_like(x)
-    shifted = xf - xf.amax(dim=dim, keepdim=True)
-    e = shifted.exp()
+    e = _shifted("softmax", x, dim).exp()
     return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
 
 
 def log_softmax_reference(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    check_input("log_softmax", x, dim)
-    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-    if xf.numel() == 0:
+    """Pure PyTorch, numerically stable; accumulates half/bfloat16 in float."""
+    if x.numel() == 0:
+        check_input("log_softmax", x, dim)
         return torch.empty_like(x)
-    shifted = xf - xf.amax(dim=dim, keepdim=True)
+    shifted = _shifted("log_softmax", x, dim)
     return (shifted - shifted.exp().sum(dim=dim, keepdim=True).log()).to(x.dtype)
 
 
