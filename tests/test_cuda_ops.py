@@ -101,27 +101,21 @@ def test_softmax_opcheck(name: str) -> None:
         torch.library.opcheck(op.default, (x, 1))
 
 
-def test_softmax_runs_on_the_current_stream() -> None:
-    op = cuda_op("softmax")
-    x = torch.randn(256, 1024, device="cuda")
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        y = op(x, -1)
-    stream.synchronize()
-    torch.testing.assert_close(y, torch.softmax(x, -1))
 
 
 # ---------------------------------------------------------------- add
 
 
-ADD_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64]
+ADD_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64,
+              torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
 
 
 def _add_pair(dtype: Any, shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> tuple[Any, Any]:
     if dtype.is_floating_point:
         return torch.randn(shape_a, device="cuda").to(dtype), torch.randn(shape_b, device="cuda").to(dtype)
-    return (torch.randint(-100, 100, shape_a, device="cuda", dtype=dtype),
-            torch.randint(-100, 100, shape_b, device="cuda", dtype=dtype))
+    low = 0 if dtype == torch.uint8 else -40  # |a + 2 * b| < 128: no wrap-around in 8 bits
+    return (torch.randint(low, 40, shape_a, device="cuda", dtype=dtype),
+            torch.randint(low, 40, shape_b, device="cuda", dtype=dtype))
 
 
 SHAPES = [((0,), (0,)), ((1,), (1,)), ((1000,), (1000,)), ((4, 5), (5,)), ((3, 1, 7), (1, 6, 1)), ((6, 4), ())]
@@ -153,6 +147,16 @@ def test_add_type_promotion_and_variants() -> None:
     out = torch.empty(0, device="cuda")
     assert add(x, y, out=out) is out
     torch.testing.assert_close(out, torch.add(x, y))
+
+
+def test_add_takes_a_cpu_scalar_operand() -> None:
+    """torch.add(cuda, torch.tensor(2.5)) reaches the CUDA kernel with a CPU operand, on either side."""
+    add = cuda_op("add")
+    x = torch.randn(4, 5, device="cuda", dtype=torch.float16)
+    for a, b in ((x, torch.tensor(2.5, dtype=torch.float64)), (torch.tensor(3), x)):
+        got, want = add(a, b, alpha=2), torch.add(a, b, alpha=2)
+        assert got.device == want.device and got.dtype == want.dtype == torch.float16
+        torch.testing.assert_close(got, want, **TOL[torch.float16])
 
 
 def test_add_opcheck() -> None:
@@ -203,3 +207,51 @@ def test_nms_opcheck() -> None:
     nms = cuda_op("nms")
     boxes, scores = _boxes(200, torch.float32, 3)
     torch.library.opcheck(nms.default, (boxes, scores, 0.5))
+
+
+# ------------------------------------------------------ every op: streams, devices
+
+
+def _inputs(name: str, device: str) -> tuple[Any, ...]:
+    g = torch.Generator(device="cpu").manual_seed(7)
+    if name == "softmax":
+        return (torch.randn(256, 1024, generator=g).to(device), -1)
+    if name == "add":
+        return (torch.randn(256, 1024, generator=g).to(device), torch.randn(1024, generator=g).to(device))
+    xy, wh = torch.rand(500, 2, generator=g) * 100, torch.rand(500, 2, generator=g) * 30
+    return (torch.cat([xy, xy + wh], dim=1).to(device), torch.rand(500, generator=g).to(device), 0.5)
+
+
+def _on_cpu(name: str, args: tuple[Any, ...]) -> Any:
+    return jitops.reference(name)(*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args])
+
+
+@pytest.mark.parametrize("name", ["softmax", "add", "nms"])
+def test_runs_on_the_current_stream(name: str) -> None:
+    """The inputs are written on a side stream behind a ~0.1 s GPU sleep: a kernel
+    launched on any other stream would read the zeros that are there before."""
+    op = cuda_op(name)
+    args = _inputs(name, "cuda")
+    late = [torch.zeros_like(a) if isinstance(a, torch.Tensor) else a for a in args]
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(200_000_000)
+        for dst, src in zip(late, args):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+        got = op(*late)
+    stream.synchronize()
+    torch.testing.assert_close(got.cpu(), _on_cpu(name, args), **({} if name != "nms" else {"atol": 0, "rtol": 0}))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("name", ["softmax", "add", "nms"])
+def test_runs_on_the_inputs_device(name: str) -> None:
+    """Inputs on cuda:1 while cuda:0 is current: the device guard puts the launch on cuda:1."""
+    op = cuda_op(name)
+    args = _inputs(name, "cuda:1")
+    with torch.cuda.device(0):
+        got = op(*args)
+    assert got.device == torch.device("cuda:1")
+    torch.testing.assert_close(got.cpu(), _on_cpu(name, args), **({} if name != "nms" else {"atol": 0, "rtol": 0}))

@@ -33,6 +33,7 @@ BUILTINS: tuple[OpSpec, ...] = (
         root=_HERE / "add",
         cpu_sources=("add_cpu.cpp", "register.cpp"),
         cuda_sources=("add_cuda.cu",),
+        cuda_cflags=("--extended-lambda",),  # ATen/native/cuda/Loops.cuh launches __device__ lambdas
         schemas=(
             "add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
             "add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)",
