@@ -132,7 +132,7 @@ def ingredients(
         "sources": dict(sorted(digests.items())),
         "build_sources": list(spec.sources_for(target.device)),
         "cflags": [*target.cflags(), *spec.cflags, *env_cflags],
-        "cuda_cflags": [*target.cuda_cflags(), *spec.cuda_cflags],
+        "cuda_cflags": [*target.cuda_cflags(), *spec.cuda_cflags] if target.device == "cuda" else [],
         "ldflags": [*spec.ldflags, *env_ldflags],
         "target": {"name": target.name, "device": target.device, "isa": target.isa, "cuda_archs": list(target.archs)},
         "jitops_version": system.jitops_version,

@@ -71,7 +71,7 @@ _ISA_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 BASE_CFLAGS = ("-O3", "-fvisibility=hidden", "-fno-math-errno")
-BASE_CUDA_CFLAGS = ("-O3", "--use_fast_math", "-lineinfo")
+BASE_CUDA_CFLAGS = ("-O3", "-lineinfo")  # no --use_fast_math: nms must decide IoU ties as torchvision does
 
 
 @dataclass(frozen=True)
