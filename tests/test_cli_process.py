@@ -98,8 +98,10 @@ def _read_only_copy(src_root: Path, dest_root: Path, uid: int) -> None:
 @pytest.mark.timeout(900)
 def test_warm_all_then_offline_read_only_cache_builds_nothing_and_writes_nothing(
         session_cache: Path, world_dir: Path) -> None:
-    out = _ok(run_child("", child_env(), args=("warm", "--all"), timeout=600))
+    proc = run_child("", child_env(), args=("warm", "--all"), timeout=600)
+    out = _ok(proc)
     assert "0 failed" in out and "softmax for cpu-" in out
+    assert f"cache {session_cache})" in out, f"warm used another cache\n{out}\n{proc.stderr}"
     root = world_dir / "cache"
     _read_only_copy(session_cache, root, NOBODY)
     home = world_dir / "home"
