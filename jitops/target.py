@@ -66,7 +66,8 @@ SCRUBBED_ENV_VARS = (
 # Flags for the CPU ISA that torch itself dispatches to here. at::vec picks
 # its 256/512-bit implementations from the CPU_CAPABILITY_* macro.
 _ISA_FLAGS: dict[str, tuple[str, ...]] = {
-    "AVX512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-DCPU_CAPABILITY_AVX512"),
+    # -mf16c: every AVX512 CPU has it, and at::vec's AVX2 flavour (used by add) needs it.
+    "AVX512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c", "-DCPU_CAPABILITY_AVX512"),
     "AVX2": ("-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY_AVX2"),
 }
 
