@@ -2,7 +2,8 @@
 
 Run from the repository root: ``python benchmarks/kernels.py``. Prints one
 line per case: median times and the speed ratio (torch time / jitops time,
-so > 1 means jitops is faster). "alloc" cases allocate the output on every
+so > 1 means jitops is faster; the median of ratios taken in interleaved
+rounds, see ``paired``). "alloc" cases allocate the output on every
 call; "prealloc" cases write into an existing buffer (torch._softmax /
 torch._log_softmax out=, torch.add out=, jitops add out=). jitops softmax has
 no out= variant: the issue's schema is functional, so its softmax rows are
@@ -11,6 +12,7 @@ allocating only (torch's prealloc row is printed for reference).
 
 from __future__ import annotations
 
+import statistics
 import sys
 import timeit
 from pathlib import Path
@@ -24,13 +26,44 @@ import torch.utils.benchmark as tb  # noqa: E402
 import jitops  # noqa: E402
 
 
-def median(fn: Callable[[], Any], min_run_time: float = 1.0) -> float:
-    return tb.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time).median
+ROUNDS = 15  # paired rounds per case; each round times both sides back to back
+BLOCK_S = 0.05  # seconds per timed block
+
+
+def calibrate(fn: Callable[[], Any]) -> int:
+    """Calls per block: torch.utils.benchmark's adaptive pass picks it."""
+    m = tb.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=0.2)
+    return max(1, round(BLOCK_S / max(m.median, 1e-9)))
+
+
+def paired(ours: Callable[[], Any], theirs: Callable[[], Any]) -> tuple[float, float, float]:
+    """Median time of each side and the median of the per-round ratios.
+
+    The machine is shared (2 cores, other builds run), so the two sides are
+    interleaved: each round times a block of one, then a block of the other,
+    alternating which goes first, and a ratio is taken within the round, where
+    both saw about the same load. Medians ignore the rounds a burst hit.
+    """
+    timers = [tb.Timer(stmt="fn()", globals={"fn": f}) for f in (ours, theirs)]
+    number = min(calibrate(ours), calibrate(theirs))
+    a: list[float] = []
+    b: list[float] = []
+    for r in range(ROUNDS):
+        order = (0, 1) if r % 2 == 0 else (1, 0)
+        got = {i: timers[i].timeit(number).median for i in order}
+        a.append(got[0])
+        b.append(got[1])
+    return statistics.median(a), statistics.median(b), statistics.median(y / x for x, y in zip(a, b))
+
+
+def median(fn: Callable[[], Any]) -> float:
+    return statistics.median(tb.Timer(stmt="fn()", globals={"fn": fn}).timeit(calibrate(fn)).median
+                             for _ in range(ROUNDS))
 
 
 def row(label: str, ours: Callable[[], Any], theirs: Callable[[], Any], against: str) -> None:
-    a, b = median(ours), median(theirs)
-    print(f"{label:44s} jitops {a * 1e3:9.3f} ms   {against} {b * 1e3:9.3f} ms   ratio {b / a:5.2f}x", flush=True)
+    a, b, ratio = paired(ours, theirs)
+    print(f"{label:46s} jitops {a * 1e3:9.3f} ms   {against} {b * 1e3:9.3f} ms   ratio {ratio:5.2f}x", flush=True)
 
 
 def per_call() -> None:
@@ -55,7 +88,7 @@ def softmaxes() -> None:
             out = torch.empty_like(x)
             row(f"{name} {shape} alloc", lambda: op(x, -1), lambda: torch_fn(x, -1), "torch")
             t = median(lambda: torch_out(x, -1, False, out=out))
-            print(f"{name} {str(shape) + ' prealloc (torch only)':34s} {'':22s} torch {t * 1e3:9.3f} ms")
+            print(f"{name} {str(shape) + ' prealloc (torch only)':36s} {'':22s} torch {t * 1e3:9.3f} ms")
 
 
 def adds() -> None:

@@ -133,7 +133,7 @@ def ingredients(
         "build_sources": list(spec.sources_for(target.device)),
         "cflags": [*target.cflags(), *spec.cflags, *env_cflags],
         "cuda_cflags": [*target.cuda_cflags(), *spec.cuda_cflags] if target.device == "cuda" else [],
-        "ldflags": [*spec.ldflags, *env_ldflags],
+        "ldflags": [*target.ldflags(), *spec.ldflags, *env_ldflags],
         "target": {"name": target.name, "device": target.device, "isa": target.isa, "cuda_archs": list(target.archs)},
         "jitops_version": system.jitops_version,
         "torch_version": system.torch_version,

@@ -66,11 +66,16 @@ SCRUBBED_ENV_VARS = (
 # Flags for the CPU ISA that torch itself dispatches to here. at::vec picks
 # its 256/512-bit implementations from the CPU_CAPABILITY_* macro.
 _ISA_FLAGS: dict[str, tuple[str, ...]] = {
-    "AVX512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-DCPU_CAPABILITY_AVX512"),
+    # -mf16c: every AVX512 CPU has it, and at::vec's AVX2 flavour (used by add) needs it.
+    "AVX512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c", "-DCPU_CAPABILITY_AVX512"),
     "AVX2": ("-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY_AVX2"),
 }
 
 BASE_CFLAGS = ("-O3", "-fvisibility=hidden", "-fno-math-errno")
+# at::parallel_for is a header template: without -fopenmp it compiles to a
+# plain serial loop, even though torch runs its own kernels on OpenMP threads.
+# Linking with it names libgomp.so.1, which resolves to the copy torch loaded.
+OPENMP_FLAGS = ("-fopenmp",)
 BASE_CUDA_CFLAGS = ("-O3", "-lineinfo")  # no --use_fast_math: nms must decide IoU ties as torchvision does
 
 
@@ -89,6 +94,7 @@ class System:
     build_env: tuple[tuple[str, str], ...] = ()
     cuda_available: bool = False
     device_capability: tuple[int, int] | None = None
+    openmp: bool = False
     jitops_version: str = __version__
 
     def env(self, name: str) -> str | None:
@@ -96,7 +102,7 @@ class System:
 
 
 @functools.lru_cache(maxsize=1)
-def _torch_facts() -> tuple[str, str, str | None, bool, str]:
+def _torch_facts() -> tuple[str, str, str | None, bool, str, bool]:
     import torch
 
     return (
@@ -105,6 +111,7 @@ def _torch_facts() -> tuple[str, str, str | None, bool, str]:
         torch.version.cuda,
         bool(torch._C._GLIBCXX_USE_CXX11_ABI),
         str(torch.backends.cpu.get_cpu_capability()),
+        bool(torch.backends.openmp.is_available()),
     )
 
 
@@ -131,7 +138,7 @@ def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> Sys
     The torch facts are read once per process; the build environment is read
     on every call so that a notebook that changes ``CXXFLAGS`` gets a new key.
     """
-    torch_version, git, torch_cuda, abi, capability = _torch_facts()
+    torch_version, git, torch_cuda, abi, capability, openmp = _torch_facts()
     cuda_available = False
     device_capability = None
     if cuda and torch_cuda:
@@ -152,6 +159,7 @@ def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> Sys
         build_env=build_env(environ),
         cuda_available=cuda_available,
         device_capability=device_capability,
+        openmp=openmp,
     )
 
 
@@ -165,6 +173,7 @@ class Target:
     device: str
     isa: str = "DEFAULT"
     archs: tuple[str, ...] = field(default=())
+    openmp: bool = False  # torch runs at::parallel_for on OpenMP: build with it too
 
     @property
     def name(self) -> str:
@@ -175,7 +184,10 @@ class Target:
         return "cuda-" + "-".join("sm" + p for p in parts)
 
     def cflags(self) -> tuple[str, ...]:
-        return BASE_CFLAGS + _ISA_FLAGS.get(self.isa, ())
+        return BASE_CFLAGS + _ISA_FLAGS.get(self.isa, ()) + (OPENMP_FLAGS if self.openmp else ())
+
+    def ldflags(self) -> tuple[str, ...]:
+        return OPENMP_FLAGS if self.openmp else ()
 
     def cuda_cflags(self) -> tuple[str, ...]:
         return BASE_CUDA_CFLAGS + arch_gencode_flags(self.archs) if self.device == "cuda" else ()
@@ -192,7 +204,7 @@ def choose_target(system: System, device: str | None = None, archs: str | tuple[
     if device is None:
         device = "cuda" if system.cuda_available else "cpu"
     if device == "cpu":
-        return Target("cpu", system.cpu_capability)
+        return Target("cpu", system.cpu_capability, openmp=system.openmp)
     if device != "cuda":
         raise TargetError(f"unknown device {device!r}: expected 'cpu' or 'cuda'")
     if not system.torch_cuda:
@@ -216,7 +228,7 @@ def choose_target(system: System, device: str | None = None, archs: str | tuple[
             "Fix: name the archs explicitly, e.g. `jitops warm --device cuda --arch 8.0,9.0 --all` "
             "(or archs='8.0,9.0', or TORCH_CUDA_ARCH_LIST='8.0;9.0')"
         )
-    return Target("cuda", system.cpu_capability, arch_list)
+    return Target("cuda", system.cpu_capability, arch_list, openmp=system.openmp)
 
 
 def extra_env_flags(system: System) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -167,6 +167,20 @@ def test_target_defaults_to_cpu_without_gpu() -> None:
     assert "-DCPU_CAPABILITY_AVX512" in t.cflags() and "-O3" in t.cflags()
 
 
+def test_openmp_torch_builds_with_openmp_so_parallel_for_runs_parallel() -> None:
+    omp = dataclasses.replace(BASE_SYSTEM, openmp=True)
+    for device in ("cpu", "cuda"):
+        system = dataclasses.replace(omp, torch_cuda="13.0") if device == "cuda" else omp
+        t = target.choose_target(system, device, "9.0" if device == "cuda" else None)
+        assert "-fopenmp" in t.cflags() and t.ldflags() == ("-fopenmp",)
+    plain = target.choose_target(BASE_SYSTEM)
+    assert plain.ldflags() == () and "-fopenmp" not in plain.cflags()
+    assert key_of(system=omp) != key_of()
+    import torch
+
+    assert target.probe().openmp == torch.backends.openmp.is_available()
+
+
 def test_cuda_target_needs_cuda_torch_and_archs() -> None:
     with pytest.raises(TargetError, match="CPU-only build"):
         target.choose_target(BASE_SYSTEM, "cuda")

@@ -6,6 +6,17 @@
 // cpu_kernel_vec, which also parallelises large tensors; float16 and bfloat16
 // compute in float like torch. No <torch/library.h> here: registration lives
 // in register.cpp.
+//
+// On AVX512 machines torch still runs its elementwise kernels, add included,
+// with 256-bit vectors (DispatchStub uses the AVX512 build only for kernels
+// registered with ALSO_REGISTER_AVX512_DISPATCH). This streaming kernel is
+// memory-bound, and 512-bit vectors measured ~10 % slower here, so it uses
+// the AVX2 flavour of at::vec too. This must precede every ATen include.
+#ifdef CPU_CAPABILITY_AVX512
+#undef CPU_CAPABILITY_AVX512
+#define CPU_CAPABILITY_AVX2
+#endif
+
 #include <ATen/Dispatch.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/cpu/vec/functional.h>  // convert_to_float / convert_from_float

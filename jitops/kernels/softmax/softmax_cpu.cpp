@@ -13,6 +13,7 @@
 #include <ATen/EmptyTensor.h>
 #include <c10/core/WrapDimMinimal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -28,23 +29,47 @@ namespace vec = at::vec;
 // Elements per parallel task, as ATen's own kernels use.
 constexpr int64_t kGrain = 32768;
 
-// One contiguous row of length n, in the accumulation type (float/double).
-template <typename acc_t, bool LOG>
+// Rows per chunk of log_softmax: the chunk's rows stay in L1 between
+// passes, and its log-sum-exps are taken with one vectorised log.
+constexpr int64_t kMaxChunk = 256;
+
+template <typename acc_t>
+inline int64_t chunk_rows(int64_t n) {
+  return std::clamp<int64_t>(kGrain / (int64_t(sizeof(acc_t)) * n), 1, kMaxChunk);
+}
+
+// log_softmax of `rows` (<= kMaxChunk) contiguous rows of length n >= 1, in
+// the accumulation type: every max, then every sum of exp(x - max), one
+// vectorised log of the sums, then x - max - log(sum) (in that order, which
+// keeps precision when x is large and the spread small).
+template <typename acc_t>
+inline void log_rows_forward(const acc_t* in, acc_t* out, int64_t rows, int64_t n) {
+  using Vec = vec::Vectorized<acc_t>;
+  acc_t mx[kMaxChunk];
+  acc_t lse[kMaxChunk];
+  for (int64_t r = 0; r < rows; ++r) {
+    mx[r] = vec::reduce_all<acc_t>([](Vec& a, Vec& b) { return vec::maximum(a, b); }, in + r * n, n);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const Vec vmx(mx[r]);
+    lse[r] = vec::map_reduce_all<acc_t>(
+        [vmx](Vec x) { return (x - vmx).exp_u20(); }, [](Vec a, Vec b) { return a + b; }, in + r * n, n);
+  }
+  vec::map([](Vec x) { return x.log(); }, lse, lse, rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const Vec vmx(mx[r]);
+    const Vec vlse(lse[r]);
+    vec::map([vmx, vlse](Vec x) { return x - vmx - vlse; }, out + r * n, in + r * n, n);
+  }
+}
+
+// softmax of one contiguous row of length n >= 1, in the accumulation type.
+template <typename acc_t>
 inline void row_forward(const acc_t* in, acc_t* out, int64_t n) {
   using Vec = vec::Vectorized<acc_t>;
-  if (n == 0) return;
   const acc_t mx = vec::reduce_all<acc_t>(
       [](Vec& a, Vec& b) { return vec::maximum(a, b); }, in, n);
   const Vec vmx(mx);
-  if (LOG) {
-    const acc_t sum = vec::map_reduce_all<acc_t>(
-        [vmx](Vec x) { return (x - vmx).exp_u20(); },
-        [](Vec a, Vec b) { return a + b; }, in, n);
-    const acc_t shift = mx + std::log(sum);
-    const Vec vshift(shift);
-    vec::map([vshift](Vec x) { return x - vshift; }, out, in, n);
-    return;
-  }
   // Write exp(x - max) once and accumulate its sum in the same pass.
   Vec vsum(acc_t(0));
   int64_t j = 0;
@@ -64,15 +89,22 @@ inline void row_forward(const acc_t* in, acc_t* out, int64_t n) {
   vec::map([vscale](Vec x) { return x * vscale; }, out, out, n);
 }
 
-// Softmax over the last (contiguous) dimension: rows of length n.
+// Softmax over the last (contiguous) dimension: rows of length n >= 1.
 template <typename scalar_t, bool LOG>
 void lastdim_forward(const scalar_t* in, scalar_t* out, int64_t rows, int64_t n) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1));
+  const int64_t grain = std::max<int64_t>(1, kGrain / n);
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     if constexpr (std::is_same_v<acc_t, scalar_t>) {
-      for (int64_t r = begin; r < end; ++r) {
-        row_forward<acc_t, LOG>(in + r * n, out + r * n, n);
+      if constexpr (LOG) {
+        const int64_t chunk = chunk_rows<acc_t>(n);
+        for (int64_t r = begin; r < end; r += chunk) {
+          log_rows_forward<acc_t>(in + r * n, out + r * n, std::min(chunk, end - r), n);
+        }
+      } else {
+        for (int64_t r = begin; r < end; ++r) {
+          row_forward<acc_t>(in + r * n, out + r * n, n);
+        }
       }
     } else {
       // Reduced precision: widen a row to float, work there, narrow back.
@@ -80,7 +112,11 @@ void lastdim_forward(const scalar_t* in, scalar_t* out, int64_t rows, int64_t n)
       for (int64_t r = begin; r < end; ++r) {
         const scalar_t* src = in + r * n;
         for (int64_t j = 0; j < n; ++j) buf[j] = static_cast<acc_t>(src[j]);
-        row_forward<acc_t, LOG>(buf.data(), buf.data(), n);
+        if constexpr (LOG) {
+          log_rows_forward<acc_t>(buf.data(), buf.data(), 1, n);
+        } else {
+          row_forward<acc_t>(buf.data(), buf.data(), n);
+        }
         scalar_t* dst = out + r * n;
         for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<scalar_t>(buf[j]);
       }
