@@ -4,20 +4,11 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
+#include <jitops/dtype.h>
 
 namespace jitops_nms {
 
-inline const char* dtype_name(c10::ScalarType t) {
-  switch (t) {
-    case c10::ScalarType::Half: return "float16";
-    case c10::ScalarType::BFloat16: return "bfloat16";
-    case c10::ScalarType::Float: return "float32";
-    case c10::ScalarType::Double: return "float64";
-    case c10::ScalarType::Int: return "int32";
-    case c10::ScalarType::Long: return "int64";
-    default: return c10::toString(t);
-  }
-}
+using jitops::dtype_name;
 
 inline void check_inputs(const at::Tensor& boxes, const at::Tensor& scores) {
   TORCH_CHECK(boxes.dim() == 2 && boxes.size(1) == 4, "nms: boxes must be (N, 4), got ", boxes.sizes());

@@ -5,31 +5,14 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
+#include <jitops/dtype.h>
 
 #include <algorithm>
 #include <cstdint>
 
 namespace jitops_softmax {
 
-// torch's Python spelling of a dtype ("float32"), so messages read the same
-// from C++ and from the fake kernel.
-inline const char* dtype_name(c10::ScalarType t) {
-  switch (t) {
-    case c10::ScalarType::Half: return "float16";
-    case c10::ScalarType::BFloat16: return "bfloat16";
-    case c10::ScalarType::Float: return "float32";
-    case c10::ScalarType::Double: return "float64";
-    case c10::ScalarType::Byte: return "uint8";
-    case c10::ScalarType::Char: return "int8";
-    case c10::ScalarType::Short: return "int16";
-    case c10::ScalarType::Int: return "int32";
-    case c10::ScalarType::Long: return "int64";
-    case c10::ScalarType::Bool: return "bool";
-    case c10::ScalarType::ComplexFloat: return "complex64";
-    case c10::ScalarType::ComplexDouble: return "complex128";
-    default: return c10::toString(t);
-  }
-}
+using jitops::dtype_name;
 
 inline void check_input(const char* op, const at::Tensor& x, int64_t dim) {
   const auto st = x.scalar_type();
