@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 # One cache for the whole session, resolved before anything imports jitops's
-# loader: every compile test shares it, so each op is built once.
+# loader: every compile test shares it, so each op is built once. Never import
+# this module from a test (shared helpers live in tests/helpers.py): a second
+# import would make a second cache.
 _SESSION_CACHE = os.environ.get("JITOPS_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="jitops-test-cache-")
 os.environ["JITOPS_CACHE_DIR"] = _SESSION_CACHE
 for _var in ("JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_BUILDER", "JITOPS_STRICT", "JITOPS_LOCK_TIMEOUT"):
@@ -60,5 +62,3 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(root))
     return root
 
-
-DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]

@@ -10,7 +10,12 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
+
+# Device parametrization: the cuda case carries the cuda marker (skipped without a GPU).
+DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
 
 
 def child_env(**overrides: str | None) -> dict[str, str]:

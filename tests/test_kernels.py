@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jitops
-from tests.conftest import DEVICES
+from tests.helpers import DEVICES
 
 pytestmark = pytest.mark.compile
 
