@@ -49,3 +49,20 @@ def last_json(stdout: str) -> Any:
     lines = [ln for ln in stdout.splitlines() if ln.strip()]
     assert lines, "child printed nothing"
     return json.loads(lines[-1])
+
+
+def tattletale_library(folder: Path, marker: Path, mode: int = 0o600) -> Path:
+    """A real shared library whose constructor creates ``marker`` if it is ever loaded.
+
+    Tests plant it where jitops must refuse to load; the marker proves whether its code ran.
+    """
+    src = folder / "tattle.c"
+    src.write_text(
+        "#include <fcntl.h>\n#include <unistd.h>\n"
+        "__attribute__((constructor)) static void tattle(void) {"
+        f' int fd = open("{marker}", O_CREAT | O_WRONLY, 0{mode:o}); if (fd >= 0) close(fd); }}\n'
+    )
+    lib = folder / "libtattle.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    return lib
+

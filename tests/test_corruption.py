@@ -9,28 +9,15 @@ manifest.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import child_env, last_json, run_py
+from tests.helpers import child_env, last_json, run_py, tattletale_library
 
 pytestmark = [pytest.mark.process]
 
 
-
-def _tattletale(tmp_path: Path, marker: Path) -> Path:
-    """A real shared library whose constructor creates ``marker`` when it is loaded."""
-    src = tmp_path / "tattle.c"
-    src.write_text(
-        "#include <fcntl.h>\n#include <unistd.h>\n"
-        "__attribute__((constructor)) static void tattle(void) {"
-        f' int fd = open("{marker}", O_CREAT | O_WRONLY, 0600); if (fd >= 0) close(fd); }}\n'
-    )
-    lib = tmp_path / "libtattle.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
-    return lib
 
 
 @pytest.mark.slow
@@ -127,7 +114,7 @@ def test_truncations_and_flips_detected_before_load(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_planted_library_never_runs(tmp_path: Path) -> None:
     marker = tmp_path / "PLANTED-LIBRARY-RAN"
-    evil = _tattletale(tmp_path, marker)
+    evil = tattletale_library(tmp_path, marker)
     out = run_py(
         f"""
         import json
@@ -213,7 +200,7 @@ def test_tattletale_is_a_working_detector(tmp_path: Path) -> None:
     import ctypes
 
     marker = tmp_path / "RAN"
-    lib = _tattletale(tmp_path, marker)
+    lib = tattletale_library(tmp_path, marker)
     run_py(f"import ctypes; ctypes.CDLL({str(lib)!r})")
     assert marker.exists()
     del ctypes

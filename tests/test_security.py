@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from jitops import target
-from tests.helpers import REPO, child_env, last_json, run_py
+from tests.helpers import REPO, child_env, last_json, run_py, tattletale_library
 
 pytestmark = pytest.mark.process
 NOBODY = 65534
@@ -64,17 +64,6 @@ def _run_as_nobody(base: Path, code: str, env: dict[str, str]) -> subprocess.Com
     return proc
 
 
-def _tattletale(tmp_path: Path, marker: Path) -> Path:
-    src = tmp_path / "tattle.c"
-    src.write_text(
-        "#include <fcntl.h>\n#include <unistd.h>\n"
-        "__attribute__((constructor)) static void tattle(void) {"
-        f' int fd = open("{marker}", O_CREAT | O_WRONLY, 0666); if (fd >= 0) close(fd); }}\n'
-    )
-    lib = tmp_path / "libtattle.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
-    return lib
-
 
 # Each case: (name, how the test damages trust after nobody built a perfect entry).
 CASES = [
@@ -101,7 +90,7 @@ def test_untrusted_cache_is_never_loaded(nobody_dir: Path) -> None:
     tmp_path = nobody_dir
     base = tmp_path / "sec"
     marker = base / "PLANTED-LIBRARY-RAN"
-    evil = _tattletale(tmp_path, marker)
+    evil = tattletale_library(tmp_path, marker, mode=0o666)
     os.chmod(evil, 0o755)
     out = _run_as_nobody(
         base,
