@@ -363,8 +363,15 @@ def _writable_cache(cache: Cache, what: str) -> Cache:
     return fallback
 
 
-def _build_env(system: System) -> dict[str, str]:
+def _build_env(system: System, tmp: Path) -> dict[str, str]:
+    """The compiler's environment: os.environ minus SCRUBBED_ENV_VARS, temp files in the staging dir.
+
+    gcc and nvcc keep intermediates (``cc*.s``, ``tmpxft_*``) in $TMPDIR; a
+    compiler killed mid-build never deletes them, so they go in the staging
+    dir, which the cache sweeps, instead of piling up in /tmp.
+    """
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV_VARS}
+    env["TMPDIR"] = env["TMP"] = env["TEMP"] = str(tmp)
     return env
 
 
@@ -378,8 +385,8 @@ def _build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Man
         staging = cache.new_staging(plan.spec.name, plan.key)
         build_dir = staging / "build"
         out_dir = staging / "entry"
-        fsutil.makedirs(build_dir)
-        fsutil.makedirs(out_dir)
+        for d in (build_dir, out_dir, staging / "tmp"):
+            fsutil.makedirs(d)
         spec, target = plan.spec, plan.target
         job = _build.BuildJob(
             library=spec.name,
@@ -395,7 +402,7 @@ def _build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Man
             ninja=toolchain.find_ninja(spec.name),
             nvcc=(plan.ingredients["nvcc"] or {}).get("path"),
             build_dir=build_dir,
-            env=_build_env(plan.system),
+            env=_build_env(plan.system, staging / "tmp"),
             jobs=jobs or _build.default_jobs(),
         )
         log.info("building %s (first use; cached afterwards)", plan.what)

@@ -130,8 +130,11 @@ def test_kills_during_real_builds(tmp_path: Path) -> None:
 
     After each signal no compiler is left within 2 s, and the next get() starts
     compiling at once (no stale lock). The last one completes within its build
-    time + 5 s.
+    time + 5 s. The killed compilers' temp files (gcc's cc*.s) stay in the
+    cache's staging dirs: the process's own $TMPDIR receives none.
     """
+    systmp = tmp_path / "systmp"
+    systmp.mkdir()
     out = run_py(
         f"""
         import os, random, signal, time
@@ -164,10 +167,11 @@ def test_kills_during_real_builds(tmp_path: Path) -> None:
         S.report({{"rows": rows, "final": final, "final_s": time.monotonic() - t,
                    "build_seconds": manifest["build_seconds"]}})
         """,
-        env=child_env(JITOPS_BUILDER=None),
+        env=child_env(JITOPS_BUILDER=None, TMPDIR=str(systmp)),
         timeout=390,
     )
     r = last_json(out.stdout)
+    assert not [p.name for p in systmp.iterdir() if p.name.startswith("cc")], "compiler temp files leaked into $TMPDIR"
     for row in r["rows"]:
         assert row["compiling"], row
         assert row["orphans"] == [], row
