@@ -31,6 +31,13 @@ def softmax_entry(session_cache: Path) -> loader.Entry:
     return loader.ensure_entry(loader.make_plan(loader.registry().lookup("softmax"), "cpu"))
 
 
+@pytest.fixture(scope="module")
+def warm_all(session_cache: Path) -> str:
+    """Output of a real `jitops warm --all` child on the session cache (run once per module)."""
+    proc = run_child("", child_env(), args=("warm", "--all"), timeout=600)
+    return _ok(proc)
+
+
 @pytest.fixture
 def world_dir() -> Iterator[Path]:
     """A temporary dir an unprivileged child can reach (pytest's tmp_path is 0700 root)."""
@@ -97,11 +104,9 @@ def _read_only_copy(src_root: Path, dest_root: Path, uid: int) -> None:
 @pytest.mark.process
 @pytest.mark.timeout(900)
 def test_warm_all_then_offline_read_only_cache_builds_nothing_and_writes_nothing(
-        session_cache: Path, world_dir: Path) -> None:
-    proc = run_child("", child_env(), args=("warm", "--all"), timeout=600)
-    out = _ok(proc)
-    assert "0 failed" in out and "softmax for cpu-" in out
-    assert f"cache {session_cache})" in out, f"warm used another cache\n{out}\n{proc.stderr}"
+        session_cache: Path, world_dir: Path, warm_all: str) -> None:
+    assert "0 failed" in warm_all and "softmax for cpu-" in warm_all
+    assert f"cache {session_cache})" in warm_all, f"warm used another cache\n{warm_all}"
     root = world_dir / "cache"
     _read_only_copy(session_cache, root, NOBODY)
     home = world_dir / "home"
@@ -120,7 +125,7 @@ def test_warm_all_then_offline_read_only_cache_builds_nothing_and_writes_nothing
 @pytest.mark.compile
 @pytest.mark.process
 @pytest.mark.timeout(600)
-def test_second_warm_builds_nothing_within_two_seconds(softmax_entry: loader.Entry) -> None:
+def test_second_warm_builds_nothing_within_two_seconds(warm_all: str) -> None:
     code = AUDIT + """
 import json, time
 t0 = time.perf_counter()
