@@ -8,14 +8,12 @@ and dlopens it: no ninja, no compiler, no subprocess, no import of
 from __future__ import annotations
 
 import atexit
-import errno
 import importlib
 import logging
 import os
 import shutil
 import tempfile
 import threading
-import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,11 +22,12 @@ from typing import Any
 
 from . import fsutil, toolchain
 from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests
-from .errors import BuildError, CacheError, JitopsError, OfflineMiss, ToolchainError, UnknownOpError
+from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError, UnknownOpError
+from .ops import Op, op_from_library, reference_for
 from .spec import OpSpec, Registry, validate_name
 from .toolchain import check_nvcc_matches_torch
 from .archs import check_runnable, runnable_code
-from .target import SCRUBBED_ENV_VARS, System, Target, choose_target, extra_env_flags, probe
+from .target import System, Target, choose_target, extra_env_flags, probe
 
 log = logging.getLogger("jitops")
 
@@ -279,6 +278,7 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
         )
     toolchain.find_ninja(spec.name)  # a missing tool fails here, before any lock
     from .lock import key_lock, lock_timeout  # miss path only: keeps the warm path's imports small
+    from .publish import build_and_publish
 
     cache = _writable_cache(plan.cache, plan.what)
     if cache is not plan.cache:
@@ -289,7 +289,7 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
             return Entry(plan, plan.entry, manifest, built=False)
         if problem is not None and os.path.lexists(plan.entry):
             cache.set_aside(plan.entry, problem)
-        return Entry(plan, plan.entry, _build_and_publish(plan, cache, jobs), built=True)
+        return Entry(plan, plan.entry, build_and_publish(plan, cache, jobs), built=True)
 
 
 def load_library(spec: OpSpec, device: str | None = None, archs: str | None = None, *, offline: bool | None = None) -> LoadedLibrary:
@@ -363,166 +363,13 @@ def _writable_cache(cache: Cache, what: str) -> Cache:
     return fallback
 
 
-def _build_env(system: System, tmp: Path) -> dict[str, str]:
-    """The compiler's environment: os.environ minus SCRUBBED_ENV_VARS, temp files in the staging dir.
-
-    gcc and nvcc keep intermediates (``cc*.s``, ``tmpxft_*``) in $TMPDIR; a
-    compiler killed mid-build never deletes them, so they go in the staging
-    dir, which the cache sweeps, instead of piling up in /tmp.
-    """
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV_VARS}
-    env["TMPDIR"] = env["TMP"] = env["TEMP"] = str(tmp)
-    return env
-
-
-def _build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Manifest:
-    from . import build as _build
-    from .progress import BuildProgress
-
-    cache.sweep_staging()
-    staging: Path | None = None
-    try:
-        staging = cache.new_staging(plan.spec.name, plan.key)
-        build_dir = staging / "build"
-        out_dir = staging / "entry"
-        for d in (build_dir, out_dir, staging / "tmp"):
-            fsutil.makedirs(d)
-        spec, target = plan.spec, plan.target
-        job = _build.BuildJob(
-            library=spec.name,
-            target=target.name,
-            device=target.device,
-            namespace=plan.namespace,
-            sources=tuple(spec.root / s for s in spec.sources_for(target.device)),
-            include_dirs=(Path(__file__).parent / "include", spec.root, *spec.include_dirs),
-            cflags=tuple(plan.ingredients["cflags"]),
-            cuda_cflags=tuple(plan.ingredients["cuda_cflags"]),
-            ldflags=tuple(plan.ingredients["ldflags"]),
-            cxx=plan.ingredients["compiler"]["path"],
-            ninja=toolchain.find_ninja(spec.name),
-            nvcc=(plan.ingredients["nvcc"] or {}).get("path"),
-            build_dir=build_dir,
-            env=_build_env(plan.system, staging / "tmp"),
-            jobs=jobs or _build.default_jobs(),
-        )
-        log.info("building %s (first use; cached afterwards)", plan.what)
-        with BuildProgress(plan.what):
-            try:
-                result = _build.build(job, cache.logs)
-            except BuildError as e:
-                if _build.NO_SPACE_MARKER in e.log:
-                    raise OSError(errno.ENOSPC, "the compiler ran out of disk space") from e
-                raise
-        toolchain.persist(cache.toolchains)  # so the next process's warm path runs no `--version`
-        lib_path = out_dir / job.library_file
-        shutil.copyfile(result.library, lib_path)
-        os.chmod(lib_path, fsutil.LIB_MODE)
-        with open(lib_path, "rb+") as f:
-            os.fsync(f.fileno())
-        manifest = Manifest(
-            key=plan.key,
-            library=spec.name,
-            target=target.name,
-            namespace=plan.namespace,
-            library_file=job.library_file,
-            sha256=fsutil.sha256_file(lib_path),
-            size=lib_path.stat().st_size,
-            build_seconds=round(result.seconds, 3),
-            built_at=time.time(),
-            ingredients=plan.ingredients,
-            build_log=result.log[-65536:],
-        )
-        fsutil.atomic_write(out_dir / "manifest.json", manifest.to_json())  # written last
-        if not cache.publish(out_dir, spec.name, target.name, plan.key):
-            try:
-                theirs = cache.verify(plan.entry, plan.key, spec.name, target.name)
-            except EntryProblem as e:  # an unusable entry that could not be set aside (not ours to move)
-                raise CacheError(
-                    f"cannot publish {plan.what}: {plan.entry} is in the way and can be neither used nor moved "
-                    f"({e}). Fix: remove that directory, or set JITOPS_CACHE_DIR to a cache you own"
-                ) from e
-            log.info("another process published %s first; using its entry", plan.what)
-            return theirs
-        log.info("built %s in %.1fs", plan.what, result.seconds)
-        try:
-            return cache.verify(plan.entry, plan.key, spec.name, target.name)
-        except EntryProblem as e:  # e.g. a directory above the entry belongs to another user
-            raise CacheError(f"built {plan.what} but cannot trust where it was published: {e}. "
-                             "Fix: set JITOPS_CACHE_DIR to a cache directory you own") from e
-    except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise CacheError(
-                f"no space left on the device holding {cache.root} while building {plan.what}; nothing was "
-                "published. Fix: free space on that filesystem, or set JITOPS_CACHE_DIR to one with room"
-            ) from e
-        raise
-    finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-
-
 # ------------------------------------------------------------------ ops
-
-
-class Op:
-    """A callable handle to one dispatcher op, memoised per process.
-
-    ``op(x, dim=-1)`` calls the torch op (``torch.ops.<ns>.<name>``); a plain
-    Python ``__call__`` so that torch.compile inlines it without a graph break.
-    """
-
-    __slots__ = ("name", "library", "qualname", "packet", "reference", "_fn", "_out", "__weakref__")
-
-    def __init__(self, name: str, library: LoadedLibrary | None, fn: Callable[..., Any], packet: Any,
-                 reference: Callable[..., Any] | None, out: Callable[..., Any] | None = None) -> None:
-        self.name = name
-        self.library = library
-        self.qualname = f"{library.namespace}::{name}" if library else f"reference::{name}"
-        self.packet = packet
-        self.reference = reference
-        self._fn = fn
-        self._out = out
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._out is not None and "out" in kwargs:
-            return self._out(*args, **kwargs)
-        return self._fn(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        where = f"{self.library.target}, key {self.library.key[:12]}" if self.library else "PyTorch fallback"
-        return f"<jitops op {self.qualname} ({where})>"
-
-    @property
-    def default(self) -> Any:
-        return self.packet.default
-
-    @property
-    def namespace(self) -> str | None:
-        return self.library.namespace if self.library else None
-
-
-def op_from_library(lib: LoadedLibrary, name: str) -> Op:
-    import torch
-
-    packet = getattr(getattr(torch.ops, lib.namespace), name)
-    overloads = set(packet.overloads())
-    if "default" in overloads and overloads <= {"default", "out"}:
-        # Call the overloads directly: the packet's overload resolution costs ~0.3 us per call.
-        return Op(name, lib, packet.default, packet, _reference(lib.spec, name),
-                  packet.out if "out" in overloads else None)
-    return Op(name, lib, packet, packet, _reference(lib.spec, name))
-
-
-def _reference(spec: OpSpec, name: str) -> Callable[..., Any] | None:
-    if not spec.python:
-        return None
-    return getattr(importlib.import_module(spec.python), "REFERENCES", {}).get(name)
 
 
 def reference(name: str) -> Callable[..., Any]:
     """The pure-PyTorch reference implementation of a builtin op (builds nothing)."""
     spec = lookup(name)
-    ref = _reference(spec, name)
+    ref = reference_for(spec, name)
     if ref is None:
         raise KeyError(f"op {name!r} has no pure-PyTorch reference")
     return ref
@@ -549,7 +396,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
 
 
 def _fallback_op(spec: OpSpec, name: str, cause: JitopsError) -> Op:
-    ref = _reference(spec, name)
+    ref = reference_for(spec, name)
     if ref is None:
         raise cause
     if name not in _fallback_warned:

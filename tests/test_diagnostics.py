@@ -64,7 +64,7 @@ def _fake_cuda_plan_error(tmp_path: Path, cuda_home: Path) -> dict:
     """make_plan + ensure_entry for a CUDA target, on a probed system whose torch is CUDA 13.0."""
     out = run_py(
         _TRY
-        + f"""
+        + """
 import dataclasses, time
 from jitops import loader, target
 real = loader.probe
@@ -72,10 +72,10 @@ loader.probe = lambda: dataclasses.replace(real(), torch_cuda="13.0")
 t = time.monotonic()
 try:
     loader.ensure_entry(loader.make_plan(loader.registry().lookup("softmax"), "cuda", "8.0"))
-    S.report({{"ok": True}})
+    S.report({"ok": True})
 except Exception as e:
-    S.report({{"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e),
-              "seconds": time.monotonic() - t, "filelock_imported": "filelock" in sys.modules}})
+    S.report({"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e),
+              "seconds": time.monotonic() - t, "filelock_imported": "filelock" in sys.modules})
 """,
         env=child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"), CUDA_HOME=str(cuda_home), PATH="/usr/bin:/bin"),
     )

@@ -336,17 +336,18 @@ def test_env_vars_cpp_extension_reads_are_keyed_scrubbed_or_harmless() -> None:
 
 
 def test_scrubbed_vars_leave_the_build_env() -> None:
-    from jitops import loader
+    from jitops import publish
 
     env = {**os.environ, **{v: "/evil" for v in target.SCRUBBED_ENV_VARS}}
     old = dict(os.environ)
     try:
         os.environ.update(env)
-        built = loader._build_env(target.probe(cuda=False))
+        built = publish.build_env(target.probe(cuda=False), Path("/staging/tmp"))
     finally:
         os.environ.clear()
         os.environ.update(old)
     assert not set(built) & set(target.SCRUBBED_ENV_VARS)
+    assert built["TMPDIR"] == built["TMP"] == built["TEMP"] == "/staging/tmp"  # compiler temp files stay in staging
 
 
 @needs_root
@@ -358,7 +359,7 @@ def test_unreachable_cache_as_nobody(nobody_dir: Path) -> None:
     private.mkdir(mode=0o700)
     out = _run_as_nobody(
         nobody_dir / "sec",
-        f"""
+        """
         import warnings
         from tests import scenarios as S
         S.preload()
@@ -366,8 +367,8 @@ def test_unreachable_cache_as_nobody(nobody_dir: Path) -> None:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 values = [S.get_and_check(n)["works"] for n in ("fakeadd", "fakemul")]
-            return {{"values": values, "warnings": [str(w.message) for w in caught]}}
-        S.report([S.call(run), S.call(S.get_and_check, "fakeadd", env={{"JITOPS_STRICT": "1"}})])
+            return {"values": values, "warnings": [str(w.message) for w in caught]}
+        S.report([S.call(run), S.call(S.get_and_check, "fakeadd", env={"JITOPS_STRICT": "1"})])
         """,
         env=child_env(JITOPS_BUILDER="fake", TMPDIR=str(nobody_dir / "sec"), JITOPS_CACHE_DIR=str(private / "c")),
     )
