@@ -37,6 +37,7 @@ _state_lock = threading.RLock()
 _libraries: dict[str, LoadedLibrary] = {}  # key -> loaded build
 _ops: dict[tuple[str, str | None], Any] = {}  # (name, device) -> Op
 _torch_libs: dict[str, Any] = {}  # namespace -> torch.library.Library (kept alive)
+_torch_impls: dict[str, Any] = {}  # namespace -> its Functionalize kernels' Library (kept alive)
 _fallback_warned: set[str] = set()
 _private_cache: Path | None = None
 
@@ -222,6 +223,11 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Path, built: bool)
     torch.ops.load_library(str(entry / manifest.library_file))
     if plan.spec.python:
         importlib.import_module(plan.spec.python).register(ns)
+    if ns not in _torch_impls:
+        from . import functionalize
+
+        impl = _torch_impls[ns] = torch.library.Library(ns, "IMPL")
+        functionalize.register(ns, plan.spec.exports, impl)  # in-place and out= ops inside torch.compile
     return LoadedLibrary(plan.spec, plan.key, ns, plan.target.name, entry, manifest, built)
 
 

@@ -220,13 +220,9 @@ def _opcheck_cases(device: str) -> list[tuple[str, str, tuple[Any, ...], dict[st
 def test_opcheck(get: Any, device: str, case: int) -> None:
     name, overload, args, kwargs = _opcheck_cases(device)[case]
     op = getattr(get(name, device).packet, overload)
-    utils = ["test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"]
-    if op._schema.is_mutable:
-        # torch cannot functionalize custom ops whose *outputs* carry alias
-        # annotations (`-> Tensor(a!)`, the native out=/in-place convention),
-        # so AOT dispatch (torch.compile) does not apply to add.out / add_.
-        utils.remove("test_aot_dispatch_dynamic")
-    torch.library.opcheck(op, args, kwargs, test_utils=utils)
+    # All four checks, add.out and add_ included: their aliased outputs (`-> Tensor(a!)`) trace
+    # through the Functionalize kernels of jitops/functionalize.py.
+    torch.library.opcheck(op, args, kwargs)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -264,7 +260,7 @@ def test_no_grad_call_runs_no_python_autograd(get: Any) -> None:
         finally:
             sys.setprofile(None)
         # Only the handle's __call__ and torch's op object's __call__: no Python autograd frame.
-        assert set(seen) <= {("loader.py", "__call__"), ("_ops.py", "__call__")} and len(seen) <= 2, seen
+        assert set(seen) <= {("ops.py", "__call__"), ("_ops.py", "__call__")} and len(seen) <= 2, seen
         y = x.clone().requires_grad_()
         assert op(*((y, y) if name == "add" else (y,))).grad_fn is not None
 
@@ -298,3 +294,35 @@ def test_torch_compile_fullgraph_matches_eager(backend: str) -> None:
         torch.testing.assert_close(p.grad, g)
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(model, fullgraph=True, backend=backend)(x), eager)
+
+
+def _mutating(x: torch.Tensor, y: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    add, add_ = jitops.get("add"), jitops.get("add_")
+    z = x * 2
+    add_(z, y, alpha=3)  # an intermediate, mutated in place
+    add(z, y, out=o)  # a graph input written through out=
+    x.mul_(0.5)
+    add_(x, y)  # a graph input mutated in place, after an aten mutation
+    w = torch.empty(o.shape, dtype=torch.float64)
+    add(z, y, alpha=-1, out=w)  # out= of a wider dtype: the result is cast
+    return o + 1, w
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_in_place_and_out_variants_compile_fullgraph(backend: str) -> None:
+    """add_ and add.out inside torch.compile: same values and same input mutations as eager,
+    computed by the jitops kernel (the profiler sees the namespace's functional add), no graph break."""
+    x, y, o = torch.randn(5, 7), torch.randn(5, 7), torch.zeros(5, 7)
+    xe, oe = x.clone(), o.clone()
+    eager = _mutating(xe, y, oe)
+    compiled = torch.compile(_mutating, fullgraph=True, backend=backend)
+    xc, oc = x.clone(), o.clone()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        got = compiled(xc, y, oc)
+    torch.testing.assert_close(got, eager)
+    torch.testing.assert_close(xc, xe)  # input mutations replayed on the real inputs
+    torch.testing.assert_close(oc, oe)
+    assert got[1].dtype == torch.float64
+    ns = jitops.get("add").namespace
+    ran = {e.name for e in prof.events()}
+    assert f"{ns}::add" in ran, sorted(n for n in ran if "::" in n)[:20]

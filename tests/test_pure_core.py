@@ -236,3 +236,39 @@ def test_manifest_round_trip_and_rejects_garbage() -> None:
         with pytest.raises((ValueError, TypeError)):
             cache.Manifest.parse(raw)
 
+
+
+# ------------------------------------------------------------------ functionalization pairings
+
+
+def _pairs(*schemas: str) -> list[tuple[str, str, str]]:
+    import torch
+
+    from jitops.functionalize import pairings
+
+    return [(p.mutable, p.functional, p.written) for p in pairings(torch._C.parse_schema(s) for s in schemas)]
+
+
+def test_in_place_and_out_ops_pair_with_their_functional_twin() -> None:
+    add = "add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
+    out = "add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)"
+    inplace = "add_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)"
+    assert sorted(_pairs(add, out, inplace)) == [("add.out", "add", "out"), ("add_", "add", "self")]
+
+
+@pytest.mark.parametrize("schemas", [
+    # no functional twin
+    ["add_(Tensor(a!) self, Tensor other) -> Tensor(a!)"],
+    # twin's arguments differ
+    ["add(Tensor self, Tensor other) -> Tensor", "add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)"],
+    # returns nothing: torch auto-functionalizes those itself
+    ["scale(Tensor self) -> Tensor", "scale_(Tensor(a!) self) -> ()"],
+    # two written tensors
+    ["f(Tensor a, Tensor b) -> Tensor", "f.out(Tensor a, Tensor b, *, Tensor(a!) out, Tensor(b!) other) -> Tensor(a!)"],
+    # the written tensor is not the first argument of an in-place op
+    ["g(Tensor a, Tensor b) -> Tensor", "g_(Tensor a, Tensor(a!) b) -> Tensor(a!)"],
+    # the return is not the written tensor
+    ["h(Tensor a) -> Tensor", "h_(Tensor(a!) a) -> Tensor"],
+])
+def test_ops_that_do_not_follow_the_native_convention_are_left_alone(schemas: list[str]) -> None:
+    assert _pairs(*schemas) == []
