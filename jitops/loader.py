@@ -23,7 +23,7 @@ from typing import Any
 from . import fsutil, toolchain
 from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests
 from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError, UnknownOpError
-from .ops import Op, op_from_library, reference_for
+from .ops import Op, op_from_library, ops_in_namespace, reference_for
 from .spec import OpSpec, Registry, validate_name
 from .toolchain import check_nvcc_matches_torch
 from .archs import check_runnable, runnable_code
@@ -227,7 +227,8 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Path, built: bool)
         from . import functionalize
 
         impl = _torch_impls[ns] = torch.library.Library(ns, "IMPL")
-        functionalize.register(ns, plan.spec.exports, impl)  # in-place and out= ops inside torch.compile
+        exports = plan.spec.exports or ops_in_namespace(ns)  # a user library's ops: from the dispatcher
+        functionalize.register(ns, exports, impl)  # in-place and out= ops inside torch.compile
     return LoadedLibrary(plan.spec, plan.key, ns, plan.target.name, entry, manifest, built)
 
 

@@ -64,3 +64,12 @@ def reference_for(spec: OpSpec, name: str) -> Callable[..., Any] | None:
     if not spec.python:
         return None
     return getattr(importlib.import_module(spec.python), "REFERENCES", {}).get(name)
+
+
+def ops_in_namespace(namespace: str) -> list[str]:
+    """Op names registered in ``namespace`` (overloads folded), from the dispatcher."""
+    import torch
+
+    prefix = namespace + "::"
+    names = {n[len(prefix):].split(".", 1)[0] for n in torch._C._dispatch_get_all_op_names() if n.startswith(prefix)}
+    return sorted(names)

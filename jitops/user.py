@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import fsutil
 from .errors import BuildError, KernelSourceError
+from .ops import ops_in_namespace
 from .spec import SOURCE_SUFFIXES, OpSpec, validate_name
 
 if TYPE_CHECKING:
@@ -123,15 +124,6 @@ def _spec(
     )
 
 
-def _discover_ops(namespace: str) -> list[str]:
-    """Op names registered in ``namespace`` (overloads folded), from the dispatcher."""
-    import torch
-
-    prefix = namespace + "::"
-    names = {n[len(prefix):].split(".", 1)[0] for n in torch._C._dispatch_get_all_op_names() if n.startswith(prefix)}
-    return sorted(names)
-
-
 def load_spec(spec: OpSpec, device: str | None = None) -> UserLibrary:
     """Load (building if needed) a user library through the loader; the same object while unchanged."""
     from . import loader
@@ -145,7 +137,7 @@ def load_spec(spec: OpSpec, device: str | None = None) -> UserLibrary:
         hit = _memo.get(lib.key)
         if hit is not None:
             return hit
-        names = _discover_ops(lib.namespace)
+        names = ops_in_namespace(lib.namespace)
         if not names:
             raise KernelSourceError(
                 f"library {spec.name!r} built and loaded, but defined no op in its namespace {lib.namespace}. "
