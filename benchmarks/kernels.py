@@ -105,6 +105,11 @@ def adds() -> None:
         out = torch.empty_like(a)
         row(f"add {label} prealloc", lambda: add(a, b, alpha=alpha, out=out),
             lambda: torch.add(a, b, alpha=alpha, out=out), "torch")
+    # The floor for any op called through torch.ops: torch's own add kernel, reached the same way.
+    a, b = cases["(64, 64) + (64, 64) small"]
+    aten_add = torch.ops.aten.add.Tensor
+    _, _, ratio = paired(lambda: aten_add(a, b), lambda: torch.add(a, b))
+    print(f"{'add (64, 64) small: torch.ops.aten.add.Tensor':46s} (torch's own kernel via torch.ops)  ratio {ratio:5.2f}x")
 
 
 def nmses() -> None:
