@@ -196,6 +196,16 @@ def builders_under(root: Path) -> list[str]:
     return found
 
 
+def wait_builders(root: Path, within: float = 60) -> list[str]:
+    """Poll until a build process runs under ``root`` (a compile has begun, so its key lock is held)."""
+    deadline = time.monotonic() + within
+    while True:
+        found = builders_under(root)
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
+
+
 def wait_no_builders(root: Path, within: float) -> list[str]:
     """Poll until no build process is left under ``root``; what is left after ``within`` seconds."""
     deadline = time.monotonic() + within

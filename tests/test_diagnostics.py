@@ -122,11 +122,12 @@ def test_lock_wait_progress_and_timeout(tmp_path: Path) -> None:
     out = run_py(
         """
         import logging, os, time
+        from pathlib import Path
         from tests import scenarios as S
         S.preload()
         import jitops.lock
         holder, fd = S.spawn(S.get_and_check, "fakeadd", env={"JITOPS_FAKE_BUILD_SECONDS": "20"})
-        time.sleep(1.5)
+        assert S.wait_builders(Path(os.environ["JITOPS_CACHE_DIR"])), "the holder never started its build"
         lines = []
         class H(logging.Handler):
             def emit(self, rec):

@@ -151,18 +151,21 @@ def test_fork_while_a_thread_builds(tmp_path: Path) -> None:
     """A child forked while a parent thread holds the build lock gets the op, no deadlock."""
     out = run_py(
         """
-        import threading, time
+        import os, threading
+        from pathlib import Path
         from tests import scenarios as S
         S.preload()
         import jitops
         t = threading.Thread(target=jitops.get, args=("fakeadd",))
         t.start()
-        time.sleep(0.5)  # the thread is inside the (stretched) build, holding the key's locks
+        building = S.wait_builders(Path(os.environ["JITOPS_CACHE_DIR"]))  # the thread holds the key's locks
         reply = S.call(S.get_and_check, "fakeadd", timeout=30)
         t.join(30)
+        reply["building"] = bool(building)
         S.report(reply)
         """,
         env=child_env(JITOPS_BUILDER="fake", JITOPS_FAKE_BUILD_SECONDS="2", JITOPS_CACHE_DIR=str(tmp_path / "c")),
     )
     r = last_json(out.stdout)
+    assert r["building"], "the fork was not taken during the build"
     assert r["ok"] and r["exit"] == 0 and r["value"]["works"], r
