@@ -35,6 +35,7 @@ NAMED_ARCHS: dict[str, str] = {
 }
 _BY_LOWER = {k.lower(): v for k, v in NAMED_ARCHS.items()}
 _ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)(\+ptx)?$", re.IGNORECASE)
+_SM_RE = re.compile(r"^sm_(\d+)(\d)[af]?$")  # "sm_120" -> 12, 0
 
 
 def _split(arch: str) -> tuple[int, int, str, bool]:
@@ -73,6 +74,22 @@ def parse_arch_list(text: str) -> tuple[str, ...]:
     if not ptx:
         raise TargetError(f"empty CUDA arch list {text!r}: name at least one arch, e.g. '8.0,9.0'")
     return tuple(f"{ma}.{mi}{s}{'+PTX' if ptx[(ma, mi, s)] else ''}" for ma, mi, s in sorted(ptx))
+
+
+def default_arch(capability: tuple[int, int], torch_sm: tuple[str, ...] = ()) -> str:
+    """The arch to build for a device of ``capability`` when none is named.
+
+    That device's own arch, unless it is newer than every ``sm_XY`` this torch
+    was built for (``torch_sm``, from ``torch.cuda.get_arch_list()``): then
+    nvcc (which must match torch's CUDA) may not know it, so, like
+    cpp_extension, build the newest arch torch has, with PTX the driver
+    JIT-compiles for the device.
+    """
+    known = [(int(m.group(1)), int(m.group(2))) for m in map(_SM_RE.match, torch_sm) if m]
+    newest = max(known, default=None)
+    if newest is None or capability <= newest:
+        return f"{capability[0]}.{capability[1]}"
+    return f"{newest[0]}.{newest[1]}+PTX"
 
 
 def _num(arch: str) -> str:

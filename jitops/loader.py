@@ -26,7 +26,7 @@ from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError, Unknow
 from .ops import Op, op_from_library, ops_in_namespace, reference_for
 from .spec import OpSpec, Registry, validate_name
 from .toolchain import check_nvcc_matches_torch
-from .archs import check_runnable, runnable_code
+from .archs import check_runnable, default_arch, runnable_code
 from .target import System, Target, choose_target, extra_env_flags, probe
 
 log = logging.getLogger("jitops")
@@ -330,9 +330,9 @@ def _runnable_here(plan: Plan, archs: str | None) -> Plan:
         return plan
     if archs:
         check_runnable(plan.target.archs, cap, f"op library {plan.spec.name!r} built for {plan.target.name}")
-    here = f"{cap[0]}.{cap[1]}"
-    log.warning("TORCH_CUDA_ARCH_LIST=%r has no code for this GPU (compute capability %s); building %s for %s instead",
-                plan.system.env("TORCH_CUDA_ARCH_LIST"), here, plan.spec.name, here)
+    here = default_arch(cap, plan.system.torch_cuda_archs)
+    log.warning("TORCH_CUDA_ARCH_LIST=%r has no code for this GPU (compute capability %d.%d); building %s for %s instead",
+                plan.system.env("TORCH_CUDA_ARCH_LIST"), *cap, plan.spec.name, here)
     return make_plan(plan.spec, "cuda", here)
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ._version import __version__
-from .archs import arch_gencode_flags, parse_arch_list
+from .archs import arch_gencode_flags, default_arch, parse_arch_list
 from .errors import TargetError
 
 # Environment variables that change what the compiler produces. They are part
@@ -94,6 +94,7 @@ class System:
     build_env: tuple[tuple[str, str], ...] = ()
     cuda_available: bool = False
     device_capability: tuple[int, int] | None = None
+    torch_cuda_archs: tuple[str, ...] = ()  # torch.cuda.get_arch_list(): "sm_80", ..., "compute_120"
     openmp: bool = False
     jitops_version: str = __version__
 
@@ -141,12 +142,14 @@ def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> Sys
     torch_version, git, torch_cuda, abi, capability, openmp = _torch_facts()
     cuda_available = False
     device_capability = None
+    torch_cuda_archs: tuple[str, ...] = ()
     if cuda and torch_cuda:
         import torch
 
         cuda_available = bool(torch.cuda.is_available())
         if cuda_available:
             device_capability = tuple(torch.cuda.get_device_capability())  # type: ignore[assignment]
+            torch_cuda_archs = tuple(torch.cuda.get_arch_list())
     return System(
         torch_version=torch_version,
         torch_git_version=git,
@@ -159,6 +162,7 @@ def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> Sys
         build_env=build_env(environ),
         cuda_available=cuda_available,
         device_capability=device_capability,
+        torch_cuda_archs=torch_cuda_archs,
         openmp=openmp,
     )
 
@@ -218,8 +222,7 @@ def choose_target(system: System, device: str | None = None, archs: str | tuple[
     elif env_archs and env_archs.lower() != "native":
         arch_list = parse_arch_list(env_archs)
     elif system.device_capability is not None:
-        major, minor = system.device_capability
-        arch_list = (f"{major}.{minor}",)
+        arch_list = (default_arch(system.device_capability, system.torch_cuda_archs),)
     else:
         env_why = "is 'native', which needs a GPU" if env_archs else "is not set"
         raise TargetError(

@@ -16,6 +16,7 @@ import torch
 
 import jitops
 from jitops import loader
+from jitops.archs import default_arch
 from jitops.errors import TargetError
 
 pytestmark = [pytest.mark.cuda, pytest.mark.compile]
@@ -39,8 +40,8 @@ def test_builds_for_the_current_gpu() -> None:
     op = cuda_op("softmax")
     assert op.library is not None
     if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-        major, minor = torch.cuda.get_device_capability()
-        assert op.library.target == f"cuda-sm{major}{minor}"
+        arch = default_arch(torch.cuda.get_device_capability(), tuple(torch.cuda.get_arch_list()))
+        assert op.library.target == "cuda-sm" + arch.replace(".", "").replace("+PTX", "ptx")
 
 
 def test_arch_list_without_this_gpu_is_refused_before_building() -> None:

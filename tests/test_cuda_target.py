@@ -17,6 +17,7 @@ from jitops.archs import (
     NAMED_ARCHS,
     arch_gencode_flags,
     check_runnable,
+    default_arch,
     parse_arch_list,
     ptx_archs,
     runnable_code,
@@ -147,6 +148,21 @@ def test_explicit_archs_beat_the_environment_which_beats_the_gpu() -> None:
     assert choose_target(gpu_system((8, 6), TORCH_CUDA_ARCH_LIST="native"), "cuda").archs == ("8.6",)
 
 
+def test_a_gpu_newer_than_torch_builds_torchs_newest_arch_with_ptx() -> None:
+    """Like cpp_extension: nvcc matches torch's CUDA and may not know a newer GPU, so the default is
+    clamped to the newest sm_XY torch was built for, plus PTX the driver JIT-compiles."""
+    torch_sm = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120")
+    for cap, want in [((9, 0), ("9.0",)), ((12, 0), ("12.0",)), ((8, 9), ("8.9",)),
+                      ((12, 1), ("12.0+PTX",)), ((13, 0), ("12.0+PTX",))]:
+        system = dataclasses.replace(gpu_system(cap), torch_cuda_archs=torch_sm)
+        t = choose_target(system, "cuda")
+        assert t.archs == want, (cap, t.archs)
+        assert runnable_code(t.archs, cap) is not None  # and it passes the check before load
+    assert choose_target(gpu_system((13, 0)), "cuda").archs == ("13.0",)  # torch's list unknown: no clamp
+    assert default_arch((10, 3), ("sm_90a", "sm_100f")) == "10.0+PTX"
+    assert default_arch((9, 0), ("sm_90a",)) == "9.0"
+
+
 def test_default_device_is_cuda_when_a_gpu_is_visible() -> None:
     assert choose_target(gpu_system((12, 0))).name == "cuda-sm120"
     assert choose_target(gpu_system(None)).device == "cpu"
@@ -225,6 +241,9 @@ def test_plan_for_an_arch_list_the_gpu_cannot_run(monkeypatch: pytest.MonkeyPatc
         loader._runnable_here(loader.make_plan(spec, "cuda", "8.0"), "8.0")
     ok = loader.make_plan(spec, "cuda", "8.0,9.0")
     assert loader._runnable_here(ok, "8.0,9.0") is ok
+    newer = dataclasses.replace(gpu_system((12, 1), TORCH_CUDA_ARCH_LIST="8.0"), torch_cuda_archs=("sm_80", "sm_120"))
+    monkeypatch.setattr(loader, "probe", lambda: newer)
+    assert loader._runnable_here(loader.make_plan(spec), None).target.archs == ("12.0+PTX",)
 
 
 def test_load_library_builds_for_the_gpu_it_will_run_on(
