@@ -19,9 +19,17 @@ traces.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+log = logging.getLogger("jitops")
+
+# The torch internals the kernels call: the same ones torch's Python functionalization uses.
+REQUIRED = ("_from_functional_tensor", "_is_functional_tensor", "_sync", "_functionalize_replace",
+            "_functionalize_commit_update", "_functionalize_sync", "_C._ExcludeDispatchKeyGuard",
+            "_C._dispatch_has_kernel_for_dispatch_key", "_C._jit_get_schemas_for_operator")
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,11 @@ def register(namespace: str, exports: Iterable[str], library: Any) -> list[str]:
     """
     import torch
 
+    missing = [name for name in REQUIRED if not _has(torch, name)]
+    if missing:
+        log.warning("jitops: torch %s lacks %s; in-place and out= ops of %s work in eager mode but not inside "
+                    "torch.compile", torch.__version__, ", ".join(f"torch.{n}" for n in missing), namespace)
+        return []
     schemas = [s for e in exports for s in torch._C._jit_get_schemas_for_operator(f"{namespace}::{e}")]
     done = []
     for p in pairings(schemas):
@@ -133,3 +146,11 @@ def register(namespace: str, exports: Iterable[str], library: Any) -> list[str]:
         library.impl(p.mutable, _kernel(mutable_op, functional_op, p), "Functionalize")
         done.append(p.mutable)
     return sorted(done)
+
+
+def _has(module: Any, dotted: str) -> bool:
+    for part in dotted.split("."):
+        module = getattr(module, part, None)
+        if module is None:
+            return False
+    return True
