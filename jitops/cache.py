@@ -65,6 +65,26 @@ def _files_under(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.suffix in suffixes and p.is_file())
 
 
+def source_files(spec: OpSpec) -> list[tuple[str, Path]]:
+    """(label, path) of every source and header under the op's folder and include dirs."""
+    out = [(p.relative_to(spec.root).as_posix(), p) for p in _files_under(spec.root)]
+    for i, d in enumerate(spec.include_dirs):
+        out.extend((f"<include{i}>/{p.relative_to(d).as_posix()}", p) for p in _files_under(d))
+    return out
+
+
+def source_stamp(spec: OpSpec) -> tuple[tuple[str, int, int], ...]:
+    """(label, mtime_ns, size) of :func:`source_files`: a cheap "was anything edited?" check."""
+    stamp = []
+    for label, p in source_files(spec):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        stamp.append((label, st.st_mtime_ns, st.st_size))
+    return tuple(stamp)
+
+
 def source_digests(spec: OpSpec) -> dict[str, str]:
     """sha256 of every source and header shipped with the op, by relative path.
 
@@ -72,12 +92,7 @@ def source_digests(spec: OpSpec) -> dict[str, str]:
     are relative, so the install prefix does not reach the key; mtimes are
     never read.
     """
-    out: dict[str, str] = {}
-    for p in _files_under(spec.root):
-        out[p.relative_to(spec.root).as_posix()] = fsutil.sha256_file(p)
-    for i, d in enumerate(spec.include_dirs):
-        for p in _files_under(d):
-            out[f"<include{i}>/{p.relative_to(d).as_posix()}"] = fsutil.sha256_file(p)
+    out = {label: fsutil.sha256_file(p) for label, p in source_files(spec)}
     for p in _files_under(_INCLUDE_DIR):
         out[f"<jitops>/{p.relative_to(_INCLUDE_DIR).as_posix()}"] = fsutil.sha256_file(p)
     for rel in spec.cpu_sources + spec.cuda_sources:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import fsutil, toolchain
-from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests
+from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests, source_stamp
 from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError, UnknownOpError
 from .ops import Op, op_from_library, ops_in_namespace, reference_for
 from .spec import OpSpec, Registry, validate_name
@@ -36,6 +36,8 @@ _builtins_loaded = False
 _state_lock = threading.RLock()
 _libraries: dict[str, LoadedLibrary] = {}  # key -> loaded build
 _ops: dict[tuple[str, str | None], Any] = {}  # (name, device) -> Op
+_stamps: dict[tuple[str, str | None], Any] = {}  # (name, device) -> its kernel folder's files when loaded
+KERNEL_FOLDER = "kernel folder "  # OpSpec.origin prefix of register_kernel_dir libraries
 _torch_libs: dict[str, Any] = {}  # namespace -> torch.library.Library (kept alive)
 _torch_impls: dict[str, Any] = {}  # namespace -> its Functionalize kernels' Library (kept alive)
 _fallback_warned: set[str] = set()
@@ -387,9 +389,14 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     key = (name, device)
     op = _ops.get(key)  # lock-free fast path: dict reads are atomic
     if op is not None:
-        return op
+        stamp = _stamps.get(key)
+        if stamp is None or stamp == source_stamp(op.library.spec):
+            return op
     validate_name(name)  # before the registry import or any other file access
     spec = lookup(name)
+    # A kernel folder is being edited in place: note its files now, so an edit made
+    # during the build is seen by the next get().
+    stamp = source_stamp(spec) if spec.origin.startswith(KERNEL_FOLDER) else None
     try:
         lib = load_library(spec, device)
     except (ToolchainError, OfflineMiss) as e:
@@ -399,7 +406,13 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
         return _fallback_op(spec, name, e)
     op = op_from_library(lib, name)
     with _state_lock:
-        return _ops.setdefault(key, op)
+        current = _ops.get(key)
+        if current is not None and current.library is not None and current.library.key == lib.key:
+            return current
+        _ops[key] = op
+        if stamp is not None:
+            _stamps[key] = stamp
+        return op
 
 
 def _fallback_op(spec: OpSpec, name: str, cause: JitopsError) -> Op:
@@ -429,3 +442,4 @@ def register(spec: OpSpec, *, replace: bool = False) -> None:
         for e in spec.exports:
             for k in [k for k in _ops if k[0] == e]:
                 del _ops[k]
+                _stamps.pop(k, None)

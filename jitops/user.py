@@ -289,7 +289,7 @@ def register_kernel_dir(
         raise KernelSourceError(f"kernel folder {folder} holds no source file ({', '.join(SOURCE_SUFFIXES)})")
     spec = _spec(lib_name, folder, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                  extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas,
-                 exports=tuple(ops or ()), origin=f"kernel folder {folder}")
+                 exports=tuple(ops or ()), origin=f"{loader.KERNEL_FOLDER}{folder}")
     if not spec.exports:
         spec = dataclasses.replace(spec, exports=tuple(load_spec(spec, device).ops))
     try:

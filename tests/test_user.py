@@ -2,7 +2,7 @@
 
 These build real kernels. The sources are shared between tests on purpose
 (same library name, file names and bytes mean the same cache key), so the
-whole module costs six compiles on a cold cache: two failures, four builds.
+whole module costs seven compiles on a cold cache: two failures, five builds.
 """
 
 from __future__ import annotations
@@ -163,6 +163,18 @@ def test_load_from_files_and_register_kernel_dir(tmp_path: Path, include_dir: Pa
     x = torch.randn(33)
     torch.testing.assert_close(op(x), 2.0 * x + 1.0)
     assert jitops.register_kernel_dir(folder, ops=["hot"], extra_include_paths=[str(include_dir)]).exports == ("hot",)
+
+    # Editing the folder in place: get() notices (file stamps), rebuilds, and returns the new op.
+    op = jitops.get("hot")
+    with spawns() as started:
+        assert jitops.get("hot") is op  # unchanged: memoised, nothing started
+    assert started == []
+    (folder / "hot.cpp").write_text(kernel("-4.0f"))
+    edited = jitops.get("hot")
+    assert edited is not op and edited.library.namespace != op.library.namespace
+    torch.testing.assert_close(edited(x), 2.0 * x - 4.0)
+    torch.testing.assert_close(op(x), 2.0 * x + 1.0)  # the old handle keeps its own code
+    assert jitops.get("hot") is edited
 
 
 def test_bad_user_input_is_named(tmp_path: Path) -> None:
