@@ -151,6 +151,19 @@ def phase(cache: Path) -> str:
     return "before-build"
 
 
+PHASES = ("before-build", "building", "publishing", "published")
+
+
+def wait_phase(cache: Path, at_least: str, within: float = 30) -> str:
+    """Poll until a build in ``cache`` has reached phase ``at_least``; the phase it is in."""
+    deadline = time.monotonic() + within
+    while True:
+        now = phase(cache)
+        if PHASES.index(now) >= PHASES.index(at_least) or time.monotonic() > deadline:
+            return now
+        time.sleep(0.002)
+
+
 def entry_of(cache: Path) -> Path:
     """The one entry in ``cache``."""
     (e,) = (cache / "v1" / "entries").glob("*/*/*")
