@@ -211,6 +211,7 @@ class LoadedLibrary:
     entry: Path
     manifest: Manifest
     built: bool  # True if this process compiled it
+    ops: tuple[str, ...] = ()  # the op names it defines: the spec's exports, else found in the dispatcher
 
 
 def _load_into_process(plan: Plan, manifest: Manifest, entry: Path, built: bool) -> LoadedLibrary:
@@ -225,13 +226,13 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Path, built: bool)
     torch.ops.load_library(str(entry / manifest.library_file))
     if plan.spec.python:
         importlib.import_module(plan.spec.python).register(ns)
+    ops = plan.spec.exports or tuple(ops_in_namespace(ns))  # a user library's ops: from the dispatcher
     if ns not in _torch_impls:
         from . import functionalize
 
         impl = _torch_impls[ns] = torch.library.Library(ns, "IMPL")
-        exports = plan.spec.exports or ops_in_namespace(ns)  # a user library's ops: from the dispatcher
-        functionalize.register(ns, exports, impl)  # in-place and out= ops inside torch.compile
-    return LoadedLibrary(plan.spec, plan.key, ns, plan.target.name, entry, manifest, built)
+        functionalize.register(ns, ops, impl)  # in-place and out= ops inside torch.compile
+    return LoadedLibrary(plan.spec, plan.key, ns, plan.target.name, entry, manifest, built, ops)
 
 
 def _try_cached(plan: Plan, cache: Cache) -> tuple[Manifest | None, str | None]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from . import fsutil, toolchain
 from .cache import Cache, EntryProblem, Manifest
 from .errors import BuildError, CacheError
-from .target import SCRUBBED_ENV_VARS, System
+from .target import SCRUBBED_ENV_VARS
 
 if TYPE_CHECKING:
     from .loader import Plan
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jitops")
 
 
-def build_env(system: System, tmp: Path) -> dict[str, str]:
+def build_env(tmp: Path) -> dict[str, str]:
     """The compiler's environment: os.environ minus SCRUBBED_ENV_VARS, temp files in the staging dir.
 
     gcc and nvcc keep intermediates (``cc*.s``, ``tmpxft_*``) in $TMPDIR; a
@@ -64,7 +64,7 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Mani
             ninja=toolchain.find_ninja(spec.name),
             nvcc=(plan.ingredients["nvcc"] or {}).get("path"),
             build_dir=build_dir,
-            env=build_env(plan.system, staging / "tmp"),
+            env=build_env(staging / "tmp"),
             jobs=jobs or _build.default_jobs(),
         )
         log.info("building %s (first use; cached afterwards)", plan.what)

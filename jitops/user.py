@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import fsutil
 from .errors import BuildError, KernelSourceError
-from .ops import ops_in_namespace
 from .spec import SOURCE_SUFFIXES, OpSpec, validate_name
 
 if TYPE_CHECKING:
@@ -137,7 +136,7 @@ def load_spec(spec: OpSpec, device: str | None = None) -> UserLibrary:
         hit = _memo.get(lib.key)
         if hit is not None:
             return hit
-        names = ops_in_namespace(lib.namespace)
+        names = lib.ops
         if not names:
             raise KernelSourceError(
                 f"library {spec.name!r} built and loaded, but defined no op in its namespace {lib.namespace}. "

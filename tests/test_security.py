@@ -342,7 +342,7 @@ def test_scrubbed_vars_leave_the_build_env() -> None:
     old = dict(os.environ)
     try:
         os.environ.update(env)
-        built = publish.build_env(target.probe(cuda=False), Path("/staging/tmp"))
+        built = publish.build_env(Path("/staging/tmp"))
     finally:
         os.environ.clear()
         os.environ.update(old)
