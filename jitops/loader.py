@@ -37,7 +37,6 @@ _state_lock = threading.RLock()
 _libraries: dict[str, LoadedLibrary] = {}  # key -> loaded build
 _ops: dict[tuple[str, str | None], Any] = {}  # (name, device) -> Op
 _stamps: dict[tuple[str, str | None], Any] = {}  # (name, device) -> its kernel folder's files when loaded
-KERNEL_FOLDER = "kernel folder "  # OpSpec.origin prefix of register_kernel_dir libraries
 _torch_libs: dict[str, Any] = {}  # namespace -> torch.library.Library (kept alive)
 _torch_impls: dict[str, Any] = {}  # namespace -> its Functionalize kernels' Library (kept alive)
 _fallback_warned: set[str] = set()
@@ -397,7 +396,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     spec = lookup(name)
     # A kernel folder is being edited in place: note its files now, so an edit made
     # during the build is seen by the next get().
-    stamp = source_stamp(spec) if spec.origin.startswith(KERNEL_FOLDER) else None
+    stamp = source_stamp(spec) if spec.editable else None
     try:
         lib = load_library(spec, device)
     except (ToolchainError, OfflineMiss) as e:

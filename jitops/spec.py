@@ -60,7 +60,8 @@ class OpSpec:
     ``exports`` (a registered spec needs at least one; ``jitops.load`` finds
     a user library's ops after loading it instead). ``python`` names a module with ``register(ns)`` (fake
     kernels, autograd) and a ``REFERENCES`` mapping of pure-PyTorch
-    implementations.
+    implementations. ``editable`` marks sources edited in place (a kernel
+    folder): ``jitops.get`` re-checks their stamps and rebuilds after an edit.
     """
 
     name: str
@@ -76,6 +77,7 @@ class OpSpec:
     python: str | None = None
     description: str = ""
     origin: str = "builtin"
+    editable: bool = False
 
     def __post_init__(self) -> None:
         validate_name(self.name, "library name")

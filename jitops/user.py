@@ -288,7 +288,8 @@ def register_kernel_dir(
         raise KernelSourceError(f"kernel folder {folder} holds no source file ({', '.join(SOURCE_SUFFIXES)})")
     spec = _spec(lib_name, folder, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                  extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas,
-                 exports=tuple(ops or ()), origin=f"{loader.KERNEL_FOLDER}{folder}")
+                 exports=tuple(ops or ()), origin=f"kernel folder {folder}")
+    spec = dataclasses.replace(spec, editable=True)
     if not spec.exports:
         spec = dataclasses.replace(spec, exports=tuple(load_spec(spec, device).ops))
     try:
