@@ -11,8 +11,6 @@ from jitops.spec import OpSpec
 
 from tests.helpers import REPO, child_env
 
-NOBODY = 65534
-
 # Audit hook for children: every write under $JITOPS_CACHE_DIR and every process start.
 AUDIT = """
 import os, sys

@@ -21,8 +21,8 @@ import pytest
 
 from jitops import loader
 from jitops.cli import main
-from tests.cli_helpers import AUDIT, NOBODY, no_compiler_env, run_child
-from tests.helpers import REPO, child_env, last_json
+from tests.cli_helpers import AUDIT, no_compiler_env, run_child
+from tests.helpers import NOBODY, REPO, child_env, last_json, run_as_nobody
 
 
 @pytest.fixture(scope="session")
@@ -57,17 +57,13 @@ def test_console_script_is_main() -> None:
     assert scripts == {"jitops": "jitops.cli:main"}
 
 
-# The interpreter lives under /root (0700), so the child starts as root, imports what it
-# needs, then drops to an unprivileged user before touching the cache.
+# Runs as uid NOBODY (helpers.run_as_nobody), which re-exposes the root-only interpreter and
+# checkout paths in a private mount namespace before dropping root.
 OFFLINE_CHILD = """
-import contextlib, ctypes, io, json, os, sys
-import filelock, torch, jitops, jitops.cache_admin, jitops.kernels.softmax.python
+import contextlib, io, json, os, sys
+import torch, jitops
 from jitops import loader
 from jitops.cli import main
-loader.probe()  # reads sysconfig's data module from the interpreter's (root-only) stdlib
-os.setgroups([])
-os.setgid(int(os.environ["CHILD_UID"]))
-os.setuid(int(os.environ["CHILD_UID"]))
 """ + AUDIT + """
 SAMPLES = {"softmax": lambda op, x: (op(x, dim=-1), torch.softmax(x, -1)),
            "log_softmax": lambda op, x: (op(x, dim=0), torch.log_softmax(x, 0))}
@@ -112,8 +108,8 @@ def test_warm_all_then_offline_read_only_cache_builds_nothing_and_writes_nothing
     home = world_dir / "home"
     home.mkdir()
     os.chown(home, NOBODY, NOBODY)
-    env = child_env(JITOPS_CACHE_DIR=str(root), JITOPS_OFFLINE="1", HOME=str(home), CHILD_UID=str(NOBODY))
-    report = last_json(_ok(run_child(OFFLINE_CHILD, env)))
+    env = child_env(JITOPS_CACHE_DIR=str(root), JITOPS_OFFLINE="1", HOME=str(home))
+    report = last_json(run_as_nobody(world_dir / "views", OFFLINE_CHILD, env, timeout=240).stdout)
     assert report["uid"] == NOBODY  # permission bits bind this child (root's would not)
     assert report["ops"] and all(o["built"] is False and o["ok"] for o in report["ops"].values()), report
     assert report["ops"]["softmax"]["checked"] and report["ops"]["log_softmax"]["checked"]

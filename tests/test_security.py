@@ -20,49 +20,10 @@ from pathlib import Path
 import pytest
 
 from jitops import target
-from tests.helpers import REPO, child_env, last_json, run_py, tattletale_library
+from tests.helpers import NOBODY, REPO, child_env, last_json, run_as_nobody, run_py, tattletale_library
 
 pytestmark = pytest.mark.process
-NOBODY = 65534
-
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
-
-
-def _drop(base: Path) -> str:
-    """Code that makes this interpreter reachable for nobody, then becomes nobody.
-
-    The interpreter may live in a root-only directory (here: /root/.pyenv,
-    /root is 0700). The child runs in a private mount namespace, where the
-    directories on that path are re-exposed through 0755 bind mounts; the
-    host sees nothing of it.
-    """
-    return f"""
-import os, subprocess, sys
-exe = os.path.realpath(sys.executable)
-blocked = [p for p in Path(exe).parents if p != Path("/") and not os.stat(p).st_mode & 0o001]
-for i, d in enumerate(reversed(blocked)):
-    view = Path({str(base)!r}) / f".view{{i}}"
-    view.mkdir(mode=0o755, exist_ok=True)
-    os.chmod(view, 0o755)
-    child = Path(exe).relative_to(d).parts[0]
-    (view / child).mkdir(exist_ok=True)
-    subprocess.run(["mount", "--bind", str(d / child), str(view / child)], check=True)
-    subprocess.run(["mount", "--rbind", str(view), str(d)], check=True)
-os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})
-"""
-
-
-def _run_as_nobody(base: Path, code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    import sys
-    import textwrap
-
-    full = "from pathlib import Path\n" + _drop(base) + textwrap.dedent(code)
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", full],
-                          env=env, capture_output=True, text=True, timeout=280, cwd=REPO)
-    if proc.returncode != 0:
-        raise AssertionError(f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
-    return proc
-
 
 
 # Each case: (name, how the test damages trust after nobody built a perfect entry).
@@ -92,7 +53,7 @@ def test_untrusted_cache_is_never_loaded(nobody_dir: Path) -> None:
     marker = base / "PLANTED-LIBRARY-RAN"
     evil = tattletale_library(tmp_path, marker, mode=0o666)
     os.chmod(evil, 0o755)
-    out = _run_as_nobody(
+    out = run_as_nobody(
         base,
         f"""
         import os
@@ -123,7 +84,7 @@ def test_untrusted_cache_is_never_loaded(nobody_dir: Path) -> None:
         m = _manifest_for(entry / "manifest.json", data)
         (entry / "manifest.json").write_bytes(m)
         _break(case, cache, entry, tmp_path)
-    out = _run_as_nobody(
+    out = run_as_nobody(
         base,
         f"""
         import os
@@ -357,7 +318,7 @@ def test_unreachable_cache_as_nobody(nobody_dir: Path) -> None:
     build, not a PermissionError; JITOPS_STRICT=1 gives a CacheError."""
     private = nobody_dir / "rootonly"
     private.mkdir(mode=0o700)
-    out = _run_as_nobody(
+    out = run_as_nobody(
         nobody_dir / "sec",
         """
         import warnings
