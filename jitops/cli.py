@@ -248,6 +248,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench_ops  # imports torch
+
+    try:
+        req = bench_ops.request(args.op, args.shape, args.dtype, args.device, args.dim, args.backward, args.trace)
+    except JitopsError as e:  # what was typed cannot be run: usage, exit 2
+        raise SystemExit(f"jitops bench: {e}") from e
+    _out(*bench_ops.run(req, args.rounds))
+    return 0
+
+
 def cmd_cache(args: argparse.Namespace) -> int:
     from . import cache_admin as admin
 
@@ -359,6 +370,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("op")
     _target_args(p)
     p.set_defaults(fn=cmd_explain)
+    p = sub.add_parser("bench", help="time an op against torch and its reference on this machine's inputs")
+    p.add_argument("op")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is usable, else cpu")
+    p.add_argument("--shape", action="append", metavar="SHAPE",
+                   help="e.g. 4096,4096; repeatable, one row each (nms: the number of boxes; default 4096,4096)")
+    p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, float16, float64, int64, ...")
+    p.add_argument("--dim", type=int, help="softmax/log_softmax: the dim (default -1)")
+    p.add_argument("--backward", action="store_true", help="time the backward alone (autograd.grad of a kept output)")
+    p.add_argument("--rounds", type=int, default=15, metavar="N", help="CPU: paired rounds per case (default 15)")
+    p.add_argument("--trace", metavar="FILE", help="also write a torch.profiler Chrome trace of every case to FILE")
+    p.set_defaults(fn=cmd_bench)
     p = sub.add_parser("cache", help="inspect and manage the cache directory")
     p.set_defaults(fn=cmd_cache)
     cs = p.add_subparsers(dest="cache_cmd", required=True, metavar="ACTION")
