@@ -196,7 +196,7 @@ def table(rows: Sequence[Row], copy_bps: float | None = None) -> list[str]:
     ours, others = sides[0], sides[1:]
     first = others[0] if others else None
     header = ["case", *(f"{s} ms" for s in sides), *(f"{s}/{ours}" for s in others)]
-    header += ["fastest/jitops"] if len(others) > 1 else []
+    header += [f"fastest/{ours}"] if len(others) > 1 else []
     header += [f"{ours} GB/s"] + ([f"{first} GB/s"] if first else []) + ([f"{ours} % copy"] if copy_bps else [])
     body = []
     for r in rows:

@@ -251,6 +251,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench_ops  # imports torch
 
+    if args.rounds < 1:
+        raise SystemExit(f"jitops bench: --rounds must be at least 1, got {args.rounds}")
     try:
         req = bench_ops.request(args.op, args.shape, args.dtype, args.device, args.dim, args.backward, args.trace)
     except JitopsError as e:  # what was typed cannot be run: usage, exit 2

@@ -106,6 +106,7 @@ def test_table_has_ratios_bandwidth_and_notes() -> None:
         (["bench", "nms", "--backward"], "nms is not differentiable"),
         (["bench", "nms", "--shape", "10,4"], "give the number of boxes"),
         (["bench", "softmax", "--trace", "/nonexistent-dir/t.json"], "does not exist"),
+        (["bench", "softmax", "--rounds", "0"], "--rounds must be at least 1"),
     ],
 )
 def test_bad_usage_exits_2_with_the_cause(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
