@@ -150,7 +150,7 @@ def close_to(expected: Callable[[], Any], got: Callable[[], Any], what: str) -> 
 
 
 def softmax_case(name: str, x: torch.Tensor, dim: int, mode: str, sides: dict[str, Callable[..., Any]],
-                 label: str | None = None, check_against: str | None = None) -> Case:
+                 check_against: str | None = None) -> Case:
     """softmax or log_softmax of ``x`` along ``dim``: ``sides`` maps a name to ``fn(x, dim)`` (jitops's first)."""
     calls = {k: call(f, [x], mode, dim=dim) for k, f in sides.items()}
     moved = traffic(x, x) if mode == "forward" else traffic(x, x, x)  # fwd: x, y; bwd: grad, out, grad_in
@@ -161,8 +161,7 @@ def softmax_case(name: str, x: torch.Tensor, dim: int, mode: str, sides: dict[st
     dims = "" if dim in (-1, x.dim() - 1) else f" dim={dim}"
     kind = {"forward": "fwd", "backward": "bwd", "fwd+bwd": "fwd+bwd"}[mode]
     dt = str(x.dtype).removeprefix("torch.").replace("float", "f")
-    text = label or f"{name} {tuple(x.shape)}{dims} {dt} {kind}"
-    return Case(text, calls, moved, check)
+    return Case(f"{name} {tuple(x.shape)}{dims} {dt} {kind}", calls, moved, check)
 
 
 def nms_case(n: int, sides: dict[str, Callable[..., Any]], dtype: torch.dtype = torch.float32, device: str = "cpu",
