@@ -19,15 +19,16 @@ def _name(dtype: torch.dtype) -> str:
 
 
 def check_input(op: str, x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.dtype:
-    """The C++ checks of softmax_common.h (``checked_input``), word for word; returns the result dtype."""
+    """The C++ checks of softmax_common.h (``checked_input``), word for word and with torch's
+    exception types (NotImplementedError for a dtype, IndexError for a dim); returns the result dtype."""
     st = x.dtype if dtype is None else dtype
-    torch._check(
+    torch._check_not_implemented(
         st in _FLOATS,
         lambda: f"{op}: expected a float16, bfloat16, float32 or float64 {'dtype' if dtype is not None else 'tensor'}, "
         f"got {_name(st)}" + ("" if dtype is not None else ". Fix: convert the input, or pass dtype=torch.float32"),
     )
     ndim = max(x.dim(), 1)
-    torch._check(-ndim <= dim < ndim, lambda: f"{op}: dim {dim} is out of range for a tensor with {x.dim()} dimensions")
+    torch._check_index(-ndim <= dim < ndim, lambda: f"{op}: dim {dim} is out of range for a tensor with {x.dim()} dimensions")
     return st
 
 
@@ -46,7 +47,7 @@ def check_backward(op: str, grad: torch.Tensor, out: torch.Tensor, dim: int) -> 
         lambda: f"{op}: grad and out must have the same shape, got {list(grad.shape)} and {list(out.shape)}",
     )
     ndim = max(out.dim(), 1)
-    torch._check(-ndim <= dim < ndim, lambda: f"{op}: dim {dim} is out of range for a tensor with {out.dim()} dimensions")
+    torch._check_index(-ndim <= dim < ndim, lambda: f"{op}: dim {dim} is out of range for a tensor with {out.dim()} dimensions")
 
 
 def _shifted(x: torch.Tensor, dim: int) -> torch.Tensor:

@@ -22,15 +22,17 @@ inline bool is_float_type(at::ScalarType st) {
 
 // Checks the input and returns it converted as torch converts it: to `dtype`
 // when one is given (torch.softmax(x, dim, dtype=...) casts first), else as is.
+// The exception types are torch's: NotImplementedError for a dtype,
+// IndexError for a dim.
 inline at::Tensor checked_input(const char* op, const at::Tensor& x, int64_t dim,
                                 std::optional<at::ScalarType> dtype) {
   const at::ScalarType st = dtype.value_or(x.scalar_type());
-  TORCH_CHECK(is_float_type(st), op, ": expected a float16, bfloat16, float32 or float64 ",
+  TORCH_CHECK_NOT_IMPLEMENTED(is_float_type(st), op, ": expected a float16, bfloat16, float32 or float64 ",
               dtype.has_value() ? "dtype" : "tensor", ", got ", dtype_name(st),
               dtype.has_value() ? "" : ". Fix: convert the input, or pass dtype=torch.float32");
   const int64_t ndim = std::max<int64_t>(x.dim(), 1);
-  TORCH_CHECK(dim >= -ndim && dim < ndim, op, ": dim ", dim,
-              " is out of range for a tensor with ", x.dim(), " dimensions");
+  TORCH_CHECK_INDEX(dim >= -ndim && dim < ndim, op, ": dim ", dim,
+                    " is out of range for a tensor with ", x.dim(), " dimensions");
   return st == x.scalar_type() ? x : x.to(st);
 }
 
@@ -42,8 +44,8 @@ inline void check_backward(const char* op, const at::Tensor& grad, const at::Ten
   TORCH_CHECK(grad.sizes() == out.sizes(), op, ": grad and out must have the same shape, got ", grad.sizes(),
               " and ", out.sizes());
   const int64_t ndim = std::max<int64_t>(out.dim(), 1);
-  TORCH_CHECK(dim >= -ndim && dim < ndim, op, ": dim ", dim,
-              " is out of range for a tensor with ", out.dim(), " dimensions");
+  TORCH_CHECK_INDEX(dim >= -ndim && dim < ndim, op, ": dim ", dim,
+                    " is out of range for a tensor with ", out.dim(), " dimensions");
 }
 
 // A contiguous tensor seen as (outer, n, inner) around `dim`.

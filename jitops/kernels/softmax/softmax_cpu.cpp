@@ -188,8 +188,8 @@ inline void store_acc(T* p, vec::Vectorized<at::opmath_type<T>> v) {
   }
 }
 
-// The layout is (outer, n, inner). Each task takes a strip of columns of one
-// outer slice (the strip's n rows fit in about 128 KiB), so every inner loop
+// log_softmax over a middle dim. The layout is (outer, n, inner). Each task
+// takes a strip of columns of one outer slice (the strip's n rows fit in about 128 KiB), so every inner loop
 // is contiguous and vectorised over columns, and the strip's max and sum
 // stay in L1. Passes: max, sum of exp(x - max), then the output.
 template <typename T, bool LOG>
@@ -245,6 +245,61 @@ void strided_forward(const T* in, T* out, int64_t outer, int64_t n, int64_t inne
   });
 }
 
+// softmax over a middle dim, in torch's own order so that the results are
+// bit-identical: the (outer, inner) columns are split evenly over the threads
+// (grain 0, as torch), each thread walks its columns in vectors of `step`
+// columns, and the columns left at the end of an outer slice or of the
+// thread's range go one by one with std::exp (for half/bfloat16 the scalar
+// exp is rounded to T before the division, as torch does). The split into
+// vector and scalar columns depends on the thread count, exactly as torch's.
+template <typename T>
+void strided_softmax(const T* in, T* out, int64_t outer, int64_t n, int64_t inner) {
+  using acc_t = at::opmath_type<T>;
+  using Vec = vec::Vectorized<acc_t>;
+  constexpr int64_t W = Vec::size();
+  constexpr int64_t step = is_reduced<T> ? vec::Vectorized<T>::size() : W;
+  at::parallel_for(0, outer * inner, 0, [&](int64_t begin, int64_t end) {
+    std::unique_ptr<acc_t[]> buf(new acc_t[n * step]);
+    int64_t idx = begin;
+    while (idx < end) {
+      const int64_t o = idx / inner, k = idx % inner;
+      const T* src = in + o * n * inner + k;
+      T* dst = out + o * n * inner + k;
+      if (k + step <= inner && idx + step <= end) {
+        for (int64_t c = 0; c < step; c += W) {
+          Vec m = load_acc(src + c);
+          for (int64_t d = 1; d < n; ++d) m = vec::maximum(m, load_acc(src + d * inner + c));
+          Vec sum(acc_t(0));
+          for (int64_t d = 0; d < n; ++d) {
+            const Vec e = (load_acc(src + d * inner + c) - m).exp();
+            e.store(buf.get() + d * step + c);
+            sum = sum + e;
+          }
+          for (int64_t d = 0; d < n; ++d) store_acc(dst + d * inner + c, Vec::loadu(buf.get() + d * step + c) / sum);
+        }
+        idx += step;
+      } else {
+        const int64_t tail = idx + step > end ? end - idx : inner - k;
+        for (int64_t i = 0; i < tail; ++i) {
+          const int64_t oi = (idx + i) / inner, ki = (idx + i) % inner;
+          const T* s = in + oi * n * inner + ki;
+          T* t = out + oi * n * inner + ki;
+          acc_t m = static_cast<acc_t>(s[0]);
+          for (int64_t d = 1; d < n; ++d) m = std::max(m, static_cast<acc_t>(s[d * inner]));
+          acc_t sum = 0;
+          for (int64_t d = 0; d < n; ++d) {
+            const acc_t e = std::exp(static_cast<acc_t>(s[d * inner]) - m);
+            sum += e;
+            t[d * inner] = static_cast<T>(e);
+          }
+          for (int64_t d = 0; d < n; ++d) t[d * inner] = static_cast<T>(static_cast<acc_t>(t[d * inner]) / sum);
+        }
+        idx += tail;
+      }
+    }
+  });
+}
+
 template <bool LOG>
 Tensor forward_cpu(const Tensor& x0, int64_t dim, Opt dtype) {
   constexpr const char* op = LOG ? "log_softmax" : "softmax";
@@ -257,8 +312,10 @@ Tensor forward_cpu(const Tensor& x0, int64_t dim, Opt dtype) {
     scalar_t* out = y.mutable_data_ptr<scalar_t>();
     if (g.inner == 1) {
       lastdim_forward<scalar_t, LOG>(in, out, g.outer, g.n);
+    } else if constexpr (LOG) {
+      strided_forward<scalar_t, true>(in, out, g.outer, g.n, g.inner);
     } else {
-      strided_forward<scalar_t, LOG>(in, out, g.outer, g.n, g.inner);
+      strided_softmax<scalar_t>(in, out, g.outer, g.n, g.inner);
     }
   });
   return y;
