@@ -259,7 +259,8 @@ void strided_softmax(const T* in, T* out, int64_t outer, int64_t n, int64_t inne
   constexpr int64_t W = Vec::size();
   constexpr int64_t step = is_reduced<T> ? vec::Vectorized<T>::size() : W;
   at::parallel_for(0, outer * inner, 0, [&](int64_t begin, int64_t end) {
-    std::unique_ptr<acc_t[]> buf(new acc_t[n * step]);
+    // half/bfloat16 keep the float exps in a buffer; float/double keep them in the output, as torch
+    std::unique_ptr<acc_t[]> buf(is_reduced<T> ? new acc_t[n * step] : nullptr);
     int64_t idx = begin;
     while (idx < end) {
       const int64_t o = idx / inner, k = idx % inner;
@@ -272,10 +273,13 @@ void strided_softmax(const T* in, T* out, int64_t outer, int64_t n, int64_t inne
           Vec sum(acc_t(0));
           for (int64_t d = 0; d < n; ++d) {
             const Vec e = (load_acc(src + d * inner + c) - m).exp();
-            e.store(buf.get() + d * step + c);
+            if constexpr (is_reduced<T>) e.store(buf.get() + d * step + c); else e.store(dst + d * inner + c);
             sum = sum + e;
           }
-          for (int64_t d = 0; d < n; ++d) store_acc(dst + d * inner + c, Vec::loadu(buf.get() + d * step + c) / sum);
+          for (int64_t d = 0; d < n; ++d) {
+            const Vec e = is_reduced<T> ? Vec::loadu(buf.get() + d * step + c) : load_acc(dst + d * inner + c);
+            store_acc(dst + d * inner + c, e / sum);
+          }
         }
         idx += step;
       } else {

@@ -138,9 +138,9 @@ inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-inline int next_pow2(int64_t v) {
+inline int next_pow2(int64_t v) {  // saturates at 2^30
   int p = 1;
-  while (p < v) p *= 2;
+  while (p < v && p < (1 << 30)) p *= 2;
   return p;
 }
 
