@@ -102,6 +102,110 @@ def test_softmax_opcheck(name: str) -> None:
         torch.library.opcheck(op.default, (x, 1))
 
 
+# Each shape class of softmax_cuda_common.cuh, named for the kernel it reaches
+# on an H100 (132 SMs; the classes depend on the SM count and shared memory).
+SHAPE_CLASSES: list[tuple[str, tuple[int, ...], int]] = [
+    ("warp-n1", (3, 1), -1),
+    ("warp-subwarp-odd", (1000, 7), -1),
+    ("warp-vec", (4096, 128), -1),
+    ("warp-many-rows", (65536, 128), -1),
+    ("warp-tiny-rows-huge-count", (1 << 20, 3), -1),
+    ("warp-1023-scalar", (40, 1023), -1),
+    ("warp-1024-vec", (40, 1024), -1),
+    ("smem-1025", (300, 1025), -1),
+    ("smem-4096", (512, 4096), -1),
+    ("smem-lm-head", (300, 50257), -1),
+    ("split-few-long", (4, 65536), -1),
+    ("split-128x65536", (128, 65536), -1),
+    ("split-too-long-for-smem", (300, 70001), -1),
+    ("split-1100", (1, 1100), -1),
+    ("strided-dim0", (4096, 64), 0),
+    ("strided-middle", (64, 512, 256), 1),
+    ("strided-small-inner", (7, 300, 3), 1),
+    ("strided-outer-over-65535", (70000, 2, 3), 1),
+    ("strided-dim0-square", (1024, 1024), 0),
+]
+
+
+def _ulps(got: Any, want: Any) -> int:
+    from tests.test_parity_softmax import max_ulp
+
+    return max_ulp(got, want)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("case", SHAPE_CLASSES, ids=[c[0] for c in SHAPE_CLASSES])
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_shape_classes_match_torch(name: str, case: Any, dtype: Any) -> None:
+    """Forward and backward of every kernel path against torch on the same GPU."""
+    _, shape, dim = case
+    op = cuda_op(name)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.randn(shape, generator=g, device="cuda", dtype=torch.float32) * 4).to(dtype)
+    x.view(-1)[5] = float("-inf")
+    got, want = op(x, dim), getattr(torch, name)(x, dim)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert _ulps(got, want) <= (2 if dtype in (torch.float16, torch.bfloat16) else 8)
+    # backward kernel, from torch's output
+    ns = getattr(torch.ops, op.namespace)
+    grad = torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(dtype)
+    bwd, tbwd = (ns.softmax_backward, torch._softmax_backward_data) if name == "softmax" else (
+        ns.log_softmax_backward, torch._log_softmax_backward_data)
+    torch.testing.assert_close(bwd(grad, want, dim), tbwd(grad, want, dim, dtype), equal_nan=True)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_non_contiguous_and_edge_shapes(name: str) -> None:
+    op, ref = cuda_op(name), getattr(torch, name)
+    base = torch.randn(64, 2048, device="cuda")
+    for x, dim in [
+        (base.t(), 0), (base.t(), 1), (base[:, ::2], -1), (base[:, 1:], -1),  # 1-element offset: unaligned rows
+        (base[::3, :1500], -1), (torch.randn(2, 3, 4, device="cuda").permute(2, 0, 1), 1),
+        (torch.empty(0, 5, device="cuda"), -1), (torch.empty(5, 0, device="cuda"), -1), (torch.empty(3, 0, 4, device="cuda"), 0),
+        (torch.tensor(3.0, device="cuda"), 0), (torch.tensor([3.0], device="cuda"), 0),
+    ]:
+        got = op(x, dim)
+        assert got.shape == x.shape and got.device == x.device
+        torch.testing.assert_close(got, ref(x, dim))
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_softmax_dtype_argument(name: str, dtype: Any) -> None:
+    """dtype= casts first, as torch's; the gradient comes back in the input dtype."""
+    op = cuda_op(name)
+    x = torch.randn(33, 700, device="cuda", dtype=dtype)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = op(xa, -1, dtype=torch.float32), getattr(torch, name)(xb, -1, dtype=torch.float32)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want)
+    g = torch.randn_like(got)
+    got.backward(g)
+    want.backward(g)
+    assert xa.grad is not None and xa.grad.dtype == dtype
+    torch.testing.assert_close(xa.grad, xb.grad)
+
+
+# gradcheck (float64) through each class, at sizes gradcheck can afford.
+GRADCHECK = [((3, 5), -1), ((2, 40), -1), ((2, 1100), -1), ((3, 4, 5), 1), ((6, 3), 0), ((), 0)]
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("case", GRADCHECK, ids=str)
+def test_softmax_gradcheck(name: str, case: Any) -> None:
+    shape, dim = case
+    x = torch.randn(shape, device="cuda", dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(cuda_op(name), (x, dim), fast_mode=x.numel() > 200)
+
+
+@pytest.mark.parametrize("name", ["softmax_backward", "log_softmax_backward"])
+def test_softmax_backward_opcheck(name: str) -> None:
+    ns = getattr(torch.ops, cuda_op("softmax").namespace)
+    for shape, dim in [((5, 7), 1), ((5, 7), 0), ((2, 1500), -1)]:
+        y = torch.randn(shape, device="cuda", dtype=torch.float32)
+        torch.library.opcheck(getattr(ns, name).default, (torch.randn_like(y), y, dim))
+
+
 
 
 # ---------------------------------------------------------------- add

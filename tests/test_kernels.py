@@ -228,14 +228,50 @@ def test_opcheck(get: Any, device: str, case: int) -> None:
 @pytest.mark.parametrize("device", DEVICES)
 def test_gradcheck(get: Any, device: str) -> None:
     x = torch.randn(3, 5, device=device, dtype=torch.float64, requires_grad=True)
+    x3 = torch.randn(2, 3, 4, device=device, dtype=torch.float64, requires_grad=True)
     for name in ("softmax", "log_softmax"):
         for dim in (0, 1, -1):
             assert torch.autograd.gradcheck(get(name, device), (x, dim))
+            assert torch.autograd.gradcheck(get(name, device), (x3, dim))
     a = torch.randn(2, 3, 4, device=device, dtype=torch.float64, requires_grad=True)
     b = torch.randn(3, 1, device=device, dtype=torch.float64, requires_grad=True)
     add = get("add", device)
     assert torch.autograd.gradcheck(lambda p, q: add(p, q, alpha=-2.5), (a, b))
     assert torch.autograd.gradcheck(lambda q: add(a.detach(), q), (b,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_dtype_keyword(get: Any, device: str, name: str) -> None:
+    """torch's `softmax(x, dim, dtype=...)` form (issue 18): half logits, float32 result and gradient back in half."""
+    op, ref = get(name, device), getattr(torch, name)
+    x = torch.randn(4, 8, dtype=torch.float16, device=device)
+    for got in (op(x, dim=-1, dtype=torch.float32), op(x, -1, torch.float32), op.default(x, -1, dtype=torch.float32)):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, ref(x, dim=-1, dtype=torch.float32), rtol=0 if device == "cpu" else None,
+                                   atol=0 if device == "cpu" else None)
+    xg = x.clone().requires_grad_()
+    op(xg, -1, dtype=torch.float32).sum().backward()
+    assert xg.grad is not None and xg.grad.dtype == torch.float16
+    xd = torch.randn(3, 4, 5, dtype=torch.float64, device=device, requires_grad=True)
+    torch.library.opcheck(op.packet.default, (xd, 1), {"dtype": torch.float32})
+    assert torch.autograd.gradcheck(lambda t: op(t, 1, dtype=torch.float64), (xd,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["softmax_backward", "log_softmax_backward"])
+def test_softmax_backward_is_one_fused_kernel(get: Any, device: str, name: str) -> None:
+    """The backward ops have their own kernel per backend, not a composite chain of ATen ops."""
+    ns = get("softmax", device).namespace
+    qualname = f"{ns}::{name}"
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(qualname, device.upper())
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "CompositeExplicitAutograd")
+    backward_op = getattr(getattr(torch.ops, ns), name).default
+    for shape, dim in [((5, 7), 1), ((5, 7), 0), ((2, 3, 4), 1), ((3, 40), -1)]:
+        y = torch.randn(shape, device=device, dtype=torch.float32)
+        torch.library.opcheck(backward_op, (torch.randn_like(y), y, dim))
+    with pytest.raises(RuntimeError, match=f"{name}: grad and out must have the same shape"):
+        backward_op(torch.zeros(2, 3, device=device), torch.zeros(3, 2, device=device), 0)
 
 
 def test_mutating_variants_refuse_grad(get: Any) -> None:

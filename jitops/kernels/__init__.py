@@ -17,11 +17,11 @@ BUILTINS: tuple[OpSpec, ...] = (
     OpSpec(
         name="softmax",
         root=_HERE / "softmax",
-        cpu_sources=("softmax_cpu.cpp", "register.cpp"),
-        cuda_sources=("softmax_cuda.cu",),
-        schemas=(
-            "softmax(Tensor x, int dim=-1) -> Tensor",
-            "log_softmax(Tensor x, int dim=-1) -> Tensor",
+        cpu_sources=("softmax_cpu.cpp", "softmax_cpu_backward.cpp", "softmax_cpu_backward_lastdim.cpp", "register.cpp"),
+        cuda_sources=("softmax_cuda.cu", "softmax_cuda_backward.cu"),
+        schemas=(  # torch's softmax.int / log_softmax.int, with dim defaulting to -1
+            "softmax(Tensor x, int dim=-1, ScalarType? dtype=None) -> Tensor",
+            "log_softmax(Tensor x, int dim=-1, ScalarType? dtype=None) -> Tensor",
             "softmax_backward(Tensor grad, Tensor out, int dim) -> Tensor",
             "log_softmax_backward(Tensor grad, Tensor out, int dim) -> Tensor",
         ),

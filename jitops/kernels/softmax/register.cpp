@@ -8,12 +8,16 @@
 JITOPS_LIBRARY_IMPL(CPU, m) {
   m.impl("softmax", &jitops_softmax::softmax_cpu);
   m.impl("log_softmax", &jitops_softmax::log_softmax_cpu);
+  m.impl("softmax_backward", &jitops_softmax::softmax_backward_cpu);
+  m.impl("log_softmax_backward", &jitops_softmax::log_softmax_backward_cpu);
 }
 
 #ifdef JITOPS_WITH_CUDA
 JITOPS_LIBRARY_IMPL(CUDA, m) {
   m.impl("softmax", &jitops_softmax::softmax_cuda);
   m.impl("log_softmax", &jitops_softmax::log_softmax_cuda);
+  m.impl("softmax_backward", &jitops_softmax::softmax_backward_cuda);
+  m.impl("log_softmax_backward", &jitops_softmax::log_softmax_backward_cuda);
 }
 #endif
 
@@ -25,12 +29,9 @@ JITOPS_LIBRARY_IMPL(Autograd, m) {
   jitops::differentiable(m, "log_softmax");
 }
 
-// The twins' forwards (they call softmax / log_softmax below autograd) and
-// the backward formulas, device-agnostic ATen expressions: registered for
-// every backend at once.
+// The twins' forwards: they call softmax / log_softmax below autograd.
+// The backward ops are fused kernels per backend (above).
 JITOPS_LIBRARY_IMPL(CompositeExplicitAutograd, m) {
   jitops::twin(m, "softmax");
   jitops::twin(m, "log_softmax");
-  m.impl("softmax_backward", &jitops_softmax::softmax_backward);
-  m.impl("log_softmax_backward", &jitops_softmax::log_softmax_backward);
 }
