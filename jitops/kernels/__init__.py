@@ -38,9 +38,13 @@ BUILTINS: tuple[OpSpec, ...] = (
             "add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
             "add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)",
             "add_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)",
+            # torch's add.Scalar family: a Python number as `other` (jitops.get("add") picks it as torch.add does)
+            "add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
+            "add.Scalar_out(Tensor self, Scalar other, Scalar alpha=1, *, Tensor(a!) out) -> Tensor(a!)",
+            "add_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)",
         ),
         python="jitops.kernels.add.python",
-        description="self + alpha * other with torch.add's broadcasting and type promotion; in-place and out= variants",
+        description="self + alpha * other, bit-identical to torch.add on CPU: every dtype it takes, Tensor and Scalar other, in-place and out=",
     ),
     OpSpec(
         name="nms",
