@@ -140,7 +140,12 @@ def test_add_out_and_inplace(get: Any, device: str) -> None:
 BAD_ADD = [
     ("add", lambda T: (T(2, 3), T(4)), {}, "cannot be broadcast together (dim -1: 3 vs 4)"),
     ("add", lambda T: (T(2, dtype=torch.int64), T(2, dtype=torch.int64)), {"alpha": 0.5}, "alpha must be an integer when the result dtype is int64, got 0.5"),
-    ("add", lambda T: (T(2, dtype=torch.bool), T(2)), {}, "expected float or integer tensors, got bool and float32"),
+    # bool is added now, as torch does; uint16 has no kernel in torch either
+    ("add", lambda T: (T(2, dtype=torch.uint16), T(2, dtype=torch.uint16)), {}, "the result dtype uint16 is not supported"),
+    ("add", lambda T: (T(2, dtype=torch.int64), T(2, dtype=torch.int64)), {"alpha": True}, "alpha is a bool, but the result dtype int64 is not bool"),
+    ("add", lambda T: (T(2), T(2)), {"alpha": 1j}, "alpha is complex, but the result dtype float32 is not"),
+    ("add", lambda T: (T(2, dtype=torch.bool), T(2, dtype=torch.bool)), {"alpha": 0.5}, "alpha must be an integer when the result dtype is bool, got 0.5"),
+    ("add_", lambda T: (T(3, dtype=torch.int32), 2.5), {}, "result dtype float32 cannot be cast to self's dtype int32"),
     ("add_", lambda T: (T(3), T(2, 3)), {}, "the broadcast shape [2, 3] differs from self's shape [3]"),
     ("add_", lambda T: (T(3, dtype=torch.int32), T(3)), {}, "result dtype float32 cannot be cast to self's dtype int32"),
     ("add", lambda T: (T(3), T(3)), {"out": "int"}, "result dtype float32 cannot be cast to out's dtype int64"),
