@@ -51,8 +51,9 @@ BUILTINS: tuple[OpSpec, ...] = (
         root=_HERE / "nms",
         cpu_sources=("nms_cpu.cpp", "register.cpp"),
         cuda_sources=("nms_cuda.cu",),
+        cflags=("-ffp-contract=off",),  # torchvision's CPU IoU rounds every product; no fused multiply-add
         schemas=("nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor",),
         python="jitops.kernels.nms.python",
-        description="non-maximum suppression of (N, 4) xyxy boxes, torchvision.ops.nms semantics",
+        description="non-maximum suppression of (N, 4) xyxy boxes (float16/32/64), torchvision.ops.nms's indices",
     ),
 )
