@@ -36,34 +36,120 @@
 #include <ATen/native/cpu/Loops.h>
 #include <c10/util/complex.h>
 
+#include <cmath>
+#include <type_traits>
+
 #include "add_common.h"
 
 namespace jitops_add {
 
+namespace {
+
+// The loop torch's cpu_kernel_vec runs, written out so that each place where
+// torch's compiled code rounds differently is explicit rather than left to
+// this compiler's choices. Per inner row (TensorIterator gives rows of size0
+// elements, split across threads exactly as cpu_kernel_vec splits them):
+//   - all contiguous, or one input a broadcast scalar (stride 0): vectorised
+//     body over the first floor(n / 2V) * 2V elements, scalar tail after it;
+//   - anything else: the scalar loop over the whole row.
+// The scalar loop fuses alpha * other + self into one fma for float and
+// double (torch's GCC contracts it), except in the tail of a row whose
+// `other` is the broadcast scalar: there torch computes alpha * other once,
+// rounded, and adds it. float16/bfloat16 round alpha * other to the dtype,
+// then the sum.
+template <typename scalar_t>
+struct Add2d {
+  using Vec = at::vec::Vectorized<scalar_t>;
+  scalar_t alpha;
+  bool unit;  // alpha == 1: x + y (the same bits for real types)
+
+  scalar_t fused(scalar_t x, scalar_t y) const {
+    if (unit) return x + y;
+    if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>) {
+      return std::fma(alpha, y, x);
+    } else {
+      return x + alpha * y;
+    }
+  }
+
+  Vec vfused(Vec x, Vec y) const { return unit ? x + y : at::vec::fmadd(y, Vec(alpha), x); }
+
+  void row(char* out, const char* x, const char* y, int64_t n, int scalar_arg) const {
+    constexpr int64_t V = Vec::size();
+    auto* o = reinterpret_cast<scalar_t*>(out);
+    const auto* xs = reinterpret_cast<const scalar_t*>(x);
+    const auto* ys = reinterpret_cast<const scalar_t*>(y);
+    int64_t i = 0;
+    if (scalar_arg == 1) {
+      const Vec xv(xs[0]);
+      for (; i <= n - 2 * V; i += 2 * V) {
+        vfused(xv, Vec::loadu(ys + i)).store(o + i);
+        vfused(xv, Vec::loadu(ys + i + V)).store(o + i + V);
+      }
+      for (; i < n; ++i) o[i] = fused(xs[0], ys[i]);
+    } else if (scalar_arg == 2) {
+      const Vec yv(ys[0]);
+      for (; i <= n - 2 * V; i += 2 * V) {
+        vfused(Vec::loadu(xs + i), yv).store(o + i);
+        vfused(Vec::loadu(xs + i + V), yv).store(o + i + V);
+      }
+      if (i < n) {
+        scalar_t p = unit ? ys[0] : static_cast<scalar_t>(alpha * ys[0]);
+        asm volatile("" : "+m"(p));  // rounded once, never fused into the sum
+        for (; i < n; ++i) o[i] = xs[i] + p;
+      }
+    } else {
+      for (; i <= n - 2 * V; i += 2 * V) {
+        vfused(Vec::loadu(xs + i), Vec::loadu(ys + i)).store(o + i);
+        vfused(Vec::loadu(xs + i + V), Vec::loadu(ys + i + V)).store(o + i + V);
+      }
+      for (; i < n; ++i) o[i] = fused(xs[i], ys[i]);
+    }
+  }
+
+  void operator()(char** base, const int64_t* strides, int64_t size0, int64_t size1) const {
+    char* data[3] = {base[0], base[1], base[2]};
+    const int64_t* outer = strides + 3;
+    constexpr int64_t s = sizeof(scalar_t);
+    int path = -1;  // 0: contiguous, 1/2: that input is a broadcast scalar, -1: strided
+    if (strides[0] == s && strides[1] == s && strides[2] == s) path = 0;
+    else if (strides[0] == s && strides[1] == 0 && strides[2] == s) path = 1;
+    else if (strides[0] == s && strides[1] == s && strides[2] == 0) path = 2;
+    for (int64_t j = 0; j < size1; ++j) {
+      if (path >= 0) {
+        row(data[0], data[1], data[2], size0, path);
+      } else {
+        for (int64_t i = 0; i < size0; ++i) {
+          *reinterpret_cast<scalar_t*>(data[0] + i * strides[0]) =
+              fused(*reinterpret_cast<const scalar_t*>(data[1] + i * strides[1]),
+                    *reinterpret_cast<const scalar_t*>(data[2] + i * strides[2]));
+        }
+      }
+      for (int k = 0; k < 3; ++k) data[k] += outer[k];
+    }
+  }
+};
+
+}  // namespace
+
 void add_kernel_cpu(at::TensorIteratorBase& iter, const c10::Scalar& alpha) {
   const c10::ScalarType dtype = iter.common_dtype();
+  TORCH_INTERNAL_ASSERT(iter.ninputs() == 2 && iter.noutputs() == 1);
   if (dtype == at::kBool) {
     const bool a = alpha.to<bool>();
     at::native::cpu_kernel(iter, [=](bool x, bool y) -> bool { return x + a * y; });
     return;
   }
   AT_DISPATCH_V2(dtype, "add", AT_WRAP([&] {
-    using Vec = at::vec::Vectorized<scalar_t>;
     const scalar_t a = alpha.to<scalar_t>();
+    bool unit = false;
     if constexpr (!c10::is_complex<scalar_t>::value) {
-      // alpha == 1 gives the same bits through x + y (1 * y is exact); complex
-      // is left out: (1 + 0i) * y turns an infinite part into NaN, as torch's does.
-      if (a == scalar_t(1)) {
-        at::native::cpu_kernel_vec(
-            iter, [](scalar_t x, scalar_t y) -> scalar_t { return x + y; },
-            [](Vec x, Vec y) -> Vec { return x + y; });
-        return;
-      }
+      // 1 * y is exact for real types; complex is left out: (1 + 0i) * y turns an
+      // infinite part into NaN, as torch's does.
+      unit = a == scalar_t(1);
     }
-    const Vec va(a);
-    at::native::cpu_kernel_vec(
-        iter, [=](scalar_t x, scalar_t y) -> scalar_t { return x + a * y; },
-        [=](Vec x, Vec y) -> Vec { return at::vec::fmadd(y, va, x); });
+    iter.for_each(Add2d<scalar_t>{a, unit}, at::internal::GRAIN_SIZE);
+    iter.cast_outputs();
   }), AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kHalf, at::kBFloat16, at::kComplexHalf);
 }
 
