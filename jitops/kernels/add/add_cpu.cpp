@@ -63,10 +63,27 @@ struct Add2d {
   scalar_t alpha;
   bool unit;  // alpha == 1: x + y (the same bits for real types)
 
+  static constexpr bool kReal = std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>;
+  static constexpr bool kComplex =
+      std::is_same_v<scalar_t, c10::complex<float>> || std::is_same_v<scalar_t, c10::complex<double>>;
+
+  // alpha * y. For complex float/double, the products torch's compiled
+  // complex multiply fuses: re = fma(ar, c, -(ai * d)), im = fma(ar, d, ai * c).
+  scalar_t times_alpha(scalar_t y) const {
+    if constexpr (kComplex) {
+      const auto ar = alpha.real(), ai = alpha.imag(), c = y.real(), d = y.imag();
+      return scalar_t(std::fma(ar, c, -(ai * d)), std::fma(ar, d, ai * c));
+    } else {
+      return static_cast<scalar_t>(alpha * y);
+    }
+  }
+
   scalar_t fused(scalar_t x, scalar_t y) const {
     if (unit) return x + y;
-    if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>) {
+    if constexpr (kReal) {
       return std::fma(alpha, y, x);
+    } else if constexpr (kComplex) {
+      return x + times_alpha(y);
     } else {
       return x + alpha * y;
     }
@@ -94,7 +111,7 @@ struct Add2d {
         vfused(Vec::loadu(xs + i + V), yv).store(o + i + V);
       }
       if (i < n) {
-        scalar_t p = unit ? ys[0] : static_cast<scalar_t>(alpha * ys[0]);
+        scalar_t p = unit ? ys[0] : times_alpha(ys[0]);
         asm volatile("" : "+m"(p));  // rounded once, never fused into the sum
         for (; i < n; ++i) o[i] = xs[i] + p;
       }
