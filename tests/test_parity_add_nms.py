@@ -146,6 +146,16 @@ def agree(got: tuple[Any, BaseException | None], want: tuple[Any, BaseException 
     assert_same(g, w, device, roundings)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _report_ulps(request: pytest.FixtureRequest) -> Any:
+    """After the module: the largest ulp distance from torch per device and dtype (shown with -rA or -s)."""
+    yield
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and MAX_ULPS:
+        reporter.write_line("max ulp distance from torch: " + ", ".join(
+            f"{device} {dtype.removeprefix('torch.')} {ulps}" for (device, dtype), ulps in sorted(MAX_ULPS.items())))
+
+
 @pytest.fixture(scope="session")
 def ops() -> Callable[[str, str], Any]:
     def _get(name: str, device: str) -> Any:
