@@ -148,12 +148,13 @@ def agree(got: tuple[Any, BaseException | None], want: tuple[Any, BaseException 
 
 @pytest.fixture(scope="module", autouse=True)
 def _report_ulps(request: pytest.FixtureRequest) -> Any:
-    """After the module: the largest ulp distance from torch per device and dtype (shown with -rA or -s)."""
+    """After the module: print the largest ulp distance from torch per device and dtype."""
     yield
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and MAX_ULPS:
-        reporter.write_line("max ulp distance from torch: " + ", ".join(
-            f"{device} {dtype.removeprefix('torch.')} {ulps}" for (device, dtype), ulps in sorted(MAX_ULPS.items())))
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if capture is not None and MAX_ULPS:
+        with capture.global_and_fixture_disabled():
+            print("\nmax ulp distance from torch: " + ", ".join(
+                f"{device} {dtype.removeprefix('torch.')} {ulps}" for (device, dtype), ulps in sorted(MAX_ULPS.items())))
 
 
 @pytest.fixture(scope="session")
