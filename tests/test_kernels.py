@@ -331,3 +331,29 @@ def test_in_place_and_out_variants_compile_fullgraph(backend: str) -> None:
     ns = jitops.get("add").namespace
     ran = {e.name for e in prof.events()}
     assert f"{ns}::add" in ran, sorted(n for n in ran if "::" in n)[:20]
+
+
+def test_issue_18_add_and_nms_calls(get: Any) -> None:
+    """The calls issue 18 lists as failing or rounding differently on main, now as torch/torchvision."""
+    add, add_, nms = get("add", "cpu"), get("add_", "cpu"), get("nms", "cpu")
+    x = torch.randn(1000)
+    assert torch.equal(add(x, 2.0), torch.add(x, 2.0))  # main: "Expected a value of type 'Tensor' for argument 'other'"
+    assert torch.equal(add(x, 2.0, alpha=3), torch.add(x, 2.0, alpha=3))
+    i = torch.arange(5)
+    assert add(i, 2.5).dtype == torch.float32 and torch.equal(add(i, 2.5), torch.add(i, 2.5))  # a number promotes as torch's
+    assert torch.equal(add_(x.clone(), 1.5, alpha=2), x.clone().add_(1.5, alpha=2))
+    b = torch.tensor([True, False, False])
+    assert torch.equal(add(b, torch.tensor([False, False, True]), alpha=3), torch.add(b, torch.tensor([False, False, True]), alpha=3))
+    c = torch.randn(7, dtype=torch.complex64)
+    # complex: torch's own scalar loops place the fma of the complex product differently by element
+    # position; held to assert_close's tolerances (README)
+    torch.testing.assert_close(add(c, c.flip(0), alpha=1.5 - 2j), torch.add(c, c.flip(0), alpha=1.5 - 2j))
+    h, k = torch.randn(1037).half(), torch.randn(1037).half()
+    assert torch.equal(add(h, k, alpha=-3.125), torch.add(h, k, alpha=-3.125))  # main: 0.0156 apart in the tail
+    assert torch.equal(add(h[::2], k[1::2], alpha=-3.125), torch.add(h[::2], k[1::2], alpha=-3.125))
+    boxes = torch.tensor([[0, 0, 10, 10], [0, 0, 10, 3.0], [1, 1, 11, 11]])
+    scores = torch.tensor([1.0, 0.5, 0.7])
+    assert nms(boxes.half(), scores.half(), 0.5).tolist() == [0, 1]  # main: float16 refused
+    # IoU 30/100 rounds to float(0.3) in float32; torchvision's CPU kernel compares it with 0.3 as a double
+    assert nms(boxes[:2], scores[:2], 0.3).tolist() == [0]
+    assert nms(boxes[:2].double(), scores[:2].double(), 0.3).tolist() == [0, 1]
