@@ -350,7 +350,7 @@ def test_issue_18_add_and_nms_calls(get: Any) -> None:
     torch.testing.assert_close(add(c, c.flip(0), alpha=1.5 - 2j), torch.add(c, c.flip(0), alpha=1.5 - 2j))
     h, k = torch.randn(1037).half(), torch.randn(1037).half()
     assert torch.equal(add(h, k, alpha=-3.125), torch.add(h, k, alpha=-3.125))  # main: 0.0156 apart in the tail
-    assert torch.equal(add(h[::2], k[1::2], alpha=-3.125), torch.add(h[::2], k[1::2], alpha=-3.125))
+    assert torch.equal(add(h[1::2], k[::2][:518], alpha=-3.125), torch.add(h[1::2], k[::2][:518], alpha=-3.125))
     boxes = torch.tensor([[0, 0, 10, 10], [0, 0, 10, 3.0], [1, 1, 11, 11]])
     scores = torch.tensor([1.0, 0.5, 0.7])
     assert nms(boxes.half(), scores.half(), 0.5).tolist() == [0, 1]  # main: float16 refused
