@@ -357,3 +357,35 @@ def test_issue_18_add_and_nms_calls(get: Any) -> None:
     # IoU 30/100 rounds to float(0.3) in float32; torchvision's CPU kernel compares it with 0.3 as a double
     assert nms(boxes[:2], scores[:2], 0.3).tolist() == [0]
     assert nms(boxes[:2].double(), scores[:2].double(), 0.3).tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("case", ["Scalar", "Scalar_out", "inplace_Scalar"])
+def test_scalar_overloads_opcheck(get: Any, case: str) -> None:
+    """add.Scalar's autograd twin, and add.Scalar_out / add_.Scalar through the Functionalize kernels."""
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    if case == "Scalar":
+        torch.library.opcheck(get("add", "cpu").packet.Scalar, (x, 2.5), {"alpha": 2})
+        assert torch.autograd.gradcheck(lambda t: get("add", "cpu")(t, 2.5, alpha=-3), (x,))
+    elif case == "Scalar_out":
+        torch.library.opcheck(get("add", "cpu").packet.Scalar_out, (x.detach(), 2, 3), {"out": torch.empty(4, 3, dtype=torch.float64)})
+    else:
+        torch.library.opcheck(get("add_", "cpu").packet.Scalar, (x.detach().clone(), 1.5), {"alpha": -2})
+
+
+def _scalar_calls(x: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    add, add_ = jitops.get("add"), jitops.get("add_")
+    z = add(x, 2.0, alpha=3)  # add.Scalar
+    add_(z, 1.5)  # add_.Scalar
+    add(z, 3, out=o)  # add.Scalar_out
+    return z, add(z, True)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_scalar_overloads_compile_fullgraph(backend: str) -> None:
+    x, o = torch.randn(5), torch.zeros(5)
+    oe = o.clone()
+    want = _scalar_calls(x, oe)
+    got = torch.compile(_scalar_calls, fullgraph=True, backend=backend)(x, o)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    assert torch.equal(o, oe)
