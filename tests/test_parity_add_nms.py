@@ -126,6 +126,7 @@ def assert_same(got: Any, want: Any, device: str,
 
 
 MAX_ULPS: dict[tuple[str, str], int] = {}  # the largest ulp distance seen per (device, dtype), for the report
+COMPARED = {"values": 0, "raised": 0}  # add calls compared with torch: same values / both raised
 
 
 def outcome(fn: Callable[[], Any]) -> tuple[Any, BaseException | None]:
@@ -138,6 +139,7 @@ def outcome(fn: Callable[[], Any]) -> tuple[Any, BaseException | None]:
 def agree(got: tuple[Any, BaseException | None], want: tuple[Any, BaseException | None], device: str, op: str,
           roundings: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     (g, g_err), (w, w_err) = got, want
+    COMPARED["raised" if w_err is not None else "values"] += 1
     if w_err is not None:
         assert g_err is not None, f"torch raised {type(w_err).__name__}: {w_err}, jitops returned {g}"
         assert op in str(g_err), f"jitops's error does not name {op}: {g_err}"
@@ -153,7 +155,8 @@ def _report_ulps(request: pytest.FixtureRequest) -> Any:
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     if capture is not None and MAX_ULPS:
         with capture.global_and_fixture_disabled():
-            print("\nmax ulp distance from torch: " + ", ".join(
+            print(f"\nadd calls compared with torch: {COMPARED['values']} with results, {COMPARED['raised']} where both raised")
+            print("max ulp distance from torch: " + ", ".join(
                 f"{device} {dtype.removeprefix('torch.')} {ulps}" for (device, dtype), ulps in sorted(MAX_ULPS.items())))
 
 
