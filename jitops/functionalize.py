@@ -9,7 +9,9 @@ the result back into the mutated tensor's wrapper. This module derives the
 same kernel for any op library that follows the native naming convention:
 
 - ``foo_(Tensor(a!) self, ...) -> Tensor(a!)`` pairs with ``foo(self, ...)``;
-- ``foo.out(..., *, Tensor(a!) out) -> Tensor(a!)`` pairs with ``foo(...)``.
+- ``foo.out(..., *, Tensor(a!) out) -> Tensor(a!)`` pairs with ``foo(...)``;
+- an overload pairs with its namesake: ``foo_.X`` and ``foo.X_out`` with ``foo.X``
+  (``add_.Scalar`` and ``add.Scalar_out`` with ``add.Scalar``).
 
 The pairing is checked against the schemas (same arguments, one written
 tensor, one result); an op that does not fit is left alone. Eager calls
@@ -36,8 +38,8 @@ REQUIRED = ("_from_functional_tensor", "_is_functional_tensor", "_sync", "_funct
 class Pairing:
     """A mutable overload and the functional overload that computes its result."""
 
-    mutable: str  # "add_" or "add.out" (overload name after the dot; none for "default")
-    functional: str  # "add"
+    mutable: str  # "add_", "add.out", "add_.Scalar" (overload name after the dot; none for "default")
+    functional: str  # "add" or "add.Scalar"
     written: str  # the argument the mutable overload writes: "self" or "out"
     written_index: int  # its position in the mutable schema's arguments
     written_kwarg_only: bool
@@ -66,11 +68,15 @@ def pairings(schemas: Iterable[Any]) -> list[Pairing]:
         ret = s.returns[0]
         if str(w.type) != "Tensor" or ret.alias_info is None or ret.alias_info.before_set != w.alias_info.before_set:
             continue
-        if s.overload_name == "out" and w.kwarg_only:
-            functional_key = s.name.split("::")[-1]
+        name = s.name.split("::")[-1]
+        overload = "" if s.overload_name in ("", "default") else s.overload_name
+        if w.kwarg_only and (overload == "out" or overload.endswith("_out")):
+            # foo.out pairs with foo, foo.X_out with foo.X (add.Scalar_out -> add.Scalar)
+            functional_key = name if overload == "out" else f"{name}.{overload[:-4]}"
             rest = [a for i, a in enumerate(s.arguments) if i != written[0]]
-        elif s.overload_name in ("", "default") and key.endswith("_") and written[0] == 0:
-            functional_key = key[:-1]
+        elif name.endswith("_") and written[0] == 0:
+            # foo_ pairs with foo, foo_.X with foo.X (add_.Scalar -> add.Scalar)
+            functional_key = name[:-1] + (f".{overload}" if overload else "")
             rest = list(s.arguments)
         else:
             continue
@@ -142,7 +148,8 @@ def register(namespace: str, exports: Iterable[str], library: Any) -> list[str]:
             continue  # the library's own Python side registered one
         name, _, overload = p.mutable.partition(".")
         mutable_op = getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
-        functional_op = getattr(getattr(torch.ops, namespace), p.functional).default
+        f_name, _, f_overload = p.functional.partition(".")
+        functional_op = getattr(getattr(getattr(torch.ops, namespace), f_name), f_overload or "default")
         library.impl(p.mutable, _kernel(mutable_op, functional_op, p), "Functionalize")
         done.append(p.mutable)
     return sorted(done)

@@ -276,6 +276,57 @@ def test_add_opcheck() -> None:
         torch.library.opcheck(add.packet.out, (a.detach(), b.detach()), {"alpha": 2, "out": out})
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int64, torch.float16, torch.bfloat16, torch.float32,
+                                   torch.float64, torch.complex32, torch.complex64, torch.complex128], ids=str)
+def test_add_scalar_overloads_and_new_dtypes(dtype: Any) -> None:
+    """add.Scalar / add.Scalar_out / add_.Scalar and the bool and complex dtypes on the GPU: the same
+    opmath functor as torch's CUDA add, so the same bits."""
+    add, add_ = cuda_op("add"), cuda_op("add_")
+    x = (torch.randn(1003, device="cuda", dtype=torch.complex128) * 10).to(dtype) if dtype.is_complex else (
+        torch.randn(1003, device="cuda") * 10).to(dtype)
+    for other in (2, 2.5, True, 1.5 - 2j, x.flip(0), torch.tensor(0.3, device="cuda"), torch.tensor(3)):
+        for alpha in (1, 3, -3.125, 0.3, True, 2j):
+            try:
+                want = torch.add(x, other, alpha=alpha)
+            except RuntimeError:
+                with pytest.raises(RuntimeError, match="add"):
+                    add(x, other, alpha=alpha)
+                continue
+            got = add(x, other, alpha=alpha)
+            assert got.dtype == want.dtype and got.device == want.device
+            torch.testing.assert_close(got, want, atol=0, rtol=0, equal_nan=True)
+            out = torch.empty(0, device="cuda", dtype=want.dtype)
+            assert add(x, other, alpha=alpha, out=out) is out
+            torch.testing.assert_close(out, want, atol=0, rtol=0, equal_nan=True)
+            if want.dtype == x.dtype:
+                y = x.clone()
+                assert add_(y, other, alpha=alpha) is y
+                torch.testing.assert_close(y, want, atol=0, rtol=0, equal_nan=True)
+
+
+def test_add_half_computes_in_float_and_rounds_once() -> None:
+    """The issue's case: float16 with alpha=-3.125 (and a non-representable alpha) equals torch's CUDA add."""
+    add = cuda_op("add")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for dtype in (torch.float16, torch.bfloat16):
+        a = torch.randn(4099, generator=g, device="cuda").to(dtype)
+        b = torch.randn(4099, generator=g, device="cuda").to(dtype)
+        for alpha in (-3.125, 0.3, 7):
+            torch.testing.assert_close(add(a, b, alpha=alpha), torch.add(a, b, alpha=alpha), atol=0, rtol=0)
+            torch.testing.assert_close(add(a[::2], b[1::2], alpha=alpha), torch.add(a[::2], b[1::2], alpha=alpha),
+                                       atol=0, rtol=0)
+
+
+def test_add_scalar_gradients_and_opcheck() -> None:
+    add = cuda_op("add")
+    x = torch.randn(3, 4, device="cuda", dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: add(t, 2.5, alpha=3), (x,))
+    torch.library.opcheck(add.packet.Scalar, (x, 2.5), {"alpha": 3})
+    torch.library.opcheck(add.packet.Scalar_out, (x.detach(), 2.5, 3), {"out": torch.empty(3, 4, device="cuda",
+                                                                                            dtype=torch.float64)})
+    torch.library.opcheck(cuda_op("add_").packet.Scalar, (x.detach().clone(), 2.5), {"alpha": 3})
+
+
 # ---------------------------------------------------------------- nms
 
 
@@ -300,6 +351,30 @@ def test_nms_matches_torchvision(n: int, dtype: Any) -> None:
         assert got.device == boxes.device and got.dtype == torch.int64
         torch.testing.assert_close(got, tv.ops.nms(boxes, scores, iou), atol=0, rtol=0)
         torch.testing.assert_close(got.cpu(), jitops.reference("nms")(boxes.cpu(), scores.cpu(), iou), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("n", [1000, 4096, 4097, 5000, 20000, 50000])
+def test_nms_both_greedy_passes_match_torchvision(n: int, dtype: Any) -> None:
+    """Up to 4096 boxes the greedy pass runs on the host, above on the GPU; both give torchvision's indices,
+    float16 included (its CUDA kernel takes float16)."""
+    tv = pytest.importorskip("torchvision")
+    nms = cuda_op("nms")
+    for seed, iou in ((0, 0.5), (1, 0.3), (2, 0.7)):
+        boxes, scores = _boxes(n, dtype, seed)
+        got = nms(boxes, scores, iou)
+        assert got.device == boxes.device and got.dtype == torch.int64
+        assert got.tolist() == tv.ops.nms(boxes, scores, iou).tolist()
+    ties = torch.randint(0, 3, (n,), device="cuda").to(dtype)  # equal scores: stable order, as torchvision's sort
+    assert nms(boxes, ties, 0.5).tolist() == tv.ops.nms(boxes, ties, 0.5).tolist()
+
+
+def test_nms_float16_same_indices_on_cpu_and_cuda() -> None:
+    """float16 on the CPU follows torchvision's CUDA formula, so both devices agree."""
+    nms = cuda_op("nms")
+    for n in (300, 5000):
+        boxes, scores = _boxes(n, torch.float16, 4)
+        assert nms(boxes, scores, 0.5).cpu().tolist() == jitops.get("nms")(boxes.cpu(), scores.cpu(), 0.5).tolist()
 
 
 def test_nms_empty_input() -> None:

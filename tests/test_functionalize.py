@@ -69,3 +69,19 @@ def test_without_the_torch_internals_eager_still_works(monkeypatch: pytest.Monke
     x = torch.ones(3)
     getattr(torch.ops, ns).scale_(x, 2.0)
     assert x.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_overloads_pair_with_their_namesakes() -> None:
+    """torch's convention: add_.Scalar and add.Scalar_out pair with add.Scalar, add.out and add_ with add."""
+    schemas = [torch._C.parse_schema(s) for s in (
+        "ns::add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+        "ns::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)",
+        "ns::add_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)",
+        "ns::add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
+        "ns::add.Scalar_out(Tensor self, Scalar other, Scalar alpha=1, *, Tensor(a!) out) -> Tensor(a!)",
+        "ns::add_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)",
+        "ns::add_.Other(Tensor(a!) self, int other) -> Tensor(a!)",  # no add.Other: left alone
+    )]
+    found = {p.mutable: (p.functional, p.written) for p in functionalize.pairings(schemas)}
+    assert found == {"add.out": ("add", "out"), "add_": ("add", "self"),
+                     "add.Scalar_out": ("add.Scalar", "out"), "add_.Scalar": ("add.Scalar", "self")}

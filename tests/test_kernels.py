@@ -140,7 +140,12 @@ def test_add_out_and_inplace(get: Any, device: str) -> None:
 BAD_ADD = [
     ("add", lambda T: (T(2, 3), T(4)), {}, "cannot be broadcast together (dim -1: 3 vs 4)"),
     ("add", lambda T: (T(2, dtype=torch.int64), T(2, dtype=torch.int64)), {"alpha": 0.5}, "alpha must be an integer when the result dtype is int64, got 0.5"),
-    ("add", lambda T: (T(2, dtype=torch.bool), T(2)), {}, "expected float or integer tensors, got bool and float32"),
+    # bool is added now, as torch does; uint16 has no kernel in torch either
+    ("add", lambda T: (T(2, dtype=torch.uint16), T(2, dtype=torch.uint16)), {}, "the result dtype uint16 is not supported"),
+    ("add", lambda T: (T(2, dtype=torch.int64), T(2, dtype=torch.int64)), {"alpha": True}, "alpha is a bool, but the result dtype int64 is not bool"),
+    ("add", lambda T: (T(2), T(2)), {"alpha": 1j}, "alpha is complex, but the result dtype float32 is not"),
+    ("add", lambda T: (T(2, dtype=torch.bool), T(2, dtype=torch.bool)), {"alpha": 0.5}, "alpha must be an integer when the result dtype is bool, got 0.5"),
+    ("add_", lambda T: (T(3, dtype=torch.int32), 2.5), {}, "result dtype float32 cannot be cast to self's dtype int32"),
     ("add_", lambda T: (T(3), T(2, 3)), {}, "the broadcast shape [2, 3] differs from self's shape [3]"),
     ("add_", lambda T: (T(3, dtype=torch.int32), T(3)), {}, "result dtype float32 cannot be cast to self's dtype int32"),
     ("add", lambda T: (T(3), T(3)), {"out": "int"}, "result dtype float32 cannot be cast to out's dtype int64"),
@@ -362,3 +367,61 @@ def test_in_place_and_out_variants_compile_fullgraph(backend: str) -> None:
     ns = jitops.get("add").namespace
     ran = {e.name for e in prof.events()}
     assert f"{ns}::add" in ran, sorted(n for n in ran if "::" in n)[:20]
+
+
+def test_issue_18_add_and_nms_calls(get: Any) -> None:
+    """The calls issue 18 lists as failing or rounding differently on main, now as torch/torchvision."""
+    add, add_, nms = get("add", "cpu"), get("add_", "cpu"), get("nms", "cpu")
+    x = torch.randn(1000)
+    assert torch.equal(add(x, 2.0), torch.add(x, 2.0))  # main: "Expected a value of type 'Tensor' for argument 'other'"
+    assert torch.equal(add(x, 2.0, alpha=3), torch.add(x, 2.0, alpha=3))
+    i = torch.arange(5)
+    assert add(i, 2.5).dtype == torch.float32 and torch.equal(add(i, 2.5), torch.add(i, 2.5))  # a number promotes as torch's
+    assert torch.equal(add_(x.clone(), 1.5, alpha=2), x.clone().add_(1.5, alpha=2))
+    b = torch.tensor([True, False, False])
+    assert torch.equal(add(b, torch.tensor([False, False, True]), alpha=3), torch.add(b, torch.tensor([False, False, True]), alpha=3))
+    c = torch.randn(7, dtype=torch.complex64)
+    # complex: torch's own scalar loops place the fma of the complex product differently by element
+    # position; held to assert_close's tolerances (README)
+    torch.testing.assert_close(add(c, c.flip(0), alpha=1.5 - 2j), torch.add(c, c.flip(0), alpha=1.5 - 2j))
+    h, k = torch.randn(1037).half(), torch.randn(1037).half()
+    assert torch.equal(add(h, k, alpha=-3.125), torch.add(h, k, alpha=-3.125))  # main: 0.0156 apart in the tail
+    assert torch.equal(add(h[1::2], k[::2][:518], alpha=-3.125), torch.add(h[1::2], k[::2][:518], alpha=-3.125))
+    boxes = torch.tensor([[0, 0, 10, 10], [0, 0, 10, 3.0], [1, 1, 11, 11]])
+    scores = torch.tensor([1.0, 0.5, 0.7])
+    assert nms(boxes.half(), scores.half(), 0.5).tolist() == [0, 1]  # main: float16 refused
+    # IoU 30/100 rounds to float(0.3) in float32; torchvision's CPU kernel compares it with 0.3 as a double
+    assert nms(boxes[:2], scores[:2], 0.3).tolist() == [0]
+    assert nms(boxes[:2].double(), scores[:2].double(), 0.3).tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("case", ["Scalar", "Scalar_out", "inplace_Scalar"])
+def test_scalar_overloads_opcheck(get: Any, case: str) -> None:
+    """add.Scalar's autograd twin, and add.Scalar_out / add_.Scalar through the Functionalize kernels."""
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    if case == "Scalar":
+        torch.library.opcheck(get("add", "cpu").packet.Scalar, (x, 2.5), {"alpha": 2})
+        assert torch.autograd.gradcheck(lambda t: get("add", "cpu")(t, 2.5, alpha=-3), (x,))
+    elif case == "Scalar_out":
+        torch.library.opcheck(get("add", "cpu").packet.Scalar_out, (x.detach(), 2, 3), {"out": torch.empty(4, 3, dtype=torch.float64)})
+    else:
+        torch.library.opcheck(get("add_", "cpu").packet.Scalar, (x.detach().clone(), 1.5), {"alpha": -2})
+
+
+def _scalar_calls(x: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    add, add_ = jitops.get("add"), jitops.get("add_")
+    z = add(x, 2.0, alpha=3)  # add.Scalar
+    add_(z, 1.5)  # add_.Scalar
+    add(z, 3, out=o)  # add.Scalar_out
+    return z, add(z, True)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_scalar_overloads_compile_fullgraph(backend: str) -> None:
+    x, o = torch.randn(5), torch.zeros(5)
+    oe = o.clone()
+    want = _scalar_calls(x, oe)
+    got = torch.compile(_scalar_calls, fullgraph=True, backend=backend)(x, o)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    assert torch.equal(o, oe)

@@ -33,22 +33,31 @@ BUILTINS: tuple[OpSpec, ...] = (
         root=_HERE / "add",
         cpu_sources=("add_cpu.cpp", "register.cpp"),
         cuda_sources=("add_cuda.cu",),
+        # Compiled as torch compiles its AVX2 elementwise kernels (GCC, -O2, fused multiply-add
+        # contraction, no trapping math, no AVX-512), so that the same loop source rounds the same way
+        # in torch's scalar tails: bit-identical results depend on it.
+        cflags=("-O2", "-ffp-contract=fast", "-fno-trapping-math", "-mno-avx512f"),
         cuda_cflags=("--extended-lambda",),  # ATen/native/cuda/Loops.cuh launches __device__ lambdas
         schemas=(
             "add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
             "add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)",
             "add_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)",
+            # torch's add.Scalar family: a Python number as `other` (jitops.get("add") picks it as torch.add does)
+            "add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
+            "add.Scalar_out(Tensor self, Scalar other, Scalar alpha=1, *, Tensor(a!) out) -> Tensor(a!)",
+            "add_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)",
         ),
         python="jitops.kernels.add.python",
-        description="self + alpha * other with torch.add's broadcasting and type promotion; in-place and out= variants",
+        description="self + alpha * other, bit-identical to torch.add on CPU: every dtype it takes, Tensor and Scalar other, in-place and out=",
     ),
     OpSpec(
         name="nms",
         root=_HERE / "nms",
         cpu_sources=("nms_cpu.cpp", "register.cpp"),
         cuda_sources=("nms_cuda.cu",),
+        cflags=("-ffp-contract=off",),  # torchvision's CPU IoU rounds every product; no fused multiply-add
         schemas=("nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor",),
         python="jitops.kernels.nms.python",
-        description="non-maximum suppression of (N, 4) xyxy boxes, torchvision.ops.nms semantics",
+        description="non-maximum suppression of (N, 4) xyxy boxes (float16/32/64), torchvision.ops.nms's indices",
     ),
 )

@@ -20,12 +20,14 @@ TWIN_SUFFIX = "_autograd"  # jitops::kTwinSuffix in op.h
 _LIBS: dict[str, torch.library.Library] = {}  # namespace -> fragment holding its twins (kept alive)
 
 
-def twin_schema(schema: str, ns: str, name: str) -> str:
-    """``"ns::f(Tensor x) -> Tensor"`` -> ``"f_autograd(Tensor x) -> Tensor"``."""
-    head = f"{ns}::{name}("
+def twin_schema(schema: str, ns: str, name: str, overload: str = "default") -> str:
+    """``"ns::f(Tensor x) -> Tensor"`` -> ``"f_autograd(Tensor x) -> Tensor"``;
+    an overload keeps its name: ``"ns::f.Scalar(...)"`` -> ``"f_autograd.Scalar(...)"``."""
+    suffix = "" if overload == "default" else f".{overload}"
+    head = f"{ns}::{name}{suffix}("
     if not schema.startswith(head):
-        raise ValueError(f"schema {schema!r} is not the default overload of {ns}::{name}")
-    return f"{name}{TWIN_SUFFIX}(" + schema[len(head):]
+        raise ValueError(f"schema {schema!r} is not the {overload} overload of {ns}::{name}")
+    return f"{name}{TWIN_SUFFIX}{suffix}(" + schema[len(head):]
 
 
 def define_twin(
@@ -34,13 +36,15 @@ def define_twin(
     fake: Callable[..., Any],
     backward: Callable[..., Any],
     setup_context: Callable[..., None],
+    overload: str = "default",
 ) -> None:
-    """Define ``ns::<name>_autograd`` from ``ns::<name>``'s schema; register its fake kernel and derivative."""
+    """Define ``ns::<name>_autograd[.overload]`` from ``ns::<name>[.overload]``'s schema; register its fake
+    kernel and derivative."""
     lib = _LIBS.get(ns)
     if lib is None:
         lib = _LIBS[ns] = torch.library.Library(ns, "FRAGMENT")
-    primal = getattr(getattr(torch.ops, ns), name).default
-    lib.define(twin_schema(str(primal._schema), ns, name))
-    qualname = f"{ns}::{name}{TWIN_SUFFIX}"
+    primal = getattr(getattr(getattr(torch.ops, ns), name), overload)
+    lib.define(twin_schema(str(primal._schema), ns, name, overload))
+    qualname = f"{ns}::{name}{TWIN_SUFFIX}" + ("" if overload == "default" else f".{overload}")
     torch.library.register_fake(qualname, fake, lib=lib)
     torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=lib)

@@ -133,9 +133,14 @@ inline void not_differentiable(torch::Library& m, const char* name) {
 }
 
 // Forward of the twin `<name>_autograd`: calls `name` (use in
-// JITOPS_LIBRARY_IMPL(CompositeExplicitAutograd, m)).
+// JITOPS_LIBRARY_IMPL(CompositeExplicitAutograd, m)). An overload keeps its
+// name: the twin of "add.Scalar" is "add_autograd.Scalar".
 inline void twin(torch::Library& m, const char* name) {
-  const std::string twin_name = std::string(name) + kTwinSuffix;
+  const std::string full(name);
+  const size_t dot = full.find('.');
+  const std::string twin_name = dot == std::string::npos
+                                    ? full + kTwinSuffix
+                                    : full.substr(0, dot) + kTwinSuffix + full.substr(dot);
   m.impl(twin_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&detail::call_primal>());
 }
 

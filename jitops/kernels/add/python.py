@@ -1,44 +1,63 @@
-"""Python side of the add library: reference, fake kernels, autograd."""
+"""Python side of the add library: reference, fake kernels, autograd.
+
+Overloads, named after torch's native ones: ``add`` (Tensor other; torch's
+``add.Tensor``), ``add.out``, ``add_``, and ``add.Scalar``, ``add.Scalar_out``,
+``add_.Scalar`` (a Python number as ``other``). Imports only torch and the
+sibling ``_autograd`` module.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 from .._autograd import define_twin
 
-_UNSIGNED_WIDE = {getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)}
+_SUPPORTED = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+              torch.bfloat16, torch.float32, torch.float64, torch.complex32, torch.complex64, torch.complex128}
+_SUPPORTED_TEXT = ("bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, complex32, "
+                   "complex64, complex128")
 
 
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _supported(dtype: torch.dtype) -> bool:
-    if dtype in _UNSIGNED_WIDE or dtype.itemsize == 1 and dtype.is_floating_point:
-        return False  # float8 variants and the wide unsigned types
-    return dtype.is_floating_point or (not dtype.is_complex and dtype != torch.bool)
-
-
 def _alpha_text(alpha: object) -> str:
+    if isinstance(alpha, complex):
+        return "a complex number"
     return f"{alpha:g}" if isinstance(alpha, float) else str(alpha)
 
 
-def check_inputs(op: str, self: torch.Tensor, other: torch.Tensor, alpha: object, out: torch.Tensor | None = None,
+def _is_integral_alpha(alpha: object) -> bool:
+    return isinstance(alpha, (bool, int)) or (isinstance(alpha, torch.SymInt))
+
+
+def check_inputs(op: str, self: torch.Tensor, other: Any, alpha: object, out: torch.Tensor | None = None,
                  out_name: str = "") -> torch.dtype:
-    """The C++ checks of add_common.h, word for word; returns the computation dtype."""
-    torch._check(
-        _supported(self.dtype) and _supported(other.dtype),
-        lambda: f"{op}: expected float or integer tensors, got {_name(self.dtype)} and {_name(other.dtype)}",
-    )
-    shape = broadcast_shape(op, self, other)
+    """The C++ checks of add_common.h, word for word; returns the computation dtype.
+
+    ``other`` is a tensor or a Python number (the Scalar overloads)."""
+    other_t = other if isinstance(other, torch.Tensor) else torch.empty(())
+    shape = broadcast_shape(op, self, other_t)
     dtype = torch.result_type(self, other)
     torch._check(
-        not isinstance(alpha, (bool, complex)),
-        lambda: f"{op}: alpha must be a real number, got a {'bool' if isinstance(alpha, bool) else 'complex'}",
+        dtype in _SUPPORTED,
+        lambda: f"{op}: the result dtype {_name(dtype)} is not supported (torch.add has no kernel for it either); "
+        f"supported: {_SUPPORTED_TEXT}",
     )
     torch._check(
-        dtype.is_floating_point or not isinstance(alpha, float),
+        not isinstance(alpha, bool) or dtype == torch.bool,
+        lambda: f"{op}: alpha is a bool, but the result dtype {_name(dtype)} is not bool",
+    )
+    torch._check(
+        dtype.is_floating_point or dtype.is_complex or _is_integral_alpha(alpha),
         lambda: f"{op}: alpha must be an integer when the result dtype is {_name(dtype)}, got {_alpha_text(alpha)}",
+    )
+    torch._check(
+        dtype.is_complex or not isinstance(alpha, complex),
+        lambda: f"{op}: alpha is complex, but the result dtype {_name(dtype)} is not",
     )
     if out is not None:
         torch._check(
@@ -68,53 +87,63 @@ def broadcast_shape(op: str, self: torch.Tensor, other: torch.Tensor) -> list[in
     return shape
 
 
-def add_reference(self: torch.Tensor, other: torch.Tensor, *, alpha: float = 1, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Pure PyTorch: broadcast, promote, compute (float16/bfloat16 in float), cast."""
-    dtype = check_inputs("add", self, other, alpha, out, "out")
-    a, b = torch.broadcast_tensors(self.to(dtype), other.to(dtype))
-    if dtype in (torch.float16, torch.bfloat16):
-        alpha_rounded = torch.tensor(alpha, dtype=dtype).float()  # torch rounds alpha to the dtype first
-        result = (a.float() + alpha_rounded * b.float()).to(dtype)
-    else:
-        result = a + (b if alpha == 1 else alpha * b)
+def add_reference(self: torch.Tensor, other: Any, *, alpha: Any = 1, out: torch.Tensor | None = None) -> torch.Tensor:
+    """torch.add itself, behind jitops's checks: the kernel's contract is to be bit-identical to it on CPU."""
+    check_inputs("add", self, other, alpha, out, "out")
     if out is None:
-        return result.clone()
-    if out.shape != result.shape:
-        out.resize_(result.shape)
-    return out.copy_(result)
+        return torch.add(self, other, alpha=alpha)
+    return torch.add(self, other, alpha=alpha, out=out)
 
 
-def add_inplace_reference(self: torch.Tensor, other: torch.Tensor, *, alpha: float = 1) -> torch.Tensor:
+def add_inplace_reference(self: torch.Tensor, other: Any, *, alpha: Any = 1) -> torch.Tensor:
     check_inputs("add_", self, other, alpha, self, "self")
-    return self.copy_(add_reference(self, other, alpha=alpha))
+    return self.add_(other, alpha=alpha)
 
 
 REFERENCES = {"add": add_reference, "add_": add_inplace_reference}
 
 
-def _reduce_to(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+def _grad_for(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    """torch's handle_r_to_c plus the broadcast reduction: a real input gets the real part of a complex grad."""
+    if grad.is_complex() and not dtype.is_complex:
+        grad = torch.real(grad)
     return grad.sum_to_size(shape).to(dtype)
 
 
 def register(ns: str) -> None:
     """Fake kernels and autograd for one loaded build (namespace ``ns``)."""
 
-    def fake_add(self: torch.Tensor, other: torch.Tensor, *, alpha: float = 1) -> torch.Tensor:
+    def fake_add(self: torch.Tensor, other: torch.Tensor, *, alpha: Any = 1) -> torch.Tensor:
         check_inputs("add", self, other, alpha)
         return torch.add(self, other, alpha=alpha)  # under FakeTensorMode: metadata (shape, dtype, strides) only
 
-    def fake_add_out(self: torch.Tensor, other: torch.Tensor, *, alpha: float = 1, out: torch.Tensor) -> torch.Tensor:
+    def fake_add_out(self: torch.Tensor, other: torch.Tensor, *, alpha: Any = 1, out: torch.Tensor) -> torch.Tensor:
         check_inputs("add", self, other, alpha, out, "out")
         return torch.add(self, other, alpha=alpha, out=out)
 
-    def fake_add_(self: torch.Tensor, other: torch.Tensor, *, alpha: float = 1) -> torch.Tensor:
+    def fake_add_(self: torch.Tensor, other: torch.Tensor, *, alpha: Any = 1) -> torch.Tensor:
         check_inputs("add_", self, other, alpha, self, "self")
         return self.add_(other, alpha=alpha)
 
-    torch.library.register_fake(f"{ns}::add", fake_add)
-    torch.library.register_fake(f"{ns}::add.out", fake_add_out)
-    torch.library.register_fake(f"{ns}::add_", fake_add_)
+    def fake_add_scalar(self: torch.Tensor, other: Any, alpha: Any = 1) -> torch.Tensor:
+        check_inputs("add", self, other, alpha)
+        return torch.add(self, other, alpha=alpha)
 
+    def fake_add_scalar_out(self: torch.Tensor, other: Any, alpha: Any = 1, *, out: torch.Tensor) -> torch.Tensor:
+        check_inputs("add", self, other, alpha, out, "out")
+        return torch.add(self, other, alpha=alpha, out=out)
+
+    def fake_add_scalar_(self: torch.Tensor, other: Any, alpha: Any = 1) -> torch.Tensor:
+        check_inputs("add_", self, other, alpha, self, "self")
+        return self.add_(other, alpha=alpha)
+
+    for overload, fake in (("add", fake_add), ("add.out", fake_add_out), ("add_", fake_add_),
+                           ("add.Scalar", fake_add_scalar), ("add.Scalar_out", fake_add_scalar_out),
+                           ("add_.Scalar", fake_add_scalar_)):
+        torch.library.register_fake(f"{ns}::{overload}", fake)
+
+    # torch's derivatives.yaml: self gets grad, other gets grad * conj(alpha), each reduced to its
+    # shape and made real for a real input (handle_r_to_c).
     def setup_context(ctx, inputs, keyword_only_inputs, output):  # type: ignore[no-untyped-def]
         self, other = inputs
         ctx.alpha = keyword_only_inputs.get("alpha", 1)
@@ -122,10 +151,18 @@ def register(ns: str) -> None:
 
     def backward(ctx, grad):  # type: ignore[no-untyped-def]
         s_shape, s_dtype, o_shape, o_dtype = ctx.meta
-        g_self = _reduce_to(grad, s_shape, s_dtype) if ctx.needs_input_grad[0] else None
+        g_self = _grad_for(grad, s_shape, s_dtype) if ctx.needs_input_grad[0] else None
         g_other = None
         if ctx.needs_input_grad[1]:
-            g_other = _reduce_to(grad if ctx.alpha == 1 else grad * ctx.alpha, o_shape, o_dtype)
+            alpha = ctx.alpha.conjugate() if isinstance(ctx.alpha, complex) else ctx.alpha
+            g_other = _grad_for(grad if alpha == 1 else grad * alpha, o_shape, o_dtype)
         return g_self, g_other
 
+    def setup_context_scalar(ctx, inputs, output):  # type: ignore[no-untyped-def]
+        ctx.meta = (inputs[0].shape, inputs[0].dtype)
+
+    def backward_scalar(ctx, grad):  # type: ignore[no-untyped-def]
+        return (_grad_for(grad, *ctx.meta) if ctx.needs_input_grad[0] else None), None, None
+
     define_twin(ns, "add", fake_add, backward, setup_context)
+    define_twin(ns, "add", fake_add_scalar, backward_scalar, setup_context_scalar, overload="Scalar")

@@ -1,8 +1,15 @@
-"""Python side of the nms library: reference and fake kernel (nms is not differentiable)."""
+"""Python side of the nms library: reference and fake kernel (nms is not differentiable).
+
+The reference follows torchvision's two IoU formulas (see nms_common.h): its
+CPU kernel's for float32/float64 CPU tensors, its CUDA kernel's for CUDA
+tensors and for float16 anywhere. Imports only torch.
+"""
 
 from __future__ import annotations
 
 import torch
+
+_DTYPES = (torch.float16, torch.float32, torch.float64)
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -17,8 +24,8 @@ def check_inputs(boxes: torch.Tensor, scores: torch.Tensor) -> None:
         lambda: f"nms: scores must be (N,) for N = {boxes.shape[0]} boxes, got {list(scores.shape)}",
     )
     torch._check(
-        boxes.dtype in (torch.float32, torch.float64),
-        lambda: f"nms: expected float32 or float64 boxes, got {_name(boxes.dtype)}",
+        boxes.dtype in _DTYPES,
+        lambda: f"nms: expected float16, float32 or float64 boxes, got {_name(boxes.dtype)}",
     )
     torch._check(
         scores.dtype == boxes.dtype,
@@ -30,24 +37,51 @@ def check_inputs(boxes: torch.Tensor, scores: torch.Tensor) -> None:
     )
 
 
+def _max(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.where(a < b, b, a)  # std::max(a, b), NaN handling included
+
+
+def _min(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.where(b < a, b, a)  # std::min(a, b)
+
+
+def _iou_cpu(b: torch.Tensor, i: int, threshold: float) -> torch.Tensor:
+    """torchvision's CPU kernel: IoU in the box dtype, compared with the threshold as a double."""
+    x1, y1, x2, y2 = b.unbind(1)
+    area = (x2 - x1) * (y2 - y1)
+    zero = torch.zeros((), dtype=b.dtype, device=b.device)
+    w = _max(zero, _min(x2[i], x2) - _max(x1[i], x1))
+    h = _max(zero, _min(y2[i], y2) - _max(y1[i], y1))
+    inter = w * h
+    return (inter / (area[i] + area - inter)).double() > threshold
+
+
+def _iou_cuda(b: torch.Tensor, i: int, threshold: float) -> torch.Tensor:
+    """torchvision's CUDA kernel: accumulate in float for float16 (differences rounded to float16),
+    fmax/fmin, compared with the threshold as a float."""
+    acc = torch.float32 if b.dtype == torch.float16 else b.dtype
+    x1, y1, x2, y2 = b.unbind(1)
+    width = torch.fmax(torch.fmin(x2[i], x2) - torch.fmax(x1[i], x1), torch.zeros((), dtype=b.dtype, device=b.device))
+    height = torch.fmax(torch.fmin(y2[i], y2) - torch.fmax(y1[i], y1), torch.zeros((), dtype=b.dtype, device=b.device))
+    inter = width.to(acc) * height.to(acc)
+    area = (x2.to(acc) - x1.to(acc)) * (y2 - y1).to(acc)  # (y2 - y1) in the box dtype, as torchvision's
+    iou = inter / (area[i] + area - inter)
+    return iou > torch.tensor(threshold, dtype=torch.float32).to(acc)
+
+
 def nms_reference(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
-    """Plain greedy NMS: visit boxes by decreasing score (ties by index), keep one, drop those with IoU > threshold."""
+    """Plain greedy NMS: visit boxes by decreasing score (ties by index), keep one, drop those it suppresses."""
     check_inputs(boxes, scores)
     order = torch.sort(scores, descending=True, stable=True).indices
     b = boxes[order]
-    x1, y1, x2, y2 = b.unbind(1)
-    area = (x2 - x1) * (y2 - y1)
+    suppress = _iou_cuda if boxes.is_cuda or boxes.dtype == torch.float16 else _iou_cpu
     alive = torch.ones(len(order), dtype=torch.bool, device=boxes.device)
     keep = []
     for i in range(len(order)):
         if not alive[i]:
             continue
         keep.append(order[i])
-        w = (torch.minimum(x2[i], x2) - torch.maximum(x1[i], x1)).clamp(min=0)
-        h = (torch.minimum(y2[i], y2) - torch.maximum(y1[i], y1)).clamp(min=0)
-        inter = w * h
-        iou = inter / (area[i] + area - inter)
-        alive &= ~(iou > iou_threshold)
+        alive &= ~suppress(b, i, iou_threshold)
     if not keep:
         return torch.empty(0, dtype=torch.int64, device=boxes.device)
     return torch.stack(keep).to(torch.int64)
