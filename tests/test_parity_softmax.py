@@ -92,10 +92,13 @@ def make_input(shape: tuple[int, ...], layout: str, dtype: torch.dtype, device: 
     return x
 
 
-def ulp_bound(device: str, dtype: torch.dtype) -> int:
+def ulp_bound(device: str, dtype: torch.dtype) -> int | None:
+    """Largest ulp distance allowed from torch; None: only assert_close's tolerances."""
     if device == "cpu":
         return 0  # bit-identical: jitops's CPU kernels follow ATen's step by step, for every dim
-    return 2 if dtype in (torch.float16, torch.bfloat16) else 8
+    # CUDA sums in another order than torch: ~eps * log2(n) relative, which rounds to at most
+    # 2 ulps in half types; in float32/64 that many ulps is not bounded, assert_close covers it.
+    return 2 if dtype in (torch.float16, torch.bfloat16) else None
 
 
 def check_case(device: str, name: str, dt: torch.dtype, shape: tuple[int, ...], dim: int, layout: str,
@@ -109,7 +112,8 @@ def check_case(device: str, name: str, dt: torch.dtype, shape: tuple[int, ...], 
     assert got.dtype == want.dtype == (out_dt or dt) and got.shape == want.shape and got.device == want.device
     torch.testing.assert_close(got, want, equal_nan=True)
     bound = ulp_bound(device, got.dtype)
-    assert max_ulp(got, want) <= bound, f"forward differs from torch by {max_ulp(got, want)} ulp (bound {bound})"
+    if bound is not None:
+        assert max_ulp(got, want) <= bound, f"forward differs from torch by {max_ulp(got, want)} ulp (bound {bound})"
 
     if got.numel() == 0:
         return
@@ -122,7 +126,8 @@ def check_case(device: str, name: str, dt: torch.dtype, shape: tuple[int, ...], 
     backward_data = torch._softmax_backward_data if name == "softmax" else torch._log_softmax_backward_data
     torch_from_ours = backward_data(g, got.detach(), dim, got.dtype).to(dt)
     torch.testing.assert_close(xa.grad, torch_from_ours, equal_nan=True)
-    assert max_ulp(xa.grad, torch_from_ours) <= (0 if device == "cpu" else bound), "backward kernel differs from torch's"
+    if device == "cpu":  # (on CUDA, y * (g - sum) near cancellation turns the sum's order into many ulps)
+        assert max_ulp(xa.grad, torch_from_ours) == 0, "backward kernel differs from torch's"
     # End to end: where the forwards agree bit for bit, so must the gradients. (Elsewhere an ulp
     # of the output can move a gradient near cancellation, y * (g - sum), by much more.)
     if torch.equal(got.detach().nan_to_num(), want.detach().nan_to_num()):
@@ -149,7 +154,9 @@ def test_integer_input_with_dtype_works_as_in_torch(device: str, name: str) -> N
     got = jitops.get(name, device=device)(x, -1, dtype=torch.float32)
     want = getattr(torch, name)(x, -1, dtype=torch.float32)
     assert got.dtype == torch.float32
-    assert max_ulp(got, want) <= (0 if device == "cpu" else 8)
+    torch.testing.assert_close(got, want)
+    if device == "cpu":
+        assert max_ulp(got, want) == 0
 
 
 # Calls torch refuses, and the exception type it raises: jitops raises the same type.
