@@ -64,6 +64,8 @@ class BuildJob:
     build_dir: Path
     env: dict[str, str] = field(repr=False)
     jobs: int = 1
+    builder: str = "real"  # settings.builder: "fake" is the test seam
+    fake_seconds: float = 0.0  # settings.fake_build_seconds
 
     @property
     def library_file(self) -> str:
@@ -77,11 +79,10 @@ class BuildResult:
     seconds: float
 
 
-def default_jobs(environ: dict[str, str] | None = None) -> int:
-    """MAX_JOBS, else cores capped by available memory (one compile ~1.5 GB)."""
-    env = os.environ if environ is None else environ
-    if env.get("MAX_JOBS", "").isdigit() and int(env["MAX_JOBS"]) > 0:
-        return int(env["MAX_JOBS"])
+def default_jobs(max_jobs: int | None = None) -> int:
+    """``max_jobs`` (settings.jobs: MAX_JOBS), else cores capped by available memory (one compile ~1.5 GB)."""
+    if max_jobs:
+        return max_jobs
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
         with open("/proc/meminfo") as f:
@@ -345,7 +346,7 @@ __attribute__((constructor)) static void jitops_fake_init(void) {{ jitops_fake_l
 def fake_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
     """Test seam: a tiny but real shared library, built by ``cc`` in ~50 ms.
 
-    ``JITOPS_FAKE_BUILD_SECONDS`` stretches it (the compiler runs that long
+    ``job.fake_seconds`` (JITOPS_FAKE_BUILD_SECONDS) stretches it (the compiler runs that long
     under the supervisor) to widen windows for kill and race tests.
     """
     src = job.build_dir / "fake.c"
@@ -354,7 +355,7 @@ def fake_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> t
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise ToolchainError("the fake builder needs `cc` on PATH")
-    delay = float(job.env.get("JITOPS_FAKE_BUILD_SECONDS", "0") or 0)
+    delay = job.fake_seconds
     code = (
         "import subprocess,sys,time;"
         f"time.sleep({delay!r});"
@@ -367,13 +368,12 @@ def fake_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> t
 BUILDERS: dict[str, Callable[..., tuple[int, str, Path]]] = {"real": real_build, "fake": fake_build}
 
 
-def build(job: BuildJob, log_dir: Path | None, on_line: Callable[[str], None] | None = None) -> BuildResult:
-    """Run the build; return the library path, or raise BuildError."""
-    which = job.env.get("JITOPS_BUILDER", "real")
-    builder = BUILDERS.get(which)
+def build(job: BuildJob, log_path: Path | None, on_line: Callable[[str], None] | None = None) -> BuildResult:
+    """Run the build; return the library path, or raise BuildError (its full log kept at ``log_path``)."""
+    builder = BUILDERS.get(job.builder)
     if builder is None:
         raise ConfigError(
-            f"cannot build {job.library!r}: JITOPS_BUILDER={which!r} is not a builder. Fix: set it to one of "
+            f"cannot build {job.library!r}: JITOPS_BUILDER={job.builder!r} is not a builder. Fix: set it to one of "
             f"{sorted(BUILDERS)} or unset it"
         )
     start = time.monotonic()
@@ -385,22 +385,20 @@ def build(job: BuildJob, log_dir: Path | None, on_line: Callable[[str], None] | 
         ) from e
     seconds = time.monotonic() - start
     if rc != 0 or not lib.is_file():
-        log_path = _keep_log(log_dir, job, out)
-        raise BuildError(format_build_error(job, rc, out, log_path), op=job.library, target=job.target,
-                         log=out, log_path=log_path)
+        kept = _keep_log(log_path, out)
+        raise BuildError(format_build_error(job, rc, out, kept), op=job.library, target=job.target,
+                         log=out, log_path=kept)
     return BuildResult(lib, out, seconds)
 
 
-def _keep_log(log_dir: Path | None, job: BuildJob, text: str) -> Path | None:
+def _keep_log(path: Path | None, text: str) -> Path | None:
     from . import fsutil
 
-    candidates = [d for d in (log_dir, job.build_dir.parent.parent / "logs" if log_dir is None else None) if d]
-    for d in candidates:
-        try:
-            fsutil.makedirs(d)
-            path = d / f"{job.library}-{job.target}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-            fsutil.atomic_write(path, text.encode())
-            return path
-        except OSError:
-            continue
-    return None
+    if path is None:
+        return None
+    try:
+        fsutil.makedirs(path.parent)
+        fsutil.atomic_write(path, text.encode())
+        return path
+    except OSError:
+        return None

@@ -27,16 +27,21 @@ from pathlib import Path
 
 from . import fsutil
 from ._version import __version__
-from .cache import KEY_CHARS, MANIFEST, Cache, EntryProblem, Manifest, compute_key
+from .cache import LAYOUT, Cache
+from .key import KEY_CHARS, compute_key
+from .manifest import MANIFEST, EntryProblem, Manifest
 from .errors import CacheError
 
+# Archive members, relative to the root: derived from the cache's layout.
+_LIB = r"[a-z][a-z0-9_]{0,63}"
+_TARGET = r"[a-z0-9][a-z0-9-]{0,127}"
+_KEY = r"[0-9a-f]{%d}" % KEY_CHARS
 _ENTRY_MEMBER = re.compile(
-    r"v1/entries/(?P<lib>[a-z][a-z0-9_]{0,63})/(?P<target>[a-z0-9][a-z0-9-]{0,127})/(?P<key>[0-9a-f]{%d})"
-    r"/(?P<file>manifest\.json|lib[a-z0-9_]{1,64}\.so)" % KEY_CHARS
+    rf"{LAYOUT}/entries/(?P<lib>{_LIB})/(?P<target>{_TARGET})/(?P<key>{_KEY})"
+    r"/(?P<file>manifest\.json|lib[a-z0-9_]{1,64}\.so)"
 )
-_TOOL_MEMBER = re.compile(r"v1/toolchains/[0-9a-f]{32}\.json")
-_DIR_MEMBER = re.compile(r"v1(/toolchains|/entries(/[a-z][a-z0-9_]{0,63}(/[a-z0-9][a-z0-9-]{0,127}(/[0-9a-f]{%d})?)?)?)?"
-                         % KEY_CHARS)
+_TOOL_MEMBER = re.compile(rf"{LAYOUT}/toolchains/[0-9a-f]{{32}}\.json")
+_DIR_MEMBER = re.compile(rf"{LAYOUT}(/toolchains|/entries(/{_LIB}(/{_TARGET}(/{_KEY})?)?)?)?")
 MAX_MEMBER_BYTES = 4 << 30
 MAX_RECORD_BYTES = 64 << 10
 
@@ -114,11 +119,7 @@ def unless_building(cache: Cache, library: str, key: str) -> Iterator[bool]:
 
 
 def remove_entry(cache: Cache, path: Path) -> None:
-    trash = cache.base / "trash"
-    fsutil.makedirs(trash)
-    dest = trash / f"{path.name}.{os.getpid()}.{secrets.token_hex(3)}"
-    os.rename(path, dest)
-    shutil.rmtree(dest, ignore_errors=True)
+    cache.discard(path)
 
 
 @dataclass
@@ -165,8 +166,8 @@ def clear(cache: Cache) -> Removal:
     result = Removal()
     for info in entries(cache):
         _try_remove(cache, info, result)
-    for name in ("logs", "toolchains", "trash"):
-        shutil.rmtree(cache.base / name, ignore_errors=True)
+    for d in cache.owned_dirs:
+        shutil.rmtree(d, ignore_errors=True)
     cache.sweep_staging()
     result.kept_bytes = sum(e.size for e in result.busy)
     return result
@@ -202,15 +203,16 @@ def export(cache: Cache, dest: Path, libraries: set[str] | None = None) -> tuple
                     skipped.append((info, problem))
                     continue
                 assert info.manifest is not None
-                rel = f"v1/entries/{info.library}/{info.target}/{info.path.name}"
+                rel = cache.archive_name(info.path)
                 _add_file(tar, info.path / MANIFEST, f"{rel}/{MANIFEST}", fsutil.FILE_MODE, info.manifest.built_at)
                 lib = info.manifest.library_file
                 _add_file(tar, info.path / lib, f"{rel}/{lib}", fsutil.LIB_MODE, info.manifest.built_at)
                 exported.append(info)
             if cache.toolchains.is_dir():
                 for rec in sorted(cache.toolchains.glob("*.json")):
-                    if _TOOL_MEMBER.fullmatch(f"v1/toolchains/{rec.name}") and rec.is_file() and not rec.is_symlink():
-                        _add_file(tar, rec, f"v1/toolchains/{rec.name}", fsutil.FILE_MODE, time.time())
+                    name = cache.archive_name(rec)
+                    if _TOOL_MEMBER.fullmatch(name) and rec.is_file() and not rec.is_symlink():
+                        _add_file(tar, rec, name, fsutil.FILE_MODE, time.time())
         os.replace(tmp, dest)
     finally:
         with contextlib.suppress(FileNotFoundError):

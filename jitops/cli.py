@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import threading
@@ -19,8 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .cache import Cache, default_root
+from .cache import Cache
 from .errors import JitopsError
+from .settings import Settings
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -63,17 +63,15 @@ def _out(*lines: str) -> None:
 
 
 def _offline() -> bool:
-    from .loader import env_flag  # torch-free
-
-    return env_flag("JITOPS_OFFLINE")
+    return Settings.from_env().offline
 
 
 def _cache() -> Cache:
-    return Cache(default_root())
+    return Cache(Settings.from_env().cache_root())
 
 
 def _registry() -> Any:
-    from .loader import registry
+    from .registry import registry  # torch-free
 
     return registry()
 
@@ -93,7 +91,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     cache = _cache()
     for name in reg.names():
         spec = reg.find(name)
-        lib_dir = cache.base / "entries" / spec.name
+        lib_dir = cache.library_dir(spec.name)
         built = sorted(p.name for p in lib_dir.iterdir() if p.is_dir()) if lib_dir.is_dir() else []
         _out(f"{name:<20} library {spec.name:<14} devices {','.join(spec.devices):<9} "
              f"cached: {', '.join(built) or '-'}")
@@ -101,13 +99,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from . import diagnose, loader
+    from . import diagnose
+    from .entry import Damaged, Miss, entry_status
+    from .plan import make_plan
 
+    settings = Settings.from_env()
     spec = _registry().lookup(args.op)
-    plan = loader.make_plan(spec, args.device, args.arch)
-    lib_dir = plan.cache.base / "entries" / spec.name
+    plan = make_plan(spec, args.device, args.arch, settings=settings)
+    lib_dir = plan.cache.library_dir(spec.name)
     built = sorted(f"{p.parent.name}/{p.name[:12]}" for p in lib_dir.glob("*/*")) if lib_dir.is_dir() else []
-    cached = plan.entry.is_dir() and plan.cache.read_manifest(plan.entry) is not None
+    status = entry_status(plan)
+    state = ("not built" if isinstance(status, Miss) else
+             f"damaged, rebuilt on next use: {status.reason}" if isinstance(status, Damaged) else "cached")
     _out(f"op           {args.op} (library {spec.name}; exports {', '.join(spec.exports)})",
          f"description  {spec.description or '-'}",
          *(f"schema       {s}" for s in spec.schemas),
@@ -115,9 +118,9 @@ def cmd_info(args: argparse.Namespace) -> int:
          f"devices      {', '.join(spec.devices)}",
          f"target       {plan.target.name}",
          f"key          {plan.key}",
-         f"entry        {plan.entry} ({'cached' if cached else 'not built'})",
+         f"entry        {plan.entry} ({state})",
          f"built        {', '.join(built) or '-'}",
-         f"fingerprint  {diagnose.fingerprint([spec], [plan.target.device], args.arch)}")
+         f"fingerprint  {diagnose.fingerprint([spec], [plan.target.device], args.arch, settings)}")
     if plan.toolchain_error is not None:
         _out(f"toolchain    missing: {plan.toolchain_error}")
     _out("ingredients  " + json.dumps(plan.ingredients, indent=2, sort_keys=True).replace("\n", "\n             "))
@@ -179,33 +182,31 @@ class WarmDisplay:
 
 
 def cmd_warm(args: argparse.Namespace) -> int:
-    from . import diagnose, loader, warm
+    import dataclasses
+
+    from . import diagnose, warm
     from .build import default_jobs
+    from .target import probe
 
     if not args.ops and not args.all:
         raise SystemExit("jitops warm: name the ops to build, or pass --all")
-    if _offline():
+    settings = Settings.from_env()
+    if settings.offline:
         raise JitopsError("jitops warm builds entries, and JITOPS_OFFLINE=1 forbids building. "
                           "Fix: unset JITOPS_OFFLINE in the job that warms the cache")
     start = time.monotonic()
     specs = _specs(args.ops, args.all)
-    devices = args.device or diagnose.default_devices(loader.probe(), args.arch)
+    devices = args.device or diagnose.default_devices(probe(), args.arch)
     tasks = warm.tasks_for(specs, devices)
-    jobs = args.jobs or default_jobs()
-    saved = os.environ.get("JITOPS_PROGRESS")
+    jobs = args.jobs or default_jobs(settings.jobs)
     display = WarmDisplay(len(tasks))
-    os.environ["JITOPS_PROGRESS"] = "0"  # the warm display replaces the per-build progress line
-    try:
-        with display:
-            outcomes = warm.warm(tasks, archs=args.arch, jobs=jobs, on_start=display.start, on_done=display.finish)
-    finally:
-        if saved is None:
-            os.environ.pop("JITOPS_PROGRESS", None)
-        else:
-            os.environ["JITOPS_PROGRESS"] = saved
+    quiet = dataclasses.replace(settings, progress=False)  # the warm display replaces the per-build progress line
+    with display:
+        outcomes = warm.warm(tasks, archs=args.arch, jobs=jobs, on_start=display.start, on_done=display.finish,
+                             settings=quiet)
     count = {s: sum(o.status == s for o in outcomes) for s in ("built", "cached", "skipped", "failed")}
     _out(f"warm: {count['built']} built, {count['cached']} cached, {count['skipped']} skipped, "
-         f"{count['failed']} failed in {time.monotonic() - start:.1f}s (jobs {jobs}; cache {_cache().root})")
+         f"{count['failed']} failed in {time.monotonic() - start:.1f}s (jobs {jobs}; cache {settings.cache_root()})")
     if count["skipped"] and args.strict:
         print("jitops warm: --strict: some entries were skipped (see above)", file=sys.stderr)
     return 1 if count["failed"] or (count["skipped"] and args.strict) else 0
@@ -259,9 +260,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
     if sub == "path":
         _out(str(cache.root))
     elif sub == "fingerprint":
-        from . import diagnose, loader
+        from . import diagnose
+        from .target import probe
 
-        devices = args.device or diagnose.default_devices(loader.probe(), args.arch)
+        devices = args.device or diagnose.default_devices(probe(), args.arch)
         _out(diagnose.fingerprint(_registry().specs(), devices, args.arch))
     elif sub == "ls":
         now = time.time()

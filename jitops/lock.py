@@ -23,7 +23,7 @@ from pathlib import Path
 import filelock
 
 from . import fsutil
-from .errors import ConfigError, LockTimeout
+from .errors import LockTimeout
 
 log = logging.getLogger("jitops")
 
@@ -35,20 +35,6 @@ _thread_locks_guard = threading.Lock()
 _FILELOCK_KW = (
     {"fallback_to_soft": False} if "fallback_to_soft" in inspect.signature(filelock.FileLock.__init__).parameters else {}
 )
-
-
-def lock_timeout() -> float | None:
-    raw = os.environ.get("JITOPS_LOCK_TIMEOUT")
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(
-            f"JITOPS_LOCK_TIMEOUT={raw!r} is not a number of seconds. Fix: set it to e.g. 600, or unset it to wait "
-            "as long as the build takes"
-        ) from None
-    return value if value >= 0 else None
 
 
 def _holder_text(holder: Path) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .loader import LoadedLibrary
+    from .plan import LoadedLibrary
     from .spec import OpSpec
 
 

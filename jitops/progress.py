@@ -7,7 +7,6 @@ notebook is attached, it shows nothing. ``JITOPS_PROGRESS=0/1`` forces it.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -25,13 +24,13 @@ def _in_notebook() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
-def mode() -> str:
-    forced = os.environ.get("JITOPS_PROGRESS")
-    if forced == "0":
+def mode(forced: bool | None = None) -> str:
+    """``forced`` is settings.progress (JITOPS_PROGRESS): False off, True on, None by the terminal."""
+    if forced is False:
         return "off"
     if _in_notebook():
         return "notebook"
-    if forced == "1" or (sys.stderr is not None and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
+    if forced is True or (sys.stderr is not None and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
         return "terminal"
     return "off"
 
@@ -39,10 +38,10 @@ def mode() -> str:
 class BuildProgress:
     """``with BuildProgress("softmax for cpu-avx512"): ...`` shows elapsed time while it runs."""
 
-    def __init__(self, what: str, interval: float = 0.5) -> None:
+    def __init__(self, what: str, interval: float = 0.5, *, forced: bool | None = None) -> None:
         self.what = what
         self.interval = interval
-        self.mode = mode()
+        self.mode = mode(forced)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._start = 0.0

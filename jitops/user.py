@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from . import fsutil
 from .errors import BuildError, KernelSourceError
+from .settings import Settings
 from .spec import SOURCE_SUFFIXES, OpSpec, validate_name
 
 if TYPE_CHECKING:
-    from .loader import LoadedLibrary, Op
+    from .ops import Op
+    from .plan import LoadedLibrary
 
 MAX_TREE_FILES = 2000  # a source folder bigger than this is not a kernel folder
 _memo: dict[str, UserLibrary] = {}  # cache key -> the object load() returned for it
@@ -125,10 +127,11 @@ def _spec(
 
 def load_spec(spec: OpSpec, device: str | None = None) -> UserLibrary:
     """Load (building if needed) a user library through the loader; the same object while unchanged."""
-    from . import loader
+    from .loader import load_library
+    from .ops import op_from_library
 
     try:
-        lib = loader.load_library(spec, device)
+        lib = load_library(spec, device)
     except BuildError as e:
         # The compiler's message is the story; jitops's own frames would only bury it.
         raise e.with_traceback(None) from None
@@ -143,7 +146,7 @@ def load_spec(spec: OpSpec, device: str | None = None) -> UserLibrary:
                 'Fix: #include <jitops/op.h> and define ops with JITOPS_LIBRARY(m) { m.def("my_op(Tensor x) -> Tensor"); } '
                 "(not TORCH_LIBRARY with a fixed namespace), or pass schemas=[...]"
             )
-        ops = {n: loader.op_from_library(lib, n) for n in names}
+        ops = {n: op_from_library(lib, n) for n in names}
         result = UserLibrary(lib, ops)
         _memo[lib.key] = result
         return result
@@ -189,18 +192,20 @@ def _join(sources: StrOrSeq | None, what: str) -> str:
     return "\n".join(_as_list(sources, what))
 
 
-def inline_dir(name: str, files: dict[str, str]) -> Path:
+def inline_dir(name: str, files: dict[str, str], settings: Settings | None = None) -> Path:
     """A folder under the cache root holding exactly ``files``, named by their content."""
-    from . import loader
+    from .roots import cache_for_reading, writable_cache
 
+    settings = Settings.from_env() if settings is None else settings
     blob = json.dumps(sorted(files.items()), ensure_ascii=True).encode()
     digest = hashlib.sha256(blob).hexdigest()[:32]
-    cache = loader.cache_for_reading()
+    cache = cache_for_reading(settings)
     try:
-        return _write_inline(cache.base / "inline" / f"{name}-{digest}", files)
+        return _write_inline(cache.inline_dir(name, digest), files)
     except OSError:
-        cache = loader._writable_cache(cache)  # unwritable root: the loader's private cache (one warning)
-        return _write_inline(cache.base / "inline" / f"{name}-{digest}", files)
+        # An unusable root: the private temporary cache, with one warning, as get() does.
+        cache = writable_cache(cache, f"library {name!r}", settings)
+        return _write_inline(cache.inline_dir(name, digest), files)
 
 
 def _write_inline(folder: Path, files: dict[str, str]) -> Path:
@@ -272,7 +277,7 @@ def register_kernel_dir(
     without, it is built now to learn them. Registering the same folder
     again replaces the earlier registration.
     """
-    from . import loader
+    from .registry import register, registry
 
     folder = Path(os.path.abspath(path))
     if not folder.is_dir():
@@ -293,8 +298,8 @@ def register_kernel_dir(
     if not spec.exports:
         spec = dataclasses.replace(spec, exports=tuple(load_spec(spec, device).ops))
     try:
-        same_folder = loader.registry().library(lib_name).root == spec.root
+        same_folder = registry().library(lib_name).root == spec.root
     except KeyError:
         same_folder = False
-    loader.register(spec, replace=same_folder)
+    register(spec, replace=same_folder)
     return spec

@@ -23,7 +23,10 @@ import pytest
 import jitops
 from jitops import build as build_mod
 from jitops import cache_admin, loader
-from jitops.cache import Cache, Manifest, compute_key
+import jitops.entry as jentry, jitops.plan as jplan
+from jitops.cache import Cache
+from jitops.key import compute_key
+from jitops.manifest import Manifest
 from jitops.cli import main, parse_age, parse_size
 from jitops.errors import OfflineMiss
 from tests.cli_helpers import fake_spec
@@ -47,7 +50,7 @@ def fake(private_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path): 
 
 
 def build(spec, offline: bool | None = None):  # type: ignore[no-untyped-def]
-    return loader.ensure_entry(loader.make_plan(spec, "cpu"), offline=offline)
+    return jentry.ensure_entry(jplan.make_plan(spec, "cpu"), offline=offline)
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from jitops import loader, toolchain
+import jitops.entry as jentry, jitops.plan as jplan, jitops.registry as jregistry
 from jitops.errors import ToolchainError
 from tests.cuda_fakes import fake_toolkit, gpu_system
 
@@ -71,14 +72,14 @@ def test_mismatched_nvcc_is_refused_before_compiling(
     else:
         system = gpu_system(None)
         monkeypatch.setenv("PATH", f"{kit / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(loader, "probe", lambda: system)
-    spec = loader.registry().library("softmax")
-    plan = loader.make_plan(spec, "cuda", "8.0,9.0")
+    monkeypatch.setattr(jplan, "probe", lambda: system)
+    spec = jregistry.registry().library("softmax")
+    plan = jplan.make_plan(spec, "cuda", "8.0,9.0")
     assert plan.ingredients["nvcc"]["path"] == str(kit / "bin" / "nvcc")
     assert isinstance(plan.toolchain_error, ToolchainError)
     start = time.monotonic()
     with pytest.raises(ToolchainError) as e:
-        loader.ensure_entry(plan)
+        jentry.ensure_entry(plan)
     assert time.monotonic() - start < 2
     assert "nvcc is CUDA 12.4" in str(e.value) and "CUDA 13.0" in str(e.value)
     staging = private_cache / "v1" / "staging"
@@ -88,8 +89,8 @@ def test_mismatched_nvcc_is_refused_before_compiling(
 
 def test_matching_nvcc_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, private_cache: Path) -> None:
     kit = fake_toolkit(tmp_path / "cuda-13.1", "13.1")
-    monkeypatch.setattr(loader, "probe", lambda: gpu_system(None, CUDA_HOME=str(kit)))
-    plan = loader.make_plan(loader.registry().library("softmax"), "cuda", "9.0")
+    monkeypatch.setattr(jplan, "probe", lambda: gpu_system(None, CUDA_HOME=str(kit)))
+    plan = jplan.make_plan(jregistry.registry().library("softmax"), "cuda", "9.0")
     assert plan.toolchain_error is None
     assert "release 13.1" in plan.ingredients["nvcc"]["version"]
 
@@ -129,7 +130,7 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
     libs = str(tmp_path / "site" / "nvidia" / "cu13" / "include")
     assert libs in build.cuda_library_includes()
     saved_home = ce.CUDA_HOME
-    spec = loader.registry().library("softmax")
+    spec = jregistry.registry().library("softmax")
     gencode = arch_gencode_flags(("8.0", "9.0+PTX"))
     (tmp_path / "build").mkdir()
     job = build.BuildJob(

@@ -67,11 +67,12 @@ def _fake_cuda_plan_error(tmp_path: Path, cuda_home: Path) -> dict:
         + """
 import dataclasses, time
 from jitops import loader, target
-real = loader.probe
-loader.probe = lambda: dataclasses.replace(real(), torch_cuda="13.0")
+import jitops.entry as jentry, jitops.plan as jplan, jitops.registry as jregistry
+real = jplan.probe
+jplan.probe = lambda: dataclasses.replace(real(), torch_cuda="13.0")
 t = time.monotonic()
 try:
-    loader.ensure_entry(loader.make_plan(loader.registry().lookup("softmax"), "cuda", "8.0"))
+    jentry.ensure_entry(jplan.make_plan(jregistry.registry().lookup("softmax"), "cuda", "8.0"))
     S.report({"ok": True})
 except Exception as e:
     S.report({"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e),

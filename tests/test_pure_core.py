@@ -12,6 +12,8 @@ import pytest
 
 import jitops
 from jitops import cache, loader, spec, target, toolchain
+import jitops.key as jkey, jitops.manifest as jmanifest, jitops.plan as jplan, jitops.registry as jregistry
+from jitops.settings import Settings
 from jitops.errors import InvalidNameError, JitopsError, TargetError, UnknownOpError
 from tests.helpers import child_env, last_json, run_py
 
@@ -35,7 +37,7 @@ def key_of(spec_: spec.OpSpec = SOFTMAX, system: target.System = BASE_SYSTEM, tg
            cxx: toolchain.Tool | None = CXX, nvcc: toolchain.Tool | None = None, digests: dict | None = None) -> str:
     tgt = tgt or target.choose_target(system, "cpu")
     digests = digests if digests is not None else {"softmax_cpu.cpp": "a" * 64, "register.cpp": "b" * 64}
-    return cache.compute_key(loader.ingredients(spec_, tgt, system, cxx, nvcc, digests))
+    return jkey.compute_key(jkey.ingredients(spec_, tgt, system, cxx, nvcc, digests))
 
 
 # ------------------------------------------------------------------ names
@@ -102,18 +104,42 @@ PERTURBATIONS = {
     "cuda archs": dict(tgt=target.Target("cuda", "AVX512", ("8.0",)), nvcc=NVCC),
     "nvcc version": dict(tgt=target.Target("cuda", "AVX512", ("9.0",)), nvcc=dataclasses.replace(NVCC, version="release 13.1")),
 }
-for _var in target.BUILD_ENV_VARS:
-    PERTURBATIONS[f"env {_var}"] = dict(system=dataclasses.replace(BASE_SYSTEM, build_env=((_var, "x"),)))
+CUDA_TARGET = target.Target("cuda", "AVX512", ("9.0",))
+for _var in jkey.BUILD_ENV_VARS:
+    # A CUDA-only variable is in CUDA keys only (test_env_var_reaches_exactly_the_keys_it_affects): perturb one.
+    _where = dict(tgt=CUDA_TARGET, nvcc=NVCC) if _var in jkey.CUDA_ENV_VARS else {}
+    PERTURBATIONS[f"env {_var}"] = dict(system=dataclasses.replace(BASE_SYSTEM, build_env=((_var, "x"),)), **_where)
 
 
 @pytest.mark.parametrize("what", sorted(PERTURBATIONS))
 def test_each_ingredient_changes_the_key(what: str) -> None:
     kwargs = PERTURBATIONS[what]
-    if what == "nvcc version":  # compare against the same arch with the base nvcc
+    if what == "nvcc version" or "tgt" in kwargs and what.startswith("env "):  # same arch with the base nvcc
         base = key_of(tgt=kwargs["tgt"], nvcc=NVCC)
     else:
         base = key_of()
     assert key_of(**kwargs) != base
+
+
+# Which targets' keys each variable changes: host-compiler variables every key,
+# CUDA-only variables (nvcc, the arch list, toolkit/cuDNN paths) CUDA keys only.
+ENV_REACH = {
+    "CXX": ["cpu", "cuda"], "CC": ["cpu", "cuda"], "CFLAGS": ["cpu", "cuda"], "CXXFLAGS": ["cpu", "cuda"],
+    "LDFLAGS": ["cpu", "cuda"], "JITOPS_BUILDER": ["cpu", "cuda"],
+    "TORCH_CUDA_ARCH_LIST": ["cuda"], "NVCC_PREPEND_FLAGS": ["cuda"], "NVCC_APPEND_FLAGS": ["cuda"],
+    "CUDA_HOME": ["cuda"], "CUDA_PATH": ["cuda"], "CUDA_INC_PATH": ["cuda"], "CUDNN_HOME": ["cuda"],
+    "CUDNN_PATH": ["cuda"],
+}
+
+
+def test_env_var_reaches_exactly_the_keys_it_affects() -> None:
+    targets = {"cpu": (target.Target("cpu", "AVX512"), None), "cuda": (CUDA_TARGET, NVCC)}
+    reach = {}
+    for var in jkey.BUILD_ENV_VARS:
+        system = dataclasses.replace(BASE_SYSTEM, build_env=((var, "x"),))
+        reach[var] = [d for d, (tgt, nvcc) in targets.items()
+                      if key_of(system=system, tgt=tgt, nvcc=nvcc) != key_of(tgt=tgt, nvcc=nvcc)]
+    assert reach == ENV_REACH
 
 
 def test_cuda_arch_spellings_give_one_key() -> None:
@@ -132,12 +158,12 @@ def test_source_digests_ignore_prefix_and_mtime(tmp_path: Path) -> None:
     a = shutil.copytree(SOFTMAX.root, tmp_path / "prefix_a" / "softmax")
     b = shutil.copytree(SOFTMAX.root, tmp_path / "other" / "deeper" / "softmax")
     os.utime(b / "softmax_cpu.cpp", (1, 1))
-    da = cache.source_digests(dataclasses.replace(SOFTMAX, root=a))
-    db = cache.source_digests(dataclasses.replace(SOFTMAX, root=b))
+    da = jkey.source_digests(dataclasses.replace(SOFTMAX, root=a))
+    db = jkey.source_digests(dataclasses.replace(SOFTMAX, root=b))
     assert da == db
     assert "<jitops>/jitops/op.h" in da and "softmax_common.h" in da
     (b / "softmax_common.h").write_text((b / "softmax_common.h").read_text() + "\n// edit\n")
-    assert cache.source_digests(dataclasses.replace(SOFTMAX, root=b)) != da
+    assert jkey.source_digests(dataclasses.replace(SOFTMAX, root=b)) != da
 
 
 @pytest.mark.process
@@ -146,7 +172,8 @@ def test_key_is_stable_across_processes_cwds_and_homes(tmp_path: Path) -> None:
     code = """
         import json, jitops
         from jitops import loader
-        plan = loader.make_plan(loader.registry().lookup("softmax"), "cpu")
+        import jitops.key as jkey, jitops.manifest as jmanifest, jitops.plan as jplan, jitops.registry as jregistry
+        plan = jplan.make_plan(jregistry.registry().lookup("softmax"), "cpu")
         print(json.dumps(plan.key))
     """
     keys = set()
@@ -219,22 +246,22 @@ def test_import_is_inert() -> None:
 
 def test_cache_root_is_resolved_at_call_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "a"))
-    assert cache.default_root() == tmp_path / "a"
+    assert Settings.from_env().cache_root() == tmp_path / "a"
     monkeypatch.delenv("JITOPS_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache.default_root() == tmp_path / "xdg" / "jitops"
+    assert Settings.from_env().cache_root() == tmp_path / "xdg" / "jitops"
 
 
 def test_manifest_round_trip_and_rejects_garbage() -> None:
-    m = cache.Manifest(key="k" * 64, library="softmax", target="cpu-avx512", namespace="jitops_softmax_x",
+    m = jmanifest.Manifest(key="k" * 64, library="softmax", target="cpu-avx512", namespace="jitops_softmax_x",
                        library_file="libsoftmax.so", sha256="0" * 64, size=1, build_seconds=1.0, built_at=0.0,
                        ingredients={"a": 1}, build_log="")
-    assert cache.Manifest.parse(m.to_json()) == m
+    assert jmanifest.Manifest.parse(m.to_json()) == m
     bad = json.loads(m.to_json())
     bad["library_file"] = "../../evil.so"
     for raw in (b"", b"{", b"[]", json.dumps(bad).encode(), b'{"format": 2}'):
         with pytest.raises((ValueError, TypeError)):
-            cache.Manifest.parse(raw)
+            jmanifest.Manifest.parse(raw)
 
 
 
