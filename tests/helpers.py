@@ -45,6 +45,17 @@ def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 300
     return proc
 
 
+def run_scenario(scenario: str, /, *, env: dict[str, str] | None = None, timeout: float = 300, **kwargs: Any) -> Any:
+    """Run ``tests.scenarios.<scenario>(**kwargs)`` in a fresh interpreter; its JSON reply."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.scenarios", scenario, json.dumps(kwargs)],
+        env=env or child_env(), capture_output=True, text=True, timeout=timeout, cwd=REPO,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"scenario {scenario} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    return last_json(proc.stdout)
+
+
 def last_json(stdout: str) -> Any:
     """The last line of a child's stdout, parsed as JSON (children report that way)."""
     lines = [ln for ln in stdout.splitlines() if ln.strip()]

@@ -6,6 +6,12 @@ milliseconds where a fresh interpreter costs a second of torch import, so the
 race, kill and corruption tests can afford hundreds of real processes. Each
 worker is a real process with its own memory, its own OS locks and its own
 loader memo, and it is killed, raced and checked like any other.
+
+A child program is a function here, not a string: ``helpers.run_scenario(
+"name", env, **kwargs)`` runs ``python -m tests.scenarios name '<json kwargs>'``,
+which calls ``name(**kwargs)`` and reports its return value (or the
+exception, as ``_describe`` does) as the last line of stdout. Linters and
+tracebacks see real code and real line numbers.
 """
 
 from __future__ import annotations
@@ -232,3 +238,51 @@ def wait_no_builders(root: Path, within: float) -> list[str]:
 def report(value: Any) -> None:
     """The child's result, as the last line of its stdout (see helpers.last_json)."""
     print(json.dumps(value), flush=True)
+
+
+# ------------------------------------------------------------------ scenarios run by name
+
+
+def load_inline_reporting(name: str, source: str, schemas: list[str]) -> dict[str, Any]:
+    """``jitops.load_inline`` once; the entry it loaded and every RuntimeWarning raised meanwhile."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lib = jitops.load_inline(name, source, schemas=schemas)
+    return {"ok": True, "entry": str(lib.library.entry), "ops": sorted(lib.ops),
+            "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]}
+
+
+def get_with_fake_cuda(op: str = "softmax", archs: str = "8.0") -> dict[str, Any]:
+    """ensure_entry for ``op`` on CUDA, with a torch that claims CUDA 13.0 (CUDA_HOME comes from the env)."""
+    import dataclasses
+
+    import jitops.entry
+    import jitops.plan
+    import jitops.registry
+
+    real = jitops.plan.probe
+    jitops.plan.probe = lambda: dataclasses.replace(real(), torch_cuda="13.0")  # type: ignore[assignment]
+    start = time.monotonic()
+    try:
+        spec = jitops.registry.registry().lookup(op)
+        jitops.entry.ensure_entry(jitops.plan.make_plan(spec, "cuda", archs))
+        return {"ok": True}
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return {**_describe(e), "seconds": time.monotonic() - start, "filelock_imported": "filelock" in sys.modules}
+
+
+def main(argv: list[str]) -> int:
+    name, raw = argv
+    fn = globals()[name]
+    try:
+        result = fn(**json.loads(raw))
+    except Exception as e:  # noqa: BLE001 - the test reads the failure
+        result = _describe(e)
+    report(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -265,6 +265,18 @@ def test_fingerprint_ignores_the_compiler_but_not_the_flags(tmp_path: Path) -> N
     assert len(here.strip()) == 32 and here == bare and flags != here
 
 
+def test_cpu_fingerprint_ignores_cuda_only_variables_but_not_cxxflags(tmp_path: Path) -> None:
+    """A CPU key holds no CUDA-only variable: setting the arch list or CUDA_HOME rebuilds no CPU op."""
+    cache = str(tmp_path / "c")
+    args = ("cache", "fingerprint", "--device", "cpu")
+    unset = {"CUDA_HOME": None, "TORCH_CUDA_ARCH_LIST": None, "NVCC_APPEND_FLAGS": None, "CXXFLAGS": None}
+    bare = _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache, **unset), args=args))
+    for var, value in (("CUDA_HOME", "/usr/local/cuda"), ("TORCH_CUDA_ARCH_LIST", "9.0"), ("NVCC_APPEND_FLAGS", "-G")):
+        assert _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache, **{**unset, var: value}), args=args)) == bare, var
+    flags = _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache, **{**unset, "CXXFLAGS": "-O1"}), args=args))
+    assert len(bare.strip()) == 32 and flags != bare
+
+
 def _processes_using(root: Path) -> list[str]:
     """Command lines of live processes working inside ``root`` (supervisor, ninja, compilers)."""
     found = []

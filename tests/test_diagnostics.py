@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import child_env, last_json, run_py
+from tests.helpers import run_scenario, child_env, last_json, run_py
 
 pytestmark = pytest.mark.process
 
@@ -62,25 +62,8 @@ def test_missing_ninja(tmp_path: Path) -> None:
 
 def _fake_cuda_plan_error(tmp_path: Path, cuda_home: Path) -> dict:
     """make_plan + ensure_entry for a CUDA target, on a probed system whose torch is CUDA 13.0."""
-    out = run_py(
-        _TRY
-        + """
-import dataclasses, time
-from jitops import loader, target
-import jitops.entry as jentry, jitops.plan as jplan, jitops.registry as jregistry
-real = jplan.probe
-jplan.probe = lambda: dataclasses.replace(real(), torch_cuda="13.0")
-t = time.monotonic()
-try:
-    jentry.ensure_entry(jplan.make_plan(jregistry.registry().lookup("softmax"), "cuda", "8.0"))
-    S.report({"ok": True})
-except Exception as e:
-    S.report({"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e),
-              "seconds": time.monotonic() - t, "filelock_imported": "filelock" in sys.modules})
-""",
-        env=child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"), CUDA_HOME=str(cuda_home), PATH="/usr/bin:/bin"),
-    )
-    return last_json(out.stdout)
+    env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"), CUDA_HOME=str(cuda_home), PATH="/usr/bin:/bin")
+    return run_scenario("get_with_fake_cuda", env=env)
 
 
 @pytest.mark.timeout(60)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, child_env, last_json, run_py
+from tests.helpers import run_scenario, REPO, child_env, last_json, run_py
 
 pytestmark = pytest.mark.process
 
@@ -188,6 +188,21 @@ def test_cache_path_is_a_file(tmp_path: Path) -> None:
         env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(bogus), JITOPS_STRICT="1"),
     )
     assert "fakeadd" in last_json(strict.stdout)
+
+
+@pytest.mark.timeout(120)
+def test_load_inline_with_cache_path_a_file_builds_privately(tmp_path: Path) -> None:
+    """load_inline, like get: an unusable cache root means one warning and a build in the private cache
+    (it raised TypeError in user.inline_dir)."""
+    bogus = tmp_path / "not-a-dir"
+    bogus.write_text("x")
+    r = run_scenario("load_inline_reporting", env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(bogus)),
+                     name="inline_private", source="// no C++ needed: the schema is defined from Python\n",
+                     schemas=["inline_private_op(Tensor x) -> Tensor"])
+    assert r["ok"], r
+    assert r["ops"] == ["inline_private_op"] and not r["entry"].startswith(str(bogus))
+    assert len(r["warnings"]) == 1 and "private temporary cache" in r["warnings"][0], r["warnings"]
+    assert bogus.read_text() == "x"
 
 
 @needs_mount

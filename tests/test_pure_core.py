@@ -299,3 +299,93 @@ def test_in_place_and_out_ops_pair_with_their_functional_twin() -> None:
 ])
 def test_ops_that_do_not_follow_the_native_convention_are_left_alone(schemas: list[str]) -> None:
     assert _pairs(*schemas) == []
+
+
+# ------------------------------------------------------------------ settings and the house
+
+
+def test_settings_parse_once_and_name_the_variable_on_bad_values() -> None:
+    s = Settings.from_env({"JITOPS_CACHE_DIR": "/tmp/x", "JITOPS_OFFLINE": "1", "JITOPS_LOCK_TIMEOUT": "2.5",
+                           "JITOPS_PROGRESS": "0", "MAX_JOBS": "3", "JITOPS_BUILDER": "fake"})
+    assert (s.cache_root(), s.offline, s.lock_timeout, s.progress, s.jobs, s.builder) == (
+        Path("/tmp/x"), True, 2.5, False, 3, "fake")
+    assert Settings.from_env({}) == Settings()
+    for var, value in (("JITOPS_LOCK_TIMEOUT", "abc"), ("JITOPS_OFFLINE", "maybe"), ("JITOPS_BUILDER", "magic"),
+                       ("JITOPS_PROGRESS", "loud"), ("JITOPS_FAKE_BUILD_SECONDS", "x")):
+        with pytest.raises(jitops.ConfigError) as e:
+            Settings.from_env({var: value})
+        assert isinstance(e.value, ValueError)
+        assert f"{var}={value!r}" in str(e.value) and "Fix:" in str(e.value)
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """jitops module -> the jitops modules it imports at run time (lazy imports included,
+    ``if TYPE_CHECKING:`` blocks not: they never run)."""
+    import ast
+
+    pkg = Path(jitops.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in sorted(pkg.glob("*.py")):
+        mod = path.stem
+        tree = ast.parse(path.read_text())
+        skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+        deps: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                deps.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+            elif isinstance(node, ast.Import):
+                deps.update(a.name.split(".")[1] for a in node.names if a.name.startswith("jitops."))
+        graph[mod] = {d for d in deps if (pkg / f"{d}.py").exists() and d != mod}
+    return graph
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    graph = _module_imports()
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(mod: str, stack: list[str]) -> None:
+        state[mod] = 1
+        for dep in sorted(graph[mod]):
+            if state.get(dep) == 1:
+                cycles.append(stack[stack.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep, [*stack, dep])
+        state[mod] = 2
+
+    for mod in sorted(graph):
+        if mod not in state:
+            visit(mod, [mod])
+    assert cycles == []
+    assert "loader" not in graph["ops"] | graph["publish"] | graph["plan"] | graph["registry"] | graph["roots"]
+
+
+def test_only_settings_reads_jitops_variables_and_nothing_writes_the_environment() -> None:
+    import ast
+
+    pkg = Path(jitops.__file__).parent
+    readers, writers = [], []
+    for path in sorted(pkg.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                text = ast.unparse(node)
+                if ("environ" in text or "getenv" in text) and "'JITOPS_" in text and path.name != "settings.py":
+                    readers.append(f"{path.name}:{node.lineno}")
+                if text.startswith(("os.environ.pop", "os.environ.update", "os.environ.setdefault", "os.putenv")):
+                    writers.append(f"{path.name}:{node.lineno}")
+            elif isinstance(node, ast.Subscript) and "environ" in ast.unparse(node.value):
+                if "'JITOPS_" in ast.unparse(node.slice) and path.name != "settings.py":
+                    readers.append(f"{path.name}:{node.lineno}")
+                if isinstance(node.ctx, (ast.Store, ast.Del)):
+                    writers.append(f"{path.name}:{node.lineno}")
+    assert readers == [] and writers == []
+
+
+def test_no_module_is_over_300_lines() -> None:
+    pkg = Path(jitops.__file__).parent
+    sizes = {p.relative_to(pkg).as_posix(): len(p.read_text().splitlines()) for p in pkg.rglob("*.py")}
+    assert {k: v for k, v in sizes.items() if v > 300} == {}
