@@ -1,9 +1,8 @@
 """Running one build. No policy here: the loader decides what and where.
 
-The real builder asks ``torch.utils.cpp_extension`` to write the ninja file
-(so flags, include paths and libraries are torch's own) and runs ninja itself
-under :mod:`jitops._supervise`, in a fresh process group that dies with its
-parent. ``cpp_extension.load`` cannot do that: it runs ninja in-process, in a
+The real builder writes a ninja file with torch's own flags (:mod:`jitops.ninja`)
+and runs ninja under :mod:`jitops._supervise`, in a fresh process group that
+dies with its parent. ``cpp_extension.load`` cannot do that: it runs ninja in-process, in a
 shared directory whose lock file outlives a killed build.
 
 ``JITOPS_BUILDER=fake`` (a test seam) swaps in a builder that compiles a tiny
@@ -13,7 +12,6 @@ pair it with specs whose kernels are registered from Python.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -21,12 +19,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .errors import BuildError, BuildInterrupted, ConfigError, ToolchainError
 
@@ -229,110 +225,12 @@ def format_build_error(job: BuildJob, rc: int, log_text: str, log_path: Path | N
 # ---------------------------------------------------------------- builders
 
 
-def _ninja_escape_path(p: str) -> str:
-    return p.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
-
-
-_CUDA_HOME_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _cuda_home(ce: Any, nvcc: str | None) -> Iterator[None]:
-    """Point cpp_extension's CUDA include and library dirs at the toolkit of the chosen nvcc.
-
-    cpp_extension guesses CUDA_HOME once, at import; a wrapper script on
-    PATH (``/usr/local/bin/nvcc``) makes it guess ``/usr/local``. jitops chose
-    (and keyed) one nvcc, so its toolkit is the one to build against.
-    """
-    if nvcc is None:
-        yield
-        return
-    with _CUDA_HOME_LOCK:  # parallel warm builds write ninja files from several threads
-        saved = ce.CUDA_HOME
-        ce.CUDA_HOME = os.path.dirname(os.path.dirname(nvcc))
-        try:
-            yield
-        finally:
-            ce.CUDA_HOME = saved
-
-
-def cuda_library_includes() -> tuple[str, ...]:
-    """Header dirs of the CUDA libraries torch's wheel installs (``site-packages/nvidia/*/include``).
-
-    <ATen/cuda/CUDAContext.h> includes cusparse.h and cublas_v2.h, which a
-    minimal toolkit (nvcc + cudart) lacks; the pip packages torch links
-    against carry them. They are searched after the toolkit's include dir,
-    so the toolkit's own headers win where both have one.
-    """
-    import importlib.util
-
-    found = importlib.util.find_spec("nvidia")
-    locations = list(found.submodule_search_locations or []) if found is not None else []
-    return tuple(sorted(str(p) for loc in locations for p in Path(loc).glob("*/include") if p.is_dir()))
-
-
-def write_ninja_file(job: BuildJob) -> Path:
-    """Have cpp_extension write build.ninja, then pin the exact compilers."""
-    import torch.utils.cpp_extension as ce
-
-    with_cuda = job.device == "cuda"
-    path = job.build_dir / "build.ninja"
-    libs = [f for d in cuda_library_includes() for f in ("-isystem", d)] if with_cuda else []
-    cflags = [*job.cflags, f"-DJITOPS_NS={job.namespace}"] + (["-DJITOPS_WITH_CUDA", *libs] if with_cuda else [])
-    # The -gencode flags in cuda_cflags make cpp_extension add no arch flags of its own.
-    cuda_cflags = [*job.cuda_cflags, f"-DJITOPS_NS={job.namespace}", "-DJITOPS_WITH_CUDA", *libs] if with_cuda else []
-    with _cuda_home(ce, job.nvcc if with_cuda else None):
-        ldflags = ce._prepare_ldflags(list(job.ldflags), with_cuda, False, False, False)
-        if "-ltorch_python" in ldflags:
-            ldflags.remove("-ltorch_python")  # the ops use no Python C-API
-        ce._write_ninja_file_to_build_library(
-            str(path),
-            job.library,
-            [str(s) for s in job.sources],
-            cflags,
-            cuda_cflags,
-            [],
-            ldflags,
-            [str(d) for d in job.include_dirs],
-            with_cuda,
-            False,
-            False,
-        )
-    text = path.read_text()
-    out = []
-    cflags_line = ""
-    for line in text.splitlines():
-        if line.startswith("cxx = "):
-            line = "cxx = " + _ninja_escape_path(job.cxx)
-        elif line.startswith("nvcc = ") and job.nvcc:
-            line = "nvcc = " + _ninja_escape_path(job.nvcc)
-        elif line.startswith("cflags = "):
-            cflags_line = line
-        out.append(line)
-        if line.startswith("build ") and ": compile " in line and cflags_line:
-            src = line.rsplit(" ", 1)[-1]
-            if os.path.basename(src).startswith("register"):
-                out.append("  " + registration_cflags(cflags_line))
-    path.write_text("\n".join(out) + "\n")
-    return path
-
-
-def registration_cflags(cflags_line: str) -> str:
-    """Flags for ``register*.cpp``: files that only hold dispatcher registration.
-
-    <torch/library.h> is the slowest header to parse and its templates are the
-    slowest to optimise; nothing in these files is hot and nothing needs the
-    ISA. -O1 without the ISA flags takes ~2 s off every cold build here.
-    """
-    words = cflags_line.split(" ")
-    kept = [w for w in words if not (w.startswith("-mavx") or w in ("-mfma", "-mf16c") or w.startswith("-DCPU_CAPABILITY"))]
-    return " ".join("-O1" if w == "-O3" else w for w in kept)
-
-
 def real_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
-    write_ninja_file(job)
+    from .ninja import unalias, write_ninja_file
+
+    _, aliases = write_ninja_file(job)
     rc, out = run_supervised([job.ninja, "-v", "-j", str(job.jobs)], cwd=job.build_dir, env=job.env, on_line=on_line)
-    return rc, out, job.build_dir / f"{job.library}.so"
+    return rc, unalias(out, aliases), job.build_dir / f"{job.library}.so"
 
 
 _FAKE_C = """\

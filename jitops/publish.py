@@ -38,6 +38,15 @@ def build_env(tmp: Path) -> dict[str, str]:
     return env
 
 
+def _tmp_for(staging: Path, device: str) -> Path:
+    """The compilers' TMPDIR. nvcc puts it, unescaped, into command lines it runs through sh, so
+    a cache path sh would act on is named relative to the build dir (ninja's cwd) instead."""
+    from .ninja import sh_plain
+
+    tmp = staging / "tmp"
+    return tmp if device != "cuda" or sh_plain(str(tmp)) else Path("..") / "tmp"
+
+
 def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, settings: Settings | None = None) -> Manifest:
     settings = Settings.from_env() if settings is None else settings
     from . import build as _build
@@ -66,7 +75,7 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             ninja=toolchain.find_ninja(spec.name),
             nvcc=plan.nvcc.path if plan.nvcc else None,
             build_dir=build_dir,
-            env=build_env(staging / "tmp"),
+            env=build_env(_tmp_for(staging, target.device)),
             jobs=jobs or _build.default_jobs(settings.jobs),
             builder=settings.builder,
             fake_seconds=settings.fake_build_seconds,

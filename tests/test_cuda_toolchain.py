@@ -120,7 +120,7 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
     the CUDA libraries' headers from torch's wheels come after the toolkit's."""
     import torch.utils.cpp_extension as ce
 
-    from jitops import build
+    from jitops import build, ninja
     from jitops.archs import arch_gencode_flags
 
     kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
@@ -128,7 +128,7 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
     (tmp_path / "site" / "nvidia" / "cu13" / "include").mkdir(parents=True)  # as torch's CUDA wheels install it
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     libs = str(tmp_path / "site" / "nvidia" / "cu13" / "include")
-    assert libs in build.cuda_library_includes()
+    assert libs in ninja.cuda_library_includes()
     saved_home = ce.CUDA_HOME
     spec = jregistry.registry().library("softmax")
     gencode = arch_gencode_flags(("8.0", "9.0+PTX"))
@@ -139,7 +139,7 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
         cflags=("-O3",), cuda_cflags=("-O3", *gencode), ldflags=(), cxx="/usr/bin/c++", ninja="ninja",
         nvcc=str(kit / "bin" / "nvcc"), build_dir=tmp_path / "build", env={},
     )
-    lines = build.write_ninja_file(job).read_text().splitlines()
+    lines = ninja.write_ninja_file(job)[0].read_text().splitlines()
     value = {ln.split(" = ", 1)[0]: ln.split(" = ", 1)[1] for ln in lines if " = " in ln and not ln.startswith(" ")}
     assert value["nvcc"] == str(kit / "bin" / "nvcc")
     assert [w for w in value["cuda_cflags"].split() if "arch" in w] == list(gencode)
