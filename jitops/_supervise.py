@@ -24,7 +24,7 @@ PR_SET_CHILD_SUBREAPER = 36
 
 
 def _descendants():
-    children = {}
+    children: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue

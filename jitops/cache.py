@@ -11,17 +11,14 @@ platformdirs' user cache dir for ``jitops``)::
     v1/inline/<name>-<digest>/             load_inline's sources, by content
     v1/trash/                              entries set aside as damaged
 
-A tier's interface is two calls: :meth:`Cache.lookup` (``Address`` -> ``Hit``
-or ``Miss(reason)``, verified) and :meth:`Cache.publish` (a finished staging
-directory -> the verified ``Hit`` now in place, ours or a racing winner's).
-A second tier (a remote store) answers the same two calls; a remote hit is
-fetched into local staging and published here, so only verified local
-entries are ever loaded.
-
-An entry is published by renaming a finished directory into place; the
-manifest is written last inside it. Loading requires the manifest, the key,
-the size and the sha256 to agree, and refuses anything reached through a
-symlink, owned by another user, or group/world-writable.
+A tier is two calls: ``lookup(address) -> Hit | Miss(reason)`` (verified)
+and ``publish_entry(staged, address)`` (a finished staging dir -> what is in
+place now, ours or a racing winner's). A remote tier answers the same two; a
+remote hit is fetched into local staging and published here, so only
+verified local entries are ever loaded. Publishing renames a finished
+directory (manifest written last) into place; loading needs manifest, key,
+size and sha256 to agree, and refuses symlinks, other owners and
+group/world-writable paths.
 
 Imports: fsutil, key (KEY_CHARS, compute_key), manifest (the entry data types).
 """
@@ -46,9 +43,6 @@ log = logging.getLogger("jitops")
 LAYOUT = "v1"
 MAX_MANIFEST_BYTES = 4 << 20
 STAGING_MAX_AGE = 3600.0  # seconds; older staging dirs are swept
-
-
-# ------------------------------------------------------------------- cache
 
 
 def _safe_host() -> str:
@@ -82,8 +76,7 @@ class Cache:
     def log_file(self, library: str, target: str) -> Path:
         return self.logs / f"{library}-{target}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
 
-    def archive_name(self, path: Path) -> str:
-        """A path under the root as an archive member name (``v1/...``)."""
+    def archive_name(self, path: Path) -> str:  # a path under the root as an archive member (v1/...)
         return path.relative_to(self.root).as_posix()
 
     @property
@@ -283,7 +276,7 @@ class Cache:
 
     def iter_entries(self) -> list[Path]:
         base = self.base / "entries"
-        out = []
+        out: list[Path] = []
         if not os.path.isdir(base):
             return out
         for lib in sorted(base.iterdir()):
@@ -296,12 +289,10 @@ class Cache:
 
 
 def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0) if pid > 0 else None
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return pid > 0

@@ -82,7 +82,7 @@ def key_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[No
         log.warning("waiting for another thread's build of %s (%.0fs so far)", what, time.monotonic() - waited_since)
     try:
         fsutil.makedirs(path.parent)
-        flock = filelock.FileLock(str(path), mode=fsutil.FILE_MODE, thread_local=False, **_FILELOCK_KW)
+        flock = filelock.FileLock(str(path), mode=fsutil.FILE_MODE, thread_local=False, **_FILELOCK_KW)  # type: ignore[arg-type]
         locked = False
         while True:
             step = PROGRESS_EVERY

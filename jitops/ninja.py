@@ -13,7 +13,9 @@ double quotes without escaping backticks (and ``$`` only in some places):
 a cache path holding `` `cmd` `` or ``$(cmd)`` would run ``cmd``. So no path
 with a character ``sh`` treats specially ever reaches nvcc: such a directory
 is reached through a symlink with a plain name in the private build
-directory, and the build log is rewritten back to the real paths.
+directory (a CUDA source file is copied there: nvcc resolves symlinks), the
+build runs in a directory with a plain path (publish), and the build log is
+rewritten back to the real paths.
 
 Imports: nothing of jitops at run time (a BuildJob is read by attribute).
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -88,7 +91,15 @@ class _Aliases:
         return alias
 
     def file(self, real: str) -> str:
-        return real if sh_plain(real) else f"{self.dir(os.path.dirname(real))}/{os.path.basename(real)}"
+        """A source file for nvcc. nvcc resolves its real path (``--orig_src_path_name``), so a
+        symlink is not enough: the bytes are copied to a plain name (its folder stays an -I)."""
+        if sh_plain(real):
+            return real
+        alias = f"_jitops_src{len(self.made)}"
+        os.mkdir(self.build_dir / alias)
+        shutil.copyfile(real, self.build_dir / alias / os.path.basename(real))
+        self.made[alias] = os.path.dirname(real)
+        return f"{alias}/{os.path.basename(real)}"
 
 
 def flags(job: BuildJob, aliases: _Aliases | None = None) -> tuple[list[str], list[str], list[str]]:

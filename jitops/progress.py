@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import Any
 from types import TracebackType
 
 
@@ -85,3 +86,55 @@ class BuildProgress:
         if self.mode != "off":
             state = "built" if exc_type is None else ("interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed")
             self._show(self._text(state), final=True)
+
+
+class WarmDisplay:
+    """One line per finished library; in a terminal also a live line of what is building."""
+
+    def __init__(self, total: int, *, forced: bool | None = None) -> None:
+        self.total = total
+        self.done = 0
+        self.live = mode(forced) == "terminal"
+        self.running: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._tick, daemon=True) if self.live else None
+
+    def _line(self) -> str:
+        now = time.monotonic()
+        busy = ", ".join(f"{w} {now - t:.0f}s" for w, t in self.running.items())
+        return f"jitops warm [{self.done}/{self.total}] {busy}"
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                sys.stderr.write("\r\033[K" + self._line())
+                sys.stderr.flush()
+
+    def start(self, task: Any) -> None:
+        with self._lock:
+            self.running[task.what] = time.monotonic()
+
+    def finish(self, o: Any) -> None:
+        with self._lock:
+            self.running.pop(o.task.what, None)
+            self.done += 1
+            if self.live:
+                sys.stderr.write("\r\033[K")
+            first = o.message.splitlines()[0] if o.message else ""
+            detail = f": {first}" if o.status in ("skipped", "failed") else ""
+            print(f"[{self.done}/{self.total}] {o.status:<7} {o.task.spec.name} for {o.target} ({o.seconds:.1f}s){detail}")
+            if o.status == "failed" and len(o.message.splitlines()) > 1:
+                print("\n".join(o.message.splitlines()[1:]), file=sys.stderr)
+            sys.stdout.flush()
+
+    def __enter__(self) -> WarmDisplay:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            sys.stderr.write("\r\033[K")

@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,27 +39,33 @@ def build_env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def _tmp_for(staging: Path, device: str) -> Path:
-    """The compilers' TMPDIR. nvcc puts it, unescaped, into command lines it runs through sh, so
-    a cache path sh would act on is named relative to the build dir (ninja's cwd) instead."""
+def _work_dir(staging: Path, device: str) -> Path:
+    """Where the compilers run. nvcc puts its working directory, its temp dir and its sources,
+    unescaped, into command lines it runs through sh; if the cache's path would make sh act
+    (`cmd`, $(cmd), ;), a CUDA build runs in a private temporary directory instead, and only
+    the finished library comes back to the staging dir."""
     from .ninja import sh_plain
 
-    tmp = staging / "tmp"
-    return tmp if device != "cuda" or sh_plain(str(tmp)) else Path("..") / "tmp"
+    if device != "cuda" or sh_plain(str(staging)):
+        return staging
+    work = Path(tempfile.mkdtemp(prefix="jitops-build-"))
+    return work if sh_plain(str(work)) else staging
 
 
 def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, settings: Settings | None = None) -> Manifest:
-    settings = Settings.from_env() if settings is None else settings
     from . import build as _build
     from .progress import BuildProgress
 
+    settings = Settings.from_env() if settings is None else settings
     cache.sweep_staging()
     staging: Path | None = None
+    work: Path | None = None
     try:
         staging = cache.new_staging(plan.spec.name, plan.key)
-        build_dir = staging / "build"
+        work = _work_dir(staging, plan.target.device)
+        build_dir = work / "build"
         out_dir = staging / "entry"
-        for d in (build_dir, out_dir, staging / "tmp"):
+        for d in (build_dir, out_dir, work / "tmp"):
             fsutil.makedirs(d)
         spec, target = plan.spec, plan.target
         job = _build.BuildJob(
@@ -75,7 +82,7 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             ninja=toolchain.find_ninja(spec.name),
             nvcc=plan.nvcc.path if plan.nvcc else None,
             build_dir=build_dir,
-            env=build_env(_tmp_for(staging, target.device)),
+            env=build_env(work / "tmp"),
             jobs=jobs or _build.default_jobs(settings.jobs),
             builder=settings.builder,
             fake_seconds=settings.fake_build_seconds,
@@ -130,5 +137,6 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             ) from e
         raise
     finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+        for private in (staging, work):
+            if private is not None:
+                shutil.rmtree(private, ignore_errors=True)

@@ -109,7 +109,8 @@ def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> Sys
 
         cuda_available = bool(torch.cuda.is_available())
         if cuda_available:
-            device_capability = tuple(torch.cuda.get_device_capability())  # type: ignore[assignment]
+            major, minor = torch.cuda.get_device_capability()
+            device_capability = (int(major), int(minor))
             torch_cuda_archs = tuple(torch.cuda.get_arch_list())
     return System(
         torch_version=torch_version,

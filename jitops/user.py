@@ -32,16 +32,15 @@ from . import fsutil
 from .errors import BuildError, KernelSourceError
 from .settings import Settings
 from .spec import SOURCE_SUFFIXES, OpSpec, validate_name
+from .user_spec import BuildOptions, StrOrSeq, _as_list, _check_tree_size, _spec
 
 if TYPE_CHECKING:
     from .ops import Op
     from .plan import LoadedLibrary
 
-MAX_TREE_FILES = 2000  # a source folder bigger than this is not a kernel folder
 _memo: dict[str, UserLibrary] = {}  # cache key -> the object load() returned for it
 _memo_lock = threading.Lock()
 
-StrOrSeq = str | Sequence[str]
 
 
 class UserLibrary:
@@ -67,62 +66,6 @@ class UserLibrary:
         raise AttributeError(
             f"library {self.library.spec.name!r} defines no op {name!r}; it defines: {', '.join(self.ops)}"
         )
-
-
-def _as_list(value: StrOrSeq | None, what: str) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    items = list(value)
-    if not all(isinstance(v, str) for v in items):
-        raise TypeError(f"{what} must be a string or a sequence of strings, got {value!r}")
-    return items
-
-
-def _check_tree_size(root: Path, name: str) -> None:
-    count = 0
-    for _dirpath, _dirnames, filenames in os.walk(root):
-        count += len(filenames)
-        if count > MAX_TREE_FILES:
-            raise KernelSourceError(
-                f"library {name!r}: the folder {root} holding its sources has more than {MAX_TREE_FILES} files "
-                "under it, and the cache key covers every source and header there. Fix: put the kernel sources "
-                "(and their headers) in a folder of their own"
-            )
-
-
-def _spec(
-    name: str,
-    root: Path,
-    sources: Sequence[str],
-    *,
-    extra_cflags: StrOrSeq | None,
-    extra_cuda_cflags: StrOrSeq | None,
-    extra_ldflags: StrOrSeq | None,
-    extra_include_paths: StrOrSeq | None,
-    schemas: StrOrSeq | None,
-    exports: Sequence[str] = (),
-    origin: str,
-) -> OpSpec:
-    includes = [Path(os.path.abspath(p)) for p in _as_list(extra_include_paths, "extra_include_paths")]
-    for inc in includes:
-        if not inc.is_dir():
-            raise KernelSourceError(f"library {name!r}: include path {inc} is not a directory. Fix: pass existing folders")
-        _check_tree_size(inc, name)
-    return OpSpec(
-        name=name,
-        root=root,
-        cpu_sources=tuple(s for s in sources if not s.endswith(".cu")),
-        cuda_sources=tuple(s for s in sources if s.endswith(".cu")),
-        schemas=tuple(_as_list(schemas, "schemas")),
-        exports=tuple(exports),
-        cflags=tuple(_as_list(extra_cflags, "extra_cflags")),
-        cuda_cflags=tuple(_as_list(extra_cuda_cflags, "extra_cuda_cflags")),
-        ldflags=tuple(_as_list(extra_ldflags, "extra_ldflags")),
-        include_dirs=tuple(includes),
-        origin=origin,
-    )
 
 
 def load_spec(spec: OpSpec, device: str | None = None) -> UserLibrary:
@@ -182,8 +125,9 @@ def load(
     root = Path(os.path.commonpath([str(p.parent) for p in paths]))
     _check_tree_size(root, name)
     rel = [p.relative_to(root).as_posix() for p in paths]
-    spec = _spec(name, root, rel, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-                 extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas,
+    spec = _spec(name, root, rel, BuildOptions.of(
+        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths, schemas=schemas),
                  origin=f"jitops.load from {root}")
     return load_spec(spec, device)
 
@@ -251,8 +195,9 @@ def load_inline(
     if cuda:
         files[f"{name}_cuda.cu"] = cuda
     root = inline_dir(name, files)
-    spec = _spec(name, root, list(files), extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-                 extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas,
+    spec = _spec(name, root, list(files), BuildOptions.of(
+        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths, schemas=schemas),
                  origin="jitops.load_inline")
     return load_spec(spec, device)
 
@@ -291,8 +236,9 @@ def register_kernel_dir(
     sources = sorted(p.name for p in folder.iterdir() if p.suffix in SOURCE_SUFFIXES and p.is_file())
     if not sources:
         raise KernelSourceError(f"kernel folder {folder} holds no source file ({', '.join(SOURCE_SUFFIXES)})")
-    spec = _spec(lib_name, folder, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-                 extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas,
+    spec = _spec(lib_name, folder, sources, BuildOptions.of(
+        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths, schemas=schemas),
                  exports=tuple(ops or ()), origin=f"kernel folder {folder}")
     spec = dataclasses.replace(spec, editable=True)
     if not spec.exports:

@@ -273,6 +273,14 @@ def get_with_fake_cuda(op: str = "softmax", archs: str = "8.0") -> dict[str, Any
         return {**_describe(e), "seconds": time.monotonic() - start, "filelock_imported": "filelock" in sys.modules}
 
 
+def load_inline_cuda(name: str, cpp: str, cu: str) -> dict[str, Any]:
+    """``jitops.load_inline`` of a CPU+CUDA library for CUDA (archs from TORCH_CUDA_ARCH_LIST; no GPU
+    is needed to build it or to load it)."""
+    lib = jitops.load_inline(name, cpp, cu, device="cuda")
+    return {"ok": True, "built": lib.library.built, "entry": str(lib.library.entry), "target": lib.library.target,
+            "ops": sorted(lib.ops)}
+
+
 def main(argv: list[str]) -> int:
     name, raw = argv
     fn = globals()[name]

@@ -23,11 +23,13 @@ import pytest
 import jitops
 from jitops import build as build_mod
 from jitops import cache_admin, loader
-import jitops.entry as jentry, jitops.plan as jplan
+import jitops.entry as jentry
+import jitops.plan as jplan
 from jitops.cache import Cache
 from jitops.key import compute_key
 from jitops.manifest import Manifest
-from jitops.cli import main, parse_age, parse_size
+from jitops.cli import main
+from jitops.cli_cache import parse_age, parse_size
 from jitops.errors import OfflineMiss
 from tests.cli_helpers import fake_spec
 from tests.helpers import child_env, last_json

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from jitops import loader
-import jitops.entry as jentry, jitops.plan as jplan, jitops.registry as jregistry
+import jitops.entry as jentry
+import jitops.plan as jplan
+import jitops.registry as jregistry
 from jitops.cli import main
 from tests.cli_helpers import AUDIT, no_compiler_env, run_child
 from tests.helpers import NOBODY, REPO, child_env, last_json, run_as_nobody
@@ -64,7 +65,9 @@ OFFLINE_CHILD = """
 import contextlib, io, json, os, sys
 import torch, jitops
 from jitops import loader
-import jitops.entry as jentry, jitops.plan as jplan, jitops.registry as jregistry
+import jitops.entry as jentry
+import jitops.plan as jplan
+import jitops.registry as jregistry
 from jitops.cli import main
 """ + AUDIT + """
 SAMPLES = {"softmax": lambda op, x: (op(x, dim=-1), torch.softmax(x, -1)),

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from jitops import loader
-import jitops.key as jkey, jitops.plan as jplan, jitops.registry as jregistry
+import jitops.key as jkey
+import jitops.plan as jplan
+import jitops.registry as jregistry
 from jitops.archs import (
     NAMED_ARCHS,
     arch_gencode_flags,

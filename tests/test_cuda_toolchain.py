@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from jitops import loader, toolchain
-import jitops.entry as jentry, jitops.plan as jplan, jitops.registry as jregistry
+from jitops import toolchain
+import jitops.entry as jentry
+import jitops.plan as jplan
+import jitops.registry as jregistry
 from jitops.errors import ToolchainError
 from tests.cuda_fakes import fake_toolkit, gpu_system
 

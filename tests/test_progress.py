@@ -26,7 +26,8 @@ BUILD = textwrap.dedent(
     """
     import json, pathlib, sys
     from jitops import loader
-    import jitops.entry as jentry, jitops.plan as jplan
+    import jitops.entry as jentry
+    import jitops.plan as jplan
     from jitops.spec import OpSpec
     root = pathlib.Path(sys.argv[1])
     spec = OpSpec(name="progress_demo", root=root, cpu_sources=("k.cpp",), exports=("progress_demo",))

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 import jitops
-from jitops import cache, loader, spec, target, toolchain
-import jitops.key as jkey, jitops.manifest as jmanifest, jitops.plan as jplan, jitops.registry as jregistry
+from jitops import spec, target, toolchain
+import jitops.key as jkey
+import jitops.manifest as jmanifest
 from jitops.settings import Settings
 from jitops.errors import InvalidNameError, JitopsError, TargetError, UnknownOpError
 from tests.helpers import child_env, last_json, run_py
@@ -172,7 +173,10 @@ def test_key_is_stable_across_processes_cwds_and_homes(tmp_path: Path) -> None:
     code = """
         import json, jitops
         from jitops import loader
-        import jitops.key as jkey, jitops.manifest as jmanifest, jitops.plan as jplan, jitops.registry as jregistry
+        import jitops.key as jkey
+        import jitops.manifest as jmanifest
+        import jitops.plan as jplan
+        import jitops.registry as jregistry
         plan = jplan.make_plan(jregistry.registry().lookup("softmax"), "cpu")
         print(json.dumps(plan.key))
     """

@@ -230,7 +230,7 @@ def test_build_subprocesses_are_argv_lists_with_scrubbed_env(tmp_path: Path) -> 
     )
     seen = last_json(out.stdout)
     assert len(seen) >= 2  # `c++ --version` and the supervised build
-    for exe, argv, env in seen:
+    for _exe, argv, env in seen:
         assert isinstance(argv, list) and argv and os.path.basename(argv[0]) not in ("sh", "bash", "dash", "zsh")
         if env is not None:
             assert not set(env) & set(scrubbed), set(env) & set(scrubbed)
