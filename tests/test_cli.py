@@ -40,15 +40,16 @@ def fake(private_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path): 
     """Register fake-built specs on demand; returns (make(name) -> spec, Cache)."""
     monkeypatch.setenv("JITOPS_BUILDER", "fake")
     monkeypatch.setenv("JITOPS_PROGRESS", "0")
-    made = []
+    handles = []
 
     def make(name: str):  # type: ignore[no-untyped-def]
         spec = fake_spec(tmp_path / "specs", name)
-        jitops.register(spec, replace=True)
-        made.append(spec)
+        handles.append(jitops.register(spec, replace=True))
         return spec
 
     yield make, Cache(private_cache)
+    for handle in reversed(handles):  # registrations are undone after each test
+        handle.undo()
 
 
 def build(spec, offline: bool | None = None):  # type: ignore[no-untyped-def]

@@ -393,3 +393,20 @@ def test_no_module_is_over_300_lines() -> None:
     pkg = Path(jitops.__file__).parent
     sizes = {p.relative_to(pkg).as_posix(): len(p.read_text().splitlines()) for p in pkg.rglob("*.py")}
     assert {k: v for k, v in sizes.items() if v > 300} == {}
+
+
+def test_register_returns_a_handle_that_undoes_it(tmp_path: Path) -> None:
+    from jitops.registry import registry
+
+    (tmp_path / "k.cpp").write_text("// k\n")
+    spec = jitops.OpSpec(name="undo_me", root=tmp_path, cpu_sources=("k.cpp",), exports=("undo_me_op",))
+    handle = jitops.register(spec)
+    assert registry().find("undo_me_op") is spec
+    handle.undo()
+    assert registry().find("undo_me_op") is None and "undo_me_op" not in jitops.list_ops()
+    with jitops.register(spec):
+        replaced = jitops.OpSpec(name="undo_me", root=tmp_path, cpu_sources=("k.cpp",), exports=("undo_me_two",))
+        with jitops.register(replaced, replace=True):
+            assert registry().find("undo_me_two") is replaced and registry().find("undo_me_op") is None
+        assert registry().find("undo_me_op") is spec and registry().find("undo_me_two") is None
+    assert registry().find("undo_me_op") is None
