@@ -3,6 +3,8 @@
 ``jitops.get("softmax")`` compiles the op for the current device on first use,
 caches it (content-addressed, per device) and returns a callable dispatcher
 op. Importing jitops is inert: no torch import, no subprocess, no file access.
+
+Imports: errors, spec, _version; loader, registry and user on first use (import stays inert).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ shared directory whose lock file outlives a killed build.
 ``JITOPS_BUILDER=fake`` (a test seam) swaps in a builder that compiles a tiny
 C library with ``cc`` in milliseconds. It is a real, loadable library; tests
 pair it with specs whose kernels are registered from Python.
+
+Imports: build_errors, errors, fsutil, ninja (the last two lazily, on a build).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ The lock only avoids duplicate work; correctness comes from private staging
 and atomic publishing. Where the filesystem has no file locking (ENOLCK or
 ENOSYS on some network filesystems) jitops warns once and builds unlocked.
 While waiting, a line names the holder (pid, host, age) at least every 30 s.
+
+Imports: errors, fsutil (filelock).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The callable handle that :func:`jitops.get` returns for one dispatcher op."""
+"""The callable handle that :func:`jitops.get` returns for one dispatcher op.
+
+Imports: nothing of jitops at run time (LoadedLibrary and OpSpec are read by attribute).
+"""
 
 from __future__ import annotations
 

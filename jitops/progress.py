@@ -3,6 +3,8 @@
 The one place jitops writes to the user directly (everything else goes
 through ``logging.getLogger("jitops")``). When neither a terminal nor a
 notebook is attached, it shows nothing. ``JITOPS_PROGRESS=0/1`` forces it.
+
+Imports: nothing of jitops.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ autograd formulas and pure-PyTorch references. One library may export several
 public op names (``add`` and ``add_``; ``softmax`` and ``log_softmax``).
 
 Nothing here imports torch.
+
+Imports: errors.
 """
 
 from __future__ import annotations
