@@ -195,24 +195,11 @@ def get_recording(name: str = "fakeadd") -> dict[str, Any]:
 
 def builders_under(root: Path) -> list[str]:
     """Processes (not this one) whose working dir or argv lies under ``root``: live builds."""
+    from tests.helpers import processes
+
     root_s = str(root)
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            cwd = os.readlink(f"/proc/{d}/cwd")
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{d}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state == "Z":  # exited, waiting to be reaped by its parent
-            continue
-        if cwd.startswith(root_s) or root_s in argv:
-            found.append(f"{d}: {argv[:200]}")
-    return found
+    return [f"{p.pid}: {p.argv[:200]}" for p in processes()
+            if p.pid != os.getpid() and p.cwd and (p.cwd.startswith(root_s) or root_s in p.argv)]
 
 
 def wait_builders(root: Path, within: float = 60) -> list[str]:

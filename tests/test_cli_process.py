@@ -24,7 +24,7 @@ import jitops.plan as jplan
 import jitops.registry as jregistry
 from jitops.cli import main
 from tests.cli_helpers import AUDIT, no_compiler_env, run_child
-from tests.helpers import NOBODY, REPO, child_env, last_json, run_as_nobody
+from tests.helpers import NOBODY, REPO, child_env, last_json, processes, run_as_nobody
 
 
 @pytest.fixture(scope="session")
@@ -282,16 +282,7 @@ def test_cpu_fingerprint_ignores_cuda_only_variables_but_not_cxxflags(tmp_path: 
 
 def _processes_using(root: Path) -> list[str]:
     """Command lines of live processes working inside ``root`` (supervisor, ninja, compilers)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        if cwd.startswith(str(root)):
-            found.append(cmd[:160])
-    return found
+    return [p.argv[:160] for p in processes() if p.cwd.startswith(str(root))]
 
 
 @pytest.mark.compile
