@@ -230,6 +230,16 @@ def report(value: Any) -> None:
 # ------------------------------------------------------------------ scenarios run by name
 
 
+def get_all_reporting_warnings(names: list[str]) -> dict[str, Any]:
+    """get_and_check for each name; whether each works, and every warning raised meanwhile."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        values = [get_and_check(n) for n in names]
+    return {"works": [v["works"] for v in values], "warnings": [str(w.message) for w in caught]}
+
+
 def load_inline_reporting(name: str, source: str, schemas: list[str]) -> dict[str, Any]:
     """``jitops.load_inline`` once; the entry it loaded and every RuntimeWarning raised meanwhile."""
     import warnings
@@ -239,6 +249,25 @@ def load_inline_reporting(name: str, source: str, schemas: list[str]) -> dict[st
         lib = jitops.load_inline(name, source, schemas=schemas)
     return {"ok": True, "entry": str(lib.library.entry), "ops": sorted(lib.ops),
             "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]}
+
+
+def attempt_get(name: str = "softmax", register_fakes: bool = False, hide_ninja: bool = False,
+                library: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``jitops.get(name)``: ok, or the error with how long it took and whether a lock was reached.
+    ``library`` (OpSpec fields, ``root`` a path) is registered first."""
+    if library is not None:
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in library.items()}
+        jitops.register(jitops.OpSpec(**{**fields, "root": Path(fields["root"])}))
+    if hide_ninja:
+        sys.modules["ninja"] = None  # type: ignore[assignment]  # as if the PyPI package were absent
+    if register_fakes:
+        fakelib.register_all()
+    start = time.monotonic()
+    try:
+        jitops.get(name)
+        return {"ok": True}
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return {**_describe(e), "seconds": time.monotonic() - start, "filelock_imported": "filelock" in sys.modules}
 
 
 def get_with_fake_cuda(op: str = "softmax", archs: str = "8.0") -> dict[str, Any]:
