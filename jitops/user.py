@@ -70,13 +70,13 @@ class UserLibrary:
         )
 
 
-def load_spec(spec: OpSpec, device: str | None = None) -> UserLibrary:
+def load_spec(spec: OpSpec, device: str | None = None, settings: Settings | None = None) -> UserLibrary:
     """Load (building if needed) a user library through the loader; the same object while unchanged."""
     from .loader import load_library
     from .ops import op_from_library
 
     try:
-        lib = load_library(spec, device)
+        lib = load_library(spec, device, settings=settings)
     except BuildError as e:
         # The compiler's message is the story; jitops's own frames would only bury it.
         raise e.with_traceback(None) from None
@@ -196,12 +196,13 @@ def load_inline(
     cuda = _join(cuda_sources, "cuda_sources")
     if cuda:
         files[f"{name}_cuda.cu"] = cuda
-    root = inline_dir(name, files)
+    settings = Settings.from_env()  # read once for this call
+    root = inline_dir(name, files, settings)
     spec = _spec(name, root, list(files), BuildOptions.of(
         extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
         extra_include_paths=extra_include_paths, schemas=schemas),
                  origin="jitops.load_inline")
-    return load_spec(spec, device)
+    return load_spec(spec, device, settings)
 
 
 def register_kernel_dir(
