@@ -49,7 +49,7 @@ def warm(archs: str) -> float:
         if subprocess.run(cmd, cwd=REPO).returncode != 0:
             fail("`jitops warm` failed (its output is above)")
     else:
-        print("(jitops.cli is not in this tree yet: building through jentry.ensure_entry)", flush=True)
+        print("(jitops.cli is not in this tree yet: building through entry.ensure_entry)", flush=True)
         for spec in cuda_specs():
             t = time.monotonic()
             jentry.ensure_entry(jplan.make_plan(spec, "cuda", archs))
