@@ -83,9 +83,9 @@ timeout --kill-after=30 "$(left)" "$py" -W ignore::UserWarning .ci/cuda_leg.py -
   || { rc=$?; [ $rc -ge 124 ] && echo "cuda-leg: FAILED: time box of ${budget}s ran out"; exit $rc; }
 checks_s=$(( $(date +%s) - t ))
 
-# --- the pure CUDA tests, against torch 2.14.1's own arch parsing
+# --- the pure CUDA tests, against torch 2.14.1's own arch parsing; its ninja writer; one odd-path build
 t=$(date +%s)
-timeout --kill-after=10 "$(left)" "$py" -m pytest -q -p no:cacheprovider tests/test_cuda_target.py tests/test_cuda_toolchain.py
+timeout --kill-after=10 "$(left)" "$py" -m pytest -q -p no:cacheprovider tests/test_cuda_target.py tests/test_cuda_toolchain.py tests/test_ninja.py tests/test_cuda_build.py
 tests_s=$(( $(date +%s) - t ))
 
 echo "cuda-leg: PASSED in $(elapsed)s (venv ${setup_s}s, build + checks ${checks_s}s, pure tests ${tests_s}s)"

@@ -27,7 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from jitops import loader  # noqa: E402
+import jitops.entry as jentry  # noqa: E402
+import jitops.plan as jplan  # noqa: E402
+import jitops.registry as jregistry  # noqa: E402
 from jitops.archs import arch_gencode_flags, ptx_archs, sass_archs  # noqa: E402
 from jitops.errors import OfflineMiss  # noqa: E402
 from jitops.spec import OpSpec  # noqa: E402
@@ -47,16 +49,16 @@ def warm(archs: str) -> float:
         if subprocess.run(cmd, cwd=REPO).returncode != 0:
             fail("`jitops warm` failed (its output is above)")
     else:
-        print("(jitops.cli is not in this tree yet: building through loader.ensure_entry)", flush=True)
+        print("(jitops.cli is not in this tree yet: building through entry.ensure_entry)", flush=True)
         for spec in cuda_specs():
             t = time.monotonic()
-            loader.ensure_entry(loader.make_plan(spec, "cuda", archs))
+            jentry.ensure_entry(jplan.make_plan(spec, "cuda", archs))
             print(f"  built {spec.name} in {time.monotonic() - t:.1f}s", flush=True)
     return time.monotonic() - start
 
 
 def cuda_specs() -> list[OpSpec]:
-    return [s for s in loader.registry().specs() if s.cuda_sources]
+    return [s for s in jregistry.registry().specs() if s.cuda_sources]
 
 
 def listed(cuobjdump: str, flag: str, lib: Path) -> set[str]:
@@ -86,7 +88,10 @@ _CHILD = """
 import json, sys, torch
 sys.path.insert(0, {repo!r})
 from jitops import loader
-spec = loader.registry().library({lib!r})
+import jitops.entry as jentry
+import jitops.plan as jplan
+import jitops.registry as jregistry
+spec = jregistry.registry().library({lib!r})
 lib = loader.load_library(spec, "cuda", {archs!r})
 has = torch._C._dispatch_has_kernel_for_dispatch_key
 print(json.dumps({{
@@ -132,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     warm_s = warm(args.arch)
     rows = []
     for spec in cuda_specs():
-        plan = loader.make_plan(spec, "cuda", args.arch)
+        plan = jplan.make_plan(spec, "cuda", args.arch)
         try:
-            entry = loader.ensure_entry(plan, offline=True)  # warm built it; offline: never build here
+            entry = jentry.ensure_entry(plan, offline=True)  # warm built it; offline: never build here
         except OfflineMiss as e:
             fail(f"the warm step left no {plan.target.name} entry for {spec.name}: {e}")
         lib = entry.path / entry.manifest.library_file

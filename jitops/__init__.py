@@ -3,6 +3,8 @@
 ``jitops.get("softmax")`` compiles the op for the current device on first use,
 caches it (content-addressed, per device) and returns a callable dispatcher
 op. Importing jitops is inert: no torch import, no subprocess, no file access.
+
+Imports: errors, spec, _version; loader, registry and user on first use (import stays inert).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from .errors import (
 from .spec import OpSpec
 
 if TYPE_CHECKING:
-    from .loader import Op
+    from .ops import Op
+    from .registry import Registration
     from .user import UserLibrary, load, load_inline, register_kernel_dir
 
 _USER_API = ("UserLibrary", "load", "load_inline", "register_kernel_dir")
@@ -80,7 +83,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
 
 def list_ops() -> list[str]:
     """Names of every op ``get`` knows: builtins and registered libraries."""
-    from .loader import list_ops as _list_ops
+    from .registry import list_ops as _list_ops
 
     return _list_ops()
 
@@ -92,9 +95,12 @@ def reference(name: str) -> Any:
     return _reference(name)
 
 
-def register(spec: OpSpec, *, replace: bool = False) -> None:
-    """Make the kernel library described by ``spec`` reachable through :func:`get`."""
-    from .loader import register as _register
+def register(spec: OpSpec, *, replace: bool = False) -> Registration:
+    """Make the kernel library described by ``spec`` reachable through :func:`get`.
 
-    _register(spec, replace=replace)
+    Returns a handle whose ``undo()`` takes the registration back.
+    """
+    from .registry import register as _register
+
+    return _register(spec, replace=replace)
 

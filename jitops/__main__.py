@@ -1,4 +1,7 @@
-"""``python -m jitops``: the jitops command."""
+"""``python -m jitops``: the jitops command.
+
+Imports: cli.
+"""
 
 import sys
 

@@ -11,6 +11,8 @@ left. No compiler keeps running or writing once the process that asked for
 the build is gone.
 
 Standard library only, no jitops or torch import: it starts in milliseconds.
+
+Imports: nothing (it runs as a script: python -I -S _supervise.py).
 """
 
 import os
@@ -24,7 +26,7 @@ PR_SET_CHILD_SUBREAPER = 36
 
 
 def _descendants():
-    children = {}
+    children: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue

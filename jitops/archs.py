@@ -5,6 +5,8 @@ on a machine without one. An arch is written as in ``TORCH_CUDA_ARCH_LIST``:
 ``"8.0"`` (SASS for sm_80), ``"9.0a"`` (arch-specific SASS, runs only on
 9.0), ``"10.0f"`` (family SASS), and a ``+PTX`` suffix adds PTX for that
 arch, which the driver JIT-compiles for newer devices.
+
+Imports: errors.
 """
 
 from __future__ import annotations

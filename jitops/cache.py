@@ -1,25 +1,30 @@
-"""The on-disk cache: root, key, layout, manifests, verification, publishing.
+"""The on-disk cache: the only module that knows its paths and layout.
 
-Layout under the root (``$JITOPS_CACHE_DIR``, else platformdirs' user cache
-dir for ``jitops``)::
+Layout under the root (``Settings.cache_root()``: ``$JITOPS_CACHE_DIR``, else
+platformdirs' user cache dir for ``jitops``)::
 
     v1/entries/<library>/<target>/<key>/   manifest.json + lib<library>.so
     v1/staging/<library>-<key>.<host>.<pid>.<random>/   one private build
     v1/locks/<library>-<key>.lock          per-key OS lock (+ .holder info)
     v1/logs/                               logs of failed builds
     v1/toolchains/                         remembered compiler identities
+    v1/inline/<name>-<digest>/             load_inline's sources, by content
     v1/trash/                              entries set aside as damaged
 
-An entry is published by renaming a finished directory into place; the
-manifest is written last inside it. Loading requires the manifest, the key,
-the size and the sha256 to agree, and refuses anything reached through a
-symlink, owned by another user, or group/world-writable.
+A tier is two calls: ``lookup(address) -> Hit | Miss(reason)`` (verified)
+and ``publish_entry(staged, address)`` (a finished staging dir -> what is in
+place now, ours or a racing winner's). A remote tier answers the same two; a
+remote hit is fetched into local staging and published here, so only
+verified local entries are ever loaded. Publishing renames a finished
+directory (manifest written last) into place; loading needs manifest, key,
+size and sha256 to agree, and refuses symlinks, other owners and
+group/world-writable paths.
+
+Imports: fsutil, key (KEY_CHARS, compute_key), manifest (the entry data types).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import re
@@ -27,152 +32,17 @@ import secrets
 import shutil
 import socket
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from . import fsutil
-from .spec import HEADER_SUFFIXES, SOURCE_SUFFIXES, OpSpec
+from .key import KEY_CHARS, compute_key
+from .manifest import MANIFEST, Address, EntryProblem, Hit, Manifest, Miss
 
 log = logging.getLogger("jitops")
 
 LAYOUT = "v1"
-MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 2  # 2: canonical bytes + self-digest, so any changed byte is detected
-KEY_CHARS = 32  # 128 bits of sha256 in paths
 MAX_MANIFEST_BYTES = 4 << 20
 STAGING_MAX_AGE = 3600.0  # seconds; older staging dirs are swept
-_INCLUDE_DIR = Path(__file__).parent / "include"
-
-
-def default_root(environ: Mapping[str, str] | None = None) -> Path:
-    """Resolved at call time: ``$JITOPS_CACHE_DIR``, else the user cache dir."""
-    env = os.environ if environ is None else environ
-    override = env.get("JITOPS_CACHE_DIR")
-    if override:
-        return Path(os.path.abspath(os.path.expanduser(override)))
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("jitops", appauthor=False))
-
-
-# --------------------------------------------------------------------- key
-
-
-def _files_under(root: Path) -> list[Path]:
-    suffixes = SOURCE_SUFFIXES + HEADER_SUFFIXES
-    return sorted(p for p in root.rglob("*") if p.suffix in suffixes and p.is_file())
-
-
-def source_files(spec: OpSpec) -> list[tuple[str, Path]]:
-    """(label, path) of every source and header under the op's folder and include dirs."""
-    out = [(p.relative_to(spec.root).as_posix(), p) for p in _files_under(spec.root)]
-    for i, d in enumerate(spec.include_dirs):
-        out.extend((f"<include{i}>/{p.relative_to(d).as_posix()}", p) for p in _files_under(d))
-    return out
-
-
-def source_stamp(spec: OpSpec) -> tuple[tuple[str, int, int], ...]:
-    """(label, mtime_ns, size) of :func:`source_files`: a cheap "was anything edited?" check."""
-    stamp = []
-    for label, p in source_files(spec):
-        try:
-            st = p.stat()
-        except OSError:
-            continue
-        stamp.append((label, st.st_mtime_ns, st.st_size))
-    return tuple(stamp)
-
-
-def source_digests(spec: OpSpec) -> dict[str, str]:
-    """sha256 of every source and header shipped with the op, by relative path.
-
-    Covers the op's folder, its include dirs and jitops's own headers. Paths
-    are relative, so the install prefix does not reach the key; mtimes are
-    never read.
-    """
-    out = {label: fsutil.sha256_file(p) for label, p in source_files(spec)}
-    for p in _files_under(_INCLUDE_DIR):
-        out[f"<jitops>/{p.relative_to(_INCLUDE_DIR).as_posix()}"] = fsutil.sha256_file(p)
-    for rel in spec.cpu_sources + spec.cuda_sources:
-        if rel not in out:
-            raise FileNotFoundError(f"op {spec.name!r}: source {rel!r} not found under {spec.root}")
-    return out
-
-
-def compute_key(ingredients: Mapping[str, Any]) -> str:
-    """sha256 of the canonical JSON of the ingredients (never Python's hash())."""
-    blob = json.dumps(ingredients, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def namespace_for(library: str, key: str) -> str:
-    """The TORCH_LIBRARY namespace of one build; differs per key so rebuilds coexist."""
-    return f"jitops_{library}_{key[:16]}"
-
-
-# ---------------------------------------------------------------- manifest
-
-
-@dataclass(frozen=True)
-class Manifest:
-    key: str
-    library: str
-    target: str
-    namespace: str
-    library_file: str
-    sha256: str
-    size: int
-    build_seconds: float
-    built_at: float
-    ingredients: dict[str, Any]
-    build_log: str
-
-    def _body(self) -> dict[str, Any]:
-        return {"format": MANIFEST_FORMAT, **self.__dict__}
-
-    def to_json(self) -> bytes:
-        """Canonical JSON (sorted keys, no spaces) carrying the sha256 of its own body.
-
-        ``parse`` demands exactly these bytes back, so a flipped or truncated
-        byte anywhere in the file, even in a field nothing else checks (the
-        build log) or in insignificant whitespace, is detected.
-        """
-        body = self._body()
-        return _canonical({**body, "digest": hashlib.sha256(_canonical(body)).hexdigest()})
-
-    @classmethod
-    def parse(cls, raw: bytes) -> Manifest:
-        data = json.loads(raw)
-        if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
-            raise ValueError("unknown manifest format")
-        fields = cls.__dataclass_fields__
-        missing = [f for f in fields if f not in data]
-        if missing:
-            raise ValueError(f"manifest lacks {missing}")
-        m = cls(**{f: data[f] for f in fields})
-        types = {"key": str, "library": str, "target": str, "namespace": str, "library_file": str,
-                 "sha256": str, "size": int, "ingredients": dict, "build_log": str}
-        for f, t in types.items():
-            if not isinstance(getattr(m, f), t):
-                raise ValueError(f"manifest field {f!r} has the wrong type")
-        if not re.fullmatch(r"lib[a-z0-9_]+\.so", m.library_file):
-            raise ValueError(f"manifest names an unexpected library file {m.library_file!r}")
-        if raw != m.to_json():
-            raise ValueError("manifest bytes do not match their digest (damaged or edited)")
-        return m
-
-
-def _canonical(data: Mapping[str, Any]) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
-
-
-class EntryProblem(Exception):
-    """Why an entry cannot be used; the entry is then a cache miss."""
-
-
-# ------------------------------------------------------------------- cache
 
 
 def _safe_host() -> str:
@@ -189,6 +59,34 @@ class Cache:
     # ---- paths
     def entry_dir(self, library: str, target: str, key: str) -> Path:
         return self.base / "entries" / library / target / key[:KEY_CHARS]
+
+    def path_of(self, address: Address) -> Path:
+        return self.entry_dir(address.library, address.target, address.key)
+
+    def library_dir(self, library: str) -> Path:
+        """Where every target's entries of ``library`` live (``<target>/<key>`` below)."""
+        return self.base / "entries" / library
+
+    def target_dir(self, library: str, target: str) -> Path:
+        return self.base / "entries" / library / target
+
+    def inline_dir(self, name: str, digest: str) -> Path:
+        return self.base / "inline" / f"{name}-{digest}"
+
+    def log_file(self, library: str, target: str) -> Path:
+        return self.logs / f"{library}-{target}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+
+    def archive_name(self, path: Path) -> str:  # a path under the root as an archive member (v1/...)
+        return path.relative_to(self.root).as_posix()
+
+    @property
+    def trash(self) -> Path:
+        return self.base / "trash"
+
+    @property
+    def owned_dirs(self) -> tuple[Path, ...]:
+        """What ``cache clear`` may remove wholesale, besides entries and staging."""
+        return (self.logs, self.toolchains, self.trash)
 
     def lock_path(self, library: str, key: str) -> Path:
         return self.base / "locks" / f"{library}-{key[:KEY_CHARS]}.lock"
@@ -258,6 +156,32 @@ class Cache:
         except (OSError, ValueError, TypeError):
             return None
 
+    # ---- the tier interface
+    def lookup(self, address: Address) -> Hit | Miss:
+        """The verified entry at ``address``, or a Miss saying why not (None: nothing there).
+
+        An unreachable cache is a miss, never a PermissionError.
+        """
+        entry = self.path_of(address)
+        if not os.path.lexists(entry):
+            return Miss()
+        problem = self.root_problem()
+        if problem is not None:
+            return Miss(f"cache root refused: {problem}")
+        try:
+            return Hit(entry, self.verify(entry, address.key, address.library, address.target))
+        except EntryProblem as e:
+            return Miss(str(e))
+
+    def publish_entry(self, staged: Path, address: Address) -> tuple[Hit | Miss, bool]:
+        """Rename a finished staging directory into place and verify what is there.
+
+        Returns (what is in place now, whether it is ours); a racing process
+        may have published first, then its entry is verified and returned.
+        """
+        ours = self.publish(staged, address.library, address.target, address.key)
+        return self.lookup(address), ours
+
     # ---- writing
     def ensure_base(self) -> None:
         for d in (self.base, self.staging, self.base / "locks", self.base / "entries"):
@@ -286,15 +210,18 @@ class Cache:
         fsutil.fsync_dir(final.parent)
         return True
 
+    def discard(self, entry: Path) -> None:
+        """Rename an entry into trash/ (so no reader sees half of it), then delete it. Raises OSError."""
+        fsutil.makedirs(self.trash)
+        dest = self.trash / f"{entry.name}.{int(time.time())}.{os.getpid()}.{secrets.token_hex(3)}"
+        os.rename(entry, dest)
+        shutil.rmtree(dest, ignore_errors=True)
+
     def set_aside(self, entry: Path, why: str) -> None:
         """Move a damaged entry out of the way (never loaded, never deleted blindly)."""
-        trash = self.base / "trash"
         try:
-            fsutil.makedirs(trash)
-            dest = trash / f"{entry.name}.{int(time.time())}.{os.getpid()}.{secrets.token_hex(3)}"
-            os.rename(entry, dest)
+            self.discard(entry)
             log.warning("set aside damaged cache entry %s (%s); it will be rebuilt", entry, why)
-            shutil.rmtree(dest, ignore_errors=True)
         except FileNotFoundError:
             pass  # another process already moved it
         except OSError as e:
@@ -349,7 +276,7 @@ class Cache:
 
     def iter_entries(self) -> list[Path]:
         base = self.base / "entries"
-        out = []
+        out: list[Path] = []
         if not os.path.isdir(base):
             return out
         for lib in sorted(base.iterdir()):
@@ -362,12 +289,10 @@ class Cache:
 
 
 def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0) if pid > 0 else None
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return pid > 0

@@ -4,78 +4,34 @@
 messages on stderr: 0 success, 1 a failure (a failed build, a failed check, a
 damaged entry), 2 bad usage. ``--help``, ``list`` and the cache commands
 (except ``cache fingerprint``) answer without importing torch.
+
+Imports: cache, cli_cache, errors, settings; diagnose, entry, plan, progress, target, warm and build lazily per command.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import sys
-import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from .cache import Cache, default_root
+from . import cli_cache
+from .cache import Cache
 from .errors import JitopsError
-
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_size(text: str) -> int:
-    """``500M``, ``1.5G``, ``2GiB``, ``1048576`` -> bytes (binary units)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
-    if not m:
-        raise argparse.ArgumentTypeError(f"invalid size {text!r}: expected e.g. 500M, 2G, 1.5GiB or a byte count")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
-
-
-def parse_age(text: str) -> float:
-    """``30m``, ``12h``, ``7d``, ``2w``, ``45s`` -> seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text.lower())
-    if not m:
-        raise argparse.ArgumentTypeError(f"invalid age {text!r}: expected e.g. 45s, 30m, 12h, 7d or 2w")
-    return float(m.group(1)) * _AGE_UNITS[m.group(2)]
-
-
-def human_size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
-def human_age(seconds: float) -> str:
-    for limit, unit, div in ((120, "s", 1), (7200, "m", 60), (172800, "h", 3600)):
-        if seconds < limit:
-            return f"{max(0, seconds) / div:.0f}{unit} ago"
-    return f"{seconds / 86400:.0f}d ago"
-
+from .settings import Settings
 
 def _out(*lines: str) -> None:
     for line in lines:
         print(line)
 
 
-def _offline() -> bool:
-    from .loader import env_flag  # torch-free
-
-    return env_flag("JITOPS_OFFLINE")
-
-
 def _cache() -> Cache:
-    return Cache(default_root())
+    return Cache(Settings.from_env().cache_root())
 
 
-def _registry() -> Any:
-    from .loader import registry
-
-    return registry()
+_registry = cli_cache._registry
 
 
 def _specs(names: Sequence[str], everything: bool) -> list[Any]:
@@ -93,7 +49,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     cache = _cache()
     for name in reg.names():
         spec = reg.find(name)
-        lib_dir = cache.base / "entries" / spec.name
+        lib_dir = cache.library_dir(spec.name)
         built = sorted(p.name for p in lib_dir.iterdir() if p.is_dir()) if lib_dir.is_dir() else []
         _out(f"{name:<20} library {spec.name:<14} devices {','.join(spec.devices):<9} "
              f"cached: {', '.join(built) or '-'}")
@@ -101,13 +57,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from . import diagnose, loader
+    from . import diagnose
+    from .entry import Damaged, Miss, entry_status
+    from .plan import make_plan
 
+    settings = Settings.from_env()
     spec = _registry().lookup(args.op)
-    plan = loader.make_plan(spec, args.device, args.arch)
-    lib_dir = plan.cache.base / "entries" / spec.name
+    plan = make_plan(spec, args.device, args.arch, settings=settings)
+    lib_dir = plan.cache.library_dir(spec.name)
     built = sorted(f"{p.parent.name}/{p.name[:12]}" for p in lib_dir.glob("*/*")) if lib_dir.is_dir() else []
-    cached = plan.entry.is_dir() and plan.cache.read_manifest(plan.entry) is not None
+    status = entry_status(plan)
+    state = ("not built" if isinstance(status, Miss) else
+             f"damaged, rebuilt on next use: {status.reason}" if isinstance(status, Damaged) else "cached")
     _out(f"op           {args.op} (library {spec.name}; exports {', '.join(spec.exports)})",
          f"description  {spec.description or '-'}",
          *(f"schema       {s}" for s in spec.schemas),
@@ -115,97 +76,42 @@ def cmd_info(args: argparse.Namespace) -> int:
          f"devices      {', '.join(spec.devices)}",
          f"target       {plan.target.name}",
          f"key          {plan.key}",
-         f"entry        {plan.entry} ({'cached' if cached else 'not built'})",
+         f"entry        {plan.entry} ({state})",
          f"built        {', '.join(built) or '-'}",
-         f"fingerprint  {diagnose.fingerprint([spec], [plan.target.device], args.arch)}")
+         f"fingerprint  {diagnose.fingerprint([spec], [plan.target.device], args.arch, settings)}")
     if plan.toolchain_error is not None:
         _out(f"toolchain    missing: {plan.toolchain_error}")
     _out("ingredients  " + json.dumps(plan.ingredients, indent=2, sort_keys=True).replace("\n", "\n             "))
     return 0
 
 
-class WarmDisplay:
-    """One line per finished library; in a terminal also a live line of what is building."""
-
-    def __init__(self, total: int) -> None:
-        from .progress import mode
-
-        self.total = total
-        self.done = 0
-        self.live = mode() == "terminal"
-        self.running: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._tick, daemon=True) if self.live else None
-
-    def _line(self) -> str:
-        now = time.monotonic()
-        busy = ", ".join(f"{w} {now - t:.0f}s" for w, t in self.running.items())
-        return f"jitops warm [{self.done}/{self.total}] {busy}"
-
-    def _tick(self) -> None:
-        while not self._stop.wait(0.5):
-            with self._lock:
-                sys.stderr.write("\r\033[K" + self._line())
-                sys.stderr.flush()
-
-    def start(self, task: Any) -> None:
-        with self._lock:
-            self.running[task.what] = time.monotonic()
-
-    def finish(self, o: Any) -> None:
-        with self._lock:
-            self.running.pop(o.task.what, None)
-            self.done += 1
-            if self.live:
-                sys.stderr.write("\r\033[K")
-            first = o.message.splitlines()[0] if o.message else ""
-            detail = f": {first}" if o.status in ("skipped", "failed") else ""
-            _out(f"[{self.done}/{self.total}] {o.status:<7} {o.task.spec.name} for {o.target} ({o.seconds:.1f}s){detail}")
-            if o.status == "failed" and len(o.message.splitlines()) > 1:
-                print("\n".join(o.message.splitlines()[1:]), file=sys.stderr)
-            sys.stdout.flush()
-
-    def __enter__(self) -> WarmDisplay:
-        if self._thread is not None:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            sys.stderr.write("\r\033[K")
-
-
 def cmd_warm(args: argparse.Namespace) -> int:
-    from . import diagnose, loader, warm
+    import dataclasses
+
+    from . import diagnose, warm
     from .build import default_jobs
+    from .progress import WarmDisplay
+    from .target import probe
 
     if not args.ops and not args.all:
         raise SystemExit("jitops warm: name the ops to build, or pass --all")
-    if _offline():
+    settings = Settings.from_env()
+    if settings.offline:
         raise JitopsError("jitops warm builds entries, and JITOPS_OFFLINE=1 forbids building. "
                           "Fix: unset JITOPS_OFFLINE in the job that warms the cache")
     start = time.monotonic()
     specs = _specs(args.ops, args.all)
-    devices = args.device or diagnose.default_devices(loader.probe(), args.arch)
+    devices = args.device or diagnose.default_devices(probe(), args.arch)
     tasks = warm.tasks_for(specs, devices)
-    jobs = args.jobs or default_jobs()
-    saved = os.environ.get("JITOPS_PROGRESS")
-    display = WarmDisplay(len(tasks))
-    os.environ["JITOPS_PROGRESS"] = "0"  # the warm display replaces the per-build progress line
-    try:
-        with display:
-            outcomes = warm.warm(tasks, archs=args.arch, jobs=jobs, on_start=display.start, on_done=display.finish)
-    finally:
-        if saved is None:
-            os.environ.pop("JITOPS_PROGRESS", None)
-        else:
-            os.environ["JITOPS_PROGRESS"] = saved
+    jobs = args.jobs or default_jobs(settings.jobs)
+    display = WarmDisplay(len(tasks), forced=settings.progress)
+    quiet = dataclasses.replace(settings, progress=False)  # the warm display replaces the per-build progress line
+    with display:
+        outcomes = warm.warm(tasks, archs=args.arch, jobs=jobs, on_start=display.start, on_done=display.finish,
+                             settings=quiet)
     count = {s: sum(o.status == s for o in outcomes) for s in ("built", "cached", "skipped", "failed")}
     _out(f"warm: {count['built']} built, {count['cached']} cached, {count['skipped']} skipped, "
-         f"{count['failed']} failed in {time.monotonic() - start:.1f}s (jobs {jobs}; cache {_cache().root})")
+         f"{count['failed']} failed in {time.monotonic() - start:.1f}s (jobs {jobs}; cache {settings.cache_root()})")
     if count["skipped"] and args.strict:
         print("jitops warm: --strict: some entries were skipped (see above)", file=sys.stderr)
     return 1 if count["failed"] or (count["skipped"] and args.strict) else 0
@@ -261,81 +167,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_cache(args: argparse.Namespace) -> int:
-    from . import cache_admin as admin
-
-    cache = _cache()
-    sub = args.cache_cmd
-    if (sub in ("prune", "clear", "import") or getattr(args, "remove", False)) and _offline():
-        raise JitopsError(f"`jitops cache {sub}` writes to the cache, and JITOPS_OFFLINE=1 forbids writing. "
-                          "Fix: run cache maintenance without JITOPS_OFFLINE")
-    if sub == "path":
-        _out(str(cache.root))
-    elif sub == "fingerprint":
-        from . import diagnose, loader
-
-        devices = args.device or diagnose.default_devices(loader.probe(), args.arch)
-        _out(diagnose.fingerprint(_registry().specs(), devices, args.arch))
-    elif sub == "ls":
-        now = time.time()
-        infos = admin.entries(cache)
-        _out(f"{'op':<14} {'target':<18} {'key':<12} {'size':>10} {'age':>9} {'last use':>9}")
-        for e in sorted(infos, key=lambda e: (e.library, e.target, -e.last_use)):
-            age = human_age(now - e.manifest.built_at) if e.manifest else "damaged"
-            _out(f"{e.library:<14} {e.target:<18} {e.key[:12]:<12} {human_size(e.size):>10} {age:>9} "
-                 f"{human_age(now - e.last_use):>9}")
-        _out(f"{len(infos)} entries, {human_size(sum(e.size for e in infos))} in {cache.root}")
-    elif sub == "verify":
-        bad = 0
-        for e in admin.entries(cache):
-            problem = admin.check(cache, e)
-            if problem is None:
-                _out(f"ok      {e.library}/{e.target}/{e.key[:12]}")
-                continue
-            bad += 1
-            _out(f"BAD     {e.library}/{e.target}/{e.key[:12]}: {problem}")
-            if args.remove:
-                with admin.unless_building(cache, e.library, e.key) as free:
-                    if free:
-                        admin.remove_entry(cache, e.path)
-        if bad:
-            print(f"jitops cache verify: {bad} damaged entr{'y' if bad == 1 else 'ies'}"
-                  + (" removed" if args.remove else "; they are rebuilt on next use, or remove them with "
-                     "`jitops cache verify --remove`"), file=sys.stderr)
-        return 1 if bad and not args.remove else 0
-    elif sub in ("prune", "clear"):
-        if sub == "prune" and args.max_size is None and args.older_than is None:
-            raise SystemExit("jitops cache prune: give --max-size and/or --older-than")
-        result = admin.clear(cache) if sub == "clear" else admin.prune(
-            cache, max_size=args.max_size, older_than=args.older_than)
-        for e in result.removed:
-            _out(f"removed {e.library}/{e.target}/{e.key[:12]} ({human_size(e.size)})")
-        for e in result.busy:
-            _out(f"kept    {e.library}/{e.target}/{e.key[:12]}: being built by another process")
-        _out(f"{sub}: removed {len(result.removed)} entries ({human_size(sum(e.size for e in result.removed))}); "
-             f"{human_size(result.kept_bytes)} kept")
-        if sub == "prune" and args.max_size is not None and result.kept_bytes > args.max_size:
-            print(f"jitops cache prune: still above {human_size(args.max_size)}: entries being built were kept",
-                  file=sys.stderr)
-    elif sub == "export":
-        libs = {_registry().lookup(op).name for op in args.ops} if args.ops else None
-        exported, skipped = admin.export(cache, Path(args.file), libs)
-        for e, why in skipped:
-            print(f"skipped {e.library}/{e.target}/{e.key[:12]}: {why}", file=sys.stderr)
-        _out(f"exported {len(exported)} entries to {args.file}")
-    elif sub == "import":
-        res = admin.import_archive(cache, Path(args.file))
-        for m in res.imported:
-            _out(f"imported {m.library}/{m.target}/{m.key[:12]}")
-        for m, why in res.foreign:
-            _out(f"note     {m.library}/{m.target}/{m.key[:12]} is {why}: kept, but never loaded here")
-        for where, why in res.rejected:
-            print(f"rejected {where}: {why}", file=sys.stderr)
-        _out(f"import: {len(res.imported)} imported, {len(res.present)} already present, "
-             f"{len(res.rejected)} rejected, {res.records} toolchain records")
-        return 1 if res.rejected else 0
-    return 0
-
 
 # ------------------------------------------------------------------ parser
 
@@ -383,22 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=15, metavar="N", help="CPU: paired rounds per case (default 15)")
     p.add_argument("--trace", metavar="FILE", help="also write a torch.profiler Chrome trace of every case to FILE")
     p.set_defaults(fn=cmd_bench)
-    p = sub.add_parser("cache", help="inspect and manage the cache directory")
-    p.set_defaults(fn=cmd_cache)
-    cs = p.add_subparsers(dest="cache_cmd", required=True, metavar="ACTION")
-    cs.add_parser("path", help="print the cache root")
-    _target_args(cs.add_parser("fingerprint", help="hash of every key ingredient, for keying a CI cache"), many=True)
-    cs.add_parser("ls", help="entries: op, target, key, size, age, last use")
-    cs.add_parser("verify", help="re-check every entry's sha256").add_argument(
-        "--remove", action="store_true", help="remove damaged entries")
-    q = cs.add_parser("prune", help="evict least-recently-used entries")
-    q.add_argument("--max-size", type=parse_size, metavar="SIZE", help="keep at most this much, e.g. 2G")
-    q.add_argument("--older-than", type=parse_age, metavar="AGE", help="evict entries unused for this long, e.g. 30d")
-    cs.add_parser("clear", help="remove everything jitops put in the cache (not entries being built)")
-    q = cs.add_parser("export", help="write entries to a portable archive (tar.gz)")
-    q.add_argument("file")
-    q.add_argument("ops", nargs="*", metavar="OP", help="only these ops' libraries (default: all)")
-    cs.add_parser("import", help="add the entries of an exported archive").add_argument("file")
+    cli_cache.add_parser(sub, _target_args)
     return parser
 
 

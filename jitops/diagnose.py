@@ -1,5 +1,11 @@
 """Answers about this machine: ``doctor`` (would a build work?), ``explain`` (why would
-an op build or rebuild?) and the cache ``fingerprint`` CI jobs key their cache by."""
+an op build or rebuild?) and the cache ``fingerprint`` CI jobs key their cache by.
+
+Every answer about an op comes from :func:`entry.entry_status`, the same
+question ``get`` asks.
+
+Imports: build, cache, entry, errors, key, manifest, plan, settings, spec, target, toolchain.
+"""
 
 from __future__ import annotations
 
@@ -14,17 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import loader, toolchain
+from . import plan as planning
+from . import toolchain
 from ._version import __version__
 from .build import default_jobs
-from .cache import Cache, EntryProblem, default_root
+from .cache import Cache
+from .entry import Compatible, Damaged, entry_status
 from .errors import JitopsError, TargetError, ToolchainError
+from .key import BUILD_ENV_VARS, without_tools
+from .manifest import Hit
+from .settings import Settings
 from .spec import OpSpec
-from .target import BUILD_ENV_VARS, System, choose_target, probe
+from .target import System, choose_target, probe
 
 _SMOKE_CXX = "#include <vector>\nint main() { std::vector<int> v{1}; return v[0] - 1; }\n"
-SETTINGS = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
-            "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "MAX_JOBS")
 
 
 def default_devices(system: System, archs: str | None) -> list[str]:
@@ -32,23 +41,25 @@ def default_devices(system: System, archs: str | None) -> list[str]:
     return ["cpu", "cuda"] if (archs or system.cuda_available) else ["cpu"]
 
 
-def fingerprint(specs: Sequence[OpSpec], devices: Sequence[str], archs: str | None = None) -> str:
+def fingerprint(specs: Sequence[OpSpec], devices: Sequence[str], archs: str | None = None,
+                settings: Settings | None = None) -> str:
     """A short hash of every key ingredient of the given libraries and devices.
 
     The toolchain identity is left out, so a test job without a compiler
     computes the same value as the job that warmed the cache (the loader then
     uses entries equal in everything but the compiler).
     """
+    settings = Settings.from_env() if settings is None else settings
     parts = []
     for spec in specs:
         for device in devices:
             if device not in spec.devices:
                 continue
             try:
-                plan = loader.make_plan(spec, device, archs)
+                plan = planning.make_plan(spec, device, archs, settings=settings)
             except TargetError:
                 continue
-            ingr = {k: v for k, v in plan.ingredients.items() if k not in ("compiler", "nvcc")}
+            ingr = without_tools(plan.ingredients)
             parts.append([spec.name, plan.target.name, ingr])
     blob = json.dumps(sorted(parts, key=lambda p: (p[0], p[1])), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
@@ -115,13 +126,13 @@ def _nvcc(system: System, offline: bool, tool_dir: Path) -> Check:
     try:
         path = toolchain.find_nvcc(system, "<any>")
         version = toolchain.identify(path, tool_dir, record=not offline)
-        loader.check_nvcc_matches_torch(version, system.torch_cuda, "<any>")
+        toolchain.check_nvcc_matches_torch(version, system.torch_cuda, "<any>")
     except ToolchainError as e:
         return _toolchain_fail("nvcc", e, status)
     return Check("nvcc", "ok", f"{path} ({version}); torch CUDA {system.torch_cuda}")
 
 
-def _cache(root: Path, offline: bool) -> Check:
+def _cache(root: Path, offline: bool, strict: bool) -> Check:
     cache = Cache(root)
     if not root.exists():
         parent = next((p for p in root.parents if p.exists()), Path("/"))
@@ -140,7 +151,6 @@ def _cache(root: Path, offline: bool) -> Check:
         return Check("cache", "fail", f"{detail}: refused: {problem}",
                      "make it yours with mode 0700 (`chmod 700` as its owner), or set JITOPS_CACHE_DIR elsewhere")
     if not offline and not (os.access(root, os.W_OK) and st.st_mode & 0o200):
-        strict = loader.env_flag("JITOPS_STRICT")
         return Check("cache", "fail" if strict else "warn", f"{detail}: not writable; builds would go to a private "
                      "temporary cache" + (" (refused: JITOPS_STRICT=1)" if strict else ""),
                      "make it writable by this user, or set JITOPS_CACHE_DIR to a directory you own")
@@ -163,28 +173,27 @@ def _devices(system: System) -> list[Check]:
     return out
 
 
-def _settings() -> Check:
-    shown = [f"{k}={os.environ[k]}" for k in (*SETTINGS, *BUILD_ENV_VARS) if os.environ.get(k)]
-    return Check("settings", "info", (", ".join(shown) or "none set") + f"; default build jobs {default_jobs()}")
+def _settings(settings: Settings) -> Check:
+    shown = settings.shown()
+    shown += [f"{k}={os.environ[k]}" for k in BUILD_ENV_VARS if os.environ.get(k) and not any(
+        s.startswith(k + "=") for s in shown)]
+    return Check("settings", "info", (", ".join(shown) or "none set") + f"; default build jobs {default_jobs(settings.jobs)}")
 
 
-def _ops(specs: Sequence[OpSpec], offline: bool) -> list[Check]:
+def _ops(specs: Sequence[OpSpec], settings: Settings) -> list[Check]:
     out = []
     for spec in specs:
         try:
-            plan = loader.make_plan(spec)
+            plan = planning.make_plan(spec, settings=settings)
         except JitopsError as e:
             out.append(Check(f"op {spec.name}", "warn", str(e)))
             continue
-        try:
-            plan.cache.verify(plan.entry, plan.key, spec.name, plan.target.name)
+        status = entry_status(plan)
+        if isinstance(status, Hit):
             out.append(Check(f"op {spec.name}", "ok", f"cached for {plan.target.name} ({plan.key[:12]})"))
-            continue
-        except EntryProblem:
-            pass
-        if plan.toolchain_error is not None and loader.find_compatible(plan) is not None:
+        elif isinstance(status, Compatible):
             out.append(Check(f"op {spec.name}", "ok", f"cached for {plan.target.name} (built by another compiler)"))
-        elif offline:
+        elif settings.offline:
             out.append(Check(f"op {spec.name}", "fail", f"not cached for {plan.target.name}; offline mode cannot build "
                              "it", f"run `jitops warm {spec.exports[0]}` with this cache, or unset JITOPS_OFFLINE"))
         else:
@@ -192,11 +201,12 @@ def _ops(specs: Sequence[OpSpec], offline: bool) -> list[Check]:
     return out
 
 
-def doctor(specs: Sequence[OpSpec]) -> list[Check]:
+def doctor(specs: Sequence[OpSpec], settings: Settings | None = None) -> list[Check]:
     """Every check, in display order. Any ``fail`` means a build (or offline load) would fail."""
+    settings = Settings.from_env() if settings is None else settings
     system = probe()
-    offline = loader.env_flag("JITOPS_OFFLINE")
-    root = default_root()
+    offline = settings.offline
+    root = settings.cache_root()
     tool_dir = Cache(root).toolchains
     checks = [
         Check("jitops", "info", f"{__version__} on python {sys.version.split()[0]} ({system.python_abi})"),
@@ -204,13 +214,13 @@ def doctor(specs: Sequence[OpSpec]) -> list[Check]:
         _compiler(system, offline, tool_dir),
         _ninja(offline),
         _nvcc(system, offline, tool_dir),
-        _cache(root, offline),
+        _cache(root, offline, settings.strict),
         *_devices(system),
         Check("modes", "info", f"offline {'on' if offline else 'off'} (JITOPS_OFFLINE), fallback to PyTorch "
-                               f"{'on' if loader.env_flag('JITOPS_FALLBACK') else 'off'} (JITOPS_FALLBACK)"),
-        _settings(),
-        *_ops(specs, offline),
-        Check("fingerprint", "info", fingerprint(specs, default_devices(system, None))),
+                               f"{'on' if settings.fallback else 'off'} (JITOPS_FALLBACK)"),
+        _settings(settings),
+        *_ops(specs, settings),
+        Check("fingerprint", "info", fingerprint(specs, default_devices(system, None), settings=settings)),
     ]
     return checks
 
@@ -232,30 +242,27 @@ def diff_ingredients(cached: Any, here: Any, prefix: str = "") -> list[tuple[str
 
 @dataclass(frozen=True)
 class Explanation:
-    plan: loader.Plan
+    plan: planning.Plan
     verdict: str
     nearest: Path | None = None
     diffs: tuple[tuple[str, Any, Any], ...] = ()
 
 
-def explain(spec: OpSpec, device: str | None = None, archs: str | None = None) -> Explanation:
+def explain(spec: OpSpec, device: str | None = None, archs: str | None = None,
+            settings: Settings | None = None) -> Explanation:
     """Why this machine would load, build or rebuild ``spec``, against the nearest cached entry."""
-    plan = loader.make_plan(spec, device, archs)
-    if plan.entry.exists():
-        try:
-            plan.cache.verify(plan.entry, plan.key, spec.name, plan.target.name)
-            return Explanation(plan, f"cached: loads {plan.entry} with no build")
-        except EntryProblem as e:
-            return Explanation(plan, f"would rebuild: the entry for this key is damaged ({e}); the next use sets it "
-                                     "aside and builds again", plan.entry)
-    if plan.toolchain_error is not None:
-        found = loader.find_compatible(plan)
-        if found is not None:
-            return Explanation(plan, f"cached: no compiler here, loads {found[0]} (same ingredients, other compiler)")
+    plan = planning.make_plan(spec, device, archs, settings=settings)
+    status = entry_status(plan)
+    if isinstance(status, Hit):
+        return Explanation(plan, f"cached: loads {plan.entry} with no build")
+    if isinstance(status, Damaged):
+        return Explanation(plan, f"would rebuild: the entry for this key is damaged ({status.reason}); the next use "
+                                 "sets it aside and builds again", plan.entry)
+    if isinstance(status, Compatible):
+        return Explanation(plan, f"cached: no compiler here, loads {status.path} (same ingredients, other compiler)")
     here = json.loads(json.dumps(plan.ingredients))
     best: tuple[int, int, Path, list[tuple[str, Any, Any]]] | None = None
-    lib_dir = plan.cache.entry_dir(spec.name, plan.target.name, "x").parent.parent
-    for path in sorted(lib_dir.glob("*/*")):
+    for path in sorted(plan.cache.library_dir(spec.name).glob("*/*")):
         m = plan.cache.read_manifest(path)
         if m is None:
             continue

@@ -10,6 +10,8 @@ Entry points are read lazily: when ``jitops.get`` misses an unknown name and
 when ``jitops.list_ops`` runs, never at import. Each entry point is loaded at
 most once per process; a broken one is logged (once) and skipped, so one bad
 package cannot break the others or the builtins.
+
+Imports: spec.
 """
 
 from __future__ import annotations

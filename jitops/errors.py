@@ -3,6 +3,8 @@
 Every error is a :class:`JitopsError`, and also inherits the built-in exception
 that fits it, so ``except KeyError`` around ``jitops.get`` keeps working.
 Messages name the op, the cause and one fix.
+
+Imports: nothing.
 """
 
 from __future__ import annotations

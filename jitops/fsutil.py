@@ -1,4 +1,7 @@
-"""Small filesystem helpers with explicit modes (umask-independent) and checks."""
+"""Small filesystem helpers with explicit modes (umask-independent) and checks.
+
+Imports: nothing of jitops.
+"""
 
 from __future__ import annotations
 

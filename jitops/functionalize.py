@@ -17,6 +17,8 @@ The pairing is checked against the schemas (same arguments, one written
 tensor, one result); an op that does not fit is left alone. Eager calls
 never reach these kernels: the Functionalize key is active only while torch
 traces.
+
+Imports: nothing of jitops (torch, lazily).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ The lock only avoids duplicate work; correctness comes from private staging
 and atomic publishing. Where the filesystem has no file locking (ENOLCK or
 ENOSYS on some network filesystems) jitops warns once and builds unlocked.
 While waiting, a line names the holder (pid, host, age) at least every 30 s.
+
+Imports: errors, fsutil (filelock).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 import filelock
 
 from . import fsutil
-from .errors import ConfigError, LockTimeout
+from .errors import LockTimeout
 
 log = logging.getLogger("jitops")
 
@@ -35,20 +37,6 @@ _thread_locks_guard = threading.Lock()
 _FILELOCK_KW = (
     {"fallback_to_soft": False} if "fallback_to_soft" in inspect.signature(filelock.FileLock.__init__).parameters else {}
 )
-
-
-def lock_timeout() -> float | None:
-    raw = os.environ.get("JITOPS_LOCK_TIMEOUT")
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(
-            f"JITOPS_LOCK_TIMEOUT={raw!r} is not a number of seconds. Fix: set it to e.g. 600, or unset it to wait "
-            "as long as the build takes"
-        ) from None
-    return value if value >= 0 else None
 
 
 def _holder_text(holder: Path) -> str:
@@ -96,7 +84,7 @@ def key_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[No
         log.warning("waiting for another thread's build of %s (%.0fs so far)", what, time.monotonic() - waited_since)
     try:
         fsutil.makedirs(path.parent)
-        flock = filelock.FileLock(str(path), mode=fsutil.FILE_MODE, thread_local=False, **_FILELOCK_KW)
+        flock = filelock.FileLock(str(path), mode=fsutil.FILE_MODE, thread_local=False, **_FILELOCK_KW)  # type: ignore[arg-type]
         locked = False
         while True:
             step = PROGRESS_EVERY

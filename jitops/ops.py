@@ -1,4 +1,7 @@
-"""The callable handle that :func:`jitops.get` returns for one dispatcher op."""
+"""The callable handle that :func:`jitops.get` returns for one dispatcher op.
+
+Imports: nothing of jitops at run time (LoadedLibrary and OpSpec are read by attribute).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .loader import LoadedLibrary
+    from .plan import LoadedLibrary
     from .spec import OpSpec
 
 

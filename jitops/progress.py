@@ -3,14 +3,16 @@
 The one place jitops writes to the user directly (everything else goes
 through ``logging.getLogger("jitops")``). When neither a terminal nor a
 notebook is attached, it shows nothing. ``JITOPS_PROGRESS=0/1`` forces it.
+
+Imports: nothing of jitops.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
+from typing import Any
 from types import TracebackType
 
 
@@ -25,13 +27,13 @@ def _in_notebook() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
-def mode() -> str:
-    forced = os.environ.get("JITOPS_PROGRESS")
-    if forced == "0":
+def mode(forced: bool | None = None) -> str:
+    """``forced`` is settings.progress (JITOPS_PROGRESS): False off, True on, None by the terminal."""
+    if forced is False:
         return "off"
     if _in_notebook():
         return "notebook"
-    if forced == "1" or (sys.stderr is not None and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
+    if forced is True or (sys.stderr is not None and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
         return "terminal"
     return "off"
 
@@ -39,10 +41,10 @@ def mode() -> str:
 class BuildProgress:
     """``with BuildProgress("softmax for cpu-avx512"): ...`` shows elapsed time while it runs."""
 
-    def __init__(self, what: str, interval: float = 0.5) -> None:
+    def __init__(self, what: str, interval: float = 0.5, *, forced: bool | None = None) -> None:
         self.what = what
         self.interval = interval
-        self.mode = mode()
+        self.mode = mode(forced)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._start = 0.0
@@ -86,3 +88,55 @@ class BuildProgress:
         if self.mode != "off":
             state = "built" if exc_type is None else ("interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed")
             self._show(self._text(state), final=True)
+
+
+class WarmDisplay:
+    """One line per finished library; in a terminal also a live line of what is building."""
+
+    def __init__(self, total: int, *, forced: bool | None = None) -> None:
+        self.total = total
+        self.done = 0
+        self.live = mode(forced) == "terminal"
+        self.running: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._tick, daemon=True) if self.live else None
+
+    def _line(self) -> str:
+        now = time.monotonic()
+        busy = ", ".join(f"{w} {now - t:.0f}s" for w, t in self.running.items())
+        return f"jitops warm [{self.done}/{self.total}] {busy}"
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                sys.stderr.write("\r\033[K" + self._line())
+                sys.stderr.flush()
+
+    def start(self, task: Any) -> None:
+        with self._lock:
+            self.running[task.what] = time.monotonic()
+
+    def finish(self, o: Any) -> None:
+        with self._lock:
+            self.running.pop(o.task.what, None)
+            self.done += 1
+            if self.live:
+                sys.stderr.write("\r\033[K")
+            first = o.message.splitlines()[0] if o.message else ""
+            detail = f": {first}" if o.status in ("skipped", "failed") else ""
+            print(f"[{self.done}/{self.total}] {o.status:<7} {o.task.spec.name} for {o.target} ({o.seconds:.1f}s){detail}")
+            if o.status == "failed" and len(o.message.splitlines()) > 1:
+                print("\n".join(o.message.splitlines()[1:]), file=sys.stderr)
+            sys.stdout.flush()
+
+    def __enter__(self) -> WarmDisplay:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            sys.stderr.write("\r\033[K")

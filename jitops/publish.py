@@ -2,6 +2,8 @@
 
 The miss path only: the loader imports this module after a cache miss, under
 the key's lock, so the warm path never pays for it.
+
+Imports: build, cache, errors, fsutil, key, manifest, plan, progress, settings, toolchain.
 """
 
 from __future__ import annotations
@@ -10,17 +12,17 @@ import errno
 import logging
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import fsutil, toolchain
-from .cache import Cache, EntryProblem, Manifest
+from .cache import Cache
 from .errors import BuildError, CacheError
-from .target import SCRUBBED_ENV_VARS
-
-if TYPE_CHECKING:
-    from .loader import Plan
+from .key import INCLUDE_DIR, SCRUBBED_ENV_VARS
+from .manifest import Hit, Manifest
+from .plan import Plan
+from .settings import Settings
 
 log = logging.getLogger("jitops")
 
@@ -37,17 +39,33 @@ def build_env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Manifest:
+def _work_dir(staging: Path, device: str) -> Path:
+    """Where the compilers run. nvcc puts its working directory, its temp dir and its sources,
+    unescaped, into command lines it runs through sh; if the cache's path would make sh act
+    (`cmd`, $(cmd), ;), a CUDA build runs in a private temporary directory instead, and only
+    the finished library comes back to the staging dir."""
+    from .ninja import sh_plain
+
+    if device != "cuda" or sh_plain(str(staging)):
+        return staging
+    work = Path(tempfile.mkdtemp(prefix="jitops-build-"))
+    return work if sh_plain(str(work)) else staging
+
+
+def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, settings: Settings | None = None) -> Manifest:
     from . import build as _build
     from .progress import BuildProgress
 
+    settings = Settings.from_env() if settings is None else settings
     cache.sweep_staging()
     staging: Path | None = None
+    work: Path | None = None
     try:
         staging = cache.new_staging(plan.spec.name, plan.key)
-        build_dir = staging / "build"
+        work = _work_dir(staging, plan.target.device)
+        build_dir = work / "build"
         out_dir = staging / "entry"
-        for d in (build_dir, out_dir, staging / "tmp"):
+        for d in (build_dir, out_dir, work / "tmp"):
             fsutil.makedirs(d)
         spec, target = plan.spec, plan.target
         job = _build.BuildJob(
@@ -56,21 +74,23 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Mani
             device=target.device,
             namespace=plan.namespace,
             sources=tuple(spec.root / s for s in spec.sources_for(target.device)),
-            include_dirs=(Path(__file__).parent / "include", spec.root, *spec.include_dirs),
-            cflags=tuple(plan.ingredients["cflags"]),
-            cuda_cflags=tuple(plan.ingredients["cuda_cflags"]),
-            ldflags=tuple(plan.ingredients["ldflags"]),
-            cxx=plan.ingredients["compiler"]["path"],
+            include_dirs=(INCLUDE_DIR, spec.root, *spec.include_dirs),
+            cflags=plan.cflags,
+            cuda_cflags=plan.cuda_cflags,
+            ldflags=plan.ldflags,
+            cxx=plan.compiler.path if plan.compiler else "c++",
             ninja=toolchain.find_ninja(spec.name),
-            nvcc=(plan.ingredients["nvcc"] or {}).get("path"),
+            nvcc=plan.nvcc.path if plan.nvcc else None,
             build_dir=build_dir,
-            env=build_env(staging / "tmp"),
-            jobs=jobs or _build.default_jobs(),
+            env=build_env(work / "tmp"),
+            jobs=jobs or _build.default_jobs(settings.jobs),
+            builder=settings.builder,
+            fake_seconds=settings.fake_build_seconds,
         )
         log.info("building %s (first use; cached afterwards)", plan.what)
-        with BuildProgress(plan.what):
+        with BuildProgress(plan.what, forced=settings.progress):
             try:
-                result = _build.build(job, cache.logs)
+                result = _build.build(job, cache.log_file(spec.name, target.name))
             except BuildError as e:
                 if _build.NO_SPACE_MARKER in e.log:
                     raise OSError(errno.ENOSPC, "the compiler ran out of disk space") from e
@@ -95,22 +115,20 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Mani
             build_log=result.log[-65536:],
         )
         fsutil.atomic_write(out_dir / "manifest.json", manifest.to_json())  # written last
-        if not cache.publish(out_dir, spec.name, target.name, plan.key):
-            try:
-                theirs = cache.verify(plan.entry, plan.key, spec.name, target.name)
-            except EntryProblem as e:  # an unusable entry that could not be set aside (not ours to move)
+        found, ours = cache.publish_entry(out_dir, plan.address)
+        if not ours:
+            if not isinstance(found, Hit):  # an unusable entry that could not be set aside (not ours to move)
                 raise CacheError(
                     f"cannot publish {plan.what}: {plan.entry} is in the way and can be neither used nor moved "
-                    f"({e}). Fix: remove that directory, or set JITOPS_CACHE_DIR to a cache you own"
-                ) from e
+                    f"({found.reason}). Fix: remove that directory, or set JITOPS_CACHE_DIR to a cache you own"
+                )
             log.info("another process published %s first; using its entry", plan.what)
-            return theirs
+            return found.manifest
         log.info("built %s in %.1fs", plan.what, result.seconds)
-        try:
-            return cache.verify(plan.entry, plan.key, spec.name, target.name)
-        except EntryProblem as e:  # e.g. a directory above the entry belongs to another user
-            raise CacheError(f"built {plan.what} but cannot trust where it was published: {e}. "
-                             "Fix: set JITOPS_CACHE_DIR to a cache directory you own") from e
+        if not isinstance(found, Hit):  # e.g. a directory above the entry belongs to another user
+            raise CacheError(f"built {plan.what} but cannot trust where it was published: {found.reason}. "
+                             "Fix: set JITOPS_CACHE_DIR to a cache directory you own")
+        return found.manifest
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise CacheError(
@@ -119,5 +137,6 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Mani
             ) from e
         raise
     finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+        for private in (staging, work):
+            if private is not None:
+                shutil.rmtree(private, ignore_errors=True)

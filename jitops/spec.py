@@ -6,6 +6,8 @@ autograd formulas and pure-PyTorch references. One library may export several
 public op names (``add`` and ``add_``; ``softmax`` and ``log_softmax``).
 
 Nothing here imports torch.
+
+Imports: errors.
 """
 
 from __future__ import annotations
@@ -131,6 +133,18 @@ class Registry:
             self._specs[spec.name] = spec
             for e in spec.exports:
                 self._index[e] = spec
+
+    def remove(self, name: str) -> OpSpec | None:
+        """Take library ``name`` and its exports out; the spec removed, or None."""
+        with self._lock:
+            old = self._specs.pop(name, None)
+            for e in old.exports if old is not None else ():
+                if self._index.get(e) is old:
+                    del self._index[e]
+            return old
+
+    def get_library(self, name: str) -> OpSpec | None:
+        return self._specs.get(name)
 
     def extend(self, specs: Iterable[OpSpec]) -> None:
         for s in specs:

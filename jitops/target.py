@@ -4,6 +4,8 @@
 frozen :class:`System`. Choosing a target, the flags for it and the CUDA arch
 list are pure functions of that value, so GPU cases are unit-tested on a
 CPU-only machine by building a ``System`` by hand.
+
+Imports: archs, errors, key (the list of variables the probe records).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import shlex
 import sys
 import sysconfig
 import threading
@@ -21,47 +22,7 @@ from dataclasses import dataclass, field
 from ._version import __version__
 from .archs import arch_gencode_flags, default_arch, parse_arch_list
 from .errors import TargetError
-
-# Environment variables that change what the compiler produces. They are part
-# of the key; the ones in SCRUBBED_ENV_VARS are removed from the build's
-# environment instead, so they cannot change a binary behind the key's back.
-BUILD_ENV_VARS = (
-    "CXX",
-    "CC",
-    "CFLAGS",
-    "CXXFLAGS",
-    "LDFLAGS",
-    "TORCH_CUDA_ARCH_LIST",
-    "NVCC_PREPEND_FLAGS",
-    "NVCC_APPEND_FLAGS",
-    "CUDA_HOME",
-    # Read by torch.utils.cpp_extension in-process while it writes the ninja
-    # file (include and library paths), so scrubbing cannot reach them.
-    "CUDA_PATH",
-    "CUDA_INC_PATH",
-    "CUDNN_HOME",
-    "CUDNN_PATH",
-    # The test seam that swaps the compiler for a fake one (build.py).
-    "JITOPS_BUILDER",
-)
-SCRUBBED_ENV_VARS = (
-    "CPATH",
-    "C_INCLUDE_PATH",
-    "CPLUS_INCLUDE_PATH",
-    "LIBRARY_PATH",
-    "GCC_EXEC_PREFIX",
-    "COMPILER_PATH",
-    "DEPENDENCIES_OUTPUT",
-    "SUNPRO_DEPENDENCIES",
-    "NVCC_CCBIN",
-    "TORCH_NVCC_FLAGS",
-    "PYTORCH_NVCC",
-    "CCACHE_DISABLE",
-    "CCACHE_PREFIX",
-    "OBJC_INCLUDE_PATH",
-    "LD_RUN_PATH",
-    "SOURCE_DATE_EPOCH",
-)
+from .key import BUILD_ENV_VARS
 
 # Flags for the CPU ISA that torch itself dispatches to here. at::vec picks
 # its 256/512-bit implementations from the CPU_CAPABILITY_* macro.
@@ -148,7 +109,8 @@ def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> Sys
 
         cuda_available = bool(torch.cuda.is_available())
         if cuda_available:
-            device_capability = tuple(torch.cuda.get_device_capability())  # type: ignore[assignment]
+            major, minor = torch.cuda.get_device_capability()
+            device_capability = (int(major), int(minor))
             torch_cuda_archs = tuple(torch.cuda.get_arch_list())
     return System(
         torch_version=torch_version,
@@ -232,14 +194,3 @@ def choose_target(system: System, device: str | None = None, archs: str | tuple[
             "(or archs='8.0,9.0', or TORCH_CUDA_ARCH_LIST='8.0;9.0')"
         )
     return Target("cuda", system.cpu_capability, arch_list, openmp=system.openmp)
-
-
-def extra_env_flags(system: System) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """CFLAGS + CXXFLAGS and LDFLAGS from the environment, as argv lists.
-
-    g++ does not read these itself, so jitops applies them (they are in the
-    key). NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS are read by nvcc directly.
-    """
-    cflags = tuple(shlex.split(system.env("CFLAGS") or "")) + tuple(shlex.split(system.env("CXXFLAGS") or ""))
-    ldflags = tuple(shlex.split(system.env("LDFLAGS") or ""))
-    return cflags, ldflags

@@ -15,6 +15,8 @@ registrations in its namespace, not by reading the C++.
 Inline sources are written to a content-addressed folder under the cache
 root, so the key covers their bytes and compiler errors point at real files
 with the line numbers of the strings the user wrote.
+
+Imports: errors, fsutil, settings, spec, user_spec; loader, ops, registry and roots lazily.
 """
 
 from __future__ import annotations
@@ -30,16 +32,17 @@ from typing import TYPE_CHECKING, Any
 
 from . import fsutil
 from .errors import BuildError, KernelSourceError
+from .settings import Settings
 from .spec import SOURCE_SUFFIXES, OpSpec, validate_name
+from .user_spec import BuildOptions, StrOrSeq, _as_list, _check_tree_size, _spec
 
 if TYPE_CHECKING:
-    from .loader import LoadedLibrary, Op
+    from .ops import Op
+    from .plan import LoadedLibrary
 
-MAX_TREE_FILES = 2000  # a source folder bigger than this is not a kernel folder
 _memo: dict[str, UserLibrary] = {}  # cache key -> the object load() returned for it
 _memo_lock = threading.Lock()
 
-StrOrSeq = str | Sequence[str]
 
 
 class UserLibrary:
@@ -67,68 +70,13 @@ class UserLibrary:
         )
 
 
-def _as_list(value: StrOrSeq | None, what: str) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    items = list(value)
-    if not all(isinstance(v, str) for v in items):
-        raise TypeError(f"{what} must be a string or a sequence of strings, got {value!r}")
-    return items
-
-
-def _check_tree_size(root: Path, name: str) -> None:
-    count = 0
-    for _dirpath, _dirnames, filenames in os.walk(root):
-        count += len(filenames)
-        if count > MAX_TREE_FILES:
-            raise KernelSourceError(
-                f"library {name!r}: the folder {root} holding its sources has more than {MAX_TREE_FILES} files "
-                "under it, and the cache key covers every source and header there. Fix: put the kernel sources "
-                "(and their headers) in a folder of their own"
-            )
-
-
-def _spec(
-    name: str,
-    root: Path,
-    sources: Sequence[str],
-    *,
-    extra_cflags: StrOrSeq | None,
-    extra_cuda_cflags: StrOrSeq | None,
-    extra_ldflags: StrOrSeq | None,
-    extra_include_paths: StrOrSeq | None,
-    schemas: StrOrSeq | None,
-    exports: Sequence[str] = (),
-    origin: str,
-) -> OpSpec:
-    includes = [Path(os.path.abspath(p)) for p in _as_list(extra_include_paths, "extra_include_paths")]
-    for inc in includes:
-        if not inc.is_dir():
-            raise KernelSourceError(f"library {name!r}: include path {inc} is not a directory. Fix: pass existing folders")
-        _check_tree_size(inc, name)
-    return OpSpec(
-        name=name,
-        root=root,
-        cpu_sources=tuple(s for s in sources if not s.endswith(".cu")),
-        cuda_sources=tuple(s for s in sources if s.endswith(".cu")),
-        schemas=tuple(_as_list(schemas, "schemas")),
-        exports=tuple(exports),
-        cflags=tuple(_as_list(extra_cflags, "extra_cflags")),
-        cuda_cflags=tuple(_as_list(extra_cuda_cflags, "extra_cuda_cflags")),
-        ldflags=tuple(_as_list(extra_ldflags, "extra_ldflags")),
-        include_dirs=tuple(includes),
-        origin=origin,
-    )
-
-
-def load_spec(spec: OpSpec, device: str | None = None) -> UserLibrary:
+def load_spec(spec: OpSpec, device: str | None = None, settings: Settings | None = None) -> UserLibrary:
     """Load (building if needed) a user library through the loader; the same object while unchanged."""
-    from . import loader
+    from .loader import load_library
+    from .ops import op_from_library
 
     try:
-        lib = loader.load_library(spec, device)
+        lib = load_library(spec, device, settings=settings)
     except BuildError as e:
         # The compiler's message is the story; jitops's own frames would only bury it.
         raise e.with_traceback(None) from None
@@ -143,7 +91,7 @@ def load_spec(spec: OpSpec, device: str | None = None) -> UserLibrary:
                 'Fix: #include <jitops/op.h> and define ops with JITOPS_LIBRARY(m) { m.def("my_op(Tensor x) -> Tensor"); } '
                 "(not TORCH_LIBRARY with a fixed namespace), or pass schemas=[...]"
             )
-        ops = {n: loader.op_from_library(lib, n) for n in names}
+        ops = {n: op_from_library(lib, n) for n in names}
         result = UserLibrary(lib, ops)
         _memo[lib.key] = result
         return result
@@ -179,8 +127,9 @@ def load(
     root = Path(os.path.commonpath([str(p.parent) for p in paths]))
     _check_tree_size(root, name)
     rel = [p.relative_to(root).as_posix() for p in paths]
-    spec = _spec(name, root, rel, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-                 extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas,
+    spec = _spec(name, root, rel, BuildOptions.of(
+        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths, schemas=schemas),
                  origin=f"jitops.load from {root}")
     return load_spec(spec, device)
 
@@ -189,18 +138,20 @@ def _join(sources: StrOrSeq | None, what: str) -> str:
     return "\n".join(_as_list(sources, what))
 
 
-def inline_dir(name: str, files: dict[str, str]) -> Path:
+def inline_dir(name: str, files: dict[str, str], settings: Settings | None = None) -> Path:
     """A folder under the cache root holding exactly ``files``, named by their content."""
-    from . import loader
+    from .roots import cache_for_reading, writable_cache
 
+    settings = Settings.from_env() if settings is None else settings
     blob = json.dumps(sorted(files.items()), ensure_ascii=True).encode()
     digest = hashlib.sha256(blob).hexdigest()[:32]
-    cache = loader.cache_for_reading()
+    cache = cache_for_reading(settings)
     try:
-        return _write_inline(cache.base / "inline" / f"{name}-{digest}", files)
+        return _write_inline(cache.inline_dir(name, digest), files)
     except OSError:
-        cache = loader._writable_cache(cache)  # unwritable root: the loader's private cache (one warning)
-        return _write_inline(cache.base / "inline" / f"{name}-{digest}", files)
+        # An unusable root: the private temporary cache, with one warning, as get() does.
+        cache = writable_cache(cache, f"library {name!r}", settings)
+        return _write_inline(cache.inline_dir(name, digest), files)
 
 
 def _write_inline(folder: Path, files: dict[str, str]) -> Path:
@@ -245,11 +196,13 @@ def load_inline(
     cuda = _join(cuda_sources, "cuda_sources")
     if cuda:
         files[f"{name}_cuda.cu"] = cuda
-    root = inline_dir(name, files)
-    spec = _spec(name, root, list(files), extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-                 extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas,
+    settings = Settings.from_env()  # read once for this call
+    root = inline_dir(name, files, settings)
+    spec = _spec(name, root, list(files), BuildOptions.of(
+        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths, schemas=schemas),
                  origin="jitops.load_inline")
-    return load_spec(spec, device)
+    return load_spec(spec, device, settings)
 
 
 def register_kernel_dir(
@@ -272,7 +225,7 @@ def register_kernel_dir(
     without, it is built now to learn them. Registering the same folder
     again replaces the earlier registration.
     """
-    from . import loader
+    from .registry import register, registry
 
     folder = Path(os.path.abspath(path))
     if not folder.is_dir():
@@ -286,15 +239,16 @@ def register_kernel_dir(
     sources = sorted(p.name for p in folder.iterdir() if p.suffix in SOURCE_SUFFIXES and p.is_file())
     if not sources:
         raise KernelSourceError(f"kernel folder {folder} holds no source file ({', '.join(SOURCE_SUFFIXES)})")
-    spec = _spec(lib_name, folder, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-                 extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas,
+    spec = _spec(lib_name, folder, sources, BuildOptions.of(
+        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths, schemas=schemas),
                  exports=tuple(ops or ()), origin=f"kernel folder {folder}")
     spec = dataclasses.replace(spec, editable=True)
     if not spec.exports:
         spec = dataclasses.replace(spec, exports=tuple(load_spec(spec, device).ops))
     try:
-        same_folder = loader.registry().library(lib_name).root == spec.root
+        same_folder = registry().library(lib_name).root == spec.root
     except KeyError:
         same_folder = False
-    loader.register(spec, replace=same_folder)
+    register(spec, replace=same_folder)
     return spec

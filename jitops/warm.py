@@ -1,8 +1,10 @@
 """Building cache entries ahead of time (``jitops warm``), several libraries at once.
 
-Entries are built without being loaded (:func:`loader.ensure_entry`), so CUDA
+Entries are built without being loaded (:func:`entry.ensure_entry`), so CUDA
 entries can be built on a machine without a GPU, given nvcc and a CUDA build
 of torch. Where either is missing, CUDA work is *skipped* with its reason.
+
+Imports: entry, errors, plan, settings, spec, target.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from . import loader
+from .entry import ensure_entry
 from .errors import JitopsError, TargetError, ToolchainError
+from .plan import make_plan
+from .settings import Settings
 from .spec import OpSpec
+from .target import probe
 
 
 @dataclass(frozen=True)
@@ -41,14 +46,14 @@ def tasks_for(specs: Sequence[OpSpec], devices: Sequence[str]) -> list[Task]:
     return [Task(s, d) for s in dict.fromkeys(specs) for d in devices if d in s.devices]
 
 
-def _run(task: Task, archs: str | None, build_jobs: int) -> Outcome:
+def _run(task: Task, archs: str | None, build_jobs: int, settings: Settings) -> Outcome:
     start = time.monotonic()
     try:
-        plan = loader.make_plan(task.spec, task.device, archs)
+        plan = make_plan(task.spec, task.device, archs, settings=settings)
     except TargetError as e:
         return Outcome(task, "skipped" if task.device == "cuda" else "failed", task.device, 0.0, str(e))
     try:
-        entry = loader.ensure_entry(plan, jobs=build_jobs)
+        entry = ensure_entry(plan, jobs=build_jobs, settings=settings)
     except ToolchainError as e:
         status = "skipped" if task.device == "cuda" else "failed"
         return Outcome(task, status, plan.target.name, time.monotonic() - start, str(e))
@@ -66,6 +71,7 @@ def warm(
     jobs: int,
     on_start: Callable[[Task], None] = lambda t: None,
     on_done: Callable[[Outcome], None] = lambda o: None,
+    settings: Settings | None = None,
 ) -> list[Outcome]:
     """Run ``tasks`` with at most ``jobs`` compiles in flight; outcomes in task order.
 
@@ -77,6 +83,7 @@ def warm(
     """
     if not tasks:
         return []
+    settings = Settings.from_env() if settings is None else settings
     workers = max(1, min(jobs, len(tasks)))
     build_jobs = max(1, jobs // workers)
     guard = threading.Lock()
@@ -90,12 +97,12 @@ def warm(
                 if task is None:
                     return
                 on_start(task)
-            outcome = _run(task, archs, build_jobs)
+            outcome = _run(task, archs, build_jobs, settings)
             with guard:
                 outcomes[i] = outcome
                 on_done(outcome)
 
-    loader.probe()  # read torch's facts once, before the threads need them
+    probe()  # read torch's facts once, before the threads need them
     threads = [threading.Thread(target=work, name=f"jitops-warm-{n}", daemon=True) for n in range(workers)]
     for t in threads:
         t.start()

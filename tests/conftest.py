@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,19 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(root))
     return root
 
+
+
+@pytest.fixture(autouse=True)
+def _undo_registrations() -> Iterator[None]:
+    """Whatever a test registers is taken back after it: the registry is as the test found it."""
+    from jitops.registry import REGISTRY, registry
+
+    registry()  # the builtins are part of the registry as every test finds it
+    before = {s.name: s for s in REGISTRY.specs()}
+    yield
+    for spec in REGISTRY.specs():
+        if before.get(spec.name) is not spec:
+            REGISTRY.remove(spec.name)
+    for spec in before.values():
+        if REGISTRY.get_library(spec.name) is not spec:
+            REGISTRY.add(spec, replace=True)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,17 @@ def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 300
     if check and proc.returncode != 0:
         raise AssertionError(f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     return proc
+
+
+def run_scenario(scenario: str, /, *, env: dict[str, str] | None = None, timeout: float = 300, **kwargs: Any) -> Any:
+    """Run ``tests.scenarios.<scenario>(**kwargs)`` in a fresh interpreter; its JSON reply."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.scenarios", scenario, json.dumps(kwargs)],
+        env=env or child_env(), capture_output=True, text=True, timeout=timeout, cwd=REPO,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"scenario {scenario} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    return last_json(proc.stdout)
 
 
 def last_json(stdout: str) -> Any:
@@ -105,3 +117,39 @@ def run_as_nobody(base: Path, code: str, env: dict[str, str], timeout: float = 2
     if proc.returncode != 0:
         raise AssertionError(f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     return proc
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One live process, as /proc shows it (``cwd`` and ``argv`` are "" where unreadable)."""
+
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    pgid: int
+    cwd: str
+    argv: str  # NULs as spaces
+
+
+def processes() -> list[Proc]:
+    """Every process /proc lists now, zombies left out: the one /proc walker the tests share."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1: stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] == "Z":  # exited, waiting to be reaped by its parent
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{d}/cwd")
+            argv = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            cwd = argv = ""
+        out.append(Proc(int(d), comm, fields[0], int(fields[1]), int(fields[2]), cwd, argv))
+    return out

@@ -6,6 +6,12 @@ milliseconds where a fresh interpreter costs a second of torch import, so the
 race, kill and corruption tests can afford hundreds of real processes. Each
 worker is a real process with its own memory, its own OS locks and its own
 loader memo, and it is killed, raced and checked like any other.
+
+A child program is a function here, not a string: ``helpers.run_scenario(
+"name", env, **kwargs)`` runs ``python -m tests.scenarios name '<json kwargs>'``,
+which calls ``name(**kwargs)`` and reports its return value (or the
+exception, as ``_describe`` does) as the last line of stdout. Linters and
+tracebacks see real code and real line numbers.
 """
 
 from __future__ import annotations
@@ -189,24 +195,11 @@ def get_recording(name: str = "fakeadd") -> dict[str, Any]:
 
 def builders_under(root: Path) -> list[str]:
     """Processes (not this one) whose working dir or argv lies under ``root``: live builds."""
+    from tests.helpers import processes
+
     root_s = str(root)
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            cwd = os.readlink(f"/proc/{d}/cwd")
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{d}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state == "Z":  # exited, waiting to be reaped by its parent
-            continue
-        if cwd.startswith(root_s) or root_s in argv:
-            found.append(f"{d}: {argv[:200]}")
-    return found
+    return [f"{p.pid}: {p.argv[:200]}" for p in processes()
+            if p.pid != os.getpid() and p.cwd and (p.cwd.startswith(root_s) or root_s in p.argv)]
 
 
 def wait_builders(root: Path, within: float = 60) -> list[str]:
@@ -232,3 +225,88 @@ def wait_no_builders(root: Path, within: float) -> list[str]:
 def report(value: Any) -> None:
     """The child's result, as the last line of its stdout (see helpers.last_json)."""
     print(json.dumps(value), flush=True)
+
+
+# ------------------------------------------------------------------ scenarios run by name
+
+
+def get_all_reporting_warnings(names: list[str]) -> dict[str, Any]:
+    """get_and_check for each name; whether each works, and every warning raised meanwhile."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        values = [get_and_check(n) for n in names]
+    return {"works": [v["works"] for v in values], "warnings": [str(w.message) for w in caught]}
+
+
+def load_inline_reporting(name: str, source: str, schemas: list[str]) -> dict[str, Any]:
+    """``jitops.load_inline`` once; the entry it loaded and every RuntimeWarning raised meanwhile."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lib = jitops.load_inline(name, source, schemas=schemas)
+    return {"ok": True, "entry": str(lib.library.entry), "ops": sorted(lib.ops),
+            "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]}
+
+
+def attempt_get(name: str = "softmax", register_fakes: bool = False, hide_ninja: bool = False,
+                library: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``jitops.get(name)``: ok, or the error with how long it took and whether a lock was reached.
+    ``library`` (OpSpec fields, ``root`` a path) is registered first."""
+    if library is not None:
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in library.items()}
+        jitops.register(jitops.OpSpec(**{**fields, "root": Path(fields["root"])}))
+    if hide_ninja:
+        sys.modules["ninja"] = None  # type: ignore[assignment]  # as if the PyPI package were absent
+    if register_fakes:
+        fakelib.register_all()
+    start = time.monotonic()
+    try:
+        jitops.get(name)
+        return {"ok": True}
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return {**_describe(e), "seconds": time.monotonic() - start, "filelock_imported": "filelock" in sys.modules}
+
+
+def get_with_fake_cuda(op: str = "softmax", archs: str = "8.0") -> dict[str, Any]:
+    """ensure_entry for ``op`` on CUDA, with a torch that claims CUDA 13.0 (CUDA_HOME comes from the env)."""
+    import dataclasses
+
+    import jitops.entry
+    import jitops.plan
+    import jitops.registry
+
+    real = jitops.plan.probe
+    jitops.plan.probe = lambda: dataclasses.replace(real(), torch_cuda="13.0")  # type: ignore[assignment]
+    start = time.monotonic()
+    try:
+        spec = jitops.registry.registry().lookup(op)
+        jitops.entry.ensure_entry(jitops.plan.make_plan(spec, "cuda", archs))
+        return {"ok": True}
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return {**_describe(e), "seconds": time.monotonic() - start, "filelock_imported": "filelock" in sys.modules}
+
+
+def load_inline_cuda(name: str, cpp: str, cu: str) -> dict[str, Any]:
+    """``jitops.load_inline`` of a CPU+CUDA library for CUDA (archs from TORCH_CUDA_ARCH_LIST; no GPU
+    is needed to build it or to load it)."""
+    lib = jitops.load_inline(name, cpp, cu, device="cuda")
+    return {"ok": True, "built": lib.library.built, "entry": str(lib.library.entry), "target": lib.library.target,
+            "ops": sorted(lib.ops)}
+
+
+def main(argv: list[str]) -> int:
+    name, raw = argv
+    fn = globals()[name]
+    try:
+        result = fn(**json.loads(raw))
+    except Exception as e:  # noqa: BLE001 - the test reads the failure
+        result = _describe(e)
+    report(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -23,8 +23,13 @@ import pytest
 import jitops
 from jitops import build as build_mod
 from jitops import cache_admin, loader
-from jitops.cache import Cache, Manifest, compute_key
-from jitops.cli import main, parse_age, parse_size
+import jitops.entry as jentry
+import jitops.plan as jplan
+from jitops.cache import Cache
+from jitops.key import compute_key
+from jitops.manifest import Manifest
+from jitops.cli import main
+from jitops.cli_cache import parse_age, parse_size
 from jitops.errors import OfflineMiss
 from tests.cli_helpers import fake_spec
 from tests.helpers import child_env, last_json
@@ -35,19 +40,20 @@ def fake(private_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path): 
     """Register fake-built specs on demand; returns (make(name) -> spec, Cache)."""
     monkeypatch.setenv("JITOPS_BUILDER", "fake")
     monkeypatch.setenv("JITOPS_PROGRESS", "0")
-    made = []
+    handles = []
 
     def make(name: str):  # type: ignore[no-untyped-def]
         spec = fake_spec(tmp_path / "specs", name)
-        jitops.register(spec, replace=True)
-        made.append(spec)
+        handles.append(jitops.register(spec, replace=True))
         return spec
 
     yield make, Cache(private_cache)
+    for handle in reversed(handles):  # registrations are undone after each test
+        handle.undo()
 
 
 def build(spec, offline: bool | None = None):  # type: ignore[no-untyped-def]
-    return loader.ensure_entry(loader.make_plan(spec, "cpu"), offline=offline)
+    return jentry.ensure_entry(jplan.make_plan(spec, "cpu"), offline=offline)
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

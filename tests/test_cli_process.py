@@ -19,16 +19,18 @@ from pathlib import Path
 
 import pytest
 
-from jitops import loader
+import jitops.entry as jentry
+import jitops.plan as jplan
+import jitops.registry as jregistry
 from jitops.cli import main
 from tests.cli_helpers import AUDIT, no_compiler_env, run_child
-from tests.helpers import NOBODY, REPO, child_env, last_json, run_as_nobody
+from tests.helpers import NOBODY, REPO, child_env, last_json, processes, run_as_nobody
 
 
 @pytest.fixture(scope="session")
-def softmax_entry(session_cache: Path) -> loader.Entry:
+def softmax_entry(session_cache: Path) -> jentry.Entry:
     """The real softmax CPU entry in the session cache (built at most once per session)."""
-    return loader.ensure_entry(loader.make_plan(loader.registry().lookup("softmax"), "cpu"))
+    return jentry.ensure_entry(jplan.make_plan(jregistry.registry().lookup("softmax"), "cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +65,9 @@ OFFLINE_CHILD = """
 import contextlib, io, json, os, sys
 import torch, jitops
 from jitops import loader
+import jitops.entry as jentry
+import jitops.plan as jplan
+import jitops.registry as jregistry
 from jitops.cli import main
 """ + AUDIT + """
 SAMPLES = {"softmax": lambda op, x: (op(x, dim=-1), torch.softmax(x, -1)),
@@ -78,7 +83,7 @@ with contextlib.redirect_stdout(io.StringIO()):
     report["rcs"] = [main(["cache", "ls"]), main(["cache", "verify"]), main(["list"])]
 os.environ["CXXFLAGS"] = "-DJITOPS_NEW_FLAGS"  # a new key: offline must refuse, not build or write
 try:
-    loader.load_library(loader.registry().lookup("softmax"))
+    loader.load_library(jregistry.registry().lookup("softmax"))
     report["miss"] = None
 except jitops.OfflineMiss as e:
     report["miss"] = str(e)
@@ -155,7 +160,7 @@ print(json.dumps({"built": op.library.built, "ok": bool(torch.allclose(op(x, dim
 @pytest.mark.process
 @pytest.mark.timeout(600)
 def test_export_then_import_into_empty_cache_gives_hits_in_a_fresh_process(
-        softmax_entry: loader.Entry, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        softmax_entry: jentry.Entry, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     archive = tmp_path / "softmax.tar.gz"
     assert main(["cache", "export", str(archive), "softmax"]) == 0
     assert "exported" in capsys.readouterr().out
@@ -176,7 +181,7 @@ def test_export_then_import_into_empty_cache_gives_hits_in_a_fresh_process(
 @pytest.mark.compile
 @pytest.mark.process
 @pytest.mark.timeout(600)
-def test_explain_names_the_changed_ingredient(softmax_entry: loader.Entry, monkeypatch: pytest.MonkeyPatch,
+def test_explain_names_the_changed_ingredient(softmax_entry: jentry.Entry, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "softmax", "--device", "cpu"]) == 0
     assert "cached: loads" in capsys.readouterr().out
@@ -217,7 +222,7 @@ with warnings.catch_warnings(record=True) as caught:
     except (jitops.ToolchainError, jitops.OfflineMiss) as e:
         refused = type(e).__name__ + ": " + str(e)
     refuse_s = time.monotonic() - t
-    kw = {} if jitops.loader.env_flag("JITOPS_FALLBACK") else {"fallback": True}
+    kw = {} if jitops.settings.env_flag("JITOPS_FALLBACK") else {"fallback": True}
     a, b, c = jitops.get("softmax", **kw), jitops.get("softmax", **kw), jitops.get("log_softmax", **kw)
     ok = bool(torch.allclose(a(x, dim=-1), torch.softmax(x, -1)) and torch.allclose(b(x, 0), torch.softmax(x, 0))
               and torch.allclose(c(x, dim=1), torch.log_softmax(x, 1), atol=1e-6))
@@ -263,18 +268,21 @@ def test_fingerprint_ignores_the_compiler_but_not_the_flags(tmp_path: Path) -> N
     assert len(here.strip()) == 32 and here == bare and flags != here
 
 
+def test_cpu_fingerprint_ignores_cuda_only_variables_but_not_cxxflags(tmp_path: Path) -> None:
+    """A CPU key holds no CUDA-only variable: setting the arch list or CUDA_HOME rebuilds no CPU op."""
+    cache = str(tmp_path / "c")
+    args = ("cache", "fingerprint", "--device", "cpu")
+    unset = {"CUDA_HOME": None, "TORCH_CUDA_ARCH_LIST": None, "NVCC_APPEND_FLAGS": None, "CXXFLAGS": None}
+    bare = _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache, **unset), args=args))
+    for var, value in (("CUDA_HOME", "/usr/local/cuda"), ("TORCH_CUDA_ARCH_LIST", "9.0"), ("NVCC_APPEND_FLAGS", "-G")):
+        assert _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache, **{**unset, var: value}), args=args)) == bare, var
+    flags = _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache, **{**unset, "CXXFLAGS": "-O1"}), args=args))
+    assert len(bare.strip()) == 32 and flags != bare
+
+
 def _processes_using(root: Path) -> list[str]:
     """Command lines of live processes working inside ``root`` (supervisor, ninja, compilers)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        if cwd.startswith(str(root)):
-            found.append(cmd[:160])
-    return found
+    return [p.argv[:160] for p in processes() if p.cwd.startswith(str(root))]
 
 
 @pytest.mark.compile

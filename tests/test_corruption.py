@@ -26,7 +26,8 @@ def test_truncations_and_flips_detected_before_load(tmp_path: Path) -> None:
     out = run_py(
         f"""
         import random
-        from jitops.cache import Cache, EntryProblem
+        from jitops.cache import Cache
+        from jitops.manifest import EntryProblem
         import os, shutil
         from pathlib import Path
         from tests import scenarios as S
@@ -118,7 +119,7 @@ def test_planted_library_never_runs(tmp_path: Path) -> None:
     out = run_py(
         f"""
         import json
-        from jitops.cache import Manifest
+        from jitops.manifest import Manifest
         import os, shutil
         from pathlib import Path
         from tests import scenarios as S
@@ -149,7 +150,7 @@ def test_planted_library_never_runs(tmp_path: Path) -> None:
                 import hashlib, dataclasses
                 data = evil.read_bytes()
                 ingr = dict(m.ingredients, cflags=["-DOTHER"])
-                from jitops.cache import compute_key
+                from jitops.key import compute_key
                 fake = dataclasses.replace(m, key=compute_key(ingr), ingredients=ingr,
                                            sha256=hashlib.sha256(data).hexdigest(), size=len(data))
                 mp.write_bytes(fake.to_json())

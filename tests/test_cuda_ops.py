@@ -16,6 +16,7 @@ import torch
 
 import jitops
 from jitops import loader
+import jitops.registry as jregistry
 from jitops.archs import default_arch
 from jitops.errors import TargetError
 
@@ -48,7 +49,7 @@ def test_arch_list_without_this_gpu_is_refused_before_building() -> None:
     major, minor = torch.cuda.get_device_capability()
     other = "7.5" if major >= 8 else "9.0"  # another major and no PTX: nothing here would run
     with pytest.raises(TargetError, match=f"compute capability {major}.{minor}"):
-        loader.load_library(loader.registry().library("softmax"), "cuda", other)
+        loader.load_library(jregistry.registry().library("softmax"), "cuda", other)
 
 
 # ------------------------------------------------------------ softmax

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from jitops import loader
+import jitops.key as jkey
+import jitops.plan as jplan
+import jitops.registry as jregistry
 from jitops.archs import (
     NAMED_ARCHS,
     arch_gencode_flags,
@@ -23,7 +26,7 @@ from jitops.archs import (
     runnable_code,
     sass_archs,
 )
-from jitops.cache import compute_key
+from jitops.key import compute_key
 from jitops.errors import TargetError
 from jitops.spec import OpSpec
 from jitops.target import System, Target, choose_target
@@ -126,8 +129,8 @@ def test_target_name_carries_the_arch_list(archs: str, name: str) -> None:
 
 
 def _key(system: System, target: Target) -> str:
-    spec = loader.registry().library("softmax")
-    return compute_key(loader.ingredients(spec, target, system, None, None, {"softmax_cuda.cu": "0" * 64}))
+    spec = jregistry.registry().library("softmax")
+    return compute_key(jkey.ingredients(spec, target, system, None, None, {"softmax_cuda.cu": "0" * 64}))
 
 
 def test_sm80_and_sm90_entries_coexist() -> None:
@@ -229,21 +232,21 @@ def test_mismatch_error_names_both_sides_and_the_fix() -> None:
 
 def test_plan_for_an_arch_list_the_gpu_cannot_run(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Checked before building: a named list is an error; TORCH_CUDA_ARCH_LIST gives way to the GPU's arch."""
-    spec = loader.registry().library("softmax")
-    monkeypatch.setattr(loader, "probe", lambda: gpu_system((9, 0), TORCH_CUDA_ARCH_LIST="8.0"))
-    plan = loader.make_plan(spec)
+    spec = jregistry.registry().library("softmax")
+    monkeypatch.setattr(jplan, "probe", lambda: gpu_system((9, 0), TORCH_CUDA_ARCH_LIST="8.0"))
+    plan = jplan.make_plan(spec)
     assert plan.target.archs == ("8.0",)
     with caplog.at_level("WARNING", logger="jitops"):
-        fixed = loader._runnable_here(plan, None)
+        fixed = jplan.runnable_here(plan, None)
     assert fixed.target.name == "cuda-sm90" and fixed.key != plan.key
     assert "has no code for this GPU (compute capability 9.0)" in caplog.text
     with pytest.raises(TargetError, match="compute capability 9.0"):
-        loader._runnable_here(loader.make_plan(spec, "cuda", "8.0"), "8.0")
-    ok = loader.make_plan(spec, "cuda", "8.0,9.0")
-    assert loader._runnable_here(ok, "8.0,9.0") is ok
+        jplan.runnable_here(jplan.make_plan(spec, "cuda", "8.0"), "8.0")
+    ok = jplan.make_plan(spec, "cuda", "8.0,9.0")
+    assert jplan.runnable_here(ok, "8.0,9.0") is ok
     newer = dataclasses.replace(gpu_system((12, 1), TORCH_CUDA_ARCH_LIST="8.0"), torch_cuda_archs=("sm_80", "sm_120"))
-    monkeypatch.setattr(loader, "probe", lambda: newer)
-    assert loader._runnable_here(loader.make_plan(spec), None).target.archs == ("12.0+PTX",)
+    monkeypatch.setattr(jplan, "probe", lambda: newer)
+    assert jplan.runnable_here(jplan.make_plan(spec), None).target.archs == ("12.0+PTX",)
 
 
 def test_load_library_builds_for_the_gpu_it_will_run_on(
@@ -257,7 +260,7 @@ def test_load_library_builds_for_the_gpu_it_will_run_on(
     spec = OpSpec(name="archcheck", root=src, cpu_sources=("k.cpp",), cuda_sources=("k.cu",),
                   schemas=("archcheck(Tensor x) -> Tensor",))
     kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
-    monkeypatch.setattr(loader, "probe", lambda: gpu_system((9, 0), TORCH_CUDA_ARCH_LIST="8.0", CUDA_HOME=str(kit)))
+    monkeypatch.setattr(jplan, "probe", lambda: gpu_system((9, 0), TORCH_CUDA_ARCH_LIST="8.0", CUDA_HOME=str(kit)))
     monkeypatch.setenv("JITOPS_BUILDER", "fake")  # a real, tiny .so; this test is about which entry is built
     entries = private_cache / "v1" / "entries" / "archcheck"
 

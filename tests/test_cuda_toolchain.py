@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from jitops import loader, toolchain
+from jitops import toolchain
+import jitops.entry as jentry
+import jitops.plan as jplan
+import jitops.registry as jregistry
 from jitops.errors import ToolchainError
 from tests.cuda_fakes import fake_toolkit, gpu_system
 
@@ -71,14 +74,14 @@ def test_mismatched_nvcc_is_refused_before_compiling(
     else:
         system = gpu_system(None)
         monkeypatch.setenv("PATH", f"{kit / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(loader, "probe", lambda: system)
-    spec = loader.registry().library("softmax")
-    plan = loader.make_plan(spec, "cuda", "8.0,9.0")
+    monkeypatch.setattr(jplan, "probe", lambda: system)
+    spec = jregistry.registry().library("softmax")
+    plan = jplan.make_plan(spec, "cuda", "8.0,9.0")
     assert plan.ingredients["nvcc"]["path"] == str(kit / "bin" / "nvcc")
     assert isinstance(plan.toolchain_error, ToolchainError)
     start = time.monotonic()
     with pytest.raises(ToolchainError) as e:
-        loader.ensure_entry(plan)
+        jentry.ensure_entry(plan)
     assert time.monotonic() - start < 2
     assert "nvcc is CUDA 12.4" in str(e.value) and "CUDA 13.0" in str(e.value)
     staging = private_cache / "v1" / "staging"
@@ -88,8 +91,8 @@ def test_mismatched_nvcc_is_refused_before_compiling(
 
 def test_matching_nvcc_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, private_cache: Path) -> None:
     kit = fake_toolkit(tmp_path / "cuda-13.1", "13.1")
-    monkeypatch.setattr(loader, "probe", lambda: gpu_system(None, CUDA_HOME=str(kit)))
-    plan = loader.make_plan(loader.registry().library("softmax"), "cuda", "9.0")
+    monkeypatch.setattr(jplan, "probe", lambda: gpu_system(None, CUDA_HOME=str(kit)))
+    plan = jplan.make_plan(jregistry.registry().library("softmax"), "cuda", "9.0")
     assert plan.toolchain_error is None
     assert "release 13.1" in plan.ingredients["nvcc"]["version"]
 
@@ -119,7 +122,7 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
     the CUDA libraries' headers from torch's wheels come after the toolkit's."""
     import torch.utils.cpp_extension as ce
 
-    from jitops import build
+    from jitops import build, ninja
     from jitops.archs import arch_gencode_flags
 
     kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
@@ -127,9 +130,9 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
     (tmp_path / "site" / "nvidia" / "cu13" / "include").mkdir(parents=True)  # as torch's CUDA wheels install it
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     libs = str(tmp_path / "site" / "nvidia" / "cu13" / "include")
-    assert libs in build.cuda_library_includes()
+    assert libs in ninja.cuda_library_includes()
     saved_home = ce.CUDA_HOME
-    spec = loader.registry().library("softmax")
+    spec = jregistry.registry().library("softmax")
     gencode = arch_gencode_flags(("8.0", "9.0+PTX"))
     (tmp_path / "build").mkdir()
     job = build.BuildJob(
@@ -138,7 +141,7 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
         cflags=("-O3",), cuda_cflags=("-O3", *gencode), ldflags=(), cxx="/usr/bin/c++", ninja="ninja",
         nvcc=str(kit / "bin" / "nvcc"), build_dir=tmp_path / "build", env={},
     )
-    lines = build.write_ninja_file(job).read_text().splitlines()
+    lines = ninja.write_ninja_file(job)[0].read_text().splitlines()
     value = {ln.split(" = ", 1)[0]: ln.split(" = ", 1)[1] for ln in lines if " = " in ln and not ln.startswith(" ")}
     assert value["nvcc"] == str(kit / "bin" / "nvcc")
     assert [w for w in value["cuda_cflags"].split() if "arch" in w] == list(gencode)

@@ -10,23 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import child_env, last_json, run_py
+from tests.helpers import run_scenario, child_env, last_json, run_py
 
 pytestmark = pytest.mark.process
 
-_TRY = """
-import sys, time
-from tests import scenarios as S
-def attempt(name="softmax", **kw):
-    import jitops
-    t = time.monotonic()
-    try:
-        jitops.get(name, **kw)
-        return {"ok": True}
-    except Exception as e:
-        return {"ok": False, "type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e),
-                "seconds": time.monotonic() - t, "filelock_imported": "filelock" in sys.modules}
-"""
 
 
 def _assert_fast_toolchain_error(r: dict, *words: str) -> None:
@@ -40,12 +27,11 @@ def _assert_fast_toolchain_error(r: dict, *words: str) -> None:
 @pytest.mark.timeout(60)
 def test_missing_compiler(tmp_path: Path) -> None:
     env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"), PATH=str(tmp_path / "empty"), CXX=None)
-    out = run_py(_TRY + "\nS.report(attempt())", env=env)
-    r = last_json(out.stdout)
+    r = run_scenario("attempt_get", env=env)
     _assert_fast_toolchain_error(r, "'softmax'", "c++", "CXX", "Fix:")
     assert not (tmp_path / "c" / "v1" / "locks").exists()
     env["CXX"] = "/nonexistent/g++"
-    r = last_json(run_py(_TRY + "\nS.report(attempt())", env=env).stdout)
+    r = run_scenario("attempt_get", env=env)
     _assert_fast_toolchain_error(r, "'softmax'", "CXX='/nonexistent/g++'", "Fix:")
 
 
@@ -54,32 +40,15 @@ def test_missing_ninja(tmp_path: Path) -> None:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "c++").symlink_to("/usr/bin/c++")
-    code = _TRY + "\nsys.modules['ninja'] = None  # the PyPI package is absent\nS.report(attempt())"
     env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"), PATH=str(bindir))
-    r = last_json(run_py(code, env=env).stdout)
+    r = run_scenario("attempt_get", env=env, hide_ninja=True)
     _assert_fast_toolchain_error(r, "'softmax'", "ninja", "PATH", "Fix:")
 
 
 def _fake_cuda_plan_error(tmp_path: Path, cuda_home: Path) -> dict:
     """make_plan + ensure_entry for a CUDA target, on a probed system whose torch is CUDA 13.0."""
-    out = run_py(
-        _TRY
-        + """
-import dataclasses, time
-from jitops import loader, target
-real = loader.probe
-loader.probe = lambda: dataclasses.replace(real(), torch_cuda="13.0")
-t = time.monotonic()
-try:
-    loader.ensure_entry(loader.make_plan(loader.registry().lookup("softmax"), "cuda", "8.0"))
-    S.report({"ok": True})
-except Exception as e:
-    S.report({"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e),
-              "seconds": time.monotonic() - t, "filelock_imported": "filelock" in sys.modules})
-""",
-        env=child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"), CUDA_HOME=str(cuda_home), PATH="/usr/bin:/bin"),
-    )
-    return last_json(out.stdout)
+    env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"), CUDA_HOME=str(cuda_home), PATH="/usr/bin:/bin")
+    return run_scenario("get_with_fake_cuda", env=env)
 
 
 @pytest.mark.timeout(60)
@@ -109,7 +78,7 @@ def test_oom_killed_compiler(tmp_path: Path) -> None:
     wrapper.write_text('#!/bin/sh\ncase "$1" in *cc1plus) kill -9 $$ ;; esac\nexec "$@"\n')
     wrapper.chmod(0o755)
     env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"), CXXFLAGS=f"-wrapper {wrapper}", MAX_JOBS="2")
-    r = last_json(run_py(_TRY + "\nS.report(attempt())", env=env, timeout=190).stdout)
+    r = run_scenario("attempt_get", env=env, timeout=190)
     assert r["type"] == "BuildError" and "JitopsError" in r["mro"], r
     assert "out-of-memory" in r["msg"] and "MAX_JOBS=1" in r["msg"] and "'softmax'" in r["msg"], r["msg"]
     assert "full log:" in r["msg"]
@@ -161,11 +130,8 @@ def test_lock_wait_progress_and_timeout(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(60)
 def test_bad_lock_timeout_value(tmp_path: Path) -> None:
-    out = run_py(
-        _TRY + "\nfrom tests import fakelib\nfakelib.register_all()\nS.report(attempt('fakeadd'))",
-        env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c"), JITOPS_LOCK_TIMEOUT="soon"),
-    )
-    r = last_json(out.stdout)
+    r = run_scenario("attempt_get", env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c"),
+                                                  JITOPS_LOCK_TIMEOUT="soon"), name="fakeadd", register_fakes=True)
     assert r["type"] == "ConfigError" and "JitopsError" in r["mro"] and "Fix:" in r["msg"]
 
 
@@ -200,19 +166,9 @@ def test_compile_error_is_one_screen_with_a_fix(tmp_path: Path) -> None:
     src = tmp_path / "lib"
     src.mkdir()
     (src / "broken.cpp").write_text("int ok = 1;\nint broken = ;\n")
-    out = run_py(
-        _TRY
-        + f"""
-import jitops
-jitops.register(jitops.OpSpec(name="broken", root={str(src)!r}, cpu_sources=("broken.cpp",),
-                              schemas=("broken(Tensor x) -> Tensor",)))
-r = attempt("broken")
-S.report(r)
-""",
-        env=child_env(JITOPS_CACHE_DIR=str(tmp_path / "c")),
-        timeout=60,
-    )
-    r = last_json(out.stdout)
+    library = {"name": "broken", "root": str(src), "cpu_sources": ["broken.cpp"], "schemas": ["broken(Tensor x) -> Tensor"]}
+    r = run_scenario("attempt_get", env=child_env(JITOPS_CACHE_DIR=str(tmp_path / "c")), timeout=60,
+                     name="broken", library=library)
     assert r["type"] == "BuildError" and "JitopsError" in r["mro"] and "RuntimeError" in r["mro"]
     lines = r["msg"].splitlines()
     assert len(lines) <= 40 and "'broken'" in lines[0]

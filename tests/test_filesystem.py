@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, child_env, last_json, run_py
+from tests.helpers import run_scenario, REPO, child_env, last_json, run_py
 
 pytestmark = pytest.mark.process
 
@@ -162,32 +162,28 @@ def test_cache_path_is_a_file(tmp_path: Path) -> None:
     """An unusable cache (JITOPS_CACHE_DIR names a file): one warning, private build; strict: CacheError."""
     bogus = tmp_path / "not-a-dir"
     bogus.write_text("x")
-    out = run_py(
-        """
-        import warnings
-        from tests import scenarios as S
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            values = [S.get_and_check(n) for n in ("fakeadd", "fakemul")]
-        S.report({"works": [v["works"] for v in values], "warnings": [str(w.message) for w in caught]})
-        """,
-        env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(bogus)),
-    )
-    r = last_json(out.stdout)
+    r = run_scenario("get_all_reporting_warnings", env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(bogus)),
+                     names=["fakeadd", "fakemul"])
     assert r["works"] == [True, True] and len(r["warnings"]) == 1
     assert bogus.read_text() == "x"
-    strict = run_py(
-        """
-        import jitops
-        from tests import scenarios as S
-        try:
-            S.get_and_check("fakeadd")
-        except jitops.CacheError as e:
-            S.report(str(e))
-        """,
-        env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(bogus), JITOPS_STRICT="1"),
-    )
-    assert "fakeadd" in last_json(strict.stdout)
+    strict = run_scenario("attempt_get", env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(bogus),
+                                                       JITOPS_STRICT="1"), name="fakeadd", register_fakes=True)
+    assert strict["type"] == "CacheError" and "fakeadd" in strict["msg"]
+
+
+@pytest.mark.timeout(120)
+def test_load_inline_with_cache_path_a_file_builds_privately(tmp_path: Path) -> None:
+    """load_inline, like get: an unusable cache root means one warning and a build in the private cache
+    (it raised TypeError in user.inline_dir)."""
+    bogus = tmp_path / "not-a-dir"
+    bogus.write_text("x")
+    r = run_scenario("load_inline_reporting", env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(bogus)),
+                     name="inline_private", source="// no C++ needed: the schema is defined from Python\n",
+                     schemas=["inline_private_op(Tensor x) -> Tensor"])
+    assert r["ok"], r
+    assert r["ops"] == ["inline_private_op"] and not r["entry"].startswith(str(bogus))
+    assert len(r["warnings"]) == 1 and "private temporary cache" in r["warnings"][0], r["warnings"]
+    assert bogus.read_text() == "x"
 
 
 @needs_mount

@@ -9,7 +9,6 @@ and the lock, and finally builds the same kernel again, in the same process.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from pathlib import Path
 import filelock
 import pytest
 
-from tests.helpers import REPO, child_env
+from tests.helpers import REPO, child_env, processes
 
 pytestmark = [pytest.mark.process, pytest.mark.compile]
 
@@ -68,19 +67,7 @@ CHILD = textwrap.dedent(
 
 def _processes() -> dict[int, tuple[str, int, int]]:
     """pid -> (command name, parent pid, process group) for every process."""
-    out = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z":
-            out[int(d)] = (comm, int(fields[1]), int(fields[2]))
-    return out
+    return {p.pid: (p.comm, p.ppid, p.pgid) for p in processes()}
 
 
 def _descendants(root: int, procs: dict[int, tuple[str, int, int]]) -> set[int]:

@@ -26,10 +26,12 @@ BUILD = textwrap.dedent(
     """
     import json, pathlib, sys
     from jitops import loader
+    import jitops.entry as jentry
+    import jitops.plan as jplan
     from jitops.spec import OpSpec
     root = pathlib.Path(sys.argv[1])
     spec = OpSpec(name="progress_demo", root=root, cpu_sources=("k.cpp",), exports=("progress_demo",))
-    entry = loader.ensure_entry(loader.make_plan(spec))
+    entry = jentry.ensure_entry(jplan.make_plan(spec))
     print(json.dumps({"built": entry.built, "target": entry.plan.target.name}), flush=True)
     """
 )

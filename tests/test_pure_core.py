@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 import jitops
-from jitops import cache, loader, spec, target, toolchain
+from jitops import spec, target, toolchain
+import jitops.key as jkey
+import jitops.manifest as jmanifest
+from jitops.settings import Settings
 from jitops.errors import InvalidNameError, JitopsError, TargetError, UnknownOpError
 from tests.helpers import child_env, last_json, run_py
 
@@ -35,7 +38,7 @@ def key_of(spec_: spec.OpSpec = SOFTMAX, system: target.System = BASE_SYSTEM, tg
            cxx: toolchain.Tool | None = CXX, nvcc: toolchain.Tool | None = None, digests: dict | None = None) -> str:
     tgt = tgt or target.choose_target(system, "cpu")
     digests = digests if digests is not None else {"softmax_cpu.cpp": "a" * 64, "register.cpp": "b" * 64}
-    return cache.compute_key(loader.ingredients(spec_, tgt, system, cxx, nvcc, digests))
+    return jkey.compute_key(jkey.ingredients(spec_, tgt, system, cxx, nvcc, digests))
 
 
 # ------------------------------------------------------------------ names
@@ -102,18 +105,42 @@ PERTURBATIONS = {
     "cuda archs": dict(tgt=target.Target("cuda", "AVX512", ("8.0",)), nvcc=NVCC),
     "nvcc version": dict(tgt=target.Target("cuda", "AVX512", ("9.0",)), nvcc=dataclasses.replace(NVCC, version="release 13.1")),
 }
-for _var in target.BUILD_ENV_VARS:
-    PERTURBATIONS[f"env {_var}"] = dict(system=dataclasses.replace(BASE_SYSTEM, build_env=((_var, "x"),)))
+CUDA_TARGET = target.Target("cuda", "AVX512", ("9.0",))
+for _var in jkey.BUILD_ENV_VARS:
+    # A CUDA-only variable is in CUDA keys only (test_env_var_reaches_exactly_the_keys_it_affects): perturb one.
+    _where = dict(tgt=CUDA_TARGET, nvcc=NVCC) if _var in jkey.CUDA_ENV_VARS else {}
+    PERTURBATIONS[f"env {_var}"] = dict(system=dataclasses.replace(BASE_SYSTEM, build_env=((_var, "x"),)), **_where)
 
 
 @pytest.mark.parametrize("what", sorted(PERTURBATIONS))
 def test_each_ingredient_changes_the_key(what: str) -> None:
     kwargs = PERTURBATIONS[what]
-    if what == "nvcc version":  # compare against the same arch with the base nvcc
+    if what == "nvcc version" or "tgt" in kwargs and what.startswith("env "):  # same arch with the base nvcc
         base = key_of(tgt=kwargs["tgt"], nvcc=NVCC)
     else:
         base = key_of()
     assert key_of(**kwargs) != base
+
+
+# Which targets' keys each variable changes: host-compiler variables every key,
+# CUDA-only variables (nvcc, the arch list, toolkit/cuDNN paths) CUDA keys only.
+ENV_REACH = {
+    "CXX": ["cpu", "cuda"], "CC": ["cpu", "cuda"], "CFLAGS": ["cpu", "cuda"], "CXXFLAGS": ["cpu", "cuda"],
+    "LDFLAGS": ["cpu", "cuda"], "JITOPS_BUILDER": ["cpu", "cuda"],
+    "TORCH_CUDA_ARCH_LIST": ["cuda"], "NVCC_PREPEND_FLAGS": ["cuda"], "NVCC_APPEND_FLAGS": ["cuda"],
+    "CUDA_HOME": ["cuda"], "CUDA_PATH": ["cuda"], "CUDA_INC_PATH": ["cuda"], "CUDNN_HOME": ["cuda"],
+    "CUDNN_PATH": ["cuda"],
+}
+
+
+def test_env_var_reaches_exactly_the_keys_it_affects() -> None:
+    targets = {"cpu": (target.Target("cpu", "AVX512"), None), "cuda": (CUDA_TARGET, NVCC)}
+    reach = {}
+    for var in jkey.BUILD_ENV_VARS:
+        system = dataclasses.replace(BASE_SYSTEM, build_env=((var, "x"),))
+        reach[var] = [d for d, (tgt, nvcc) in targets.items()
+                      if key_of(system=system, tgt=tgt, nvcc=nvcc) != key_of(tgt=tgt, nvcc=nvcc)]
+    assert reach == ENV_REACH
 
 
 def test_cuda_arch_spellings_give_one_key() -> None:
@@ -132,12 +159,12 @@ def test_source_digests_ignore_prefix_and_mtime(tmp_path: Path) -> None:
     a = shutil.copytree(SOFTMAX.root, tmp_path / "prefix_a" / "softmax")
     b = shutil.copytree(SOFTMAX.root, tmp_path / "other" / "deeper" / "softmax")
     os.utime(b / "softmax_cpu.cpp", (1, 1))
-    da = cache.source_digests(dataclasses.replace(SOFTMAX, root=a))
-    db = cache.source_digests(dataclasses.replace(SOFTMAX, root=b))
+    da = jkey.source_digests(dataclasses.replace(SOFTMAX, root=a))
+    db = jkey.source_digests(dataclasses.replace(SOFTMAX, root=b))
     assert da == db
     assert "<jitops>/jitops/op.h" in da and "softmax_common.h" in da
     (b / "softmax_common.h").write_text((b / "softmax_common.h").read_text() + "\n// edit\n")
-    assert cache.source_digests(dataclasses.replace(SOFTMAX, root=b)) != da
+    assert jkey.source_digests(dataclasses.replace(SOFTMAX, root=b)) != da
 
 
 @pytest.mark.process
@@ -146,7 +173,11 @@ def test_key_is_stable_across_processes_cwds_and_homes(tmp_path: Path) -> None:
     code = """
         import json, jitops
         from jitops import loader
-        plan = loader.make_plan(loader.registry().lookup("softmax"), "cpu")
+        import jitops.key as jkey
+        import jitops.manifest as jmanifest
+        import jitops.plan as jplan
+        import jitops.registry as jregistry
+        plan = jplan.make_plan(jregistry.registry().lookup("softmax"), "cpu")
         print(json.dumps(plan.key))
     """
     keys = set()
@@ -219,22 +250,22 @@ def test_import_is_inert() -> None:
 
 def test_cache_root_is_resolved_at_call_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "a"))
-    assert cache.default_root() == tmp_path / "a"
+    assert Settings.from_env().cache_root() == tmp_path / "a"
     monkeypatch.delenv("JITOPS_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache.default_root() == tmp_path / "xdg" / "jitops"
+    assert Settings.from_env().cache_root() == tmp_path / "xdg" / "jitops"
 
 
 def test_manifest_round_trip_and_rejects_garbage() -> None:
-    m = cache.Manifest(key="k" * 64, library="softmax", target="cpu-avx512", namespace="jitops_softmax_x",
+    m = jmanifest.Manifest(key="k" * 64, library="softmax", target="cpu-avx512", namespace="jitops_softmax_x",
                        library_file="libsoftmax.so", sha256="0" * 64, size=1, build_seconds=1.0, built_at=0.0,
                        ingredients={"a": 1}, build_log="")
-    assert cache.Manifest.parse(m.to_json()) == m
+    assert jmanifest.Manifest.parse(m.to_json()) == m
     bad = json.loads(m.to_json())
     bad["library_file"] = "../../evil.so"
     for raw in (b"", b"{", b"[]", json.dumps(bad).encode(), b'{"format": 2}'):
         with pytest.raises((ValueError, TypeError)):
-            cache.Manifest.parse(raw)
+            jmanifest.Manifest.parse(raw)
 
 
 
@@ -272,3 +303,110 @@ def test_in_place_and_out_ops_pair_with_their_functional_twin() -> None:
 ])
 def test_ops_that_do_not_follow_the_native_convention_are_left_alone(schemas: list[str]) -> None:
     assert _pairs(*schemas) == []
+
+
+# ------------------------------------------------------------------ settings and the house
+
+
+def test_settings_parse_once_and_name_the_variable_on_bad_values() -> None:
+    s = Settings.from_env({"JITOPS_CACHE_DIR": "/tmp/x", "JITOPS_OFFLINE": "1", "JITOPS_LOCK_TIMEOUT": "2.5",
+                           "JITOPS_PROGRESS": "0", "MAX_JOBS": "3", "JITOPS_BUILDER": "fake"})
+    assert (s.cache_root(), s.offline, s.lock_timeout, s.progress, s.jobs, s.builder) == (
+        Path("/tmp/x"), True, 2.5, False, 3, "fake")
+    assert Settings.from_env({}) == Settings()
+    for var, value in (("JITOPS_LOCK_TIMEOUT", "abc"), ("JITOPS_OFFLINE", "maybe"), ("JITOPS_BUILDER", "magic"),
+                       ("JITOPS_PROGRESS", "loud"), ("JITOPS_FAKE_BUILD_SECONDS", "x")):
+        with pytest.raises(jitops.ConfigError) as e:
+            Settings.from_env({var: value})
+        assert isinstance(e.value, ValueError)
+        assert f"{var}={value!r}" in str(e.value) and "Fix:" in str(e.value)
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """jitops module -> the jitops modules it imports at run time (lazy imports included,
+    ``if TYPE_CHECKING:`` blocks not: they never run)."""
+    import ast
+
+    pkg = Path(jitops.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in sorted(pkg.glob("*.py")):
+        mod = path.stem
+        tree = ast.parse(path.read_text())
+        skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+        deps: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                deps.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+            elif isinstance(node, ast.Import):
+                deps.update(a.name.split(".")[1] for a in node.names if a.name.startswith("jitops."))
+        graph[mod] = {d for d in deps if (pkg / f"{d}.py").exists() and d != mod}
+    return graph
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    graph = _module_imports()
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(mod: str, stack: list[str]) -> None:
+        state[mod] = 1
+        for dep in sorted(graph[mod]):
+            if state.get(dep) == 1:
+                cycles.append(stack[stack.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep, [*stack, dep])
+        state[mod] = 2
+
+    for mod in sorted(graph):
+        if mod not in state:
+            visit(mod, [mod])
+    assert cycles == []
+    assert "loader" not in graph["ops"] | graph["publish"] | graph["plan"] | graph["registry"] | graph["roots"]
+
+
+def test_only_settings_reads_jitops_variables_and_nothing_writes_the_environment() -> None:
+    import ast
+
+    pkg = Path(jitops.__file__).parent
+    readers, writers = [], []
+    for path in sorted(pkg.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                text = ast.unparse(node)
+                if ("environ" in text or "getenv" in text) and "'JITOPS_" in text and path.name != "settings.py":
+                    readers.append(f"{path.name}:{node.lineno}")
+                if text.startswith(("os.environ.pop", "os.environ.update", "os.environ.setdefault", "os.putenv")):
+                    writers.append(f"{path.name}:{node.lineno}")
+            elif isinstance(node, ast.Subscript) and "environ" in ast.unparse(node.value):
+                if "'JITOPS_" in ast.unparse(node.slice) and path.name != "settings.py":
+                    readers.append(f"{path.name}:{node.lineno}")
+                if isinstance(node.ctx, (ast.Store, ast.Del)):
+                    writers.append(f"{path.name}:{node.lineno}")
+    assert readers == [] and writers == []
+
+
+def test_no_module_is_over_300_lines() -> None:
+    pkg = Path(jitops.__file__).parent
+    sizes = {p.relative_to(pkg).as_posix(): len(p.read_text().splitlines()) for p in pkg.rglob("*.py")}
+    assert {k: v for k, v in sizes.items() if v > 300} == {}
+
+
+def test_register_returns_a_handle_that_undoes_it(tmp_path: Path) -> None:
+    from jitops.registry import registry
+
+    (tmp_path / "k.cpp").write_text("// k\n")
+    spec = jitops.OpSpec(name="undo_me", root=tmp_path, cpu_sources=("k.cpp",), exports=("undo_me_op",))
+    handle = jitops.register(spec)
+    assert registry().find("undo_me_op") is spec
+    handle.undo()
+    assert registry().find("undo_me_op") is None and "undo_me_op" not in jitops.list_ops()
+    with jitops.register(spec):
+        replaced = jitops.OpSpec(name="undo_me", root=tmp_path, cpu_sources=("k.cpp",), exports=("undo_me_two",))
+        with jitops.register(replaced, replace=True):
+            assert registry().find("undo_me_two") is replaced and registry().find("undo_me_op") is None
+        assert registry().find("undo_me_op") is spec and registry().find("undo_me_two") is None
+    assert registry().find("undo_me_op") is None

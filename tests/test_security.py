@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from jitops import target
+import jitops.key as jkey
 from tests.helpers import NOBODY, REPO, child_env, last_json, run_as_nobody, run_py, tattletale_library
 
 pytestmark = pytest.mark.process
@@ -60,7 +61,7 @@ def test_untrusted_cache_is_never_loaded(nobody_dir: Path) -> None:
         os.environ["HOME"] = {str(base)!r}
         import dataclasses, hashlib, shutil, warnings
         from pathlib import Path
-        from jitops.cache import Manifest
+        from jitops.manifest import Manifest
         from tests import scenarios as S
         S.preload()
         base, evil = Path({str(base)!r}), Path({str(evil)!r})
@@ -123,7 +124,7 @@ def _manifest_for(path: Path, data: bytes) -> bytes:
     import dataclasses
     import hashlib
 
-    from jitops.cache import Manifest
+    from jitops.manifest import Manifest
 
     m = Manifest.parse(path.read_bytes())
     return dataclasses.replace(m, sha256=hashlib.sha256(data).hexdigest(), size=len(data)).to_json()
@@ -212,7 +213,7 @@ def test_hostile_names_rejected_before_any_file_access() -> None:
 def test_build_subprocesses_are_argv_lists_with_scrubbed_env(tmp_path: Path) -> None:
     """Every process a cold build starts is an argv list (never a shell), and its environment
     carries none of the scrubbed variables even when the user's has them."""
-    scrubbed = {v: "/evil" for v in target.SCRUBBED_ENV_VARS}
+    scrubbed = {v: "/evil" for v in jkey.SCRUBBED_ENV_VARS}
     out = run_py(
         """
         import sys
@@ -229,7 +230,7 @@ def test_build_subprocesses_are_argv_lists_with_scrubbed_env(tmp_path: Path) -> 
     )
     seen = last_json(out.stdout)
     assert len(seen) >= 2  # `c++ --version` and the supervised build
-    for exe, argv, env in seen:
+    for _exe, argv, env in seen:
         assert isinstance(argv, list) and argv and os.path.basename(argv[0]) not in ("sh", "bash", "dash", "zsh")
         if env is not None:
             assert not set(env) & set(scrubbed), set(env) & set(scrubbed)
@@ -249,21 +250,21 @@ def test_no_shell_anywhere_in_jitops() -> None:
     assert offenders == []
 
 
-def _key_with(environ: dict[str, str]) -> str:
-    from jitops import loader
-    from jitops.cache import compute_key
+def _key_with(environ: dict[str, str], device: str = "cpu") -> str:
+    from jitops.key import compute_key
     from jitops.kernels import BUILTINS
 
     system = target.probe(environ, cuda=False)
     spec = BUILTINS[0]
-    tgt = target.choose_target(system, "cpu")
-    ingr = loader.ingredients(spec, tgt, system, None, None, {"x.cpp": "0" * 64})
+    tgt = target.choose_target(system, "cpu") if device == "cpu" else target.Target("cuda", "AVX2", ("9.0",))
+    ingr = jkey.ingredients(spec, tgt, system, None, None, {"x.cpp": "0" * 64})
     return compute_key(ingr)
 
 
-@pytest.mark.parametrize("var", target.BUILD_ENV_VARS)
+@pytest.mark.parametrize("var", jkey.BUILD_ENV_VARS)
 def test_every_build_env_var_changes_the_key(var: str) -> None:
-    assert _key_with({var: "1"}) != _key_with({})
+    device = "cuda" if var in jkey.CUDA_ENV_VARS else "cpu"  # CUDA-only variables reach CUDA keys only
+    assert _key_with({var: "1"}, device) != _key_with({}, device)
 
 
 # Variables torch.utils.cpp_extension reads that cannot change a jitops binary, and why.
@@ -291,7 +292,7 @@ def test_env_vars_cpp_extension_reads_are_keyed_scrubbed_or_harmless() -> None:
     read = set(re.findall(r"os\.(?:environ\.get|getenv)\(\s*['\"]([A-Z_]+)", src))
     read |= set(re.findall(r"os\.environ\[['\"]([A-Z_]+)", src))
     read |= set(re.findall(r"['\"]([A-Z_]+)['\"] in os\.environ", src))
-    covered = set(target.BUILD_ENV_VARS) | set(target.SCRUBBED_ENV_VARS) | set(_HARMLESS)
+    covered = set(jkey.BUILD_ENV_VARS) | set(jkey.SCRUBBED_ENV_VARS) | set(_HARMLESS)
     assert read, "the scan found nothing; the pattern is stale"
     assert sorted(read - covered) == []
 
@@ -299,7 +300,7 @@ def test_env_vars_cpp_extension_reads_are_keyed_scrubbed_or_harmless() -> None:
 def test_scrubbed_vars_leave_the_build_env() -> None:
     from jitops import publish
 
-    env = {**os.environ, **{v: "/evil" for v in target.SCRUBBED_ENV_VARS}}
+    env = {**os.environ, **{v: "/evil" for v in jkey.SCRUBBED_ENV_VARS}}
     old = dict(os.environ)
     try:
         os.environ.update(env)
@@ -307,7 +308,7 @@ def test_scrubbed_vars_leave_the_build_env() -> None:
     finally:
         os.environ.clear()
         os.environ.update(old)
-    assert not set(built) & set(target.SCRUBBED_ENV_VARS)
+    assert not set(built) & set(jkey.SCRUBBED_ENV_VARS)
     assert built["TMPDIR"] == built["TMP"] == built["TEMP"] == "/staging/tmp"  # compiler temp files stay in staging
 
 

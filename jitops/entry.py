@@ -1,0 +1,140 @@
+"""What ``get()`` would do with a plan, answered once: :func:`entry_status` ->
+``Hit | Compatible | Damaged | Miss``; and :func:`ensure_entry`, which acts on
+it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``,
+``explain`` and ``info`` all ask :func:`entry_status`.
+
+Imports: cache, errors, key, manifest, plan, roots, settings, toolchain
+(lock and publish lazily, on the miss path only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import toolchain
+from .errors import OfflineMiss
+from .key import without_tools
+from .manifest import EntryProblem, Hit, Manifest
+from .plan import Plan
+from .roots import writable_cache
+from .settings import Settings
+
+
+@dataclass(frozen=True)
+class Compatible:
+    """No compiler here, and an entry equal to the plan in every ingredient but the toolchain."""
+
+    path: Path
+    manifest: Manifest
+    plan: Plan  # the plan with that entry's toolchain and key
+
+
+@dataclass(frozen=True)
+class Damaged:
+    """An entry has the plan's key but must not be loaded; the next build sets it aside."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Miss:
+    """Nothing cached for this plan: the next use builds it."""
+
+
+EntryStatus = Hit | Compatible | Damaged | Miss
+
+
+def find_compatible(plan: Plan) -> Compatible | None:
+    """With no compiler here, an entry equal to the plan in every ingredient but the toolchain.
+
+    This is how a slim container without a compiler loads a cache that was
+    warmed elsewhere (same torch, flags and sources).
+    """
+    wanted = without_tools(plan.ingredients)
+    parent = plan.cache.target_dir(plan.spec.name, plan.target.name)
+    if plan.cache.root_problem() is not None or not os.path.isdir(parent):
+        return None
+    for entry in sorted(parent.iterdir()):
+        m = plan.cache.read_manifest(entry)
+        if m is None or without_tools(m.ingredients) != wanted:
+            continue
+        try:
+            verified = plan.cache.verify(entry, m.key, plan.spec.name, plan.target.name)
+        except EntryProblem:
+            continue
+        return Compatible(entry, verified, plan.with_tools_of(verified))
+    return None
+
+
+def entry_status(plan: Plan) -> EntryStatus:
+    """What the cache holds for ``plan``. Reads and verifies; writes nothing."""
+    found = plan.cache.lookup(plan.address)
+    if isinstance(found, Hit):
+        return found
+    if plan.toolchain_error is not None:
+        compatible = find_compatible(plan)
+        if compatible is not None:
+            return compatible
+    return Damaged(found.reason) if found.reason is not None else Miss()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A verified cache entry; ``plan`` is the plan whose key and cache it matches."""
+
+    plan: Plan
+    path: Path
+    manifest: Manifest
+    built: bool  # True if this call compiled it
+
+
+def before_first_build(plan: Plan, settings: Settings) -> None:
+    """The one place that runs before this process builds anything for ``plan``.
+
+    A check of the toolchain itself (for example that C++ exceptions from
+    its binaries reach Python) hooks in here: the warm path never reaches it.
+    """
+    toolchain.find_ninja(plan.spec.name)  # a missing tool fails here, before any lock
+
+
+def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = None,
+                 settings: Settings | None = None) -> Entry:
+    """Make sure a verified entry exists for ``plan``, building it if needed. Loads nothing.
+
+    ``jitops warm`` uses this directly (a CUDA entry can be built on a machine
+    without a GPU); the loader loads what it returns. ``jobs`` caps the
+    build's parallel compiles (default: ``settings.jobs``, else by cores and memory).
+    """
+    settings = Settings.from_env() if settings is None else settings
+    offline = settings.offline if offline is None else offline
+    status = entry_status(plan)
+    if isinstance(status, Hit):
+        return Entry(plan, status.path, status.manifest, built=False)
+    if isinstance(status, Compatible):
+        return Entry(status.plan, status.path, status.manifest, built=False)
+    if plan.toolchain_error is not None and not offline:
+        raise plan.toolchain_error
+    if offline:
+        why = f" ({status.reason})" if isinstance(status, Damaged) else ""
+        raise OfflineMiss(
+            f"JITOPS_OFFLINE=1 and the cache {plan.cache.root} has no usable entry for op library "
+            f"{plan.spec.name!r} ({plan.target.name}, key {plan.key[:12]}){why}. Fix: run "
+            f"`jitops warm {plan.spec.exports[0]}` with the same torch, compiler and flags, or unset JITOPS_OFFLINE"
+        )
+    before_first_build(plan, settings)
+    from .lock import key_lock  # miss path only: keeps the warm path's imports small
+    from .publish import build_and_publish
+
+    cache = writable_cache(plan.cache, plan.what, settings)
+    if cache is not plan.cache:
+        plan = dataclasses.replace(plan, cache=cache)
+    with key_lock(cache.lock_path(plan.spec.name, plan.key), plan.what, settings.lock_timeout):
+        found = cache.lookup(plan.address)
+        if isinstance(found, Hit):
+            return Entry(plan, found.path, found.manifest, built=False)
+        if found.reason is not None and os.path.lexists(plan.entry):
+            cache.set_aside(plan.entry, found.reason)
+        return Entry(plan, plan.entry, build_and_publish(plan, cache, jobs, settings), built=True)

@@ -1,0 +1,206 @@
+"""The cache key: ingredients, source digests, ``compute_key``, the namespace, and
+the environment-variable policy (which variables a key holds, which are scrubbed).
+
+Pure functions of values handed in, plus the hashing of source files. A key
+holds exactly what changes its binary: a variable that only matters to nvcc
+or to cpp_extension's CUDA paths is in CUDA keys only, so setting
+``TORCH_CUDA_ARCH_LIST`` never rebuilds a CPU op.
+
+Imports: fsutil, spec. Target, System and Tool are used by attribute only
+(named for type checking), so this module sits below target and toolchain's
+users and above nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import fsutil
+from .spec import HEADER_SUFFIXES, SOURCE_SUFFIXES, OpSpec
+
+if TYPE_CHECKING:
+    from .target import System, Target
+    from .toolchain import Tool
+
+KEY_CHARS = 32  # 128 bits of sha256 in paths
+INCLUDE_DIR = Path(__file__).parent / "include"
+
+# ------------------------------------------------------------------ env policy
+
+# Variables that change what the host compiler produces: in every key.
+HOST_ENV_VARS = (
+    "CXX",
+    "CC",
+    "CFLAGS",
+    "CXXFLAGS",
+    "LDFLAGS",
+    # The test seam that swaps the compiler for a fake one (settings.builder).
+    "JITOPS_BUILDER",
+)
+# Variables that only a CUDA build reads: nvcc itself (NVCC_*), the arch list,
+# and the toolkit/cuDNN paths torch.utils.cpp_extension reads in-process while
+# the ninja file is written (so scrubbing cannot reach them). In CUDA keys only.
+CUDA_ENV_VARS = (
+    "TORCH_CUDA_ARCH_LIST",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_INC_PATH",
+    "CUDNN_HOME",
+    "CUDNN_PATH",
+)
+# Everything the probe records (System.build_env); key_env picks per target.
+BUILD_ENV_VARS = HOST_ENV_VARS + CUDA_ENV_VARS
+# Removed from the build's environment instead, so they cannot change a binary behind the key's back.
+SCRUBBED_ENV_VARS = (
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH",
+    "LIBRARY_PATH",
+    "GCC_EXEC_PREFIX",
+    "COMPILER_PATH",
+    "DEPENDENCIES_OUTPUT",
+    "SUNPRO_DEPENDENCIES",
+    "NVCC_CCBIN",
+    "TORCH_NVCC_FLAGS",
+    "PYTORCH_NVCC",
+    "CCACHE_DISABLE",
+    "CCACHE_PREFIX",
+    "OBJC_INCLUDE_PATH",
+    "LD_RUN_PATH",
+    "SOURCE_DATE_EPOCH",
+)
+
+
+def env_vars_for(device: str) -> tuple[str, ...]:
+    """The variables whose values belong in the key of a build for ``device``."""
+    return BUILD_ENV_VARS if device == "cuda" else HOST_ENV_VARS
+
+
+def key_env(build_env: tuple[tuple[str, str], ...], device: str) -> dict[str, str]:
+    """The part of a probed build environment that the key of a ``device`` build holds."""
+    wanted = env_vars_for(device)
+    return {k: v for k, v in build_env if k in wanted}
+
+
+def extra_env_flags(system: System) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """CFLAGS + CXXFLAGS and LDFLAGS from the environment, as argv lists.
+
+    g++ does not read these itself, so jitops applies them (they are in the
+    key). NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS are read by nvcc directly.
+    """
+    cflags = tuple(shlex.split(system.env("CFLAGS") or "")) + tuple(shlex.split(system.env("CXXFLAGS") or ""))
+    ldflags = tuple(shlex.split(system.env("LDFLAGS") or ""))
+    return cflags, ldflags
+
+
+# ------------------------------------------------------------------ sources
+
+
+def _files_under(root: Path) -> list[Path]:
+    suffixes = SOURCE_SUFFIXES + HEADER_SUFFIXES
+    return sorted(p for p in root.rglob("*") if p.suffix in suffixes and p.is_file())
+
+
+def source_files(spec: OpSpec) -> list[tuple[str, Path]]:
+    """(label, path) of every source and header under the op's folder and include dirs."""
+    out = [(p.relative_to(spec.root).as_posix(), p) for p in _files_under(spec.root)]
+    for i, d in enumerate(spec.include_dirs):
+        out.extend((f"<include{i}>/{p.relative_to(d).as_posix()}", p) for p in _files_under(d))
+    return out
+
+
+def source_stamp(spec: OpSpec) -> tuple[tuple[str, int, int], ...]:
+    """(label, mtime_ns, size) of :func:`source_files`: a cheap "was anything edited?" check."""
+    stamp = []
+    for label, p in source_files(spec):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        stamp.append((label, st.st_mtime_ns, st.st_size))
+    return tuple(stamp)
+
+
+def source_digests(spec: OpSpec) -> dict[str, str]:
+    """sha256 of every source and header shipped with the op, by relative path.
+
+    Covers the op's folder, its include dirs and jitops's own headers. Paths
+    are relative, so the install prefix does not reach the key; mtimes are
+    never read.
+    """
+    out = {label: fsutil.sha256_file(p) for label, p in source_files(spec)}
+    for p in _files_under(INCLUDE_DIR):
+        out[f"<jitops>/{p.relative_to(INCLUDE_DIR).as_posix()}"] = fsutil.sha256_file(p)
+    for rel in spec.cpu_sources + spec.cuda_sources:
+        if rel not in out:
+            raise FileNotFoundError(f"op {spec.name!r}: source {rel!r} not found under {spec.root}")
+    return out
+
+
+# ------------------------------------------------------------------ the key
+
+
+def build_flags(spec: OpSpec, target: Target, system: System) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(cflags, cuda_cflags, ldflags) of one build: the target's, the spec's, then the environment's."""
+    env_cflags, env_ldflags = extra_env_flags(system)
+    cuda = (*target.cuda_cflags(), *spec.cuda_cflags) if target.device == "cuda" else ()
+    return (*target.cflags(), *spec.cflags, *env_cflags), cuda, (*target.ldflags(), *spec.ldflags, *env_ldflags)
+
+
+def ingredients(
+    spec: OpSpec,
+    target: Target,
+    system: System,
+    compiler: Tool | None,
+    nvcc: Tool | None,
+    digests: Mapping[str, str],
+) -> dict[str, Any]:
+    """Every input that changes the binary, and nothing that does not. Pure."""
+    cflags, cuda_cflags, ldflags = build_flags(spec, target, system)
+    return {
+        "library": spec.name,
+        "schemas": list(spec.schemas),
+        "sources": dict(sorted(digests.items())),
+        "build_sources": list(spec.sources_for(target.device)),
+        "cflags": list(cflags),
+        "cuda_cflags": list(cuda_cflags),
+        "ldflags": list(ldflags),
+        "target": {"name": target.name, "device": target.device, "isa": target.isa, "cuda_archs": list(target.archs)},
+        "jitops_version": system.jitops_version,
+        "torch_version": system.torch_version,
+        "torch_git_version": system.torch_git_version,
+        "torch_cuda": system.torch_cuda,
+        "cxx11_abi": system.cxx11_abi,
+        "python_abi": system.python_abi,
+        "platform": system.platform,
+        "machine": system.machine,
+        "compiler": {"path": compiler.path, "version": compiler.version} if compiler else None,
+        "nvcc": {"path": nvcc.path, "version": nvcc.version} if nvcc else None,
+        "env": key_env(system.build_env, target.device),
+    }
+
+
+TOOL_INGREDIENTS = ("compiler", "nvcc")
+
+
+def without_tools(ingr: Mapping[str, Any]) -> dict[str, Any]:
+    """The ingredients less the toolchain identity: what a compiler-less machine can still match."""
+    return {k: v for k, v in ingr.items() if k not in TOOL_INGREDIENTS}
+
+
+def compute_key(ingr: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of the ingredients (never Python's hash())."""
+    blob = json.dumps(ingr, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def namespace_for(library: str, key: str) -> str:
+    """The TORCH_LIBRARY namespace of one build; differs per key so rebuilds coexist."""
+    return f"jitops_{library}_{key[:16]}"

@@ -1,0 +1,108 @@
+"""The data of one cache entry: its manifest (what was built, from what, its digest), its
+Address, and the answers of a cache tier (Hit, Miss, EntryProblem).
+
+A data type below the cache and its users. Its bytes are canonical JSON that
+carries the sha256 of its own body, so any changed byte is detected.
+
+Imports: nothing of jitops.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 2  # 2: canonical bytes + self-digest, so any changed byte is detected
+
+
+@dataclass(frozen=True)
+class Manifest:
+    key: str
+    library: str
+    target: str
+    namespace: str
+    library_file: str
+    sha256: str
+    size: int
+    build_seconds: float
+    built_at: float
+    ingredients: dict[str, Any]
+    build_log: str
+
+    def _body(self) -> dict[str, Any]:
+        return {"format": MANIFEST_FORMAT, **self.__dict__}
+
+    def to_json(self) -> bytes:
+        """Canonical JSON (sorted keys, no spaces) carrying the sha256 of its own body.
+
+        ``parse`` demands exactly these bytes back, so a flipped or truncated
+        byte anywhere in the file, even in a field nothing else checks (the
+        build log) or in insignificant whitespace, is detected.
+        """
+        body = self._body()
+        return _canonical({**body, "digest": hashlib.sha256(_canonical(body)).hexdigest()})
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Manifest:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+            raise ValueError("unknown manifest format")
+        fields = cls.__dataclass_fields__
+        missing = [f for f in fields if f not in data]
+        if missing:
+            raise ValueError(f"manifest lacks {missing}")
+        m = cls(**{f: data[f] for f in fields})
+        types = {"key": str, "library": str, "target": str, "namespace": str, "library_file": str,
+                 "sha256": str, "size": int, "ingredients": dict, "build_log": str}
+        for f, t in types.items():
+            if not isinstance(getattr(m, f), t):
+                raise ValueError(f"manifest field {f!r} has the wrong type")
+        if not re.fullmatch(r"lib[a-z0-9_]+\.so", m.library_file):
+            raise ValueError(f"manifest names an unexpected library file {m.library_file!r}")
+        if raw != m.to_json():
+            raise ValueError("manifest bytes do not match their digest (damaged or edited)")
+        return m
+
+
+def _canonical(data: Mapping[str, Any]) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+
+
+
+
+class EntryProblem(Exception):
+    """Why an entry cannot be used; the entry is then a cache miss."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """Which entry: a library, its target's name and the key. The unit every tier stores."""
+
+    library: str
+    target: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A verified entry: safe to load."""
+
+    path: Path
+    manifest: Manifest
+
+
+@dataclass(frozen=True)
+class Miss:
+    """No loadable entry. ``reason`` is None when there is none at all, else why the one there is refused."""
+
+    reason: str | None = None
+
+    @property
+    def damaged(self) -> bool:
+        return self.reason is not None

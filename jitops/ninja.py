@@ -1,0 +1,203 @@
+"""jitops's own ninja file: torch's flags, from torch's public helpers, for one build.
+
+The compile and link commands are those ``torch.utils.cpp_extension`` writes
+for the same sources and flags (a test compares ``ninja -t commands`` of the
+two), built from its public pieces: ``include_paths``, ``library_paths``,
+``COMMON_NVCC_FLAGS`` and jitops's own ``-gencode`` flags. The toolkit is the
+one of the nvcc jitops chose and keyed, never cpp_extension's import-time guess.
+
+Quoting, at two levels. Ninja runs each command through ``sh``: every path
+jitops writes is shell-quoted, and ``$`` doubled for ninja. nvcc then runs
+the host compiler and its own tools through ``sh`` again, wrapping paths in
+double quotes without escaping backticks (and ``$`` only in some places):
+a cache path holding `` `cmd` `` or ``$(cmd)`` would run ``cmd``. So no path
+with a character ``sh`` treats specially ever reaches nvcc: such a directory
+is reached through a symlink with a plain name in the private build
+directory (a CUDA source file is copied there: nvcc resolves symlinks), the
+build runs in a directory with a plain path (publish), and the build log is
+rewritten back to the real paths.
+
+Imports: nothing of jitops at run time (a BuildJob is read by attribute).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sysconfig
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .build import BuildJob
+
+_SH_PLAIN = re.compile(r"[^\s\"'`$\\;&|<>()*?\[\]#~!{}]*")  # nothing sh (even inside "...") acts on
+
+
+def sh_plain(path: str) -> bool:
+    """True if ``sh`` would take ``path`` as it is, even unquoted or inside double quotes."""
+    return _SH_PLAIN.fullmatch(path) is not None
+
+
+def cxx_std(torch_version: str) -> str:
+    """The C++ standard torch's extension builder uses: C++20 from torch 2.12 on."""
+    major, minor = (int(x) for x in re.findall(r"\d+", torch_version)[:2])
+    return "-std=c++20" if (major, minor) >= (2, 12) else "-std=c++17"
+
+
+def escape_path(p: str) -> str:
+    """A path in a ninja ``build`` line."""
+    return p.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def _var(words: list[str]) -> str:
+    """A ninja variable holding shell words that are already quoted."""
+    return " ".join(w.strip() for w in words).replace("$", "$$")
+
+
+def cuda_library_includes() -> tuple[str, ...]:
+    """Header dirs of the CUDA libraries torch's wheel installs (``site-packages/nvidia/*/include``).
+
+    <ATen/cuda/CUDAContext.h> includes cusparse.h and cublas_v2.h, which a
+    minimal toolkit (nvcc + cudart) lacks; the pip packages torch links
+    against carry them. They are searched after the toolkit's include dir,
+    so the toolkit's own headers win where both have one.
+    """
+    import importlib.util
+
+    found = importlib.util.find_spec("nvidia")
+    locations = list(found.submodule_search_locations or []) if found is not None else []
+    return tuple(sorted(str(p) for loc in locations for p in Path(loc).glob("*/include") if p.is_dir()))
+
+
+class _Aliases:
+    """Plain-named symlinks (in the build dir) to directories whose paths sh would act on."""
+
+    def __init__(self, build_dir: Path) -> None:
+        self.build_dir = build_dir
+        self.made: dict[str, str] = {}  # alias -> real directory
+
+    def dir(self, real: str) -> str:
+        if sh_plain(real):
+            return real
+        for alias, target in self.made.items():
+            if target == real:
+                return alias
+        alias = f"_jitops_path{len(self.made)}"
+        os.symlink(real, self.build_dir / alias)
+        self.made[alias] = real
+        return alias
+
+    def file(self, real: str) -> str:
+        """A source file for nvcc. nvcc resolves its real path (``--orig_src_path_name``), so a
+        symlink is not enough: the bytes are copied to a plain name (its folder stays an -I)."""
+        if sh_plain(real):
+            return real
+        alias = f"_jitops_src{len(self.made)}"
+        os.mkdir(self.build_dir / alias)
+        shutil.copyfile(real, self.build_dir / alias / os.path.basename(real))
+        self.made[alias] = os.path.dirname(real)
+        return f"{alias}/{os.path.basename(real)}"
+
+
+def flags(job: BuildJob, aliases: _Aliases | None = None) -> tuple[list[str], list[str], list[str]]:
+    """(cflags, cuda_cflags, ldflags) as shell words, in cpp_extension's order."""
+    import torch
+    import torch.utils.cpp_extension as ce
+
+    with_cuda = job.device == "cuda"
+    toolkit = os.path.dirname(os.path.dirname(job.nvcc)) if with_cuda and job.nvcc else None
+    system = list(ce.include_paths("cpu"))
+    if toolkit is not None:
+        system += [d for d in (os.path.join(toolkit, "include"), os.environ.get("CUDA_INC_PATH")) if d and d != "/usr/include"]
+        system += [os.path.join(ce.CUDNN_HOME, "include")] if ce.CUDNN_HOME else []
+    python_include = sysconfig.get_path("include", scheme="posix_prefix")
+    system += [python_include] if python_include else []
+    user = [os.path.abspath(str(d)) for d in job.include_dirs]
+    libs = [w for d in cuda_library_includes() for w in ("-isystem", d)] if with_cuda else []
+    std = cxx_std(torch.__version__)
+
+    def common(alias: _Aliases | None) -> list[str]:
+        fix = alias.dir if alias is not None else (lambda d: d)
+        return ([f"-DTORCH_EXTENSION_NAME={job.library}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+                + [f"-I{shlex.quote(fix(d))}" for d in user] + [f"-isystem {shlex.quote(fix(d))}" for d in system])
+
+    extra = [*job.cflags, f"-DJITOPS_NS={job.namespace}"] + (["-DJITOPS_WITH_CUDA", *libs] if with_cuda else [])
+    cflags = [*common(None), "-fPIC", std, *extra]
+    cuda: list[str] = []
+    if with_cuda:
+        # jitops's -gencode flags are in job.cuda_cflags, so torch's arch flags (none when present) add nothing.
+        extra_cuda = [*job.cuda_cflags, f"-DJITOPS_NS={job.namespace}", "-DJITOPS_WITH_CUDA", *libs]
+        cuda = [*common(aliases), *ce.COMMON_NVCC_FLAGS, "--compiler-options", "'-fPIC'", *extra_cuda]
+        if not any(f.startswith("-std=") for f in cuda):
+            cuda.append(std)
+        if os.environ.get("CC"):  # as cpp_extension does (CC is in the key)
+            cuda = ["-ccbin", os.environ["CC"], *cuda]
+    ldflags = ["-shared", *job.ldflags, *(f"-L{d}" for d in ce.library_paths("cpu")), "-lc10"]
+    ldflags += ["-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda", "-ltorch"] if with_cuda else ["-ltorch_cpu", "-ltorch"]
+    if toolkit is not None:
+        lib_dir = "lib" if not os.path.exists(os.path.join(toolkit, "lib64")) and os.path.exists(
+            os.path.join(toolkit, "lib")) else "lib64"
+        ldflags += [f"-L{os.path.join(toolkit, lib_dir)}", "-lcudart"]
+        ldflags += [f"-L{os.path.join(ce.CUDNN_HOME, 'lib64')}"] if ce.CUDNN_HOME else []
+    return cflags, cuda, ldflags  # no -ltorch_python: the ops use no Python C-API
+
+
+def registration_cflags(cflags: str) -> str:
+    """Flags for ``register*.cpp``: files that only hold dispatcher registration.
+
+    <torch/library.h> is the slowest header to parse and its templates are the
+    slowest to optimise; nothing in these files is hot and nothing needs the
+    ISA. -O1 without the ISA flags takes ~2 s off every cold build here.
+    """
+    words = cflags.split(" ")
+    kept = [w for w in words if not (w.startswith("-mavx") or w in ("-mfma", "-mf16c") or w.startswith("-DCPU_CAPABILITY"))]
+    return " ".join("-O1" if w == "-O3" else w for w in kept)
+
+
+def write_ninja_file(job: BuildJob) -> tuple[Path, dict[str, str]]:
+    """Write ``build.ninja`` in the job's build dir; (its path, {alias: real dir} for the log)."""
+    with_cuda = job.device == "cuda"
+    aliases = _Aliases(job.build_dir)
+    cflags, cuda, ldflags = flags(job, aliases if with_cuda else None)
+    lines = ["ninja_required_version = 1.3", f"cxx = {_var([shlex.quote(job.cxx)])}"]
+    if with_cuda and job.nvcc:
+        lines.append(f"nvcc = {_var([shlex.quote(job.nvcc)])}")
+    lines += ["", f"cflags = {_var(cflags)}", "post_cflags = "]
+    if with_cuda:
+        lines += [f"cuda_cflags = {_var(cuda)}", "cuda_post_cflags = "]
+    lines += ["cuda_dlink_post_cflags = ", "sycl_dlink_post_cflags = ", f"ldflags = {_var(ldflags)}", "",
+              "rule compile", "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags",
+              "  depfile = $out.d", "  deps = gcc", ""]
+    if with_cuda:
+        import torch
+
+        # As cpp_extension: dependency files where torch is a CUDA build (not under ROCm), unless turned off.
+        deps = torch.version.cuda is not None and os.environ.get("TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES", "0") != "1"
+        lines += ["rule cuda_compile", *(["  depfile = $out.d", "  deps = gcc"] if deps else []),
+                  f"  command = $nvcc {'-MD -MF $out.d' if deps else ''} $cuda_cflags -c $in -o $out $cuda_post_cflags", ""]
+    lines += ["rule link", "  command = $cxx $in $ldflags -o $out", ""]
+    objects = []
+    for src in (os.path.abspath(str(s)) for s in job.sources):
+        stem = os.path.splitext(os.path.basename(src))[0]
+        is_cuda = with_cuda and src.endswith((".cu", ".cuh"))
+        obj = f"{stem}.cuda.o" if is_cuda else f"{stem}.o"
+        objects.append(obj)
+        where = aliases.file(src) if is_cuda else src
+        lines.append(f"build {escape_path(obj)}: {'cuda_compile' if is_cuda else 'compile'} {escape_path(where)}")
+        if not is_cuda and os.path.basename(src).startswith("register"):
+            lines.append("  cflags = " + registration_cflags(_var(cflags)))
+    lines += ["", f"build {job.library}.so: link {' '.join(escape_path(o) for o in objects)}", "",
+              f"default {job.library}.so", ""]
+    path = job.build_dir / "build.ninja"
+    path.write_text("\n".join(lines))
+    return path, aliases.made
+
+
+def unalias(text: str, aliases: dict[str, str]) -> str:
+    """A build log with the symlinked paths named by their real paths again."""
+    for alias, real in aliases.items():
+        text = text.replace(alias + "/", real + "/")
+    return text

@@ -1,0 +1,140 @@
+"""Settings: every ``JITOPS_*`` variable, read and parsed in one place.
+
+``Settings.from_env(os.environ)`` is called once at each public entry point
+(``get``, ``load``, ``load_inline``, each CLI command) and the frozen value is
+passed down. No other module reads ``JITOPS_*`` variables, and nothing writes
+``os.environ``: a caller that wants another behaviour passes
+``dataclasses.replace(settings, progress=False)``.
+
+To add a setting: one field, one line in :meth:`Settings.from_env` using the
+parsers below (each names the variable, its value and the fix on bad input),
+and one entry in :data:`VARIABLES` so ``jitops doctor`` shows it.
+
+Imports: errors only (and platformdirs, lazily, for the default cache root).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from .errors import ConfigError
+
+# The variables Settings reads, in display order (doctor shows the ones set).
+VARIABLES = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
+             "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_FAKE_BUILD_SECONDS", "MAX_JOBS")
+BUILDERS = ("real", "fake")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+T = TypeVar("T")
+
+
+def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """A lenient on/off reading (unknown words are off), kept for callers outside the package."""
+    value = (os.environ if environ is None else environ).get(name, "")
+    return value.strip().lower() in _TRUE
+
+
+def _bad(name: str, raw: str, expected: str, fix: str) -> ConfigError:
+    return ConfigError(f"{name}={raw!r} is not {expected}. Fix: {fix}")
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "")
+    word = raw.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise _bad(name, raw, "an on/off value", f"set {name}=1 to turn it on, or unset it")
+
+
+def _optional(env: Mapping[str, str], name: str, parse: Callable[[str], T], expected: str, fix: str) -> T | None:
+    raw = env.get(name, "")
+    if not raw.strip():
+        return None
+    try:
+        return parse(raw.strip())
+    except ValueError:
+        raise _bad(name, raw, expected, fix) from None
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value != value:  # NaN
+        raise ValueError(text)
+    return value
+
+
+def _max_jobs(raw: str) -> int | None:
+    # Shared with torch.utils.cpp_extension, which ignores a value it cannot use: so does jitops.
+    return int(raw) if raw.strip().isdigit() and int(raw) > 0 else None
+
+
+def _progress(text: str) -> bool:
+    word = text.lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ValueError(text)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the environment asks of jitops; parsed once, passed down."""
+
+    cache_dir: Path | None = None  # JITOPS_CACHE_DIR, absolute; None: platformdirs' user cache dir
+    offline: bool = False  # JITOPS_OFFLINE: never build, never write the cache
+    fallback: bool = False  # JITOPS_FALLBACK: the pure-PyTorch reference when an op cannot be built
+    strict: bool = False  # JITOPS_STRICT: no private temporary cache when the cache is unusable
+    lock_timeout: float | None = None  # JITOPS_LOCK_TIMEOUT seconds; None: wait as long as the build takes
+    progress: bool | None = None  # JITOPS_PROGRESS: force the build progress line on/off; None: auto
+    jobs: int | None = None  # MAX_JOBS: parallel compiles; None: cores capped by memory
+    builder: str = "real"  # JITOPS_BUILDER: "fake" is the test seam (a tiny real library, no compiler)
+    fake_build_seconds: float = 0.0  # JITOPS_FAKE_BUILD_SECONDS: stretches a fake build (kill/race tests)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Parse the variables; a value jitops cannot use raises ConfigError naming it and the fix."""
+        env = os.environ if environ is None else environ
+        timeout = _optional(env, "JITOPS_LOCK_TIMEOUT", _seconds, "a number of seconds",
+                            "set it to e.g. 600, or unset it to wait as long as the build takes")
+        builder = env.get("JITOPS_BUILDER", "").strip() or "real"
+        if builder not in BUILDERS:
+            raise _bad("JITOPS_BUILDER", env["JITOPS_BUILDER"], "a builder",
+                       f"set it to one of {list(BUILDERS)} or unset it")
+        return cls(
+            cache_dir=_cache_dir(env.get("JITOPS_CACHE_DIR", "")),
+            offline=_flag(env, "JITOPS_OFFLINE"),
+            fallback=_flag(env, "JITOPS_FALLBACK"),
+            strict=_flag(env, "JITOPS_STRICT"),
+            lock_timeout=timeout if timeout is None or timeout >= 0 else None,
+            progress=_optional(env, "JITOPS_PROGRESS", _progress, "0 or 1",
+                               "set JITOPS_PROGRESS=0 to hide the build progress line, 1 to force it, or unset it"),
+            jobs=_max_jobs(env.get("MAX_JOBS", "")),
+            builder=builder,
+            fake_build_seconds=_optional(env, "JITOPS_FAKE_BUILD_SECONDS", _seconds, "a number of seconds",
+                                         "set it to e.g. 0.5, or unset it") or 0.0,
+        )
+
+    def cache_root(self) -> Path:
+        """The cache root these settings name: JITOPS_CACHE_DIR, else the user cache dir."""
+        if self.cache_dir is not None:
+            return self.cache_dir
+        import platformdirs
+
+        return Path(platformdirs.user_cache_dir("jitops", appauthor=False))
+
+    def shown(self, environ: Mapping[str, str] | None = None) -> list[str]:
+        """``NAME=value`` for each variable of :data:`VARIABLES` that is set (for ``doctor``)."""
+        env = os.environ if environ is None else environ
+        return [f"{k}={env[k]}" for k in VARIABLES if env.get(k)]
+
+
+def _cache_dir(raw: str) -> Path | None:
+    return Path(os.path.abspath(os.path.expanduser(raw))) if raw else None

@@ -1,0 +1,73 @@
+"""CUDA compile leg: a real nvcc build into a cache whose path sh would act on (issue 13 item 2).
+
+nvcc runs the host compiler through sh with paths in double quotes and
+backticks unescaped; before jitops kept such paths away from it, a cache
+directory holding `` `cmd` `` or ``$(cmd)`` ran ``cmd``. One small library,
+built once (~40-100 s here); needs a CUDA build of torch and nvcc, as the CI
+CUDA leg has (``.ci/cuda-leg.sh``), and no GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import child_env, run_scenario
+
+pytestmark = [pytest.mark.compile, pytest.mark.process]
+
+
+def _nvcc() -> str | None:
+    import torch
+
+    if torch.version.cuda is None:
+        return None
+    home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    nvcc = os.path.join(home, "bin", "nvcc")
+    return nvcc if os.access(nvcc, os.X_OK) else shutil.which("nvcc")
+
+
+CPP = """#include <jitops/op.h>
+JITOPS_LIBRARY(m) { m.def("odd_twice(Tensor x) -> Tensor"); }
+"""
+CU = """#include <jitops/op.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+
+__global__ void odd_twice_kernel(const float* x, float* y, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 2.0f * x[i];
+}
+
+at::Tensor odd_twice(const at::Tensor& x) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat, "odd_twice: expected a float32 CUDA tensor");
+  at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty_like(xc);
+  int64_t n = xc.numel();
+  if (n > 0) odd_twice_kernel<<<(unsigned)((n + 255) / 256), 256>>>(xc.data_ptr<float>(), y.data_ptr<float>(), n);
+  return y;
+}
+
+JITOPS_LIBRARY_IMPL(CUDA, m) { m.impl("odd_twice", &odd_twice); }
+"""
+
+
+@pytest.mark.timeout(600)
+def test_cuda_build_in_a_cache_path_with_shell_syntax_runs_nothing(tmp_path: Path) -> None:
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("needs a CUDA build of torch and nvcc (the CUDA CI leg: .ci/cuda-leg.sh)")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    # A path component cannot hold '/', so the commands name their files through the environment.
+    odd = tmp_path / "c $(touch $JITOPS_T_MARK1) `touch $JITOPS_T_MARK2` ; 'q' \"d\" ünï $HOME" / "cache"
+    env = child_env(JITOPS_CACHE_DIR=str(odd), JITOPS_BUILDER=None, TORCH_CUDA_ARCH_LIST="8.0",
+                    CUDA_HOME=os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), MAX_JOBS="1",
+                    JITOPS_T_MARK1=str(marks / "one"), JITOPS_T_MARK2=str(marks / "two"))
+    r = run_scenario("load_inline_cuda", env=env, timeout=580, name="odd_twice", cpp=CPP, cu=CU)
+    assert r.get("ok"), r
+    assert r["built"] and r["entry"].startswith(str(odd)) and r["target"] == "cuda-sm80" and r["ops"] == ["odd_twice"]
+    assert sorted(os.listdir(marks)) == []  # nothing in the path was executed
