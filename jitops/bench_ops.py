@@ -193,7 +193,8 @@ def cases(req: Request) -> list[Case]:
     """The cases of a request: jitops's op, then torch's native op where there is one, then the reference."""
     op = jitops.get(req.op, device=req.device)
     mode = "backward" if req.backward else "forward"
-    native: Callable[..., Any] | None = {"add": torch.add, "add_": torch.Tensor.add_}.get(req.op)
+    natives: dict[str, Callable[..., Any]] = {"add": torch.add, "add_": torch.Tensor.add_}
+    native: Callable[..., Any] | None = natives.get(req.op)
     if req.op in SOFTMAXES:
         native = SOFTMAXES[req.op]
     elif req.op == "nms":
