@@ -21,11 +21,10 @@ class Op:
     Python ``__call__`` so that torch.compile inlines it without a graph break.
     """
 
-    __slots__ = ("name", "library", "qualname", "packet", "reference", "_fn", "_out", "_tensor", "__weakref__")
+    __slots__ = ("name", "library", "qualname", "packet", "reference", "_fn", "_out", "__weakref__")
 
     def __init__(self, name: str, library: LoadedLibrary | None, fn: Callable[..., Any], packet: Any,
-                 reference: Callable[..., Any] | None, out: Callable[..., Any] | None = None,
-                 tensor: type | None = None) -> None:
+                 reference: Callable[..., Any] | None, out: Callable[..., Any] | None = None) -> None:
         self.name = name
         self.library = library
         self.qualname = f"{library.namespace}::{name}" if library else f"reference::{name}"
@@ -33,14 +32,8 @@ class Op:
         self.reference = reference
         self._fn = fn
         self._out = out
-        self._tensor = tensor  # set when the op has Scalar overloads (torch.Tensor)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # A second argument that is not a tensor (a Python number) goes to the packet, which picks
-        # foo.Scalar / foo.Scalar_out, as torch.add treats a number; tensors, 0-dim ones included,
-        # take the Tensor overloads directly.
-        if self._tensor is not None and (len(args) < 2 or not isinstance(args[1], self._tensor)):
-            return self.packet(*args, **kwargs)
         if self._out is not None and "out" in kwargs:
             return self._out(*args, **kwargs)
         return self._fn(*args, **kwargs)
@@ -58,15 +51,43 @@ class Op:
         return self.library.namespace if self.library else None
 
 
+class ScalarOp(Op):
+    """An op with torch's ``.Scalar`` overloads (add): a Python number as the second argument takes
+    ``foo.Scalar`` / ``foo.Scalar_out``, as ``torch.add`` treats a number (the packet's own overload
+    resolution costs ~60 us for it); a tensor, 0-dim ones included, takes the Tensor overloads."""
+
+    __slots__ = ("_tensor", "_scalar", "_scalar_out")
+
+    def __init__(self, name: str, library: LoadedLibrary, packet: Any, reference: Callable[..., Any] | None) -> None:
+        import torch
+
+        overloads = set(packet.overloads())
+        super().__init__(name, library, packet.default, packet, reference, packet.out if "out" in overloads else None)
+        self._tensor = torch.Tensor
+        self._scalar = packet.Scalar
+        self._scalar_out = packet.Scalar_out if "Scalar_out" in overloads else None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) > 1 and not isinstance(args[1], self._tensor):
+            if self._scalar_out is not None and "out" in kwargs:
+                return self._scalar_out(*args, **kwargs)
+            return self._scalar(*args, **kwargs)
+        if self._out is not None and "out" in kwargs:
+            return self._out(*args, **kwargs)
+        return self._fn(*args, **kwargs)
+
+
 def op_from_library(lib: LoadedLibrary, name: str) -> Op:
     import torch
 
     packet = getattr(getattr(torch.ops, lib.namespace), name)
     overloads = set(packet.overloads())
-    if "default" in overloads and overloads <= {"default", "out", "Scalar", "Scalar_out"}:
+    if "default" in overloads and "Scalar" in overloads and overloads <= {"default", "out", "Scalar", "Scalar_out"}:
+        return ScalarOp(name, lib, packet, reference_for(lib.spec, name))
+    if "default" in overloads and overloads <= {"default", "out"}:
         # Call the overloads directly: the packet's overload resolution costs ~0.3 us per call.
         return Op(name, lib, packet.default, packet, reference_for(lib.spec, name),
-                  packet.out if "out" in overloads else None, torch.Tensor if "Scalar" in overloads else None)
+                  packet.out if "out" in overloads else None)
     return Op(name, lib, packet, packet, reference_for(lib.spec, name))
 
 

@@ -7,8 +7,14 @@ parallel chunks), Python scalars of each kind and 0-dim tensors as `other`,
 forward and backward. Where torch raises, jitops must raise too, naming the
 op. On CPU the target is bit-identical results: after
 torch.testing.assert_close's default tolerances, the ulp distance must be 0
-(on CUDA at most 1 ulp). Each library is built once per session (the
-session cache, see conftest.py); CUDA cases carry the `cuda` marker.
+(on CUDA at most 1 ulp), with two measured exceptions that are torch's own
+(float32: either of its two roundings; complex64/128: assert_close only; see
+README). Each library is built once per session (the session cache, see
+conftest.py); CUDA cases carry the `cuda` marker.
+
+Size, measured on CPU: 849 test cases (867 more on CUDA), which compare
+10,490 add calls with torch's results and 6,371 where both raise, and 1,764
+nms calls (84 cases x 3 box grids x 7 thresholds) with the reference.
 """
 
 from __future__ import annotations

@@ -57,11 +57,10 @@ namespace {
 // `other` is the broadcast scalar: there torch computes alpha * other once,
 // rounded, and adds it. float16/bfloat16 round alpha * other to the dtype,
 // then the sum.
-template <typename scalar_t>
+template <typename scalar_t, bool unit>  // unit: alpha == 1, computed as x + y (the same bits for real types)
 struct Add2d {
   using Vec = at::vec::Vectorized<scalar_t>;
   scalar_t alpha;
-  bool unit;  // alpha == 1: x + y (the same bits for real types)
 
   static constexpr bool kReal = std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>;
   static constexpr bool kComplex =
@@ -79,7 +78,7 @@ struct Add2d {
   }
 
   scalar_t fused(scalar_t x, scalar_t y) const {
-    if (unit) return x + y;
+    if constexpr (unit) return x + y;
     if constexpr (kReal) {
       return std::fma(alpha, y, x);
     } else if constexpr (kComplex) {
@@ -89,7 +88,13 @@ struct Add2d {
     }
   }
 
-  Vec vfused(Vec x, Vec y) const { return unit ? x + y : at::vec::fmadd(y, Vec(alpha), x); }
+  Vec vfused(Vec x, Vec y) const {
+    if constexpr (unit) {
+      return x + y;
+    } else {
+      return at::vec::fmadd(y, Vec(alpha), x);
+    }
+  }
 
   void row(char* out, const char* x, const char* y, int64_t n, int scalar_arg) const {
     constexpr int64_t V = Vec::size();
@@ -111,7 +116,8 @@ struct Add2d {
         vfused(Vec::loadu(xs + i + V), yv).store(o + i + V);
       }
       if (i < n) {
-        scalar_t p = unit ? ys[0] : times_alpha(ys[0]);
+        scalar_t p = ys[0];
+        if constexpr (!unit) p = times_alpha(ys[0]);
         asm volatile("" : "+m"(p));  // rounded once, never fused into the sum
         for (; i < n; ++i) o[i] = xs[i] + p;
       }
@@ -165,7 +171,11 @@ void add_kernel_cpu(at::TensorIteratorBase& iter, const c10::Scalar& alpha) {
       // infinite part into NaN, as torch's does.
       unit = a == scalar_t(1);
     }
-    iter.for_each(Add2d<scalar_t>{a, unit}, at::internal::GRAIN_SIZE);
+    if (unit) {
+      iter.for_each(Add2d<scalar_t, true>{a}, at::internal::GRAIN_SIZE);
+    } else {
+      iter.for_each(Add2d<scalar_t, false>{a}, at::internal::GRAIN_SIZE);
+    }
     iter.cast_outputs();
   }), AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kHalf, at::kBFloat16, at::kComplexHalf);
 }
