@@ -5,16 +5,18 @@
 // promotion, output allocation and out= resizing, memory-overlap checks) and
 // run the device kernel. The Scalar overloads wrap the number in a 0-dim
 // "wrapped number" tensor, as torch does, so type promotion treats it like a
-// Python scalar. The CPU kernel goes through cpu_kernel_vec, which also
-// parallelises large tensors, with the very expressions torch's own CPU add
-// kernel uses, so the results are bit-identical to torch's:
+// Python scalar. The CPU kernel (Add2d below) runs the loop structure of
+// torch's cpu_kernel_vec (same chunks, rows, vector body and scalar tails)
+// with each of torch's roundings spelled out, so the results are torch's:
 //   - vectorised body: fmadd(other, alpha, self), float16 and bfloat16
 //     computed in float (Vectorized<Half>::fmadd converts) and rounded once;
-//   - scalar loop (tails of each chunk, strided inputs): self + alpha * other
-//     in scalar_t, so float16 and bfloat16 round alpha * other to the dtype
-//     first and then the sum: torch rounds twice there, and so do we;
+//   - scalar loops (tails, strided rows): self + alpha * other in scalar_t,
+//     so float16 and bfloat16 round alpha * other to the dtype first and then
+//     the sum, as torch's do; float and double as one std::fma;
 //   - alpha is converted to the dtype first (alpha.to<scalar_t>());
 //   - bool has only the scalar loop.
+// The spec builds this file with -ffp-contract=off, so the compiler adds no
+// fused multiply-add of its own.
 // No <torch/library.h> here: registration lives in register.cpp.
 //
 // On AVX512 machines torch still runs its elementwise kernels, add included,
