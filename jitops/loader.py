@@ -298,6 +298,12 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
             return Entry(plan, plan.entry, manifest, built=False)
         if problem is not None and os.path.lexists(plan.entry):
             cache.set_aside(plan.entry, problem)
+        from .remote import active_tier  # remote tier (issue 15): fetch, or one build per key across nodes
+
+        tier = active_tier()
+        if tier is not None:
+            manifest, built = tier.obtain(plan, cache, lambda: build_and_publish(plan, cache, jobs))
+            return Entry(plan, plan.entry, manifest, built=built)
         return Entry(plan, plan.entry, build_and_publish(plan, cache, jobs), built=True)
 
 

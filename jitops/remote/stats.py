@@ -1,0 +1,67 @@
+"""Counters of the remote tier: kept per process, logged at exit, summed into the cache for ``cache stats``.
+
+Imports only the stdlib and ``jitops.fsutil``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from .. import fsutil
+
+log = logging.getLogger("jitops")
+STATS_FILE = "remote-stats.json"  # under the cache's v1/ dir
+
+
+@dataclass
+class Counters:
+    hits: int = 0
+    misses: int = 0
+    rejected: int = 0
+    uploads: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    bytes_down: int = 0
+    bytes_up: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        asked = self.hits + self.misses
+        rate = f"{100.0 * self.hits / asked:.0f}%" if asked else "n/a"
+        return (f"{self.hits} hits, {self.misses} misses (hit rate {rate}), {self.rejected} rejected, "
+                f"{self.uploads} uploads, {self.errors} errors ({self.timeouts} timeouts), "
+                f"{self.bytes_down} B down, {self.bytes_up} B up, {self.seconds:.2f}s in the store")
+
+    def any(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(self))
+
+
+def read_totals(base: Path) -> Counters:
+    try:
+        data = json.loads((base / STATS_FILE).read_bytes())
+        return Counters(**{f.name: type(f.default)(data.get(f.name, 0)) for f in fields(Counters)})
+    except (OSError, ValueError, TypeError):
+        return Counters()
+
+
+def add_to_totals(base: Path, c: Counters) -> None:
+    """Add this process's counters to the cache's totals (best effort, under a file lock)."""
+    if not c.any() or not base.is_dir():
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(base / (STATS_FILE + ".lock"), os.O_RDWR | os.O_CREAT, fsutil.FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            total = read_totals(base)
+            for f in fields(Counters):
+                setattr(total, f.name, getattr(total, f.name) + getattr(c, f.name))
+            total.seconds = round(total.seconds, 3)
+            fsutil.atomic_write(base / STATS_FILE, json.dumps(asdict(total), sort_keys=True).encode())
+        finally:
+            os.close(fd)
