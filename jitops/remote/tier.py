@@ -55,7 +55,7 @@ class Tier:
     def __init__(self, settings: RemoteSettings, store: Store | None, trust: Trust | None, signer: Signer | None) -> None:
         self.settings, self.store, self.trust, self.signer = settings, store, trust, signer
         self.stats = Counters()
-        self.off = store is None
+        self.off = False  # True once the store failed: the process builds locally from then on
         self._rejected: set[str] = set()
         self._caches: set[str] = set()
 
@@ -85,7 +85,7 @@ class Tier:
     def obtain(self, plan: Plan, cache: Cache, build: Callable[[], Manifest]) -> tuple[Manifest, bool]:
         """The plan's entry: (manifest, built here?). Fetched, waited for, or built by ``build``."""
         self._caches.add(str(cache.base))
-        if self.off:
+        if self.off or self.store is None:
             return build(), True
         lease: _Lease | None = None
         try:
@@ -336,5 +336,5 @@ def make_tier(settings: RemoteSettings) -> Tier:
         tier.switch_off(e)
         return tier
     tier.stats.seconds += time.monotonic() - t0
-    tier.store, tier.off = store, False
+    tier.store = store
     return tier
