@@ -100,18 +100,19 @@ class Tier:
             self.switch_off(e)
             return build(), True
         try:
-            manifest = build()
-        except BuildError as e:
-            if lease is not None:
-                self._guard(self._record_failure, plan, e)
-            raise
+            try:
+                manifest = build()
+            except BuildError as e:
+                if lease is not None:
+                    self._guard(self._record_failure, plan, e)
+                raise
+            if self.writes:  # before the lease goes: a waiter that sees it free must find the entry
+                self._guard(self.upload, plan, cache, manifest)
+            return manifest, True
         finally:
             if lease is not None:
                 lease.stop()
                 self._guard(self.store.release_lease, lease.name, lease.holder)  # type: ignore[union-attr]
-        if self.writes:
-            self._guard(self.upload, plan, cache, manifest)
-        return manifest, True
 
     def _guard(self, fn: Callable[..., Any], *args: Any) -> None:
         if self.off:
