@@ -208,6 +208,10 @@ def cmd_warm(args: argparse.Namespace) -> int:
          f"{count['failed']} failed in {time.monotonic() - start:.1f}s (jobs {jobs}; cache {_cache().root})")
     if count["skipped"] and args.strict:
         print("jitops warm: --strict: some entries were skipped (see above)", file=sys.stderr)
+    if args.push and not count["failed"]:
+        from .remote.commands import push_warmed
+
+        push_warmed([s.exports[0] for s in specs], args.device)
     return 1 if count["failed"] or (count["skipped"] and args.strict) else 0
 
 
@@ -215,6 +219,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from . import diagnose
 
     checks = diagnose.doctor(_registry().specs())
+    if os.environ.get("JITOPS_REMOTE_CACHE"):
+        from .remote.commands import doctor_checks
+
+        checks += [diagnose.Check(name, status, detail, fix) for name, status, detail, fix in doctor_checks()]
     for c in checks:
         _out(f"{c.status.upper():<5} {c.name:<12} {c.detail}")
         if c.fix and c.status in ("warn", "fail"):
@@ -263,6 +271,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
         devices = args.device or diagnose.default_devices(loader.probe(), args.arch)
         _out(diagnose.fingerprint(_registry().specs(), devices, args.arch))
+    elif sub == "ls" and args.remote:
+        from .remote.commands import cmd_ls_remote
+
+        return cmd_ls_remote()
     elif sub == "ls":
         now = time.time()
         infos = admin.entries(cache)
@@ -353,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     _target_args(p, many=True)
     p.add_argument("--jobs", type=int, metavar="N", help="parallel compiles (default: from cores and free memory)")
     p.add_argument("--strict", action="store_true", help="exit non-zero if any CUDA entry had to be skipped")
+    p.add_argument("--push", action="store_true", help="then sign and upload the entries to JITOPS_REMOTE_CACHE")
     p.set_defaults(fn=cmd_warm)
     sub.add_parser("doctor", help="check that builds work here; exit 1 with the fix if not").set_defaults(fn=cmd_doctor)
     p = sub.add_parser("explain", help="why this machine would build or rebuild an op")
@@ -364,7 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     cs = p.add_subparsers(dest="cache_cmd", required=True, metavar="ACTION")
     cs.add_parser("path", help="print the cache root")
     _target_args(cs.add_parser("fingerprint", help="hash of every key ingredient, for keying a CI cache"), many=True)
-    cs.add_parser("ls", help="entries: op, target, key, size, age, last use")
+    cs.add_parser("ls", help="entries: op, target, key, size, age, last use").add_argument(
+        "--remote", action="store_true", help="list the remote cache's entries (JITOPS_REMOTE_CACHE)")
     cs.add_parser("verify", help="re-check every entry's sha256").add_argument(
         "--remove", action="store_true", help="remove damaged entries")
     q = cs.add_parser("prune", help="evict least-recently-used entries")
@@ -375,6 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("file")
     q.add_argument("ops", nargs="*", metavar="OP", help="only these ops' libraries (default: all)")
     cs.add_parser("import", help="add the entries of an exported archive").add_argument("file")
+    from .remote.commands import add_cache_parsers  # remote tier (issue 15): keygen, push, pull, stats
+
+    add_cache_parsers(cs)
     return parser
 
 

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
 import socket

@@ -307,3 +307,47 @@ except jitops.BuildError as e:
     assert "deliberately broken" in second["error"] and "failed on" in second["error"]
     assert list((tmp_path / "a" / "v1" / "logs").glob("broken-*")), "the first node's failed build kept its log"
     assert not list((tmp_path / "b" / "v1" / "logs").glob("broken-*")), "the second node did not build"
+
+
+def test_cli_keygen_warm_push_ls_pull_stats(tmp_path: Path) -> None:
+    """CI pushes, a node pulls; a node that does not trust the key refuses the pull (exit 1)."""
+    cfg = tmp_path / "cfg"
+    url = f"file://{tmp_path / 'shared'}"
+    (tmp_path / "shared").mkdir()
+
+    def jitops(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+        e = child_env(JITOPS_CACHE_DIR=str(tmp_path / "ci"), JITOPS_REMOTE_CACHE=url, JITOPS_CONFIG_DIR=str(cfg),
+                      JITOPS_BUILDER="fake", JITOPS_REMOTE_CACHE_MODE="read")
+        e.update(env)
+        return subprocess.run([sys.executable, "-m", "jitops", *argv], env=e, cwd=REPO, capture_output=True,
+                              text=True, timeout=120)
+
+    key = jitops("cache", "keygen")
+    assert key.returncode == 0, key.stderr
+    public = key.stdout.split("JITOPS_REMOTE_TRUSTED_KEYS=")[1].split()[0]
+    warm = jitops("warm", "add", "--push", JITOPS_REMOTE_CACHE_MODE="write")  # read mode while warming: push uploads
+    assert warm.returncode == 0 and "push: 1 uploaded" in warm.stdout, warm.stdout + warm.stderr
+    ls = jitops("cache", "ls", "--remote")
+    assert ls.returncode == 0 and "1 entries in" in ls.stdout and ls.stdout.startswith("add ")
+    node = {"JITOPS_CACHE_DIR": str(tmp_path / "node"), "JITOPS_CONFIG_DIR": str(tmp_path / "nodecfg"),
+            "JITOPS_REMOTE_TRUSTED_KEYS": public}
+    pull = jitops("cache", "pull", "add", **node)
+    assert pull.returncode == 0 and "1 fetched" in pull.stdout, pull.stdout + pull.stderr
+    stats = jitops("cache", "stats", **node)
+    assert "1 hits" in stats.stdout, stats.stdout
+    stranger = {**node, "JITOPS_CACHE_DIR": str(tmp_path / "stranger"), "JITOPS_REMOTE_TRUSTED_KEYS": ""}
+    refused = jitops("cache", "pull", "add", **stranger)
+    assert refused.returncode == 1 and "1 rejected" in refused.stdout, refused.stdout + refused.stderr
+    assert "trusts no signing key" in refused.stderr
+
+
+def test_settings_reject_bad_values() -> None:
+    from jitops.errors import ConfigError
+    from jitops.remote.config import remote_settings
+
+    assert remote_settings({}) is None
+    s = remote_settings({"JITOPS_REMOTE_CACHE": "redis://h:1/0"})
+    assert s is not None and (s.mode, s.connect_timeout, s.op_timeout) == ("write", 2.0, 30.0)
+    for env in ({"JITOPS_REMOTE_CACHE_MODE": "sometimes"}, {"JITOPS_REMOTE_TIMEOUT": "-1"}):
+        with pytest.raises(ConfigError, match="Fix:"):
+            remote_settings({"JITOPS_REMOTE_CACHE": "redis://h:1/0", **env})

@@ -5,11 +5,14 @@ cache`` remote command runs). Modules, lowest first; each imports only those
 above it, plus the stdlib and its one optional dependency:
 
 - ``config``   the settings, read from the environment (stdlib only)
+- ``stats``, ``envelope``  counters; the signed wire format of one entry
 - ``store``    the small store interface (blobs, leases, failure records) + errors
 - ``signing``  Ed25519 keys, fingerprints, trust (``cryptography``)
 - ``redis_store`` / ``fs_store``  backends (``redis`` / the filesystem, ``fsspec`` for other URLs)
 - ``backends`` URL -> store
+- ``lease``    a held lease and its renewal thread
 - ``tier``     the flow: fetch, verify, publish; lease, build, upload; fail open
+- ``session``  the process's one tier (made on first use)
 - ``commands`` what ``jitops cache keygen/push/pull/ls --remote/stats`` and doctor do
 
 This file imports only ``.config`` (stdlib), and the tier when the URL is set.
@@ -31,6 +34,6 @@ def active_tier(environ: Mapping[str, str] | None = None) -> Tier | None:
     settings = remote_settings(environ)
     if settings is None:
         return None
-    from .tier import tier_for
+    from .session import tier_for
 
     return tier_for(settings)

@@ -19,13 +19,11 @@ the build goes on locally (fail open). Counters are logged at exit.
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
 import logging
 import os
 import shutil
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -37,6 +35,7 @@ from ..errors import BuildError, CacheError, LockTimeout
 from . import envelope
 from .config import RemoteSettings
 from .stats import Counters, add_to_totals
+from .lease import Lease
 from .store import Holder, Store, StoreError, StoreTimeout
 
 if TYPE_CHECKING:
@@ -87,7 +86,7 @@ class Tier:
         self._caches.add(str(cache.base))
         if self.off or self.store is None:
             return build(), True
-        lease: _Lease | None = None
+        lease: Lease | None = None
         try:
             found = self.fetch(plan, cache)
             if found is not None:
@@ -125,6 +124,7 @@ class Tier:
     def fetch(self, plan: Plan, cache: Cache) -> Manifest | None:
         """Download, verify and publish the plan's remote entry; None if absent or rejected."""
         assert self.store is not None
+        self._caches.add(str(cache.base))
         what = plan.what
         blob = self._timed(self.store.get_blob, entry_name(plan.spec.name, plan.target.name, plan.key))
         if blob is None:
@@ -194,7 +194,7 @@ class Tier:
         return True
 
     # ---- one build per key
-    def _lease_or_wait(self, plan: Plan, cache: Cache) -> tuple[Manifest | None, _Lease | None]:
+    def _lease_or_wait(self, plan: Plan, cache: Cache) -> tuple[Manifest | None, Lease | None]:
         from ..lock import lock_timeout
 
         assert self.store is not None
@@ -213,7 +213,7 @@ class Tier:
                     if found is not None:
                         self._timed(store.release_lease, name, me)
                         return found, None
-                    return None, _Lease(self, name, me)
+                    return None, Lease(store, name, me, ttl)
             else:
                 holder = self._timed(store.lease_holder, name, ttl)
                 if holder is None:
@@ -266,76 +266,3 @@ class Tier:
                 add_to_totals(Path(base), self.stats)
 
 
-class _Lease:
-    """A held lease, renewed by a daemon thread every third of its ttl until stopped."""
-
-    def __init__(self, tier: Tier, name: str, holder: Holder) -> None:
-        self.tier, self.name, self.holder = tier, name, holder
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="jitops-lease", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        store, ttl = self.tier.store, self.tier.settings.lease_seconds
-        assert store is not None
-        while not self._stop.wait(ttl / 3):
-            try:
-                if not store.renew_lease(self.name, self.holder, ttl):
-                    log.warning("lost the lease %s in %s (it lapsed); another node may build too", self.name,
-                                self.tier.settings.url)
-                    return
-            except StoreError as e:
-                log.warning("cannot renew the lease %s: %s", self.name, e)
-                return
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-_tier: Tier | None = None
-_tier_lock = threading.Lock()
-
-
-def _reset_after_fork() -> None:
-    global _tier, _tier_lock
-    _tier, _tier_lock = None, threading.Lock()  # a child opens its own connections and keeps its own counters
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-def tier_for(settings: RemoteSettings) -> Tier:
-    """This process's tier for ``settings`` (made on first use: connect, ping, load keys)."""
-    global _tier
-    with _tier_lock:
-        if _tier is not None and _tier.settings == settings:
-            return _tier
-        _tier = make_tier(settings)
-        atexit.register(_tier.at_exit)
-        return _tier
-
-
-def make_tier(settings: RemoteSettings) -> Tier:
-    from .backends import open_store
-    from .signing import load_signer, load_trust
-
-    trust = load_trust(settings)
-    signer = None
-    if settings.mode == "write":
-        signer, why = load_signer(settings)
-        if signer is None:
-            warnings.warn(f"jitops: JITOPS_REMOTE_CACHE_MODE=write, but {why}; this process only reads from "
-                          f"{settings.url}", RuntimeWarning, stacklevel=3)
-    tier = Tier(settings, None, trust, signer)
-    t0 = time.monotonic()
-    try:
-        store = open_store(settings)
-        store.ping()
-    except StoreError as e:
-        tier.stats.seconds += time.monotonic() - t0
-        tier.switch_off(e)
-        return tier
-    tier.stats.seconds += time.monotonic() - t0
-    tier.store = store
-    return tier

@@ -1,0 +1,174 @@
+"""What the remote-tier commands do: ``cache keygen/push/pull/stats``, ``cache ls --remote``,
+``warm --push`` and doctor's remote checks.
+
+Imports the loader (plans), ``jitops.cache``, ``jitops.errors`` and this
+package; argparse only to declare its sub-commands. Returns exit codes;
+prints, like the rest of the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..cache import Cache, EntryProblem, default_root
+from ..errors import ConfigError
+from .config import remote_settings
+
+
+def add_cache_parsers(cs: Any) -> None:
+    """Declare ``jitops cache keygen|push|pull|stats`` on the ``cache`` sub-parsers."""
+    p = cs.add_parser("keygen", help="write a signing key pair for the remote cache (and print the public key)")
+    p.add_argument("--show", action="store_true", help="print the existing public key and its fingerprint")
+    p.add_argument("--force", action="store_true", help="replace an existing key pair")
+    p.set_defaults(fn=cmd_keygen)
+    for name, fn, what in (("push", cmd_push, "sign and upload local entries to JITOPS_REMOTE_CACHE"),
+                           ("pull", cmd_pull, "fetch and verify entries from JITOPS_REMOTE_CACHE")):
+        p = cs.add_parser(name, help=what)
+        p.add_argument("ops", nargs="*", metavar="OP", help="these ops (default: every known op)")
+        p.add_argument("--device", action="append", choices=("cpu", "cuda"), help="device (repeatable; default cpu)")
+        p.set_defaults(fn=fn)
+    cs.add_parser("stats", help="remote cache counters summed over this cache's processes").set_defaults(fn=cmd_stats)
+
+
+def _tier() -> Any:
+    settings = remote_settings()
+    if settings is None:
+        raise ConfigError("JITOPS_REMOTE_CACHE is not set. Fix: set it to redis://host:port/db or file:///shared/dir")
+    from .session import tier_for
+
+    tier = tier_for(settings)
+    if tier.off or tier.store is None:
+        raise ConfigError(f"the remote cache {settings.url} cannot be used (see the warning above)")
+    return tier
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from .signing import key_paths, keygen, parse_public, fingerprint
+
+    settings = remote_settings()
+    if args.show:
+        _, pub = key_paths(settings)
+        text = pub.read_text().split()[0]
+        print(f"{text}\nfingerprint {fingerprint(parse_public(text, str(pub)))} ({pub})")
+        return 0
+    priv, pub, text, fp = keygen(settings, force=args.force)
+    print(f"private key {priv} (keep it on the machines that upload, e.g. CI)\npublic key  {pub}\n"
+          f"fingerprint {fp}\n\nOn every node that should trust uploads signed by it:\n"
+          f"  export JITOPS_REMOTE_TRUSTED_KEYS={text}")
+    return 0
+
+
+def _plans(ops: Sequence[str], devices: Sequence[str] | None) -> list[Any]:
+    from .. import loader
+
+    specs = [loader.lookup(n) for n in ops] if ops else loader.registry().specs()
+    return [loader.make_plan(s, d) for s in dict.fromkeys(specs) for d in (devices or ["cpu"])]
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    tier = _tier()
+    if not tier.writes:
+        raise ConfigError("this node cannot upload: JITOPS_REMOTE_CACHE_MODE=read or no signing key. "
+                          "Fix: run `jitops cache keygen` here (or set JITOPS_REMOTE_SIGNING_KEY) in write mode")
+    pushed = missing = 0
+    for plan in _plans(args.ops, args.device):
+        try:
+            plan.cache.verify(plan.entry, plan.key, plan.spec.name, plan.target.name)
+        except EntryProblem:
+            missing += 1
+            print(f"skipped {plan.what}: no sound local entry (run `jitops warm` first)")
+            continue
+        if tier.upload(plan, plan.cache):
+            pushed += 1
+            print(f"pushed  {plan.what} ({plan.key[:12]})")
+    print(f"push: {pushed} uploaded to {tier.settings.url}, {missing} not built here")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    tier = _tier()
+    counts = {"fetched": 0, "present": 0, "absent": 0}
+    for plan in _plans(args.ops, args.device):
+        try:
+            plan.cache.verify(plan.entry, plan.key, plan.spec.name, plan.target.name)
+            counts["present"] += 1
+            continue
+        except EntryProblem:
+            pass
+        plan.cache.ensure_base()
+        state = "fetched" if tier.fetch(plan, plan.cache) is not None else "absent"
+        counts[state] += 1
+        print(f"{state:<8} {plan.what}")
+    rejected = tier.stats.rejected
+    print(f"pull: {counts['fetched']} fetched, {counts['present']} already here, {counts['absent']} not in the "
+          f"store, {rejected} rejected")
+    return 1 if rejected else 0
+
+
+def cmd_ls_remote() -> int:
+    tier = _tier()
+    names = tier.store.list_blobs("entries/")
+    for n in names:
+        _, lib, target, key = n.split("/", 3)
+        print(f"{lib:<14} {target:<18} {key[:12]}")
+    print(f"{len(names)} entries in {tier.settings.url}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from .stats import read_totals
+
+    totals = read_totals(Cache(default_root()).base)
+    print(f"remote cache, summed over the processes that used {default_root()}: {totals.summary()}")
+    return 0
+
+
+def push_warmed(ops: Sequence[str], devices: Sequence[str] | None) -> int:
+    """``jitops warm --push``: upload what was just warmed."""
+    ns = argparse.Namespace(ops=list(ops), device=list(devices) if devices else None)
+    return cmd_push(ns)
+
+
+def doctor_checks() -> list[tuple[str, str, str, str]]:
+    """(name, status, detail, fix) rows for ``jitops doctor`` when JITOPS_REMOTE_CACHE is set."""
+    settings = remote_settings()
+    if settings is None:
+        return []
+    from .backends import open_store
+    from .signing import load_signer, load_trust
+    from .store import Holder, StoreError
+
+    rows = []
+    try:
+        store = open_store(settings)
+        t0 = time.monotonic()
+        store.ping()
+        rows.append(("remote", "ok", f"{settings.url} answers in {1000 * (time.monotonic() - t0):.1f} ms", ""))
+    except StoreError as e:
+        return [("remote", "warn", f"{settings.url} is unreachable: {e}", "start the store or fix JITOPS_REMOTE_CACHE; "
+                 "jitops builds locally meanwhile")]
+    trust = load_trust(settings)
+    rows.append(("trust", "ok" if trust.keys else "warn", f"{len(trust.keys)} trusted key(s): " +
+                 ("; ".join(trust.sources) or "none"), "" if trust.keys else
+                 "set JITOPS_REMOTE_TRUSTED_KEYS to the uploaders' public keys (every download is rejected without)"))
+    if settings.mode == "write":
+        signer, why = load_signer(settings)
+        try:
+            me = Holder.me()
+            store.put_blob(f"probe/{me.host}", me.to_bytes())
+            can = store.get_blob(f"probe/{me.host}") == me.to_bytes()
+        except StoreError as e:
+            can, why = False, str(e)
+        if signer is None or not can:
+            rows.append(("upload", "warn", f"this node cannot upload: {why}", "see the message"))
+        else:
+            rows.append(("upload", "ok", f"writes to the store, signed by {signer.fingerprint}", ""))
+    else:
+        rows.append(("upload", "info", "JITOPS_REMOTE_CACHE_MODE=read: this node only downloads", ""))
+    if not store.exclusive_create:
+        rows.append(("leases", "warn", "this store has no conditional create: two nodes may build one key", ""))
+    store.close()
+    return rows
