@@ -11,10 +11,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -142,6 +144,36 @@ class CutProxy:
         self._stop.set()
         self._threads[0].join()
         self.srv.close()
+
+
+@contextlib.contextmanager
+def moto_s3(tmp: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """moto's standalone S3 server on loopback, with one empty bucket: (URL, the environment to reach it)."""
+    pytest.importorskip("s3fs")
+    exe = Path(sys.executable).with_name("moto_server")
+    if not exe.exists():
+        pytest.skip("moto[server] is not installed (it is in the test extra)")
+    port = free_port()
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                assert proc.poll() is None, "moto_server exited at start"
+                assert time.monotonic() < deadline, "moto_server did not start"
+                time.sleep(0.1)
+        code = "import s3fs; s3fs.S3FileSystem(skip_instance_cache=True).mkdir('jitops-test')"
+        subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, check=True, timeout=60)
+        yield "s3://jitops-test/cache", env
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
 
 
 def keygen(cfg: Path) -> str:

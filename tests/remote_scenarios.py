@@ -5,6 +5,7 @@ Runs inside a child interpreter (see ``tests/scenarios.py``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -38,6 +39,25 @@ def nodes(n: int, base: str, ops: list[str], timeout: float = 120) -> dict[str, 
     return {"start": start, "replies": replies}
 
 
+def preload_remote() -> None:
+    """Import the tier's modules before forking: each simulated node then pays the protocol, not the
+    import of redis-py and cryptography on a shared 2-core machine (real nodes import in parallel)."""
+    import jitops.remote.session  # noqa: F401
+    import jitops.remote.signing  # noqa: F401
+    import jitops.remote.backends  # noqa: F401
+
+    with contextlib.suppress(ImportError):
+        import jitops.remote.redis_store  # noqa: F401
+    with contextlib.suppress(ImportError):
+        import jitops.remote.object_store  # noqa: F401
+        import s3fs  # noqa: F401
+        import botocore.session  # noqa: F401
+
+        botocore.session.get_session().get_service_model("s3")  # the parsed API model, shared by every fork
+    import jitops.remote.fs_store  # noqa: F401
+
+
 def main_nodes(n: int, base: str, ops: list[str]) -> None:
     S.preload()
+    preload_remote()
     print(json.dumps(nodes(n, base, ops)))

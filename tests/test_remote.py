@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, child_env, last_json, run_py
-from tests.remote_helpers import CutProxy, keygen, node_env, redis_server, silent_server
+from tests.remote_helpers import CutProxy, keygen, moto_s3, node_env, redis_server, silent_server
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(240)]
 
@@ -39,15 +39,33 @@ def get_ops(env: dict[str, str], ops: tuple[str, ...] = ("fakeadd",)) -> tuple[d
 
 @contextlib.contextmanager
 def store(kind: str, tmp: Path) -> Iterator[str]:
+    """A fresh store of ``kind``; for s3 the variables that reach it are set in this process (children inherit)."""
     if kind == "redis":
         with redis_server(tmp) as (url, _):
+            yield url
+    elif kind == "s3":
+        with moto_s3(tmp) as (url, env), _environ(env):
             yield url
     else:
         (tmp / "shared").mkdir()
         yield f"file://{tmp / 'shared'}"
 
 
-BACKENDS = ["redis", "file"]
+@contextlib.contextmanager
+def _environ(env: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+BACKENDS = ["redis", "file", "s3"]
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
@@ -88,7 +106,10 @@ def test_sixteen_nodes_cold_store_one_build_per_op(tmp_path: Path, kind: str) ->
     assert not any(r["value"]["warnings"] for r in replies), replies[0]["value"]["warnings"]
     # Two builds of build_s each, possibly one after the other on one node; plus 3 s (the issue's bound).
     last = max(r["value"]["done"] for r in replies) - out["start"]
-    assert last < 2 * build_s + 3 + 5, f"every node had every op after {last:.1f}s"  # +5: fork and import on 2 loaded cores
+    # +5 s: 16 processes on 2 shared cores. moto (one Python process answering 16 pollers) is slower than
+    # S3; there the bound is only "no node hangs".
+    bound = 2 * build_s + 3 + 5 if kind != "s3" else 90
+    assert last < bound, f"every node had every op after {last:.1f}s"
 
 
 def test_without_the_url_nothing_extra_is_imported(tmp_path: Path) -> None:

@@ -19,5 +19,11 @@ def open_store(settings: RemoteSettings) -> Store:
         from .fs_store import FileStore
 
         return FileStore(url)
-    raise StoreError(f"JITOPS_REMOTE_CACHE={url!r}: jitops has no backend for {scheme or 'this URL'}. "
-                     "Fix: use redis://host:port/db, rediss://..., or file:///shared/dir")
+    if not scheme:
+        raise StoreError(f"JITOPS_REMOTE_CACHE={url!r} is not a URL. Fix: use redis://host:port/db, "
+                         "file:///shared/dir or s3://bucket/prefix")
+    try:
+        from .object_store import ObjectStore
+    except ImportError as e:
+        raise StoreError(f"{url} needs fsspec, which is not installed ({e}). Fix: pip install 'jitops[s3]'") from e
+    return ObjectStore(url, settings.connect_timeout, settings.op_timeout)

@@ -168,7 +168,15 @@ def doctor_checks() -> list[tuple[str, str, str, str]]:
             rows.append(("upload", "ok", f"writes to the store, signed by {signer.fingerprint}", ""))
     else:
         rows.append(("upload", "info", "JITOPS_REMOTE_CACHE_MODE=read: this node only downloads", ""))
-    if not store.exclusive_create:
-        rows.append(("leases", "warn", "this store has no conditional create: two nodes may build one key", ""))
+    check_exclusive = getattr(store, "check_exclusive", None)  # object stores: does create-if-absent hold?
+    if check_exclusive is not None:
+        try:
+            exclusive = check_exclusive()
+        except StoreError as e:
+            exclusive, why = False, str(e)
+        rows.append(("leases", "ok", "conditional create works: one node builds each key", "") if exclusive else
+                    ("leases", "warn", "this store ignores conditional create (If-None-Match), so leases are not "
+                     "exclusive: two nodes may build one key (what they publish stays correct)",
+                     "use an S3 service with conditional writes, Redis, or a shared file:// directory"))
     store.close()
     return rows
