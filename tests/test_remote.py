@@ -117,8 +117,8 @@ def test_without_the_url_nothing_extra_is_imported(tmp_path: Path) -> None:
 import json, sys
 from tests import scenarios as S
 r = S.get_and_check("fakeadd")
-mods = [m for m in ("redis", "cryptography", "fsspec", "s3fs", "jitops.remote.tier", "jitops.remote.signing",
-                    "jitops.remote.store") if m in sys.modules]
+mods = [m for m in ("redis", "cryptography", "fsspec", "s3fs", "botocore", "jitops.remote.tier",
+                    "jitops.remote.session", "jitops.remote.signing", "jitops.remote.store") if m in sys.modules]
 print(json.dumps({"built": r["built"], "mods": mods}))
 """
     env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"), JITOPS_BUILDER="fake", JITOPS_REMOTE_CACHE=None)
@@ -226,16 +226,25 @@ print(json.dumps(load_signer(RemoteSettings("file:///x", "write", None, None, {s
     assert not list((tmp_path / "b" / "v1" / "entries").glob("fakemul/*/*")), "nothing else was published"
 
 
-def test_silent_server_costs_the_connect_timeout_once(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def stopped_server() -> Iterator[str]:
+    from tests.remote_helpers import free_port
+
+    yield f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+
+
+@pytest.mark.parametrize("server", [silent_server, stopped_server], ids=["silent", "stopped"])
+def test_unanswering_server_costs_the_connect_timeout_once(tmp_path: Path, server) -> None:  # type: ignore[no-untyped-def]
     cfg = tmp_path / "cfg"
     keygen(cfg)
-    with silent_server() as url:
+    with server() as url:
         t0 = time.monotonic()
         out, err = get_ops(node_env(tmp_path / "c", url, cfg, JITOPS_REMOTE_CONNECT_TIMEOUT="1"), ("fakeadd", "fakemul"))
         elapsed = time.monotonic() - t0
     assert all(r["built"] and r["works"] for r in out["ops"].values())
     assert len([w for w in out["warnings"] if "remote cache" in w]) == 1, (out, err)
-    assert out["stats"]["timeouts"] == 1 and out["stats"]["seconds"] < 1.8, out["stats"]
+    assert out["stats"]["errors"] == 1 and out["stats"]["seconds"] < 1.8, out["stats"]
+    assert out["stats"]["timeouts"] == (1 if server is silent_server else 0)
     assert elapsed < 30
 
 
@@ -295,8 +304,10 @@ def test_sigkilled_lease_holder_is_taken_over(tmp_path: Path, kind: str) -> None
         t0 = time.time()
         env_b = {**env, "JITOPS_FAKE_BUILD_SECONDS": "0.5"}
         run = f"from tests import remote_scenarios as R; R.main_nodes(3, {str(tmp_path / 'w')!r}, ['fakeadd'])"
-        out = last_json(run_py(run, env=env_b, timeout=120).stdout)
+        proc = run_py(run, env=env_b, timeout=120)
+        out = last_json(proc.stdout)
     replies = out["replies"]
+    assert "waiting for the build of fakeadd for" in proc.stderr and "holding the lease for" in proc.stderr, proc.stderr
     assert len(replies) == 3 and all(r["ok"] and r["exit"] == 0 for r in replies), replies
     assert sum(r["value"]["ops"]["fakeadd"]["built"] for r in replies) == 1, "one build after the takeover"
     assert max(r["value"]["done"] for r in replies) - t0 < lease_s + 20
@@ -372,3 +383,24 @@ def test_settings_reject_bad_values() -> None:
     for env in ({"JITOPS_REMOTE_CACHE_MODE": "sometimes"}, {"JITOPS_REMOTE_TIMEOUT": "-1"}):
         with pytest.raises(ConfigError, match="Fix:"):
             remote_settings({"JITOPS_REMOTE_CACHE": "redis://h:1/0", **env})
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_doctor_checks_the_remote(tmp_path: Path, kind: str) -> None:
+    cfg = tmp_path / "cfg"
+    keygen(cfg)
+    with store(kind, tmp_path) as url:
+        env = node_env(tmp_path / "c", url, cfg)
+        out = subprocess.run([sys.executable, "-m", "jitops", "doctor"], env=env, cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+    rows = {line.split()[1]: line for line in out.stdout.splitlines() if line[:5].strip() in ("OK", "WARN", "INFO", "FAIL")}
+    assert rows["remote"].startswith("OK") and " ms" in rows["remote"], out.stdout
+    assert rows["trust"].startswith("OK") and "(your own key)" in rows["trust"]
+    assert rows["upload"].startswith("OK") and "signed by SHA256:" in rows["upload"]
+    if kind == "s3":
+        assert rows["leases"].startswith("OK") and "conditional create works" in rows["leases"]
+    with silent_server() as url:
+        env = node_env(tmp_path / "c", url, cfg, JITOPS_REMOTE_CONNECT_TIMEOUT="0.5")
+        out = subprocess.run([sys.executable, "-m", "jitops", "doctor"], env=env, cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+    assert "WARN  remote" in out.stdout and "unreachable" in out.stdout, out.stdout
