@@ -379,7 +379,7 @@ def test_settings_reject_bad_values() -> None:
 
     assert remote_settings({}) is None
     s = remote_settings({"JITOPS_REMOTE_CACHE": "redis://h:1/0"})
-    assert s is not None and (s.mode, s.connect_timeout, s.op_timeout) == ("write", 2.0, 30.0)
+    assert s is not None and (s.mode, s.connect_timeout, s.op_timeout) == ("auto", 2.0, 30.0)
     for env in ({"JITOPS_REMOTE_CACHE_MODE": "sometimes"}, {"JITOPS_REMOTE_TIMEOUT": "-1"}):
         with pytest.raises(ConfigError, match="Fix:"):
             remote_settings({"JITOPS_REMOTE_CACHE": "redis://h:1/0", **env})
@@ -404,3 +404,17 @@ def test_doctor_checks_the_remote(tmp_path: Path, kind: str) -> None:
         out = subprocess.run([sys.executable, "-m", "jitops", "doctor"], env=env, cwd=REPO, capture_output=True,
                              text=True, timeout=120)
     assert "WARN  remote" in out.stdout and "unreachable" in out.stdout, out.stdout
+
+
+def test_node_without_a_key_reads_quietly(tmp_path: Path) -> None:
+    """Mode unset and no signing key: the node downloads and builds for itself, uploads nothing, warns nothing."""
+    cfg = tmp_path / "cfg"
+    public = keygen(cfg)
+    (tmp_path / "shared").mkdir()
+    url = f"file://{tmp_path / 'shared'}"
+    get_ops(node_env(tmp_path / "a", url, cfg))  # fakeadd is in the store, fakemul is not
+    env = node_env(tmp_path / "b", url, tmp_path / "nokeys", JITOPS_REMOTE_TRUSTED_KEYS=public)
+    b, err = get_ops(env, ("fakeadd", "fakemul"))
+    assert not b["ops"]["fakeadd"]["built"] and b["ops"]["fakemul"]["built"]
+    assert b["stats"]["uploads"] == 0 and b["warnings"] == [], b
+    assert not list((tmp_path / "shared" / "v1" / "entries").glob("fakemul/*/*"))

@@ -154,7 +154,7 @@ def doctor_checks() -> list[tuple[str, str, str, str]]:
     rows.append(("trust", "ok" if trust.keys else "warn", f"{len(trust.keys)} trusted key(s): " +
                  ("; ".join(trust.sources) or "none"), "" if trust.keys else
                  "set JITOPS_REMOTE_TRUSTED_KEYS to the uploaders' public keys (every download is rejected without)"))
-    if settings.mode == "write":
+    if settings.mode != "read":
         signer, why = load_signer(settings)
         try:
             me = Holder.me()

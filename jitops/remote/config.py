@@ -22,7 +22,7 @@ FAILURE_SECONDS = 300.0  # a failed build's record makes waiters fail at once, t
 @dataclass(frozen=True)
 class RemoteSettings:
     url: str
-    mode: str  # "read" or "write" ("write" still needs a signing key)
+    mode: str  # "read", "write" (warns without a signing key) or "auto" (unset: write iff a signing key is found)
     trusted_keys: str | None  # JITOPS_REMOTE_TRUSTED_KEYS: key texts and/or files of them
     signing_key: str | None  # JITOPS_REMOTE_SIGNING_KEY: private key file (default: the user's config dir)
     config_dir: str | None  # JITOPS_CONFIG_DIR, else platformdirs' user config dir
@@ -51,8 +51,8 @@ def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings 
     url = env.get("JITOPS_REMOTE_CACHE", "").strip()
     if not url:
         return None
-    mode = env.get("JITOPS_REMOTE_CACHE_MODE", "write").strip().lower() or "write"
-    if mode not in ("read", "write"):
+    mode = env.get("JITOPS_REMOTE_CACHE_MODE", "").strip().lower() or "auto"
+    if mode not in ("read", "write", "auto"):
         raise ConfigError(f"JITOPS_REMOTE_CACHE_MODE={mode!r} is not a mode. Fix: set it to read or write")
     return RemoteSettings(
         url=url,

@@ -44,9 +44,9 @@ def make_tier(settings: RemoteSettings) -> Tier:
 
     trust = load_trust(settings)
     signer = None
-    if settings.mode == "write":
+    if settings.mode != "read":
         signer, why = load_signer(settings)
-        if signer is None:
+        if signer is None and settings.mode == "write":
             warnings.warn(f"jitops: JITOPS_REMOTE_CACHE_MODE=write, but {why}; this process only reads from "
                           f"{settings.url}", RuntimeWarning, stacklevel=3)
     tier = Tier(settings, None, trust, signer)

@@ -57,10 +57,11 @@ class Tier:
         self.off = False  # True once the store failed: the process builds locally from then on
         self._rejected: set[str] = set()
         self._caches: set[str] = set()
+        self._pid = os.getpid()  # a forked child inherits the atexit hook, not the counters
 
     @property
     def writes(self) -> bool:
-        return self.settings.mode == "write" and self.signer is not None
+        return self.settings.mode != "read" and self.signer is not None
 
     # ---- failing open
     def switch_off(self, e: Exception) -> None:
@@ -258,7 +259,7 @@ class Tier:
             op=plan.spec.name, target=plan.target.name, log=msg, log_path=None)
 
     def at_exit(self) -> None:
-        if self.stats.any():
+        if self.stats.any() and os.getpid() == self._pid:
             log.info("remote cache %s: %s", self.settings.url, self.stats.summary())
             from pathlib import Path
 
