@@ -186,10 +186,10 @@ def _add_file(tar: tarfile.TarFile, path: Path, arcname: str, mode: int, mtime: 
 
 
 def export(cache: Cache, dest: Path, libraries: set[str] | None = None, *, keys: set[str] | None = None,
-           records: bool = True) -> tuple[list[EntryInfo], list[tuple[EntryInfo, str]]]:
+           with_records: bool = True) -> tuple[list[EntryInfo], list[tuple[EntryInfo, str]]]:
     """Write a portable archive (tar.gz) of every sound entry and the toolchain records.
 
-    ``keys`` limits it to those entries, ``records=False`` leaves the toolchain
+    ``keys`` limits it to those entries, ``with_records=False`` leaves the toolchain
     records out (the remote tier ships one entry per archive this way).
     Returns (exported, skipped with why). Written atomically.
     """
@@ -211,7 +211,7 @@ def export(cache: Cache, dest: Path, libraries: set[str] | None = None, *, keys:
                 lib = info.manifest.library_file
                 _add_file(tar, info.path / lib, f"{rel}/{lib}", fsutil.LIB_MODE, info.manifest.built_at)
                 exported.append(info)
-            if records and cache.toolchains.is_dir():
+            if with_records and cache.toolchains.is_dir():
                 for rec in sorted(cache.toolchains.glob("*.json")):
                     if _TOOL_MEMBER.fullmatch(f"v1/toolchains/{rec.name}") and rec.is_file() and not rec.is_symlink():
                         _add_file(tar, rec, f"v1/toolchains/{rec.name}", fsutil.FILE_MODE, time.time())
@@ -298,7 +298,7 @@ def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifes
 
 
 def import_archive(cache: Cache, src: Path, check: Callable[[Path, Manifest], None] | None = None, *,
-                   records: bool = True) -> ImportResult:
+                   with_records: bool = True) -> ImportResult:
     """Add the entries of an archive written by :func:`export`, each checked like a build.
 
     An archive with any member outside the layout, a link or a special file is
@@ -306,7 +306,7 @@ def import_archive(cache: Cache, src: Path, check: Callable[[Path, Manifest], No
     or digest is rejected alone, and so is one that ``check(staged entry dir,
     manifest)`` refuses by raising EntryProblem (the remote tier checks the
     signature and the expected key there). Entries already present are left as
-    they are. ``records=False`` ignores toolchain records.
+    they are. ``with_records=False`` ignores toolchain records.
     """
     result = ImportResult()
     try:
@@ -324,7 +324,7 @@ def import_archive(cache: Cache, src: Path, check: Callable[[Path, Manifest], No
                 if member.isdir():
                     continue
                 if m is None:
-                    if not records:
+                    if not with_records:
                         continue  # the remote tier takes entries only, never toolchain records
                     dest = staging / f"record-{len(records)}.json"
                     _copy_out(tar, member, dest, fsutil.FILE_MODE)

@@ -110,9 +110,12 @@ class Tier:
                 self._guard(self.upload, plan, cache, manifest)
             return manifest, True
         finally:
-            if lease is not None:
+            if lease is not None:  # even after an error: waiters should not sit out the lease's ttl
                 lease.stop()
-                self._guard(self.store.release_lease, lease.name, lease.holder)  # type: ignore[union-attr]
+                try:
+                    self._timed(self.store.release_lease, lease.name, lease.holder)  # type: ignore[union-attr]
+                except StoreError as e:
+                    self.switch_off(e)
 
     def _guard(self, fn: Callable[..., Any], *args: Any) -> None:
         if self.off:
@@ -166,7 +169,7 @@ class Tier:
             path = staging / "entry.tar.gz"
             path.write_bytes(archive)
             try:
-                result = cache_admin.import_archive(cache, path, check, records=False)
+                result = cache_admin.import_archive(cache, path, check, with_records=False)
             except CacheError as e:
                 raise EntryProblem(str(e)) from e
         finally:
@@ -181,7 +184,7 @@ class Tier:
         staging = cache.new_staging(plan.spec.name, plan.key)
         try:
             path = staging / "entry.tar.gz"
-            exported, skipped = cache_admin.export(cache, path, {plan.spec.name}, keys={plan.key}, records=False)
+            exported, skipped = cache_admin.export(cache, path, {plan.spec.name}, keys={plan.key}, with_records=False)
             if not exported:
                 log.warning("not uploading %s: %s", plan.what, skipped[0][1] if skipped else "no local entry")
                 return False
