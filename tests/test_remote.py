@@ -418,3 +418,32 @@ def test_node_without_a_key_reads_quietly(tmp_path: Path) -> None:
     assert not b["ops"]["fakeadd"]["built"] and b["ops"]["fakemul"]["built"]
     assert b["stats"]["uploads"] == 0 and b["warnings"] == [], b
     assert not list((tmp_path / "shared" / "v1" / "entries").glob("fakemul/*/*"))
+
+
+def test_remote_entries_bring_no_toolchain_records(tmp_path: Path) -> None:
+    """A signed entry whose archive also carries a toolchain record: the entry is used, the record ignored."""
+    import io
+    import tarfile
+
+    from jitops.remote import envelope
+
+    cfg = tmp_path / "cfg"
+    keygen(cfg)
+    (tmp_path / "shared").mkdir()
+    url = f"file://{tmp_path / 'shared'}"
+    get_ops(node_env(tmp_path / "a", url, cfg))
+    path = _blob_path(tmp_path / "shared")
+    header, archive = envelope.unpack(path.read_bytes())
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as src, \
+            tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as dst:
+        for m in src:
+            dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+        record = json.dumps({"path": "/usr/bin/c++", "version": "planted"}).encode()
+        info = tarfile.TarInfo(f"v1/toolchains/{'0' * 32}.json")
+        info.size = len(record)
+        dst.addfile(info, io.BytesIO(record))
+    path.write_bytes(envelope.pack(header["key"], header["signer"], header["signature"], buf.getvalue()))
+    b, _ = get_ops(node_env(tmp_path / "b", url, cfg))
+    assert not b["ops"]["fakeadd"]["built"] and b["stats"]["hits"] == 1
+    assert not (tmp_path / "b" / "v1" / "toolchains" / f"{'0' * 32}.json").exists()
