@@ -298,8 +298,9 @@ def test_sigkilled_lease_holder_is_taken_over(tmp_path: Path, kind: str) -> None
                 assert holder.poll() is None and time.monotonic() < deadline, "the holder never started building"
                 time.sleep(0.05)
             time.sleep(0.3)  # the lease is taken before the build starts
-            os.killpg(holder.pid, signal.SIGKILL)
-        finally:
+        finally:  # killed here also when the wait above fails: no builder outlives the test
+            if holder.poll() is None:
+                os.killpg(holder.pid, signal.SIGKILL)
             holder.wait(timeout=30)
         t0 = time.time()
         env_b = {**env, "JITOPS_FAKE_BUILD_SECONDS": "0.5"}
