@@ -10,6 +10,7 @@ platformdirs' user cache dir for ``jitops``)::
     v1/toolchains/                         remembered compiler identities
     v1/inline/<name>-<digest>/             load_inline's sources, by content
     v1/trash/                              entries set aside as damaged
+    v1/remote-stats.json                   the remote tier's counters (+ .lock)
 
 A tier is two calls: ``lookup(address) -> Hit | Miss(reason)`` (verified)
 and ``publish_entry(staged, address)`` (a finished staging dir -> what is in
@@ -102,6 +103,10 @@ class Cache:
     @property
     def logs(self) -> Path:
         return self.base / "logs"
+
+    @property
+    def remote_stats(self) -> Path:  # the remote tier's counters, summed over processes (`jitops cache stats`)
+        return self.base / "remote-stats.json"
 
     # ---- checks
     def root_problem(self) -> str | None:
@@ -279,12 +284,9 @@ class Cache:
         out: list[Path] = []
         if not os.path.isdir(base):
             return out
-        for lib in sorted(base.iterdir()):
-            if not lib.is_dir():
-                continue
-            for tgt in sorted(lib.iterdir()):
-                if tgt.is_dir():
-                    out.extend(sorted(p for p in tgt.iterdir() if p.is_dir()))
+        for lib in sorted(p for p in base.iterdir() if p.is_dir()):
+            for tgt in sorted(p for p in lib.iterdir() if p.is_dir()):
+                out.extend(sorted(p for p in tgt.iterdir() if p.is_dir()))
         return out
 
 

@@ -21,6 +21,8 @@ import sys
 import sysconfig
 import tarfile
 import time
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,9 +61,12 @@ def _add_file(tar: tarfile.TarFile, path: Path, arcname: str, mode: int, mtime: 
         tar.addfile(info, f)
 
 
-def export(cache: Cache, dest: Path, libraries: set[str] | None = None) -> tuple[list[EntryInfo], list[tuple[EntryInfo, str]]]:
+def export(cache: Cache, dest: Path, libraries: set[str] | None = None, *, keys: set[str] | None = None,
+           with_records: bool = True) -> tuple[list[EntryInfo], list[tuple[EntryInfo, str]]]:
     """Write a portable archive (tar.gz) of every sound entry and the toolchain records.
 
+    ``keys`` limits it to those entries, ``with_records=False`` leaves the toolchain
+    records out (the remote tier ships one entry per archive this way).
     Returns (exported, skipped with why). Written atomically.
     """
     exported, skipped = [], []
@@ -70,7 +75,7 @@ def export(cache: Cache, dest: Path, libraries: set[str] | None = None) -> tuple
     try:
         with tarfile.open(tmp, "w:gz", format=tarfile.PAX_FORMAT) as tar:
             for info in entries(cache):
-                if libraries is not None and info.library not in libraries:
+                if (libraries is not None and info.library not in libraries) or (keys is not None and info.key not in keys):
                     continue
                 problem = check(cache, info)
                 if problem is not None:
@@ -82,7 +87,7 @@ def export(cache: Cache, dest: Path, libraries: set[str] | None = None) -> tuple
                 lib = info.manifest.library_file
                 _add_file(tar, info.path / lib, f"{rel}/{lib}", fsutil.LIB_MODE, info.manifest.built_at)
                 exported.append(info)
-            if cache.toolchains.is_dir():
+            if with_records and cache.toolchains.is_dir():
                 for rec in sorted(cache.toolchains.glob("*.json")):
                     name = cache.archive_name(rec)
                     if _TOOL_MEMBER.fullmatch(name) and rec.is_file() and not rec.is_symlink():
@@ -169,12 +174,17 @@ def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifes
     return m
 
 
-def import_archive(cache: Cache, src: Path) -> ImportResult:
+def import_archive(cache: Cache, src: Path, check: Callable[[Path, Manifest], None] | None = None, *,
+                   with_records: bool = True) -> ImportResult:
     """Add the entries of an archive written by :func:`export`, each checked like a build.
 
     An archive with any member outside the layout, a link or a special file is
     refused whole, before anything is published. An entry with a bad manifest
-    or digest is rejected alone. Entries already present are left as they are.
+    or digest is rejected alone, and so is one that ``check(staged entry dir,
+    manifest)`` refuses by raising EntryProblem (the remote tier checks the
+    signature and the expected key there). Entries already present are left as
+    they are. ``with_records=False`` ignores toolchain records. A truncated or
+    damaged archive raises CacheError, and nothing of it is published.
     """
     result = ImportResult()
     try:
@@ -186,12 +196,14 @@ def import_archive(cache: Cache, src: Path) -> ImportResult:
     try:
         staged: dict[tuple[str, str, str], Path] = {}
         records: list[tuple[str, Path]] = []
-        with tar:
+        with tar, _damaged_archive(src):
             for member in tar:
                 m = _check_member(member)
                 if member.isdir():
                     continue
                 if m is None:
+                    if not with_records:
+                        continue  # the remote tier takes entries only, never toolchain records
                     dest = staging / f"record-{len(records)}.json"
                     _copy_out(tar, member, dest, fsutil.FILE_MODE)
                     records.append((member.name.rsplit("/", 1)[1], dest))
@@ -206,6 +218,8 @@ def import_archive(cache: Cache, src: Path) -> ImportResult:
             where = f"{lib}/{target}/{keydir[:12]}"
             try:
                 manifest = _validate_staged(entry, lib, target, keydir)
+                if check is not None:
+                    check(entry, manifest)
             except EntryProblem as e:
                 result.rejected.append((where, str(e)))
                 continue
@@ -229,6 +243,15 @@ def import_archive(cache: Cache, src: Path) -> ImportResult:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+@contextlib.contextmanager
+def _damaged_archive(src: Path) -> Iterator[None]:
+    try:
+        yield
+    except (tarfile.TarError, EOFError, zlib.error) as e:
+        raise CacheError(f"the archive {src} is truncated or damaged ({e}); nothing was imported. "
+                         "Fix: copy it again, or export it again with `jitops cache export`") from e
 
 
 def _import_record(cache: Cache, name: str, path: Path) -> int:

@@ -5,7 +5,8 @@ messages on stderr: 0 success, 1 a failure (a failed build, a failed check, a
 damaged entry), 2 bad usage. ``--help``, ``list`` and the cache commands
 (except ``cache fingerprint``) answer without importing torch.
 
-Imports: cache, cli_cache, errors, settings; diagnose, entry, plan, progress, target, warm and build lazily per command.
+Imports: cache, cli_cache, errors, settings; diagnose, entry, plan, progress, target, warm and build lazily per command;
+remote.commands for ``warm --push``.
 """
 
 from __future__ import annotations
@@ -114,6 +115,10 @@ def cmd_warm(args: argparse.Namespace) -> int:
          f"{count['failed']} failed in {time.monotonic() - start:.1f}s (jobs {jobs}; cache {settings.cache_root()})")
     if count["skipped"] and args.strict:
         print("jitops warm: --strict: some entries were skipped (see above)", file=sys.stderr)
+    if args.push and not count["failed"]:  # the remote tier (issue 15): sign and upload what was warmed
+        from .remote.commands import push_warmed
+
+        push_warmed([s.exports[0] for s in specs], args.device)
     return 1 if count["failed"] or (count["skipped"] and args.strict) else 0
 
 
@@ -197,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     _target_args(p, many=True)
     p.add_argument("--jobs", type=int, metavar="N", help="parallel compiles (default: from cores and free memory)")
     p.add_argument("--strict", action="store_true", help="exit non-zero if any CUDA entry had to be skipped")
+    p.add_argument("--push", action="store_true", help="then sign and upload the entries to JITOPS_REMOTE_CACHE")
     p.set_defaults(fn=cmd_warm)
     sub.add_parser("doctor", help="check that builds work here; exit 1 with the fix if not").set_defaults(fn=cmd_doctor)
     p = sub.add_parser("explain", help="why this machine would build or rebuild an op")

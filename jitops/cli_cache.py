@@ -3,7 +3,7 @@
 Answers without importing torch, except ``fingerprint``.
 
 Imports: cache, cache_admin, cache_archive, diagnose and target (fingerprint only, lazily), errors,
-registry, settings.
+registry, settings; remote.commands (its sub-commands keygen, push, pull, stats and ``ls --remote``).
 """
 
 from __future__ import annotations
@@ -82,6 +82,11 @@ def _fingerprint(cache: Cache, args: argparse.Namespace) -> int:
 
 def _ls(cache: Cache, args: argparse.Namespace) -> int:
     from . import cache_admin as admin
+
+    if args.remote:  # the remote tier (issue 15)
+        from .remote.commands import cmd_ls_remote
+
+        return cmd_ls_remote(Settings.from_env())
 
     now = time.time()
     infos = admin.entries(cache)
@@ -185,7 +190,8 @@ def add_parser(sub: Any, target_args: Callable[..., None]) -> None:
     cs = p.add_subparsers(dest="cache_cmd", required=True, metavar="ACTION")
     cs.add_parser("path", help="print the cache root")
     target_args(cs.add_parser("fingerprint", help="hash of every key ingredient, for keying a CI cache"), many=True)
-    cs.add_parser("ls", help="entries: op, target, key, size, age, last use")
+    cs.add_parser("ls", help="entries: op, target, key, size, age, last use").add_argument(
+        "--remote", action="store_true", help="list the remote cache's entries (JITOPS_REMOTE_CACHE)")
     cs.add_parser("verify", help="re-check every entry's sha256").add_argument(
         "--remove", action="store_true", help="remove damaged entries")
     q = cs.add_parser("prune", help="evict least-recently-used entries")
@@ -196,3 +202,6 @@ def add_parser(sub: Any, target_args: Callable[..., None]) -> None:
     q.add_argument("file")
     q.add_argument("ops", nargs="*", metavar="OP", help="only these ops' libraries (default: all)")
     cs.add_parser("import", help="add the entries of an exported archive").add_argument("file")
+    from .remote.commands import add_cache_parsers  # the remote tier (issue 15): keygen, push, pull, stats
+
+    add_cache_parsers(cs)

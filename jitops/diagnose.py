@@ -4,7 +4,8 @@ an op build or rebuild?) and the cache ``fingerprint`` CI jobs key their cache b
 Every answer about an op comes from :func:`entry.entry_status`, the same
 question ``get`` asks.
 
-Imports: build, cache, entry, errors, key, manifest, plan, settings, spec, target, toolchain.
+Imports: build, cache, entry, errors, key, manifest, plan, settings, spec, target, toolchain;
+remote.commands lazily, only when ``settings.remote`` is set (doctor's remote rows).
 """
 
 from __future__ import annotations
@@ -222,6 +223,10 @@ def doctor(specs: Sequence[OpSpec], settings: Settings | None = None) -> list[Ch
         *_ops(specs, settings),
         Check("fingerprint", "info", fingerprint(specs, default_devices(system, None), settings=settings)),
     ]
+    if settings.remote is not None:  # the remote tier (issue 15): store, trust, upload, leases
+        from .remote.commands import doctor_checks
+
+        checks += [Check(name, status, detail, fix) for name, status, detail, fix in doctor_checks(settings)]
     return checks
 
 

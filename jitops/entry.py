@@ -4,7 +4,8 @@ it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``,
 ``explain`` and ``info`` all ask :func:`entry_status`.
 
 Imports: cache, errors, key, manifest, plan, roots, settings, toolchain
-(lock and publish lazily, on the miss path only).
+(lock and publish lazily, on the miss path only; the ``remote`` package
+too, and only when ``settings.remote`` is set).
 """
 
 from __future__ import annotations
@@ -137,4 +138,12 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
             return Entry(plan, found.path, found.manifest, built=False)
         if found.reason is not None and os.path.lexists(plan.entry):
             cache.set_aside(plan.entry, found.reason)
+        if settings.remote is not None:  # the remote tier (issue 15): fetch, or one build per key across nodes
+            from .remote import active_tier
+
+            tier = active_tier(settings)
+            if tier is not None:
+                manifest, built = tier.obtain(plan, cache, lambda: build_and_publish(plan, cache, jobs, settings),
+                                              settings.lock_timeout)
+                return Entry(plan, plan.entry, manifest, built=built)
         return Entry(plan, plan.entry, build_and_publish(plan, cache, jobs, settings), built=True)

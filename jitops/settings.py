@@ -25,7 +25,10 @@ from .errors import ConfigError
 
 # The variables Settings reads, in display order (doctor shows the ones set).
 VARIABLES = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
-             "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_FAKE_BUILD_SECONDS", "MAX_JOBS")
+             "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_FAKE_BUILD_SECONDS", "MAX_JOBS",
+             "JITOPS_REMOTE_CACHE", "JITOPS_REMOTE_CACHE_MODE", "JITOPS_REMOTE_TRUSTED_KEYS", "JITOPS_REMOTE_SIGNING_KEY",
+             "JITOPS_CONFIG_DIR", "JITOPS_REMOTE_CONNECT_TIMEOUT", "JITOPS_REMOTE_TIMEOUT",
+             "JITOPS_REMOTE_LEASE_SECONDS", "JITOPS_REMOTE_FAILURE_SECONDS")
 BUILDERS = ("real", "fake")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -85,6 +88,48 @@ def _progress(text: str) -> bool:
 
 
 @dataclass(frozen=True)
+class RemoteSettings:
+    """The remote tier's variables (issue 15); present only when ``JITOPS_REMOTE_CACHE`` is set."""
+
+    url: str  # JITOPS_REMOTE_CACHE
+    mode: str  # JITOPS_REMOTE_CACHE_MODE: "read", "write" (warns without a key) or "auto" (write iff a key is found)
+    trusted_keys: str | None  # JITOPS_REMOTE_TRUSTED_KEYS: key texts and/or files of them
+    signing_key: str | None  # JITOPS_REMOTE_SIGNING_KEY: private key file (default: in the config dir)
+    config_dir: str | None  # JITOPS_CONFIG_DIR, else platformdirs' user config dir (jitops.remote.config)
+    connect_timeout: float = 2.0  # JITOPS_REMOTE_CONNECT_TIMEOUT: a silent store costs this once per process
+    op_timeout: float = 30.0  # JITOPS_REMOTE_TIMEOUT: one blob up or down
+    lease_seconds: float = 30.0  # JITOPS_REMOTE_LEASE_SECONDS: renewed every third; a dead builder's lapses
+    failure_seconds: float = 300.0  # JITOPS_REMOTE_FAILURE_SECONDS: how long a failed build's record stops waiters
+
+
+def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+    value = _optional(env, name, _seconds, "a positive number of seconds", f"set e.g. {default:g}, or unset it")
+    if value is not None and value <= 0:
+        raise _bad(name, env[name], "a positive number of seconds", f"set e.g. {default:g}, or unset it")
+    return default if value is None else value
+
+
+def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings | None:
+    """The remote tier's settings, or None when ``JITOPS_REMOTE_CACHE`` is unset (the tier is off)."""
+    env = os.environ if environ is None else environ
+    url = env.get("JITOPS_REMOTE_CACHE", "").strip()
+    if not url:
+        return None
+    mode = env.get("JITOPS_REMOTE_CACHE_MODE", "").strip().lower() or "auto"
+    if mode not in ("read", "write", "auto"):
+        raise _bad("JITOPS_REMOTE_CACHE_MODE", mode, "a mode", "set it to read or write, or unset it")
+    d = RemoteSettings
+    return RemoteSettings(
+        url=url, mode=mode, trusted_keys=env.get("JITOPS_REMOTE_TRUSTED_KEYS") or None,
+        signing_key=env.get("JITOPS_REMOTE_SIGNING_KEY") or None, config_dir=env.get("JITOPS_CONFIG_DIR") or None,
+        connect_timeout=_positive(env, "JITOPS_REMOTE_CONNECT_TIMEOUT", d.connect_timeout),
+        op_timeout=_positive(env, "JITOPS_REMOTE_TIMEOUT", d.op_timeout),
+        lease_seconds=_positive(env, "JITOPS_REMOTE_LEASE_SECONDS", d.lease_seconds),
+        failure_seconds=_positive(env, "JITOPS_REMOTE_FAILURE_SECONDS", d.failure_seconds),
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     """What the environment asks of jitops; parsed once, passed down."""
 
@@ -97,6 +142,8 @@ class Settings:
     jobs: int | None = None  # MAX_JOBS: parallel compiles; None: cores capped by memory
     builder: str = "real"  # JITOPS_BUILDER: "fake" is the test seam (a tiny real library, no compiler)
     fake_build_seconds: float = 0.0  # JITOPS_FAKE_BUILD_SECONDS: stretches a fake build (kill/race tests)
+    remote: RemoteSettings | None = None  # JITOPS_REMOTE_*: the remote tier; None: off, nothing of it imported
+    config_dir: str | None = None  # JITOPS_CONFIG_DIR: where `jitops cache keygen` keeps the key pair
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -120,6 +167,8 @@ class Settings:
             builder=builder,
             fake_build_seconds=_optional(env, "JITOPS_FAKE_BUILD_SECONDS", _seconds, "a number of seconds",
                                          "set it to e.g. 0.5, or unset it") or 0.0,
+            remote=remote_settings(env),
+            config_dir=env.get("JITOPS_CONFIG_DIR") or None,
         )
 
     def cache_root(self) -> Path:

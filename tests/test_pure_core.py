@@ -367,6 +367,37 @@ def test_the_import_graph_has_no_cycle() -> None:
     assert "loader" not in graph["ops"] | graph["publish"] | graph["plan"] | graph["registry"] | graph["roots"]
 
 
+def test_the_remote_package_sits_on_top_and_is_imported_only_lazily() -> None:
+    """jitops.remote never imports back up into the pipeline (loader, entry, cli, diagnose, ...), and no
+    module of jitops imports it at its top level: without JITOPS_REMOTE_CACHE it is never imported."""
+    import ast
+
+    pkg = Path(jitops.__file__).parent
+    users = {"loader", "entry", "cli", "cli_cache", "diagnose", "warm", "user", "publish", "build"}
+    upward = []
+    for path in sorted((pkg / "remote").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 2:
+                names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+                upward += [f"remote/{path.name} -> {n}" for n in names if n in users]
+    eager = []
+    for path in sorted(pkg.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:  # module level only; lazy imports sit in functions
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").startswith("remote"):
+                eager.append(path.name)
+    assert upward == [] and eager == []
+
+
+def test_settings_read_the_remote_variables() -> None:
+    assert Settings.from_env({}).remote is None
+    s = Settings.from_env({"JITOPS_REMOTE_CACHE": "file:///shared", "JITOPS_CONFIG_DIR": "/cfg",
+                           "JITOPS_REMOTE_LEASE_SECONDS": "5"})
+    assert s.remote is not None and (s.remote.url, s.remote.mode, s.remote.lease_seconds) == ("file:///shared", "auto", 5.0)
+    assert s.config_dir == s.remote.config_dir == "/cfg"
+    with pytest.raises(jitops.ConfigError, match="JITOPS_REMOTE_LEASE_SECONDS='0'.*Fix:"):
+        Settings.from_env({"JITOPS_REMOTE_CACHE": "file:///shared", "JITOPS_REMOTE_LEASE_SECONDS": "0"})
+
+
 def test_only_settings_reads_jitops_variables_and_nothing_writes_the_environment() -> None:
     import ast
 

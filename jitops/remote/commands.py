@@ -1,0 +1,190 @@
+"""What the remote-tier commands do: ``cache keygen/push/pull/stats``, ``cache ls --remote``,
+``warm --push`` and doctor's remote checks.
+
+Imports ``jitops.cache``, ``jitops.errors``, ``jitops.manifest``,
+``jitops.settings``, ``jitops.registry`` and ``jitops.plan`` (plans, lazily)
+and this package; argparse only to declare its sub-commands. Each command
+reads ``Settings`` once and passes it down. Returns exit codes;
+prints, like the rest of the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..cache import Cache
+from ..errors import ConfigError
+from ..manifest import EntryProblem
+from ..settings import Settings
+from .config import for_keys
+
+
+def add_cache_parsers(cs: Any) -> None:
+    """Declare ``jitops cache keygen|push|pull|stats`` on the ``cache`` sub-parsers."""
+    p = cs.add_parser("keygen", help="write a signing key pair for the remote cache (and print the public key)")
+    p.add_argument("--show", action="store_true", help="print the existing public key and its fingerprint")
+    p.add_argument("--force", action="store_true", help="replace an existing key pair")
+    p.set_defaults(fn=cmd_keygen)
+    for name, fn, what in (("push", cmd_push, "sign and upload local entries to JITOPS_REMOTE_CACHE"),
+                           ("pull", cmd_pull, "fetch and verify entries from JITOPS_REMOTE_CACHE")):
+        p = cs.add_parser(name, help=what)
+        p.add_argument("ops", nargs="*", metavar="OP", help="these ops (default: every known op)")
+        p.add_argument("--device", action="append", choices=("cpu", "cuda"), help="device (repeatable; default cpu)")
+        p.set_defaults(fn=fn)
+    cs.add_parser("stats", help="remote cache counters summed over this cache's processes").set_defaults(fn=cmd_stats)
+
+
+def _tier(settings: Settings) -> Any:
+    remote = settings.remote
+    if remote is None:
+        raise ConfigError("JITOPS_REMOTE_CACHE is not set. Fix: set it to redis://host:port/db or file:///shared/dir")
+    from .session import tier_for
+
+    tier = tier_for(remote)
+    if tier.off or tier.store is None:
+        raise ConfigError(f"the remote cache {remote.url} cannot be used (see the warning above)")
+    return tier
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from .signing import key_paths, keygen, parse_public, fingerprint
+
+    settings = for_keys(Settings.from_env())
+    if args.show:
+        _, pub = key_paths(settings)
+        text = pub.read_text().split()[0]
+        print(f"{text}\nfingerprint {fingerprint(parse_public(text, str(pub)))} ({pub})")
+        return 0
+    priv, pub, text, fp = keygen(settings, force=args.force)
+    print(f"private key {priv} (keep it on the machines that upload, e.g. CI)\npublic key  {pub}\n"
+          f"fingerprint {fp}\n\nOn every node that should trust uploads signed by it:\n"
+          f"  export JITOPS_REMOTE_TRUSTED_KEYS={text}")
+    return 0
+
+
+def _plans(ops: Sequence[str], devices: Sequence[str] | None, settings: Settings) -> list[Any]:
+    from ..plan import make_plan
+    from ..registry import lookup, registry
+
+    specs = [lookup(n) for n in ops] if ops else registry().specs()
+    return [make_plan(s, d, settings=settings) for s in dict.fromkeys(specs) for d in (devices or ["cpu"])]
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    tier = _tier(settings)
+    if not tier.writes:
+        raise ConfigError("this node cannot upload: JITOPS_REMOTE_CACHE_MODE=read or no signing key. "
+                          "Fix: run `jitops cache keygen` here (or set JITOPS_REMOTE_SIGNING_KEY) in write mode")
+    pushed = missing = 0
+    for plan in _plans(args.ops, args.device, settings):
+        try:
+            plan.cache.verify(plan.entry, plan.key, plan.spec.name, plan.target.name)
+        except EntryProblem:
+            missing += 1
+            print(f"skipped {plan.what}: no sound local entry (run `jitops warm` first)")
+            continue
+        if tier.upload(plan, plan.cache):
+            pushed += 1
+            print(f"pushed  {plan.what} ({plan.key[:12]})")
+    print(f"push: {pushed} uploaded to {tier.settings.url}, {missing} not built here")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    tier = _tier(settings)
+    counts = {"fetched": 0, "present": 0, "absent": 0}
+    for plan in _plans(args.ops, args.device, settings):
+        try:
+            plan.cache.verify(plan.entry, plan.key, plan.spec.name, plan.target.name)
+            counts["present"] += 1
+            continue
+        except EntryProblem:
+            pass
+        plan.cache.ensure_base()
+        state = "fetched" if tier.fetch(plan, plan.cache) is not None else "absent"
+        counts[state] += 1
+        print(f"{state:<8} {plan.what}")
+    rejected = tier.stats.rejected
+    print(f"pull: {counts['fetched']} fetched, {counts['present']} already here, {counts['absent']} not in the "
+          f"store, {rejected} rejected")
+    return 1 if rejected else 0
+
+
+def cmd_ls_remote(settings: Settings) -> int:
+    tier = _tier(settings)
+    names = tier.store.list_blobs("entries/")
+    for n in names:
+        _, lib, target, key = n.split("/", 3)
+        print(f"{lib:<14} {target:<18} {key[:12]}")
+    print(f"{len(names)} entries in {tier.settings.url}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from .stats import read_totals
+
+    root = Settings.from_env().cache_root()
+    totals = read_totals(Cache(root).remote_stats)
+    print(f"remote cache, summed over the processes that used {root}: {totals.summary()}")
+    return 0
+
+
+def push_warmed(ops: Sequence[str], devices: Sequence[str] | None) -> int:
+    """``jitops warm --push``: upload what was just warmed."""
+    ns = argparse.Namespace(ops=list(ops), device=list(devices) if devices else None)
+    return cmd_push(ns)
+
+
+def doctor_checks(remote: Settings) -> list[tuple[str, str, str, str]]:
+    """(name, status, detail, fix) rows for ``jitops doctor`` when JITOPS_REMOTE_CACHE is set."""
+    settings = remote.remote
+    if settings is None:
+        return []
+    from .backends import open_store
+    from .signing import load_signer, load_trust
+    from .store import Holder, StoreError
+
+    rows = []
+    try:
+        store = open_store(settings)
+        t0 = time.monotonic()
+        store.ping()
+        rows.append(("remote", "ok", f"{settings.url} answers in {1000 * (time.monotonic() - t0):.1f} ms", ""))
+    except StoreError as e:
+        return [("remote", "warn", f"{settings.url} is unreachable: {e}", "start the store or fix JITOPS_REMOTE_CACHE; "
+                 "jitops builds locally meanwhile")]
+    trust = load_trust(settings)
+    rows.append(("trust", "ok" if trust.keys else "warn", f"{len(trust.keys)} trusted key(s): " +
+                 ("; ".join(trust.sources) or "none"), "" if trust.keys else
+                 "set JITOPS_REMOTE_TRUSTED_KEYS to the uploaders' public keys (every download is rejected without)"))
+    if settings.mode != "read":
+        signer, why = load_signer(settings)
+        try:
+            me = Holder.me()
+            store.put_blob(f"probe/{me.host}", me.to_bytes())
+            can = store.get_blob(f"probe/{me.host}") == me.to_bytes()
+        except StoreError as e:
+            can, why = False, str(e)
+        if signer is None or not can:
+            rows.append(("upload", "warn", f"this node cannot upload: {why}", "see the message"))
+        else:
+            rows.append(("upload", "ok", f"writes to the store, signed by {signer.fingerprint}", ""))
+    else:
+        rows.append(("upload", "info", "JITOPS_REMOTE_CACHE_MODE=read: this node only downloads", ""))
+    check_exclusive = getattr(store, "check_exclusive", None)  # object stores: does create-if-absent hold?
+    if check_exclusive is not None:
+        try:
+            exclusive = check_exclusive()
+        except StoreError as e:
+            exclusive, why = False, str(e)
+        rows.append(("leases", "ok", "conditional create works: one node builds each key", "") if exclusive else
+                    ("leases", "warn", "this store ignores conditional create (If-None-Match), so leases are not "
+                     "exclusive: two nodes may build one key (what they publish stays correct)",
+                     "use an S3 service with conditional writes, Redis, or a shared file:// directory"))
+    store.close()
+    return rows

@@ -1,0 +1,169 @@
+"""Object stores and other fsspec URLs (``s3://`` through s3fs, ``gs://``, ...): the ``jitops[s3]`` extra.
+
+Imports ``fsspec`` (and, through it, the URL's filesystem) and ``.store``.
+Blobs and records are whole objects. Leases need a create that fails when
+the object exists (S3's ``If-None-Match: *``, fsspec's ``mode="create"``):
+a key's lease is a series of generations ``leases/<name>/<n>``, each holding
+its holder and its expiry; taking a lapsed lease means creating generation
+``n + 1``, which only one node can do. Where the store ignores the condition,
+:meth:`ObjectStore.check_exclusive` says so and ``jitops doctor`` reports it
+(two nodes may then build one key; what they publish stays correct).
+
+Timeouts go to botocore where the filesystem is s3fs (connect and read
+timeouts, no retries). S3 endpoints other than AWS's come from botocore's own
+``AWS_ENDPOINT_URL``; credentials from its usual chain.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import fsspec
+
+from .store import Holder, Store, StoreError, StoreTimeout
+
+T = TypeVar("T")
+
+
+class ObjectStore(Store):
+    def __init__(self, url: str, connect_timeout: float, op_timeout: float) -> None:
+        self.url = url
+        opts: dict[str, Any] = {"skip_instance_cache": True}
+        if url.startswith(("s3://", "s3a://")):
+            opts["config_kwargs"] = {"connect_timeout": connect_timeout, "read_timeout": op_timeout,
+                                     "retries": {"max_attempts": 1}}
+            opts["use_listings_cache"] = False  # other nodes write: never answer a listing from memory
+        try:
+            self.fs, root = fsspec.url_to_fs(url, **opts)
+        except (ImportError, ValueError) as e:
+            raise StoreError(f"cannot use {url}: {e}. Fix: pip install 'jitops[s3]' (or the fsspec backend "
+                             "for this URL)") from e
+        self.root = root.rstrip("/") + "/v1"
+
+    def _p(self, name: str) -> str:
+        if any(p in ("", ".", "..") for p in name.split("/")):
+            raise StoreError(f"invalid store name {name!r}")
+        return f"{self.root}/{name}"
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except (FileNotFoundError, FileExistsError):
+            raise
+        except Exception as e:  # noqa: BLE001 - botocore, aiohttp, gcsfs... each raises its own
+            kind = StoreTimeout if "timeout" in type(e).__name__.lower() else StoreError
+            raise kind(f"{self.url} failed {what}: {type(e).__name__}: {e}") from e
+
+    def ping(self) -> None:
+        bucket = self.root.split("/", 1)[0]
+        try:
+            self._call("a listing", lambda: self.fs.ls(bucket, detail=False))
+        except FileNotFoundError as e:
+            raise StoreError(f"{self.url}: {bucket} does not exist. Fix: create it, or fix JITOPS_REMOTE_CACHE") from e
+
+    def get_blob(self, name: str) -> bytes | None:
+        try:
+            return self._call(f"GET {name}", lambda: self.fs.cat_file(self._p(name)))
+        except FileNotFoundError:
+            return None
+
+    def put_blob(self, name: str, data: bytes) -> None:
+        self._call(f"PUT {name}", lambda: self.fs.pipe_file(self._p(name), data))
+
+    def _create(self, name: str, data: bytes) -> bool:
+        try:
+            self._call(f"create {name}", lambda: self.fs.pipe_file(self._p(name), data, mode="create"))
+            return True
+        except FileExistsError:
+            return False
+
+    def list_blobs(self, prefix: str) -> list[str]:
+        try:
+            found = self._call("a listing", lambda: self.fs.find(self._p(prefix.rstrip("/") or ".")))
+        except FileNotFoundError:
+            return []
+        return sorted(p[len(self.root) + 1:] for p in found)
+
+    def check_exclusive(self) -> bool:
+        """True if a second create of one name fails, as leases need."""
+        name = f"probe/exclusive-{secrets.token_hex(6)}"
+        first, second = self._create(name, b"1"), self._create(name, b"2")
+        self._call("delete", lambda: self.fs.rm_file(self._p(name)))
+        self.exclusive_create = first and not second
+        return self.exclusive_create
+
+    # ---- leases: generations, each created at most once
+    def _generations(self, name: str) -> list[int]:
+        gens = [p.rsplit("/", 1)[1] for p in self.list_blobs(f"leases/{name}/")]
+        return sorted(int(g) for g in gens if g.isdigit())
+
+    def _read_gen(self, name: str, gen: int) -> tuple[Holder, float] | None:
+        raw = self.get_blob(f"leases/{name}/{gen}")
+        if raw is None:
+            return None
+        try:
+            d = json.loads(raw)
+            return Holder.from_bytes(json.dumps(d["holder"]).encode()), float(d["expires"])
+        except (ValueError, KeyError, TypeError):
+            return Holder("?", 0, 0.0, ""), 0.0
+
+    @staticmethod
+    def _body(holder: Holder, ttl: float) -> bytes:
+        return json.dumps({"holder": json.loads(holder.to_bytes()), "expires": time.time() + ttl}).encode()
+
+    def acquire_lease(self, name: str, holder: Holder, ttl: float) -> Holder | None:
+        gens = self._generations(name)
+        nxt = 0
+        if gens:
+            cur = self._read_gen(name, gens[-1])
+            if cur is not None and cur[1] > time.time():
+                return cur[0]
+            nxt = gens[-1] + 1
+        if self._create(f"leases/{name}/{nxt}", self._body(holder, ttl)):
+            for old in gens[:-1]:
+                self._call("delete", functools.partial(self.fs.rm_file, self._p(f"leases/{name}/{old}")))
+            return None
+        won = self._read_gen(name, nxt)
+        return won[0] if won is not None else Holder("?", 0, time.time(), "")
+
+    def _mine(self, name: str, holder: Holder) -> int | None:
+        gens = self._generations(name)
+        if not gens:
+            return None
+        cur = self._read_gen(name, gens[-1])
+        return gens[-1] if cur is not None and cur[0] == holder else None
+
+    def renew_lease(self, name: str, holder: Holder, ttl: float) -> bool:
+        gen = self._mine(name, holder)
+        if gen is None:
+            return False
+        self.put_blob(f"leases/{name}/{gen}", self._body(holder, ttl))
+        return True
+
+    def release_lease(self, name: str, holder: Holder) -> None:
+        gen = self._mine(name, holder)
+        if gen is not None:  # lapse it in place: the generation number must never be created twice
+            self.put_blob(f"leases/{name}/{gen}", json.dumps({"holder": json.loads(holder.to_bytes()),
+                                                               "expires": 0}).encode())
+
+    def lease_holder(self, name: str, ttl: float) -> Holder | None:
+        gens = self._generations(name)
+        cur = self._read_gen(name, gens[-1]) if gens else None
+        return cur[0] if cur is not None and cur[1] > time.time() else None
+
+    # ---- records
+    def put_record(self, name: str, data: bytes, ttl: float) -> None:
+        self.put_blob(name, json.dumps({"expires": time.time() + ttl, "data": data.decode("utf-8", "replace")}).encode())
+
+    def get_record(self, name: str) -> bytes | None:
+        raw = self.get_blob(name)
+        try:
+            d = json.loads(raw) if raw is not None else None
+            return d["data"].encode() if d is not None and float(d["expires"]) > time.time() else None
+        except (ValueError, KeyError, TypeError):
+            return None

@@ -1,0 +1,275 @@
+"""The remote tier's flow, behind the local cache.
+
+Imports ``jitops.cache``, ``jitops.cache_archive`` (export/import of one
+entry), ``jitops.errors``, ``jitops.manifest``, ``jitops.settings`` (via
+``.config``) and this package's lower modules; never the loader, entry or
+plan (the plan arrives as an argument, the wait limit too). Called only after a local miss,
+under the local key lock, so one process per node talks to the store:
+
+1. fetch ``entries/<lib>/<target>/<key>``: download, check in private staging
+   (signature by a trusted key, the expected key, sha256 and size: all in
+   ``cache_archive.import_archive``), publish with the atomic protocol;
+2. else a fresh failure record for the key fails at once with its message;
+3. else take the key's lease (write mode) and build, renewing the lease
+   while building, then upload (signed) or record the failure; or wait for the
+   holder, polling with backoff and naming it, and take over when it lapses.
+
+Any store error switches the tier off for the process with one warning, and
+the build goes on locally (fail open). Counters are logged at exit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import cache_archive
+from ..cache import Cache
+from ..manifest import MANIFEST, EntryProblem, Manifest
+from ..errors import BuildError, CacheError, LockTimeout
+from . import envelope
+from .config import RemoteSettings
+from .stats import Counters, add_to_totals
+from .lease import Lease
+from .store import Holder, Store, StoreError, StoreTimeout
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+    from .signing import Signer, Trust
+
+log = logging.getLogger("jitops")
+PROGRESS_EVERY = 30.0
+
+
+def entry_name(library: str, target: str, key: str) -> str:
+    return f"entries/{library}/{target}/{key}"
+
+
+class Tier:
+    def __init__(self, settings: RemoteSettings, store: Store | None, trust: Trust | None, signer: Signer | None) -> None:
+        self.settings, self.store, self.trust, self.signer = settings, store, trust, signer
+        self.stats = Counters()
+        self.off = False  # True once the store failed: the process builds locally from then on
+        self._rejected: set[str] = set()
+        self._caches: set[str] = set()
+        self._pid = os.getpid()  # a forked child inherits the atexit hook, not the counters
+
+    @property
+    def writes(self) -> bool:
+        return self.settings.mode != "read" and self.signer is not None
+
+    # ---- failing open
+    def switch_off(self, e: Exception) -> None:
+        self.stats.errors += 1
+        self.stats.timeouts += isinstance(e, StoreTimeout)
+        if self.off:
+            return
+        self.off = True
+        warnings.warn(f"jitops: the remote cache {self.settings.url} failed: {e}. It is off for the rest of this "
+                      "process, which builds locally. Fix: check the store, or unset JITOPS_REMOTE_CACHE",
+                      RuntimeWarning, stacklevel=2)
+
+    def _timed(self, fn: Callable[..., Any], *args: Any) -> Any:
+        t0 = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            self.stats.seconds += time.monotonic() - t0
+
+    # ---- the flow
+    def obtain(self, plan: Plan, cache: Cache, build: Callable[[], Manifest],
+               wait_limit: float | None = None) -> tuple[Manifest, bool]:
+        """The plan's entry: (manifest, built here?). Fetched, waited for, or built by ``build``.
+
+        ``wait_limit``: seconds to wait for another node's build (``JITOPS_LOCK_TIMEOUT``; None: as long as it takes).
+        """
+        self._caches.add(str(cache.root))
+        if self.off or self.store is None:
+            return build(), True
+        lease: Lease | None = None
+        try:
+            found = self.fetch(plan, cache)
+            if found is not None:
+                return found, False
+            self.stats.misses += 1
+            found, lease = self._lease_or_wait(plan, cache, wait_limit)
+            if found is not None:
+                return found, False
+        except StoreError as e:
+            self.switch_off(e)
+            return build(), True
+        try:
+            try:
+                manifest = build()
+            except BuildError as e:
+                if lease is not None:
+                    self._guard(self._record_failure, plan, e)
+                raise
+            if self.writes:  # before the lease goes: a waiter that sees it free must find the entry
+                self._guard(self.upload, plan, cache, manifest)
+            return manifest, True
+        finally:
+            if lease is not None:  # even after an error: waiters should not sit out the lease's ttl
+                lease.stop()
+                try:
+                    self._timed(self.store.release_lease, lease.name, lease.holder)  # type: ignore[union-attr]
+                except StoreError as e:
+                    self.switch_off(e)
+
+    def _guard(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self.off:
+            return
+        try:
+            self._timed(fn, *args)
+        except StoreError as e:
+            self.switch_off(e)
+
+    def fetch(self, plan: Plan, cache: Cache) -> Manifest | None:
+        """Download, verify and publish the plan's remote entry; None if absent or rejected."""
+        assert self.store is not None
+        self._caches.add(str(cache.root))
+        what = plan.what
+        blob = self._timed(self.store.get_blob, entry_name(plan.spec.name, plan.target.name, plan.key))
+        if blob is None:
+            return None
+        self.stats.bytes_down += len(blob)
+        digest = hashlib.sha256(blob).hexdigest()
+        if digest in self._rejected:
+            return None
+        try:
+            manifest = self.install(plan.spec.name, plan.target.name, plan.key, cache, blob)
+        except EntryProblem as e:
+            self._rejected.add(digest)
+            self.stats.rejected += 1
+            log.warning("rejected the remote entry for %s from %s: %s; it was not loaded", what, self.settings.url, e)
+            return None
+        self.stats.hits += 1
+        log.info("fetched %s from the remote cache %s", what, self.settings.url)
+        return manifest
+
+    def install(self, library: str, target: str, key: str, cache: Cache, blob: bytes) -> Manifest:
+        """Check ``blob`` as the entry for ``key`` and publish it locally; EntryProblem if it is refused."""
+        header, archive = envelope.unpack(blob)
+        if header["key"] != key:
+            raise EntryProblem(f"it was stored for key {header['key'][:12]}, not {key[:12]}")
+        trust = self.trust
+        if trust is None or not trust.keys:
+            raise EntryProblem("this node trusts no signing key. Fix: set JITOPS_REMOTE_TRUSTED_KEYS to the public "
+                               "key(s) of whoever uploads (see `jitops cache keygen`)")
+
+        def check(entry: Any, m: Manifest) -> None:
+            if (m.key, m.library, m.target) != (key, library, target):
+                raise EntryProblem(f"it holds the entry of {m.library}/{m.target} key {m.key[:12]}, "
+                                   f"not {library}/{target} key {key[:12]} (stored under another key)")
+            trust.verify((entry / MANIFEST).read_bytes(), header["signer"], header["signature"])
+
+        staging = cache.new_staging(library, key)
+        try:
+            path = staging / "entry.tar.gz"
+            path.write_bytes(archive)
+            try:
+                result = cache_archive.import_archive(cache, path, check, with_records=False)
+            except CacheError as e:
+                raise EntryProblem(str(e)) from e
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        if result.rejected:
+            raise EntryProblem("; ".join(why for _, why in result.rejected))
+        return cache.verify(cache.entry_dir(library, target, key), key, library, target)
+
+    def upload(self, plan: Plan, cache: Cache, manifest: Manifest | None = None) -> bool:
+        """Sign and upload the plan's local entry. False if there is nothing sound to upload."""
+        assert self.store is not None and self.signer is not None
+        staging = cache.new_staging(plan.spec.name, plan.key)
+        try:
+            path = staging / "entry.tar.gz"
+            exported, skipped = cache_archive.export(cache, path, {plan.spec.name}, keys={plan.key}, with_records=False)
+            if not exported:
+                log.warning("not uploading %s: %s", plan.what, skipped[0][1] if skipped else "no local entry")
+                return False
+            raw = (exported[0].path / MANIFEST).read_bytes()
+            blob = envelope.pack(plan.key, self.signer.fingerprint, self.signer.sign(raw), path.read_bytes())
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        self.store.put_blob(entry_name(plan.spec.name, plan.target.name, plan.key), blob)
+        self.stats.uploads += 1
+        self.stats.bytes_up += len(blob)
+        return True
+
+    # ---- one build per key
+    def _lease_or_wait(self, plan: Plan, cache: Cache, limit: float | None) -> tuple[Manifest | None, Lease | None]:
+        assert self.store is not None
+        store, ttl = self.store, self.settings.lease_seconds
+        name = f"leases/{plan.spec.name}/{plan.key}"
+        start, last_note = time.monotonic(), None
+        delay = 0.05
+        while True:
+            self._raise_recorded_failure(plan)
+            if self.writes:
+                me = Holder.me()
+                holder = self._timed(store.acquire_lease, name, me, ttl)
+                if holder is None:
+                    found = self.fetch(plan, cache)  # uploaded between our first look and the lease?
+                    if found is not None:
+                        self._timed(store.release_lease, name, me)
+                        return found, None
+                    return None, Lease(store, name, me, ttl)
+            else:
+                holder = self._timed(store.lease_holder, name, ttl)
+                if holder is None:
+                    return None, None  # nobody builds it; a read-only node builds for itself
+            now = time.monotonic()
+            if limit is not None and now - start > limit:
+                raise LockTimeout(f"gave up after {limit:g}s (JITOPS_LOCK_TIMEOUT) waiting for {plan.what} from "
+                                  f"another node ({holder.describe()}) through {self.settings.url}. Fix: wait for "
+                                  "that build, stop it, or raise JITOPS_LOCK_TIMEOUT")
+            if last_note is None or now - last_note >= PROGRESS_EVERY:
+                last_note = now
+                log.warning("waiting for the build of %s on another node (%s); lease in %s",
+                            plan.what, holder.describe(), self.settings.url)
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+            found = self.fetch(plan, cache)
+            if found is not None:
+                return found, None
+
+    def _failure_name(self, plan: Plan) -> str:
+        return f"failures/{plan.spec.name}/{plan.target.name}/{plan.key}"
+
+    def _record_failure(self, plan: Plan, e: BuildError) -> None:
+        assert self.store is not None
+        body = {"host": os.uname().nodename, "pid": os.getpid(), "at": time.time(), "message": str(e)[:8000]}
+        self.store.put_record(self._failure_name(plan), json.dumps(body).encode(), self.settings.failure_seconds)
+
+    def _raise_recorded_failure(self, plan: Plan) -> None:
+        assert self.store is not None
+        raw = self._timed(self.store.get_record, self._failure_name(plan))
+        if raw is None:
+            return
+        try:
+            rec = json.loads(raw)
+            msg, host, pid, age = str(rec["message"]), rec["host"], rec["pid"], time.time() - float(rec["at"])
+        except (ValueError, KeyError, TypeError):
+            return
+        raise BuildError(
+            f"the build of {plan.what} failed on {host} (pid {pid}) {age:.0f}s ago; its error, shared through "
+            f"{self.settings.url}:\n{msg}\n(jitops retries the build once this record lapses, "
+            f"{self.settings.failure_seconds:g}s after the failure.)",
+            op=plan.spec.name, target=plan.target.name, log=msg, log_path=None)
+
+    def at_exit(self) -> None:
+        if self.stats.any() and os.getpid() == self._pid:
+            log.info("remote cache %s: %s", self.settings.url, self.stats.summary())
+            from pathlib import Path
+
+            for root in self._caches:
+                add_to_totals(Cache(Path(root)).remote_stats, self.stats)
+
+
