@@ -79,9 +79,11 @@ class BuildResult:
 
 def default_jobs(environ: dict[str, str] | None = None) -> int:
     """MAX_JOBS, else cores capped by available memory (one compile ~1.5 GB)."""
-    env = os.environ if environ is None else environ
-    if env.get("MAX_JOBS", "").isdigit() and int(env["MAX_JOBS"]) > 0:
-        return int(env["MAX_JOBS"])
+    from .checks import env_jobs
+
+    jobs = env_jobs("MAX_JOBS", environ)  # ConfigError for junk (issue 20)
+    if jobs is not None:
+        return jobs
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
         with open("/proc/meminfo") as f:

@@ -18,9 +18,9 @@ from . import loader, toolchain
 from ._version import __version__
 from .build import default_jobs
 from .cache import Cache, EntryProblem, default_root
-from .errors import JitopsError, TargetError, ToolchainError
+from .errors import ConfigError, JitopsError, TargetError, ToolchainError
 from .spec import OpSpec
-from .target import BUILD_ENV_VARS, System, choose_target, probe
+from .target import BUILD_ENV_VARS, System, choose_target, extra_env_flags, probe
 
 _SMOKE_CXX = "#include <vector>\nint main() { std::vector<int> v{1}; return v[0] - 1; }\n"
 SETTINGS = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
@@ -164,8 +164,13 @@ def _devices(system: System) -> list[Check]:
 
 
 def _settings() -> Check:
-    shown = [f"{k}={os.environ[k]}" for k in (*SETTINGS, *BUILD_ENV_VARS) if os.environ.get(k)]
-    return Check("settings", "info", (", ".join(shown) or "none set") + f"; default build jobs {default_jobs()}")
+    shown = [f"{k}={os.environ[k]!r}" for k in (*SETTINGS, *BUILD_ENV_VARS) if os.environ.get(k)]
+    try:
+        jobs = default_jobs()
+        extra_env_flags(probe(cuda=False), "cuda")  # unsplittable flag variables (issue 20)
+    except ConfigError as e:
+        return Check("settings", "fail", _split_fix(str(e))[0], _split_fix(str(e))[1])
+    return Check("settings", "info", (", ".join(shown) or "none set") + f"; default build jobs {jobs}")
 
 
 def _ops(specs: Sequence[OpSpec], offline: bool) -> list[Check]:

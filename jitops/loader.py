@@ -22,7 +22,7 @@ from typing import Any
 
 from . import fsutil, toolchain
 from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests, source_stamp
-from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError, UnknownOpError
+from .errors import CacheError, ConfigError, JitopsError, OfflineMiss, ToolchainError, UnknownOpError
 from .ops import Op, op_from_library, ops_in_namespace, reference_for
 from .spec import OpSpec, Registry, validate_name
 from .toolchain import check_nvcc_matches_torch
@@ -126,7 +126,7 @@ def ingredients(
     digests: Mapping[str, str],
 ) -> dict[str, Any]:
     """Every input that changes the binary, and nothing that does not. Pure."""
-    env_cflags, env_ldflags = extra_env_flags(system)
+    env_cflags, env_ldflags = extra_env_flags(system, target.device)
     return {
         "library": spec.name,
         "schemas": list(spec.schemas),
@@ -399,7 +399,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     stamp = source_stamp(spec) if spec.editable else None
     try:
         lib = load_library(spec, device)
-    except (ToolchainError, OfflineMiss) as e:
+    except (ToolchainError, OfflineMiss, ConfigError) as e:  # ConfigError: e.g. unsplittable CXXFLAGS (issue 20)
         use_fallback = env_flag("JITOPS_FALLBACK") if fallback is None else fallback
         if not use_fallback:
             raise

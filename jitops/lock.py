@@ -23,7 +23,7 @@ from pathlib import Path
 import filelock
 
 from . import fsutil
-from .errors import ConfigError, LockTimeout
+from .errors import LockTimeout
 
 log = logging.getLogger("jitops")
 
@@ -38,17 +38,9 @@ _FILELOCK_KW = (
 
 
 def lock_timeout() -> float | None:
-    raw = os.environ.get("JITOPS_LOCK_TIMEOUT")
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(
-            f"JITOPS_LOCK_TIMEOUT={raw!r} is not a number of seconds. Fix: set it to e.g. 600, or unset it to wait "
-            "as long as the build takes"
-        ) from None
-    return value if value >= 0 else None
+    from .checks import env_seconds
+
+    return env_seconds("JITOPS_LOCK_TIMEOUT")  # ConfigError for junk, NaN included (issue 20)
 
 
 def _holder_text(holder: Path) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import shlex
 import sys
 import sysconfig
 import threading
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ._version import __version__
 from .archs import arch_gencode_flags, default_arch, parse_arch_list
+from .checks import split_flags
 from .errors import TargetError
 
 # Environment variables that change what the compiler produces. They are part
@@ -234,12 +234,17 @@ def choose_target(system: System, device: str | None = None, archs: str | tuple[
     return Target("cuda", system.cpu_capability, arch_list, openmp=system.openmp)
 
 
-def extra_env_flags(system: System) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def extra_env_flags(system: System, device: str = "cpu") -> tuple[tuple[str, ...], tuple[str, ...]]:
     """CFLAGS + CXXFLAGS and LDFLAGS from the environment, as argv lists.
 
     g++ does not read these itself, so jitops applies them (they are in the
-    key). NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS are read by nvcc directly.
+    key). NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS are read by nvcc directly;
+    for a CUDA build they are only checked here. A value that cannot be
+    split (an unbalanced quote) is a ConfigError naming the variable.
     """
-    cflags = tuple(shlex.split(system.env("CFLAGS") or "")) + tuple(shlex.split(system.env("CXXFLAGS") or ""))
-    ldflags = tuple(shlex.split(system.env("LDFLAGS") or ""))
-    return cflags, ldflags
+    def flags(var: str) -> tuple[str, ...]:
+        return split_flags(var, system.env(var) or "")
+
+    if device == "cuda":
+        flags("NVCC_PREPEND_FLAGS"), flags("NVCC_APPEND_FLAGS")
+    return flags("CFLAGS") + flags("CXXFLAGS"), flags("LDFLAGS")

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import fsutil
+from . import checks, fsutil
 from .errors import BuildError, KernelSourceError
 from .spec import SOURCE_SUFFIXES, OpSpec, validate_name
 
@@ -167,7 +167,9 @@ def load(
     so editing any of them rebuilds on the next call; unchanged, the same
     object comes back without a rebuild.
     """
-    validate_name(name, "library name")
+    checks.library_args("jitops.load", name, device, sources=sources, extra_cflags=extra_cflags,  # issue 20
+                        extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+                        extra_include_paths=extra_include_paths, schemas=schemas)
     paths = [Path(os.path.abspath(p)) for p in _as_list(sources, "sources")]
     if not paths:
         raise KernelSourceError(f"library {name!r}: no sources given. Fix: pass sources=['my_op.cpp']")
@@ -199,7 +201,7 @@ def inline_dir(name: str, files: dict[str, str]) -> Path:
     try:
         return _write_inline(cache.base / "inline" / f"{name}-{digest}", files)
     except OSError:
-        cache = loader._writable_cache(cache)  # unwritable root: the loader's private cache (one warning)
+        cache = loader._writable_cache(cache, f"library {name!r}")  # unwritable root: the loader's private cache (one warning)
         return _write_inline(cache.base / "inline" / f"{name}-{digest}", files)
 
 
@@ -240,7 +242,9 @@ def load_inline(
     string. Sources ``#include <jitops/op.h>`` and register with
     ``JITOPS_LIBRARY`` / ``JITOPS_LIBRARY_IMPL``.
     """
-    validate_name(name, "library name")
+    checks.library_args("jitops.load_inline", name, device, cpp_sources=cpp_sources,  # issue 20
+                        cuda_sources=cuda_sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+                        extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas)
     files = {f"{name}.cpp": _join(cpp_sources, "cpp_sources")}
     cuda = _join(cuda_sources, "cuda_sources")
     if cuda:
@@ -274,7 +278,10 @@ def register_kernel_dir(
     """
     from . import loader
 
-    folder = Path(os.path.abspath(path))
+    checks.library_args("jitops.register_kernel_dir", name, device, ops=ops, extra_cflags=extra_cflags,  # issue 20
+                        extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+                        extra_include_paths=extra_include_paths, schemas=schemas)
+    folder = Path(os.path.abspath(checks.path("jitops.register_kernel_dir", "path", path)))
     if not folder.is_dir():
         raise KernelSourceError(f"kernel folder {folder} does not exist or is not a directory")
     lib_name = name if name is not None else folder.name
