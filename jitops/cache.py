@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import fsutil
+from . import fsutil, obstruct
 from .spec import HEADER_SUFFIXES, SOURCE_SUFFIXES, OpSpec
 
 log = logging.getLogger("jitops")
@@ -261,6 +261,8 @@ class Cache:
     # ---- writing
     def ensure_base(self) -> None:
         for d in (self.base, self.staging, self.base / "locks", self.base / "entries"):
+            if d != self.base:
+                obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")  # a stray file or link (issue 20)
             fsutil.makedirs(d)
 
     def new_staging(self, library: str, key: str) -> Path:
@@ -276,6 +278,8 @@ class Cache:
         for d in (self.base / "entries", final.parent.parent, final.parent):
             if os.path.islink(d):  # never publish through a symlink; move the link itself away
                 self.set_aside(d, "a symbolic link inside the cache")
+            elif os.path.lexists(d) and not os.path.isdir(d):  # a stray file where a folder belongs (issue 20)
+                self.set_aside(d, "a file where the cache keeps a folder")
         fsutil.makedirs(final.parent)
         try:
             os.rename(staged_entry, final)

@@ -253,7 +253,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
     cache = _cache()
     sub = args.cache_cmd
-    if (sub in ("prune", "clear", "import") or getattr(args, "remove", False)) and _offline():
+    if (sub in ("prune", "clear", "import", "repair") or getattr(args, "remove", False)) and _offline():
         raise JitopsError(f"`jitops cache {sub}` writes to the cache, and JITOPS_OFFLINE=1 forbids writing. "
                           "Fix: run cache maintenance without JITOPS_OFFLINE")
     if sub == "path":
@@ -304,6 +304,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
         if sub == "prune" and args.max_size is not None and result.kept_bytes > args.max_size:
             print(f"jitops cache prune: still above {human_size(args.max_size)}: entries being built were kept",
                   file=sys.stderr)
+    elif sub == "repair":  # issue 20: clear obstructed cache paths
+        return cmd_cache_repair(cache)
     elif sub == "export":
         libs = {_registry().lookup(op).name for op in args.ops} if args.ops else None
         exported, skipped = admin.export(cache, Path(args.file), libs)
@@ -322,6 +324,19 @@ def cmd_cache(args: argparse.Namespace) -> int:
              f"{len(res.rejected)} rejected, {res.records} toolchain records")
         return 1 if res.rejected else 0
     return 0
+
+
+def cmd_cache_repair(cache: Cache) -> int:
+    from . import obstruct
+
+    done = obstruct.repair(cache)
+    for ob, action in done:
+        _out(f"{ob}: {action}")
+    left = [ob for ob, action in done if action.startswith("could not")]
+    _out(f"repair: {len(done) - len(left)} obstruction(s) cleared in {cache.root}")
+    if left:
+        print(f"jitops cache repair: {len(left)} path(s) could not be cleared (see above)", file=sys.stderr)
+    return 1 if left else 0
 
 
 # ------------------------------------------------------------------ parser
@@ -371,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--max-size", type=parse_size, metavar="SIZE", help="keep at most this much, e.g. 2G")
     q.add_argument("--older-than", type=parse_age, metavar="AGE", help="evict entries unused for this long, e.g. 30d")
     cs.add_parser("clear", help="remove everything jitops put in the cache (not entries being built)")
+    cs.add_parser("repair", help="clear folders, files or links that stand where the cache keeps something else")
     q = cs.add_parser("export", help="write entries to a portable archive (tar.gz)")
     q.add_argument("file")
     q.add_argument("ops", nargs="*", metavar="OP", help="only these ops' libraries (default: all)")

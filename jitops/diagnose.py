@@ -149,6 +149,17 @@ def _cache(root: Path, offline: bool) -> Check:
     return Check("cache", "ok", detail + (" (read-only use: offline)" if offline else ""))
 
 
+def _obstructions(root: Path) -> Check:
+    """Folders, files or links standing where the cache keeps something else (issue 20)."""
+    from .obstruct import REPAIR, scan
+
+    found = scan(Cache(root))
+    if not found:
+        return Check("layout", "ok", "no obstructed paths in the cache tree")
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return Check("layout", "warn", "; ".join(str(o) for o in found[:3]) + more, f"`{REPAIR}`")
+
+
 def _devices(system: System) -> list[Check]:
     cpu = choose_target(system, "cpu")
     out = [Check("cpu", "info", f"{system.machine}, torch dispatches to {system.cpu_capability}; target {cpu.name}")]
@@ -197,6 +208,13 @@ def _ops(specs: Sequence[OpSpec], offline: bool) -> list[Check]:
     return out
 
 
+def _fingerprint_check(specs: Sequence[OpSpec], system: System) -> Check:
+    try:
+        return Check("fingerprint", "info", fingerprint(specs, default_devices(system, None)))
+    except ConfigError as e:  # reported by the settings check; doctor still prints every other check
+        return Check("fingerprint", "warn", f"cannot compute: {_split_fix(str(e))[0]}")
+
+
 def doctor(specs: Sequence[OpSpec]) -> list[Check]:
     """Every check, in display order. Any ``fail`` means a build (or offline load) would fail."""
     system = probe()
@@ -210,12 +228,13 @@ def doctor(specs: Sequence[OpSpec]) -> list[Check]:
         _ninja(offline),
         _nvcc(system, offline, tool_dir),
         _cache(root, offline),
+        _obstructions(root),
         *_devices(system),
         Check("modes", "info", f"offline {'on' if offline else 'off'} (JITOPS_OFFLINE), fallback to PyTorch "
                                f"{'on' if loader.env_flag('JITOPS_FALLBACK') else 'off'} (JITOPS_FALLBACK)"),
         _settings(),
         *_ops(specs, offline),
-        Check("fingerprint", "info", fingerprint(specs, default_devices(system, None))),
+        _fingerprint_check(specs, system),
     ]
     return checks
 
