@@ -22,7 +22,7 @@ from typing import Any
 
 from . import fsutil, toolchain
 from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests, source_stamp
-from .errors import CacheError, ConfigError, JitopsError, OfflineMiss, ToolchainError, UnknownOpError
+from .errors import CacheError, ConfigError, JitopsError, KernelSourceError, OfflineMiss, ToolchainError, UnknownOpError
 from .ops import Op, op_from_library, ops_in_namespace, reference_for
 from .spec import OpSpec, Registry, validate_name
 from .toolchain import check_nvcc_matches_torch
@@ -218,10 +218,7 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Path, built: bool)
 
     ns = manifest.namespace
     if plan.spec.schemas and ns not in _torch_libs:
-        lib = torch.library.Library(ns, "DEF")
-        for schema in plan.spec.schemas:
-            lib.define(schema)
-        _torch_libs[ns] = lib
+        _define_schemas(ns, plan.spec)
     torch.ops.load_library(str(entry / manifest.library_file))
     if plan.spec.python:
         importlib.import_module(plan.spec.python).register(ns)
@@ -232,6 +229,35 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Path, built: bool)
         impl = _torch_impls[ns] = torch.library.Library(ns, "IMPL")
         functionalize.register(ns, ops, impl)  # in-place and out= ops inside torch.compile
     return LoadedLibrary(plan.spec, plan.key, ns, plan.target.name, entry, manifest, built, ops)
+
+
+def _define_schemas(ns: str, spec: OpSpec) -> None:
+    """Define ``spec``'s schemas in namespace ``ns``, once per process.
+
+    A namespace can be opened for definitions only once, so a schema torch
+    refuses (issue 20: found by the property test) is remembered and raised
+    again as the same KernelSourceError, rather than as torch's "Only a single
+    TORCH_LIBRARY" on the next call.
+    """
+    import torch
+
+    if ns in _bad_schemas:
+        raise KernelSourceError(_bad_schemas[ns])
+    lib = torch.library.Library(ns, "DEF")
+    for schema in spec.schemas:
+        try:
+            lib.define(schema)
+        except (RuntimeError, ValueError) as e:
+            first = (str(e).strip().splitlines() or ["invalid"])[0][:300]
+            _failed_libs.append(lib)  # torch keeps the namespace registered: keep its Library alive too
+            _bad_schemas[ns] = (f"library {spec.name!r}: torch refuses the schema {schema[:200]!r} ({first}). Fix: "
+                                "write it as 'name(Tensor x, int dim) -> Tensor', each op defined once")
+            raise KernelSourceError(_bad_schemas[ns]) from None
+    _torch_libs[ns] = lib
+
+
+_bad_schemas: dict[str, str] = {}  # namespace -> why its schemas could not be defined
+_failed_libs: list[Any] = []  # their torch.library.Library objects, kept alive as torch expects
 
 
 def _try_cached(plan: Plan, cache: Cache) -> tuple[Manifest | None, str | None]:

@@ -291,3 +291,12 @@ def test_import_failures_show_no_errno_or_staging_path(fake, tmp_path: Path, cap
     _out, err = capsys.readouterr()
     assert rc == 1, err
     assert err.strip() and "Errno" not in err and "staging" not in err and "Traceback" not in err
+
+
+def test_a_refused_schema_is_the_same_kernel_source_error_every_time(fake) -> None:  # type: ignore[no-untyped-def]
+    """Found by the property test: the second call raised torch's "Only a single TORCH_LIBRARY"."""
+    from jitops.errors import KernelSourceError
+
+    for _ in range(2):
+        with pytest.raises(KernelSourceError, match="refuses the schema"):
+            jitops.load_inline("badschema", "// nothing\n", schemas=["ok_op(Tensor x) -> Tensor", "bad_op(Tensor x -> Tensor"])
