@@ -214,6 +214,11 @@ def export(cache: Cache, dest: Path, libraries: set[str] | None = None) -> tuple
                     if _TOOL_MEMBER.fullmatch(f"v1/toolchains/{rec.name}") and rec.is_file() and not rec.is_symlink():
                         _add_file(tar, rec, f"v1/toolchains/{rec.name}", fsutil.FILE_MODE, time.time())
         os.replace(tmp, dest)
+    except OSError as e:  # the archive's folder, not its private temporary name (issue 20)
+        if isinstance(e, CacheError):
+            raise
+        raise CacheError(f"cannot write the archive {dest}: {e.strerror or e}. Fix: name a file in an existing, "
+                         "writable folder") from e
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
