@@ -21,6 +21,7 @@ import sys
 import sysconfig
 import tarfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +45,6 @@ _TOOL_MEMBER = re.compile(rf"{LAYOUT}/toolchains/[0-9a-f]{{32}}\.json")
 _DIR_MEMBER = re.compile(rf"{LAYOUT}(/toolchains|/entries(/{_LIB}(/{_TARGET}(/{_KEY})?)?)?)?")
 MAX_MEMBER_BYTES = 4 << 30
 MAX_RECORD_BYTES = 64 << 10
-
 
 
 # ------------------------------------------------------------------ export / import
@@ -88,6 +88,11 @@ def export(cache: Cache, dest: Path, libraries: set[str] | None = None) -> tuple
                     if _TOOL_MEMBER.fullmatch(name) and rec.is_file() and not rec.is_symlink():
                         _add_file(tar, rec, name, fsutil.FILE_MODE, time.time())
         os.replace(tmp, dest)
+    except OSError as e:  # the archive's folder, not its private temporary name (issue 20)
+        if isinstance(e, CacheError):
+            raise
+        raise CacheError(f"cannot write the archive {dest}: {e.strerror or e}. Fix: name a file in an existing, "
+                         "writable folder") from e
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -154,7 +159,9 @@ def _copy_out(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, mode: i
 def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifest:
     try:
         m = Manifest.parse((entry / MANIFEST).read_bytes())
-    except (OSError, ValueError, TypeError, UnicodeDecodeError) as e:
+    except OSError as e:  # its strerror only: the path is a private staging folder (issue 20)
+        raise EntryProblem(f"no valid manifest ({MANIFEST}: {e.strerror or 'unreadable'})") from e
+    except (ValueError, TypeError, UnicodeDecodeError) as e:
         raise EntryProblem(f"no valid manifest ({e})") from e
     if (m.library, m.target, m.key[:KEY_CHARS]) != (lib, target, keydir):
         raise EntryProblem(f"its manifest describes {m.library}/{m.target}/{m.key[:12]}, not its path")
@@ -169,28 +176,56 @@ def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifes
     return m
 
 
+def _last_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """Every member checked before anything is written; of duplicates the last wins, as with ``tar -x``.
+
+    Archives with duplicate members are legal (``tar -r`` appends, some CI
+    artifact tools write them); the later copy replaces the earlier one (issue 20).
+    """
+    last: dict[str, tarfile.TarInfo] = {}
+    for member in tar.getmembers():
+        _check_member(member)
+        name = member.name.rstrip("/")
+        last.pop(name, None)  # re-insert: the order of last appearance
+        last[name] = member
+    return [m for m in last.values() if m.isfile()]
+
+
 def import_archive(cache: Cache, src: Path) -> ImportResult:
     """Add the entries of an archive written by :func:`export`, each checked like a build.
 
     An archive with any member outside the layout, a link or a special file is
-    refused whole, before anything is published. An entry with a bad manifest
+    refused whole, before anything is written. An entry with a bad manifest
     or digest is rejected alone. Entries already present are left as they are.
+    Errors name the archive and the cause, never an errno or a staging path.
     """
+    try:
+        return _import(cache, src)
+    except CacheError:
+        raise
+    except (OSError, tarfile.TarError, EOFError, zlib.error) as e:
+        why = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__
+        raise CacheError(f"cannot import the archive {src} into {cache.root}: {why}; nothing more was imported. "
+                         "Fix: check that the archive is complete (written by `jitops cache export`) and that the "
+                         "cache is writable (`jitops doctor`)") from e
+
+
+def _import(cache: Cache, src: Path) -> ImportResult:
     result = ImportResult()
     try:
         tar = tarfile.open(src, "r:*")
     except (OSError, tarfile.TarError) as e:
-        raise CacheError(f"cannot read the archive {src}: {e}. Fix: pass a file written by `jitops cache export`") from e
-    cache.ensure_base()
-    staging = cache.new_staging("import", secrets.token_hex(16))
-    try:
-        staged: dict[tuple[str, str, str], Path] = {}
-        records: list[tuple[str, Path]] = []
-        with tar:
-            for member in tar:
-                m = _check_member(member)
-                if member.isdir():
-                    continue
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise CacheError(f"cannot read the archive {src}: {why}. Fix: pass a file written by `jitops cache export`") from e
+    with tar:
+        members = _last_members(tar)  # the whole member list is validated before anything is extracted
+        cache.ensure_base()
+        staging = cache.new_staging("import", secrets.token_hex(16))
+        try:
+            staged: dict[tuple[str, str, str], Path] = {}
+            records: list[tuple[str, Path]] = []
+            for member in members:
+                m = _ENTRY_MEMBER.fullmatch(member.name)
                 if m is None:
                     dest = staging / f"record-{len(records)}.json"
                     _copy_out(tar, member, dest, fsutil.FILE_MODE)
@@ -202,33 +237,37 @@ def import_archive(cache: Cache, src: Path) -> ImportResult:
                     os.mkdir(staged[ident], fsutil.DIR_MODE)
                 mode = fsutil.FILE_MODE if m.group("file") == MANIFEST else fsutil.LIB_MODE
                 _copy_out(tar, member, staged[ident] / m.group("file"), mode)
-        for (lib, target, keydir), entry in sorted(staged.items()):
-            where = f"{lib}/{target}/{keydir[:12]}"
-            try:
-                manifest = _validate_staged(entry, lib, target, keydir)
-            except EntryProblem as e:
-                result.rejected.append((where, str(e)))
-                continue
-            final = cache.entry_dir(lib, target, manifest.key)
-            if final.exists() or final.is_symlink():
-                try:
-                    cache.verify(final, manifest.key, lib, target)
-                    result.present.append(manifest)
-                    continue
-                except EntryProblem as e:
-                    cache.set_aside(final, str(e))
-            if cache.publish(entry, lib, target, manifest.key):
-                result.imported.append(manifest)
-                why = foreign_reason(manifest.ingredients)
-                if why is not None:
-                    result.foreign.append((manifest, why))
-            else:
-                result.present.append(manifest)
-        for name, path in records:
-            result.records += _import_record(cache, name, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+            _publish_staged(cache, staged, result)
+            for name, path in records:
+                result.records += _import_record(cache, name, path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def _publish_staged(cache: Cache, staged: dict[tuple[str, str, str], Path], result: ImportResult) -> None:
+    for (lib, target, keydir), entry in sorted(staged.items()):
+        where = f"{lib}/{target}/{keydir[:12]}"
+        try:
+            manifest = _validate_staged(entry, lib, target, keydir)
+        except EntryProblem as e:
+            result.rejected.append((where, str(e)))
+            continue
+        final = cache.entry_dir(lib, target, manifest.key)
+        if final.exists() or final.is_symlink():
+            try:
+                cache.verify(final, manifest.key, lib, target)
+                result.present.append(manifest)
+                continue
+            except EntryProblem as e:
+                cache.set_aside(final, str(e))
+        if cache.publish(entry, lib, target, manifest.key):
+            result.imported.append(manifest)
+            why = foreign_reason(manifest.ingredients)
+            if why is not None:
+                result.foreign.append((manifest, why))
+        else:
+            result.present.append(manifest)
 
 
 def _import_record(cache: Cache, name: str, path: Path) -> int:

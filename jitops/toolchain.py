@@ -21,6 +21,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from .checks import shown
 from .errors import ToolchainError
 from .target import System
 
@@ -57,7 +58,7 @@ def find_cxx(system: System, op: str) -> str:
     cxx = system.env("CXX") or "c++"
     path = _which(cxx)
     if path is None:
-        how = f"CXX={cxx!r} does not name an executable" if system.env("CXX") else "'c++' is not on PATH"
+        how = f"CXX={shown(cxx)} does not name an executable" if system.env("CXX") else "'c++' is not on PATH"
         raise ToolchainError(
             f"cannot build op {op!r}: no C++ compiler found ({how}). "
             "Fix: install one (e.g. `apt-get install g++`), or set CXX to the compiler's path. "
