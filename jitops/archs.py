@@ -6,7 +6,7 @@ on a machine without one. An arch is written as in ``TORCH_CUDA_ARCH_LIST``:
 9.0), ``"10.0f"`` (family SASS), and a ``+PTX`` suffix adds PTX for that
 arch, which the driver JIT-compiles for newer devices.
 
-Imports: errors.
+Imports: checks (``shown``), errors.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ and atomic publishing. Where the filesystem has no file locking (ENOLCK or
 ENOSYS on some network filesystems) jitops warns once and builds unlocked.
 While waiting, a line names the holder (pid, host, age) at least every 30 s.
 
-Imports: errors, fsutil (filelock).
+Imports: errors, fsutil, obstruct (filelock).
 """
 
 from __future__ import annotations
