@@ -4,7 +4,7 @@
 caches it (content-addressed, per device) and returns a callable dispatcher
 op. Importing jitops is inert: no torch import, no subprocess, no file access.
 
-Imports: errors, spec, _version; loader, registry and user on first use (import stays inert).
+Imports: errors, spec, _version; checks, loader, registry and user on first use (import stays inert).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .errors import (
+    ArgumentError,
     BuildError,
     BuildInterrupted,
     CacheError,
@@ -45,6 +46,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'jitops' has no attribute {name!r}")
 
 __all__ = [
+    "ArgumentError",
     "BuildError",
     "BuildInterrupted",
     "CacheError",
@@ -76,8 +78,10 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     ``fallback=True`` (or ``JITOPS_FALLBACK=1``) returns the pure-PyTorch
     reference, with one warning, when the op cannot be built here.
     """
+    from .checks import get_args
     from .loader import get as _get
 
+    get_args(name, device, fallback)  # boundary check (issue 20)
     return _get(name, device=device, fallback=fallback)
 
 
@@ -90,9 +94,10 @@ def list_ops() -> list[str]:
 
 def reference(name: str) -> Any:
     """The pure-PyTorch reference implementation of op ``name``; builds nothing."""
+    from .checks import op_name
     from .loader import reference as _reference
 
-    return _reference(name)
+    return _reference(op_name("jitops.reference", name))  # boundary check (issue 20)
 
 
 def register(spec: OpSpec, *, replace: bool = False) -> Registration:
@@ -100,7 +105,9 @@ def register(spec: OpSpec, *, replace: bool = False) -> Registration:
 
     Returns a handle whose ``undo()`` takes the registration back.
     """
+    from . import checks
     from .registry import register as _register
 
-    return _register(spec, replace=replace)
+    checks.flag("jitops.register", "replace", replace)  # boundary checks (issue 20)
+    return _register(checks.spec("jitops.register", spec), replace=replace)
 

@@ -6,13 +6,14 @@ on a machine without one. An arch is written as in ``TORCH_CUDA_ARCH_LIST``:
 9.0), ``"10.0f"`` (family SASS), and a ``+PTX`` suffix adds PTX for that
 arch, which the driver JIT-compiles for newer devices.
 
-Imports: errors.
+Imports: checks (``shown``), errors.
 """
 
 from __future__ import annotations
 
 import re
 
+from .checks import shown
 from .errors import TargetError
 
 # torch 2.14.1's cpp_extension._get_cuda_arch_flags names, with the same
@@ -44,7 +45,7 @@ def _split(arch: str) -> tuple[int, int, str, bool]:
     """``"9.0a+PTX"`` -> ``(9, 0, "a", True)``."""
     m = _ARCH_RE.match(arch)
     if not m:
-        raise TargetError(f"invalid CUDA arch {arch!r}")
+        raise TargetError(f"invalid CUDA arch {shown(arch)}")
     return int(m.group(1)), int(m.group(2)), m.group(3).lower(), bool(m.group(4))
 
 
@@ -68,13 +69,13 @@ def parse_arch_list(text: str) -> tuple[str, ...]:
         for arch in (expanded.split(";") if expanded else [raw]):
             if not _ARCH_RE.match(arch):
                 raise TargetError(
-                    f"invalid CUDA arch {raw!r} in {text!r}: expected entries like '8.0', '9.0a', '8.6+PTX', "
+                    f"invalid CUDA arch {shown(raw)} in {shown(text)}: expected entries like '8.0', '9.0a', '8.6+PTX', "
                     f"or one of the names torch accepts ({', '.join(NAMED_ARCHS)}), separated by ';' or ','"
                 )
             major, minor, suffix, has_ptx = _split(arch)
             ptx[(major, minor, suffix)] = ptx.get((major, minor, suffix), False) or has_ptx
     if not ptx:
-        raise TargetError(f"empty CUDA arch list {text!r}: name at least one arch, e.g. '8.0,9.0'")
+        raise TargetError(f"empty CUDA arch list {shown(text)}: name at least one arch, e.g. '8.0,9.0'")
     return tuple(f"{ma}.{mi}{s}{'+PTX' if ptx[(ma, mi, s)] else ''}" for ma, mi, s in sorted(ptx))
 
 

@@ -21,7 +21,7 @@ directory (manifest written last) into place; loading needs manifest, key,
 size and sha256 to agree, and refuses symlinks, other owners and
 group/world-writable paths.
 
-Imports: fsutil, key (KEY_CHARS, compute_key), manifest (the entry data types).
+Imports: fsutil, key (KEY_CHARS, compute_key), manifest (entry data types), obstruct.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import socket
 import time
 from pathlib import Path
 
-from . import fsutil
+from . import fsutil, obstruct
 from .key import KEY_CHARS, compute_key
 from .manifest import MANIFEST, Address, EntryProblem, Hit, Manifest, Miss
 
@@ -189,7 +189,9 @@ class Cache:
 
     # ---- writing
     def ensure_base(self) -> None:
-        for d in (self.base, self.staging, self.base / "locks", self.base / "entries"):
+        fsutil.makedirs(self.base)
+        for d in (self.staging, self.base / "locks", self.base / "entries"):
+            obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")  # a stray file or link (issue 20)
             fsutil.makedirs(d)
 
     def new_staging(self, library: str, key: str) -> Path:
@@ -203,8 +205,8 @@ class Cache:
         """Rename a finished entry into place. False if another process won."""
         final = self.entry_dir(library, target, key)
         for d in (self.base / "entries", final.parent.parent, final.parent):
-            if os.path.islink(d):  # never publish through a symlink; move the link itself away
-                self.set_aside(d, "a symbolic link inside the cache")
+            if os.path.islink(d) or (os.path.lexists(d) and not os.path.isdir(d)):  # never through a link or a file
+                self.set_aside(d, "a symbolic link or a file where the cache keeps a folder (issue 20)")
         fsutil.makedirs(final.parent)
         try:
             os.rename(staged_entry, final)

@@ -6,7 +6,7 @@ whose key lock is held (a build or re-check is under way): the lock is tried
 without blocking and busy entries are skipped. Removal renames an entry out
 of ``entries/`` first, so no reader ever sees half of one.
 
-Imports: cache, fsutil, key, manifest (filelock lazily).
+Imports: cache, fsutil, key, manifest, obstruct (filelock lazily).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import fsutil
+from . import fsutil, obstruct
 from .cache import Cache
 from .key import KEY_CHARS
 from .manifest import MANIFEST, EntryProblem, Manifest
@@ -80,6 +80,7 @@ def unless_building(cache: Cache, library: str, key: str) -> Iterator[bool]:
     if not path.parent.is_dir():
         yield True  # no lock was ever taken here
         return
+    obstruct.heal(path, want_dir=False, what="a build lock file")  # a stray folder there (issue 20)
     lock = filelock.FileLock(str(path), mode=fsutil.FILE_MODE, thread_local=False)
     try:
         lock.acquire(blocking=False)

@@ -22,7 +22,7 @@ import sysconfig
 import tarfile
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +46,6 @@ _TOOL_MEMBER = re.compile(rf"{LAYOUT}/toolchains/[0-9a-f]{{32}}\.json")
 _DIR_MEMBER = re.compile(rf"{LAYOUT}(/toolchains|/entries(/{_LIB}(/{_TARGET}(/{_KEY})?)?)?)?")
 MAX_MEMBER_BYTES = 4 << 30
 MAX_RECORD_BYTES = 64 << 10
-
 
 
 # ------------------------------------------------------------------ export / import
@@ -93,6 +92,11 @@ def export(cache: Cache, dest: Path, libraries: set[str] | None = None, *, keys:
                     if _TOOL_MEMBER.fullmatch(name) and rec.is_file() and not rec.is_symlink():
                         _add_file(tar, rec, name, fsutil.FILE_MODE, time.time())
         os.replace(tmp, dest)
+    except OSError as e:  # the archive's folder, not its private temporary name (issue 20)
+        if isinstance(e, CacheError):
+            raise
+        raise CacheError(f"cannot write the archive {dest}: {e.strerror or e}. Fix: name a file in an existing, "
+                         "writable folder") from e
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -159,7 +163,9 @@ def _copy_out(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, mode: i
 def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifest:
     try:
         m = Manifest.parse((entry / MANIFEST).read_bytes())
-    except (OSError, ValueError, TypeError, UnicodeDecodeError) as e:
+    except OSError as e:  # its strerror only: the path is a private staging folder (issue 20)
+        raise EntryProblem(f"no valid manifest ({MANIFEST}: {e.strerror or 'unreadable'})") from e
+    except (ValueError, TypeError, UnicodeDecodeError) as e:
         raise EntryProblem(f"no valid manifest ({e})") from e
     if (m.library, m.target, m.key[:KEY_CHARS]) != (lib, target, keydir):
         raise EntryProblem(f"its manifest describes {m.library}/{m.target}/{m.key[:12]}, not its path")
@@ -174,33 +180,61 @@ def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifes
     return m
 
 
+def _last_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """Every member checked before anything is written; of duplicates the last wins, as with ``tar -x``.
+
+    Archives with duplicate members are legal (``tar -r`` appends, some CI
+    artifact tools write them); the later copy replaces the earlier one (issue 20).
+    """
+    last: dict[str, tarfile.TarInfo] = {}
+    for member in tar.getmembers():
+        _check_member(member)
+        name = member.name.rstrip("/")
+        last.pop(name, None)  # re-insert: the order of last appearance
+        last[name] = member
+    return [m for m in last.values() if m.isfile()]
+
+
 def import_archive(cache: Cache, src: Path, check: Callable[[Path, Manifest], None] | None = None, *,
                    with_records: bool = True) -> ImportResult:
     """Add the entries of an archive written by :func:`export`, each checked like a build.
 
     An archive with any member outside the layout, a link or a special file is
-    refused whole, before anything is published. An entry with a bad manifest
+    refused whole, before anything is written. An entry with a bad manifest
     or digest is rejected alone, and so is one that ``check(staged entry dir,
     manifest)`` refuses by raising EntryProblem (the remote tier checks the
     signature and the expected key there). Entries already present are left as
-    they are. ``with_records=False`` ignores toolchain records. A truncated or
-    damaged archive raises CacheError, and nothing of it is published.
+    they are. ``with_records=False`` ignores toolchain records. A damaged archive
+    raises CacheError naming the archive and the cause (never an errno or a staging path).
     """
+    try:
+        return _import(cache, src, check, with_records)
+    except CacheError:
+        raise
+    except (OSError, tarfile.TarError, EOFError, zlib.error) as e:
+        why = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__
+        raise CacheError(f"cannot import the archive {src} into {cache.root}: {why}; nothing more was imported. "
+                         "Fix: check that the archive is complete (written by `jitops cache export`) and that the "
+                         "cache is writable (`jitops doctor`)") from e
+
+
+def _import(cache: Cache, src: Path, check: Callable[[Path, Manifest], None] | None,
+            with_records: bool) -> ImportResult:
     result = ImportResult()
     try:
         tar = tarfile.open(src, "r:*")
     except (OSError, tarfile.TarError) as e:
-        raise CacheError(f"cannot read the archive {src}: {e}. Fix: pass a file written by `jitops cache export`") from e
-    cache.ensure_base()
-    staging = cache.new_staging("import", secrets.token_hex(16))
-    try:
-        staged: dict[tuple[str, str, str], Path] = {}
-        records: list[tuple[str, Path]] = []
-        with tar, _damaged_archive(src):
-            for member in tar:
-                m = _check_member(member)
-                if member.isdir():
-                    continue
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise CacheError(f"cannot read the archive {src}: {why}. Fix: pass a file written by `jitops cache export`") from e
+    with tar:
+        members = _last_members(tar)  # the whole member list is validated before anything is extracted
+        cache.ensure_base()
+        staging = cache.new_staging("import", secrets.token_hex(16))
+        try:
+            staged: dict[tuple[str, str, str], Path] = {}
+            records: list[tuple[str, Path]] = []
+            for member in members:
+                m = _ENTRY_MEMBER.fullmatch(member.name)
                 if m is None:
                     if not with_records:
                         continue  # the remote tier takes entries only, never toolchain records
@@ -214,44 +248,40 @@ def import_archive(cache: Cache, src: Path, check: Callable[[Path, Manifest], No
                     os.mkdir(staged[ident], fsutil.DIR_MODE)
                 mode = fsutil.FILE_MODE if m.group("file") == MANIFEST else fsutil.LIB_MODE
                 _copy_out(tar, member, staged[ident] / m.group("file"), mode)
-        for (lib, target, keydir), entry in sorted(staged.items()):
-            where = f"{lib}/{target}/{keydir[:12]}"
-            try:
-                manifest = _validate_staged(entry, lib, target, keydir)
-                if check is not None:
-                    check(entry, manifest)
-            except EntryProblem as e:
-                result.rejected.append((where, str(e)))
-                continue
-            final = cache.entry_dir(lib, target, manifest.key)
-            if final.exists() or final.is_symlink():
-                try:
-                    cache.verify(final, manifest.key, lib, target)
-                    result.present.append(manifest)
-                    continue
-                except EntryProblem as e:
-                    cache.set_aside(final, str(e))
-            if cache.publish(entry, lib, target, manifest.key):
-                result.imported.append(manifest)
-                why = foreign_reason(manifest.ingredients)
-                if why is not None:
-                    result.foreign.append((manifest, why))
-            else:
-                result.present.append(manifest)
-        for name, path in records:
-            result.records += _import_record(cache, name, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+            _publish_staged(cache, staged, result, check)
+            for name, path in records:
+                result.records += _import_record(cache, name, path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return result
 
 
-@contextlib.contextmanager
-def _damaged_archive(src: Path) -> Iterator[None]:
-    try:
-        yield
-    except (tarfile.TarError, EOFError, zlib.error) as e:
-        raise CacheError(f"the archive {src} is truncated or damaged ({e}); nothing was imported. "
-                         "Fix: copy it again, or export it again with `jitops cache export`") from e
+def _publish_staged(cache: Cache, staged: dict[tuple[str, str, str], Path], result: ImportResult,
+                    check: Callable[[Path, Manifest], None] | None) -> None:
+    for (lib, target, keydir), entry in sorted(staged.items()):
+        where = f"{lib}/{target}/{keydir[:12]}"
+        try:
+            manifest = _validate_staged(entry, lib, target, keydir)
+            if check is not None:
+                check(entry, manifest)
+        except EntryProblem as e:
+            result.rejected.append((where, str(e)))
+            continue
+        final = cache.entry_dir(lib, target, manifest.key)
+        if final.exists() or final.is_symlink():
+            try:
+                cache.verify(final, manifest.key, lib, target)
+                result.present.append(manifest)
+                continue
+            except EntryProblem as e:
+                cache.set_aside(final, str(e))
+        if cache.publish(entry, lib, target, manifest.key):
+            result.imported.append(manifest)
+            why = foreign_reason(manifest.ingredients)
+            if why is not None:
+                result.foreign.append((manifest, why))
+        else:
+            result.present.append(manifest)
 
 
 def _import_record(cache: Cache, name: str, path: Path) -> int:

@@ -35,6 +35,13 @@ def _cache() -> Cache:
 _registry = cli_cache._registry
 
 
+def parse_jobs(text: str) -> int:
+    """``--jobs N``: a whole number of parallel compiles, 1 to 4096 (issue 20)."""
+    if not (text.strip().isascii() and text.strip().isdigit() and 0 < int(text) <= 4096):
+        raise argparse.ArgumentTypeError(f"invalid job count {text!r}: expected a whole number from 1 to 4096")
+    return int(text)
+
+
 def _specs(names: Sequence[str], everything: bool) -> list[Any]:
     reg = _registry()
     if everything:
@@ -200,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ops", nargs="*", metavar="OP")
     p.add_argument("--all", action="store_true", help="every known op")
     _target_args(p, many=True)
-    p.add_argument("--jobs", type=int, metavar="N", help="parallel compiles (default: from cores and free memory)")
+    p.add_argument("--jobs", type=parse_jobs, metavar="N", help="parallel compiles (default: from cores and free memory)")
     p.add_argument("--strict", action="store_true", help="exit non-zero if any CUDA entry had to be skipped")
     p.add_argument("--push", action="store_true", help="then sign and upload the entries to JITOPS_REMOTE_CACHE")
     p.set_defaults(fn=cmd_warm)
@@ -238,5 +245,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("jitops: interrupted", file=sys.stderr)
         return 130
     except (JitopsError, OSError, ValueError) as e:
-        print(f"jitops: error: {e}", file=sys.stderr)
+        print(f"jitops: error: {_one_line(e)}", file=sys.stderr)
         return 1
+
+
+def _one_line(e: BaseException) -> str:
+    """A plain OSError as its cause and path, without the errno (issue 20); jitops's own errors as written."""
+    if isinstance(e, OSError) and not isinstance(e, JitopsError) and e.strerror:
+        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    return str(e)

@@ -3,7 +3,8 @@
 Answers without importing torch, except ``fingerprint``.
 
 Imports: cache, cache_admin, cache_archive, diagnose and target (fingerprint only, lazily), errors,
-registry, settings; remote.commands (its sub-commands keygen, push, pull, stats and ``ls --remote``).
+obstruct (repair, lazily), registry, settings; remote.commands (its sub-commands keygen, push, pull, stats and
+``ls --remote``).
 """
 
 from __future__ import annotations
@@ -167,11 +168,25 @@ def _import(cache: Cache, args: argparse.Namespace) -> int:
     return 1 if res.rejected else 0
 
 
+def _repair(cache: Cache, args: argparse.Namespace) -> int:
+    """Clear folders, files or links standing where the cache keeps something else (issue 20)."""
+    from . import obstruct
+
+    done = obstruct.repair(cache)
+    for ob, action in done:
+        _out(f"{ob}: {action}")
+    left = [ob for ob, action in done if action.startswith("could not")]
+    _out(f"repair: {len(done) - len(left)} obstruction(s) cleared in {cache.root}")
+    if left:
+        print(f"jitops cache repair: {len(left)} path(s) could not be cleared (see above)", file=sys.stderr)
+    return 1 if left else 0
+
+
 ACTIONS: dict[str, Callable[[Cache, argparse.Namespace], int]] = {
     "path": _path, "fingerprint": _fingerprint, "ls": _ls, "verify": _verify, "prune": _prune_or_clear,
-    "clear": _prune_or_clear, "export": _export, "import": _import,
+    "clear": _prune_or_clear, "export": _export, "import": _import, "repair": _repair,
 }
-WRITES = ("prune", "clear", "import")  # and verify --remove
+WRITES = ("prune", "clear", "import", "repair")  # and verify --remove
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -198,6 +213,7 @@ def add_parser(sub: Any, target_args: Callable[..., None]) -> None:
     q.add_argument("--max-size", type=parse_size, metavar="SIZE", help="keep at most this much, e.g. 2G")
     q.add_argument("--older-than", type=parse_age, metavar="AGE", help="evict entries unused for this long, e.g. 30d")
     cs.add_parser("clear", help="remove everything jitops put in the cache (not entries being built)")
+    cs.add_parser("repair", help="clear folders, files or links that stand where the cache keeps something else")
     q = cs.add_parser("export", help="write entries to a portable archive (tar.gz)")
     q.add_argument("file")
     q.add_argument("ops", nargs="*", metavar="OP", help="only these ops' libraries (default: all)")

@@ -4,7 +4,7 @@ an op build or rebuild?) and the cache ``fingerprint`` CI jobs key their cache b
 Every answer about an op comes from :func:`entry.entry_status`, the same
 question ``get`` asks.
 
-Imports: build, cache, entry, errors, key, manifest, plan, settings, spec, target, toolchain;
+Imports: build, cache, entry, errors, key, manifest, plan, settings, spec, target, toolchain; obstruct lazily;
 remote.commands lazily, only when ``settings.remote`` is set (doctor's remote rows).
 """
 
@@ -27,8 +27,8 @@ from ._version import __version__
 from .build import default_jobs
 from .cache import Cache
 from .entry import Compatible, Damaged, entry_status
-from .errors import JitopsError, TargetError, ToolchainError
-from .key import BUILD_ENV_VARS, without_tools
+from .errors import ConfigError, JitopsError, TargetError, ToolchainError
+from .key import BUILD_ENV_VARS, extra_env_flags, without_tools
 from .manifest import Hit
 from .settings import Settings
 from .spec import OpSpec
@@ -160,6 +160,17 @@ def _cache(root: Path, offline: bool, strict: bool) -> Check:
     return Check("cache", "ok", detail + (" (read-only use: offline)" if offline else ""))
 
 
+def _obstructions(root: Path) -> Check:
+    """Folders, files or links standing where the cache keeps something else (issue 20)."""
+    from .obstruct import REPAIR, scan
+
+    found = scan(Cache(root))
+    if not found:
+        return Check("layout", "ok", "no obstructed paths in the cache tree")
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return Check("layout", "warn", "; ".join(str(o) for o in found[:3]) + more, f"`{REPAIR}`")
+
+
 def _devices(system: System) -> list[Check]:
     cpu = choose_target(system, "cpu")
     out = [Check("cpu", "info", f"{system.machine}, torch dispatches to {system.cpu_capability}; target {cpu.name}")]
@@ -174,10 +185,14 @@ def _devices(system: System) -> list[Check]:
     return out
 
 
-def _settings(settings: Settings) -> Check:
+def _settings(settings: Settings, system: System) -> Check:
     shown = settings.shown()
-    shown += [f"{k}={os.environ[k]}" for k in BUILD_ENV_VARS if os.environ.get(k) and not any(
+    shown += [f"{k}={os.environ[k]!r}" for k in BUILD_ENV_VARS if os.environ.get(k) and not any(
         s.startswith(k + "=") for s in shown)]
+    try:
+        extra_env_flags(system, "cuda")  # unsplittable flag variables (issue 20)
+    except ConfigError as e:
+        return Check("settings", "fail", *_split_fix(str(e)))
     return Check("settings", "info", (", ".join(shown) or "none set") + f"; default build jobs {default_jobs(settings.jobs)}")
 
 
@@ -202,6 +217,13 @@ def _ops(specs: Sequence[OpSpec], settings: Settings) -> list[Check]:
     return out
 
 
+def _fingerprint_check(specs: Sequence[OpSpec], system: System, settings: Settings) -> Check:
+    try:
+        return Check("fingerprint", "info", fingerprint(specs, default_devices(system, None), settings=settings))
+    except ConfigError as e:  # reported by the settings check; doctor still prints every other check
+        return Check("fingerprint", "warn", f"cannot compute: {_split_fix(str(e))[0]}")
+
+
 def doctor(specs: Sequence[OpSpec], settings: Settings | None = None) -> list[Check]:
     """Every check, in display order. Any ``fail`` means a build (or offline load) would fail."""
     settings = Settings.from_env() if settings is None else settings
@@ -216,12 +238,13 @@ def doctor(specs: Sequence[OpSpec], settings: Settings | None = None) -> list[Ch
         _ninja(offline),
         _nvcc(system, offline, tool_dir),
         _cache(root, offline, settings.strict),
+        _obstructions(root),
         *_devices(system),
         Check("modes", "info", f"offline {'on' if offline else 'off'} (JITOPS_OFFLINE), fallback to PyTorch "
                                f"{'on' if settings.fallback else 'off'} (JITOPS_FALLBACK)"),
-        _settings(settings),
+        _settings(settings, system),
         *_ops(specs, settings),
-        Check("fingerprint", "info", fingerprint(specs, default_devices(system, None), settings=settings)),
+        _fingerprint_check(specs, system, settings),
     ]
     if settings.remote is not None:  # the remote tier (issue 15): store, trust, upload, leases
         from .remote.commands import doctor_checks

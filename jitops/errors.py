@@ -30,6 +30,10 @@ class UnknownOpError(JitopsError, KeyError):
         return str(self.args[0])
 
 
+class ArgumentError(JitopsError, TypeError):
+    """A public function or command got an argument of the wrong type or shape; names it and what it expects."""
+
+
 class InvalidNameError(JitopsError, ValueError):
     """A name that may not reach the filesystem (checked before any file access)."""
 
@@ -66,7 +70,7 @@ class OfflineMiss(JitopsError, LookupError):
 
 
 class ConfigError(JitopsError, ValueError):
-    """A JITOPS_* environment variable has a value jitops cannot use."""
+    """An environment variable (``JITOPS_*``, build flags, ``MAX_JOBS``) has a value jitops cannot use."""
 
 
 class TargetError(JitopsError, RuntimeError):

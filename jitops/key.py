@@ -6,7 +6,7 @@ holds exactly what changes its binary: a variable that only matters to nvcc
 or to cpp_extension's CUDA paths is in CUDA keys only, so setting
 ``TORCH_CUDA_ARCH_LIST`` never rebuilds a CPU op.
 
-Imports: fsutil, spec. Target, System and Tool are used by attribute only
+Imports: checks (``shown``), errors, fsutil, spec. Target, System and Tool are used by attribute only
 (named for type checking), so this module sits below target and toolchain's
 users and above nothing.
 """
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import fsutil
+from .checks import shown
+from .errors import ConfigError
 from .spec import HEADER_SUFFIXES, SOURCE_SUFFIXES, OpSpec
 
 if TYPE_CHECKING:
@@ -89,15 +91,31 @@ def key_env(build_env: tuple[tuple[str, str], ...], device: str) -> dict[str, st
     return {k: v for k, v in build_env if k in wanted}
 
 
-def extra_env_flags(system: System) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def split_flags(var: str, value: str) -> tuple[str, ...]:
+    """A flag variable (``CXXFLAGS``, ``LDFLAGS``, ...) split as a shell would; ConfigError if it cannot be."""
+    try:
+        return tuple(shlex.split(value))
+    except ValueError as e:
+        raise ConfigError(
+            f"{var}={shown(value)} cannot be split into compiler flags ({str(e).lower()}). "
+            f"Fix: balance its quotes (e.g. {var}='-O2 -DNAME=\"x\"'), or unset {var}"
+        ) from None
+
+
+def extra_env_flags(system: System, device: str = "cpu") -> tuple[tuple[str, ...], tuple[str, ...]]:
     """CFLAGS + CXXFLAGS and LDFLAGS from the environment, as argv lists.
 
     g++ does not read these itself, so jitops applies them (they are in the
-    key). NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS are read by nvcc directly.
+    key). NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS are read by nvcc directly;
+    for a CUDA build they are only checked here. A value that cannot be
+    split (an unbalanced quote) is a ConfigError naming the variable (issue 20).
     """
-    cflags = tuple(shlex.split(system.env("CFLAGS") or "")) + tuple(shlex.split(system.env("CXXFLAGS") or ""))
-    ldflags = tuple(shlex.split(system.env("LDFLAGS") or ""))
-    return cflags, ldflags
+    def flags(var: str) -> tuple[str, ...]:
+        return split_flags(var, system.env(var) or "")
+
+    if device == "cuda":
+        flags("NVCC_PREPEND_FLAGS"), flags("NVCC_APPEND_FLAGS")
+    return flags("CFLAGS") + flags("CXXFLAGS"), flags("LDFLAGS")
 
 
 # ------------------------------------------------------------------ sources
@@ -149,7 +167,7 @@ def source_digests(spec: OpSpec) -> dict[str, str]:
 
 def build_flags(spec: OpSpec, target: Target, system: System) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(cflags, cuda_cflags, ldflags) of one build: the target's, the spec's, then the environment's."""
-    env_cflags, env_ldflags = extra_env_flags(system)
+    env_cflags, env_ldflags = extra_env_flags(system, target.device)
     cuda = (*target.cuda_cflags(), *spec.cuda_cflags) if target.device == "cuda" else ()
     return (*target.cflags(), *spec.cflags, *env_cflags), cuda, (*target.ldflags(), *spec.ldflags, *env_ldflags)
 

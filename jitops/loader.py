@@ -20,7 +20,7 @@ from typing import Any
 
 from . import registry as _registry
 from .entry import ensure_entry
-from .errors import JitopsError, OfflineMiss, ToolchainError
+from .errors import ConfigError, JitopsError, KernelSourceError, OfflineMiss, ToolchainError
 from .key import source_stamp
 from .manifest import Manifest
 from .ops import Op, op_from_library, ops_in_namespace, reference_for
@@ -51,10 +51,7 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Any, built: bool) 
 
     ns = manifest.namespace
     if plan.spec.schemas and ns not in _torch_libs:
-        lib = torch.library.Library(ns, "DEF")
-        for schema in plan.spec.schemas:
-            lib.define(schema)
-        _torch_libs[ns] = lib
+        _define_schemas(ns, plan.spec)
     torch.ops.load_library(str(entry / manifest.library_file))
     if plan.spec.python:
         importlib.import_module(plan.spec.python).register(ns)
@@ -87,6 +84,35 @@ def load_library(spec: OpSpec, device: str | None = None, archs: str | None = No
         return hit
 
 
+def _define_schemas(ns: str, spec: OpSpec) -> None:
+    """Define ``spec``'s schemas in namespace ``ns``, once per process.
+
+    A namespace can be opened for definitions only once, so a schema torch
+    refuses (issue 20: found by the property test) is remembered and raised
+    again as the same KernelSourceError, rather than as torch's "Only a single
+    TORCH_LIBRARY" on the next call.
+    """
+    import torch
+
+    if ns in _bad_schemas:
+        raise KernelSourceError(_bad_schemas[ns])
+    lib = torch.library.Library(ns, "DEF")
+    for schema in spec.schemas:
+        try:
+            lib.define(schema)
+        except (RuntimeError, ValueError) as e:
+            first = (str(e).strip().splitlines() or ["invalid"])[0][:300]
+            _failed_libs.append(lib)  # torch keeps the namespace registered: keep its Library alive too
+            _bad_schemas[ns] = (f"library {spec.name!r}: torch refuses the schema {schema[:200]!r} ({first}). Fix: "
+                                "write it as 'name(Tensor x, int dim) -> Tensor', each op defined once")
+            raise KernelSourceError(_bad_schemas[ns]) from None
+    _torch_libs[ns] = lib
+
+
+_bad_schemas: dict[str, str] = {}  # namespace -> why its schemas could not be defined
+_failed_libs: list[Any] = []  # their torch.library.Library objects, kept alive as torch expects
+
+
 def reference(name: str) -> Callable[..., Any]:
     """The pure-PyTorch reference implementation of a builtin op (builds nothing)."""
     spec = _registry.lookup(name)
@@ -113,7 +139,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     stamp = source_stamp(spec) if spec.editable else None
     try:
         lib = load_library(spec, device, settings=settings)
-    except (ToolchainError, OfflineMiss) as e:
+    except (ToolchainError, OfflineMiss, ConfigError) as e:  # ConfigError: e.g. unsplittable CXXFLAGS (issue 20)
         if not (settings.fallback if fallback is None else fallback):
             raise
         return _fallback_op(spec, name, e)

@@ -5,7 +5,7 @@ and atomic publishing. Where the filesystem has no file locking (ENOLCK or
 ENOSYS on some network filesystems) jitops warns once and builds unlocked.
 While waiting, a line names the holder (pid, host, age) at least every 30 s.
 
-Imports: errors, fsutil (filelock).
+Imports: errors, fsutil, obstruct (filelock).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import filelock
 
-from . import fsutil
-from .errors import LockTimeout
+from . import fsutil, obstruct
+from .errors import CacheError, LockTimeout
 
 log = logging.getLogger("jitops")
 
@@ -83,7 +83,7 @@ def key_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[No
             raise LockTimeout(_timeout_message(what, path, holder, timeout))
         log.warning("waiting for another thread's build of %s (%.0fs so far)", what, time.monotonic() - waited_since)
     try:
-        fsutil.makedirs(path.parent)
+        _clear_way(path, holder)  # issue 20: a folder or link at the lock path must not make the op unbuildable
         flock = filelock.FileLock(str(path), mode=fsutil.FILE_MODE, thread_local=False, **_FILELOCK_KW)  # type: ignore[arg-type]
         locked = False
         while True:
@@ -105,7 +105,8 @@ def key_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[No
                 )
             except OSError as e:
                 if e.errno not in _UNSUPPORTED:
-                    raise
+                    raise CacheError(f"cannot take the build lock {path} for {what}: {e.strerror or e}. Fix: make "
+                                     f"{path.parent} a folder writable by this user, or run `jitops cache repair`") from e
                 if not _warned_unsupported:
                     _warned_unsupported = True
                     log.warning(
@@ -130,6 +131,14 @@ def key_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[No
                 flock.release()
     finally:
         tlock.release()
+
+
+def _clear_way(path: Path, holder: Path) -> None:
+    """Heal what obstructs the lock folder, the lock file or its holder record (or raise CacheError)."""
+    obstruct.heal(path.parent, want_dir=True, what="the locks folder")
+    fsutil.makedirs(path.parent)
+    obstruct.heal(path, want_dir=False, what="a build lock file")
+    obstruct.heal(holder, want_dir=False, what="a lock holder record")
 
 
 def _timeout_message(what: str, path: Path, holder: Path, timeout: float | None) -> str:

@@ -48,8 +48,8 @@ def writable_cache(cache: Cache, what: str, settings: Settings) -> Cache:
             fsutil.atomic_write(probe_file, b"")
             probe_file.unlink()
             return cache
-    except OSError as e:
-        problem = f"{cache.root} is not writable ({e.strerror or e})"
+    except OSError as e:  # CacheError included: an obstruction that holds data (issue 20)
+        problem = str(e) if isinstance(e, CacheError) else f"{cache.root} is not writable ({e.strerror or e})"
     if settings.strict:
         raise CacheError(
             f"cannot build {what}: the jitops cache is unusable ({problem}). Fix: make it writable by this user with mode 0700, "

@@ -43,7 +43,8 @@ def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
 
 
 def _bad(name: str, raw: str, expected: str, fix: str) -> ConfigError:
-    return ConfigError(f"{name}={raw!r} is not {expected}. Fix: {fix}")
+    shown = repr(raw) if len(repr(raw)) <= 80 else repr(raw)[:77] + "..."  # one short line (issue 20)
+    return ConfigError(f"{name}={shown} is not {expected}. Fix: {fix}")
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -73,9 +74,11 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _max_jobs(raw: str) -> int | None:
-    # Shared with torch.utils.cpp_extension, which ignores a value it cannot use: so does jitops.
-    return int(raw) if raw.strip().isdigit() and int(raw) > 0 else None
+def _jobs(text: str) -> int:
+    # A whole number of parallel compiles; junk is a ConfigError rather than silently ignored (issue 20).
+    if not (text.isascii() and text.isdigit() and 0 < int(text) <= 4096):
+        raise ValueError(text)
+    return int(text)
 
 
 def _progress(text: str) -> bool:
@@ -163,7 +166,8 @@ class Settings:
             lock_timeout=timeout if timeout is None or timeout >= 0 else None,
             progress=_optional(env, "JITOPS_PROGRESS", _progress, "0 or 1",
                                "set JITOPS_PROGRESS=0 to hide the build progress line, 1 to force it, or unset it"),
-            jobs=_max_jobs(env.get("MAX_JOBS", "")),
+            jobs=_optional(env, "MAX_JOBS", _jobs, "a number of parallel compiles (1 to 4096)",
+                           "set e.g. MAX_JOBS=4, or unset it to size builds from cores and free memory"),
             builder=builder,
             fake_build_seconds=_optional(env, "JITOPS_FAKE_BUILD_SECONDS", _seconds, "a number of seconds",
                                          "set it to e.g. 0.5, or unset it") or 0.0,

@@ -13,13 +13,14 @@ Imports: errors.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InvalidNameError, UnknownOpError
+from .errors import ArgumentError, InvalidNameError, UnknownOpError
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}", re.ASCII)
@@ -83,11 +84,19 @@ class OpSpec:
 
     def __post_init__(self) -> None:
         validate_name(self.name, "library name")
+        if not isinstance(self.root, (str, os.PathLike)) or not isinstance(self.include_dirs, (list, tuple)) \
+                or not all(isinstance(p, (str, os.PathLike)) for p in self.include_dirs):
+            raise ArgumentError(f"OpSpec {self.name!r}: root must be a path and include_dirs a list of paths, got "
+                                f"{self.root!r} and {self.include_dirs!r}"[:300])
+        if not (self.python is None or isinstance(self.python, str)) or not isinstance(self.description, str) \
+                or not isinstance(self.origin, str) or not isinstance(self.editable, bool):
+            raise ArgumentError(f"OpSpec {self.name!r}: python must be a module name or None, description and "
+                                "origin strings, editable a bool")
         object.__setattr__(self, "root", Path(self.root))
         for attr in ("cpu_sources", "cuda_sources", "schemas", "exports", "cflags", "cuda_cflags", "ldflags"):
             value = getattr(self, attr)
-            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-                raise TypeError(f"OpSpec.{attr} must be a sequence of strings, got {value!r}")
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise ArgumentError(f"OpSpec.{attr} must be a list or tuple of strings, got {value!r}"[:300])
             object.__setattr__(self, attr, tuple(value))
         object.__setattr__(self, "include_dirs", tuple(Path(p) for p in self.include_dirs))
         if not self.exports:
@@ -118,16 +127,18 @@ class Registry:
 
     def add(self, spec: OpSpec, *, replace: bool = False) -> None:
         if not spec.exports:
-            raise ValueError(f"spec {spec.name!r} exports no op: give schemas or exports")
+            raise InvalidNameError(f"spec {spec.name!r} exports no op: give schemas or exports")
         with self._lock:
             clashes = [e for e in spec.exports if e in self._index and self._index[e].name != spec.name]
             if clashes and not replace:
                 owner = self._index[clashes[0]].name
-                raise ValueError(f"op {clashes[0]!r} is already provided by library {owner!r}")
+                raise InvalidNameError(f"op {clashes[0]!r} is already provided by library {owner!r}. Fix: pick "
+                                       "another op name, or pass replace=True to take it over")
             old = self._specs.get(spec.name)
             if old is not None:
                 if not replace and old != spec:
-                    raise ValueError(f"a different library named {spec.name!r} is already registered")
+                    raise InvalidNameError(f"a different library named {spec.name!r} is already registered. Fix: "
+                                           "pick another library name, or pass replace=True")
                 for e in old.exports:
                     self._index.pop(e, None)
             self._specs[spec.name] = spec

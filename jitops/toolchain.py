@@ -5,7 +5,7 @@ key, but the warm path must start no subprocess. So the identity is cached on
 disk under the cache root, keyed by the binary's path, size, mtime and inode:
 a changed compiler binary gets a new fingerprint and is asked again.
 
-Imports: errors, fsutil, target.
+Imports: checks (``shown``), errors, fsutil, target.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from .checks import shown
 from .errors import ToolchainError
 from .target import System
 
@@ -57,7 +58,7 @@ def find_cxx(system: System, op: str) -> str:
     cxx = system.env("CXX") or "c++"
     path = _which(cxx)
     if path is None:
-        how = f"CXX={cxx!r} does not name an executable" if system.env("CXX") else "'c++' is not on PATH"
+        how = f"CXX={shown(cxx)} does not name an executable" if system.env("CXX") else "'c++' is not on PATH"
         raise ToolchainError(
             f"cannot build op {op!r}: no C++ compiler found ({how}). "
             "Fix: install one (e.g. `apt-get install g++`), or set CXX to the compiler's path. "

@@ -16,7 +16,7 @@ Inline sources are written to a content-addressed folder under the cache
 root, so the key covers their bytes and compiler errors point at real files
 with the line numbers of the strings the user wrote.
 
-Imports: errors, fsutil, settings, spec, user_spec; loader, ops, registry and roots lazily.
+Imports: checks, errors, fsutil, settings, spec, user_spec; loader, ops, registry and roots lazily.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import fsutil
+from . import checks, fsutil
 from .errors import BuildError, KernelSourceError
 from .settings import Settings
 from .spec import SOURCE_SUFFIXES, OpSpec, validate_name
@@ -115,7 +115,9 @@ def load(
     so editing any of them rebuilds on the next call; unchanged, the same
     object comes back without a rebuild.
     """
-    validate_name(name, "library name")
+    checks.library_args("jitops.load", name, device, sources=sources, extra_cflags=extra_cflags,  # issue 20
+                        extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+                        extra_include_paths=extra_include_paths, schemas=schemas)
     paths = [Path(os.path.abspath(p)) for p in _as_list(sources, "sources")]
     if not paths:
         raise KernelSourceError(f"library {name!r}: no sources given. Fix: pass sources=['my_op.cpp']")
@@ -191,7 +193,9 @@ def load_inline(
     string. Sources ``#include <jitops/op.h>`` and register with
     ``JITOPS_LIBRARY`` / ``JITOPS_LIBRARY_IMPL``.
     """
-    validate_name(name, "library name")
+    checks.library_args("jitops.load_inline", name, device, cpp_sources=cpp_sources,  # issue 20
+                        cuda_sources=cuda_sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+                        extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas)
     files = {f"{name}.cpp": _join(cpp_sources, "cpp_sources")}
     cuda = _join(cuda_sources, "cuda_sources")
     if cuda:
@@ -227,7 +231,10 @@ def register_kernel_dir(
     """
     from .registry import register, registry
 
-    folder = Path(os.path.abspath(path))
+    checks.library_args("jitops.register_kernel_dir", name, device, ops=ops, extra_cflags=extra_cflags,  # issue 20
+                        extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+                        extra_include_paths=extra_include_paths, schemas=schemas)
+    folder = Path(os.path.abspath(checks.path("jitops.register_kernel_dir", "path", path)))
     if not folder.is_dir():
         raise KernelSourceError(f"kernel folder {folder} does not exist or is not a directory")
     lib_name = name if name is not None else folder.name
