@@ -12,14 +12,11 @@ platformdirs' user cache dir for ``jitops``)::
     v1/trash/                              entries set aside as damaged
     v1/remote-stats.json                   the remote tier's counters (+ .lock)
 
-A tier is two calls: ``lookup(address) -> Hit | Miss(reason)`` (verified)
-and ``publish_entry(staged, address)`` (a finished staging dir -> what is in
-place now, ours or a racing winner's). A remote tier answers the same two; a
-remote hit is fetched into local staging and published here, so only
-verified local entries are ever loaded. Publishing renames a finished
-directory (manifest written last) into place; loading needs manifest, key,
-size and sha256 to agree, and refuses symlinks, other owners and
-group/world-writable paths.
+A tier is two calls: ``lookup(address) -> Hit | Miss(reason)`` (verified) and
+``publish_entry(staged, address)`` (a finished staging dir -> what is in place now, ours or a
+racing winner's). A remote hit is imported into local staging and published here, so only verified
+local entries are loaded. Loading needs manifest, key, size and sha256 to agree, and refuses
+symlinks, other owners and group/world-writable paths.
 
 Imports: fsutil, key (KEY_CHARS, compute_key), manifest (entry data types), obstruct.
 """
