@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import fsutil, toolchain
+from . import compilers, fsutil, selfcheck, toolchain
 from .cache import Cache, EntryProblem, Manifest, compute_key, default_root, namespace_for, source_digests, source_stamp
 from .errors import CacheError, JitopsError, OfflineMiss, ToolchainError, UnknownOpError
 from .ops import Op, op_from_library, ops_in_namespace, reference_for
@@ -144,7 +144,7 @@ def ingredients(
         "python_abi": system.python_abi,
         "platform": system.platform,
         "machine": system.machine,
-        "compiler": {"path": compiler.path, "version": compiler.version} if compiler else None,
+        "compiler": compilers.ingredient(compiler) if compiler else None,
         "nvcc": {"path": nvcc.path, "version": nvcc.version} if nvcc else None,
         "env": dict(system.build_env),
     }
@@ -164,7 +164,7 @@ def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None)
     compiler = nvcc = None
     missing: ToolchainError | None = None
     try:
-        compiler = toolchain.tool("cxx", toolchain.find_cxx(system, spec.name), tool_dir, record=record)
+        compiler = compilers.cxx(system, spec.name, tool_dir, record=record)
         if target.device == "cuda":
             nvcc = toolchain.tool("nvcc", toolchain.find_nvcc(system, spec.name), tool_dir, record=record)
             check_nvcc_matches_torch(nvcc.version, system.torch_cuda, spec.name)
@@ -286,6 +286,7 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
             "with the same torch, compiler and flags, or unset JITOPS_OFFLINE"
         )
     toolchain.find_ninja(spec.name)  # a missing tool fails here, before any lock
+    selfcheck.ensure_sound(plan)  # once per toolchain: C++ errors must arrive as RuntimeError, not crash
     from .lock import key_lock, lock_timeout  # miss path only: keeps the warm path's imports small
     from .publish import build_and_publish
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import fsutil, toolchain
+from . import compilers, fsutil, toolchain
 from .cache import Cache, EntryProblem, Manifest
 from .errors import BuildError, CacheError
 from .target import SCRUBBED_ENV_VARS
@@ -57,10 +57,10 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None) -> Mani
             namespace=plan.namespace,
             sources=tuple(spec.root / s for s in spec.sources_for(target.device)),
             include_dirs=(Path(__file__).parent / "include", spec.root, *spec.include_dirs),
-            cflags=tuple(plan.ingredients["cflags"]),
+            cflags=compilers.build_flags(plan.ingredients["cflags"], plan.ingredients["compiler"]),
             cuda_cflags=tuple(plan.ingredients["cuda_cflags"]),
-            ldflags=tuple(plan.ingredients["ldflags"]),
-            cxx=plan.ingredients["compiler"]["path"],
+            ldflags=compilers.build_flags(plan.ingredients["ldflags"], plan.ingredients["compiler"]),
+            cxx=toolchain.find_cxx(plan.system, spec.name),  # the command the user named; the key holds its realpath
             ninja=toolchain.find_ninja(spec.name),
             nvcc=(plan.ingredients["nvcc"] or {}).get("path"),
             build_dir=build_dir,
