@@ -67,7 +67,7 @@ def openmp_flags(tool: toolchain.Tool, cache_dir: Path | None, *, record: bool =
     if kind != "clang":
         return OPENMP_FLAGS
     answer = toolchain.ask(tool.run, ("-print-file-name=libgomp.so",), cache_dir, record=record)
-    include = os.path.join(os.path.dirname(os.path.realpath(answer)), "include") if os.path.isabs(answer) else ""
+    include = os.path.join(os.path.dirname(os.path.normpath(answer)), "include") if os.path.isabs(answer) else ""
     if not include or not os.path.isfile(os.path.join(include, "omp.h")):
         raise ToolchainError(
             f"cannot build with {tool.run} ({tool.version}): torch runs its kernels on GNU OpenMP (libgomp), and "
