@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import torchcompat
 from .errors import BuildError, BuildInterrupted, ConfigError, ToolchainError
 
 log = logging.getLogger("jitops")
@@ -281,22 +282,11 @@ def write_ninja_file(job: BuildJob) -> Path:
     # The -gencode flags in cuda_cflags make cpp_extension add no arch flags of its own.
     cuda_cflags = [*job.cuda_cflags, f"-DJITOPS_NS={job.namespace}", "-DJITOPS_WITH_CUDA", *libs] if with_cuda else []
     with _cuda_home(ce, job.nvcc if with_cuda else None):
-        ldflags = ce._prepare_ldflags(list(job.ldflags), with_cuda, False, False, False)
+        ldflags = torchcompat.prepare_ldflags(ce, job.ldflags, with_cuda)  # signatures differ across torch
         if "-ltorch_python" in ldflags:
             ldflags.remove("-ltorch_python")  # the ops use no Python C-API
-        ce._write_ninja_file_to_build_library(
-            str(path),
-            job.library,
-            [str(s) for s in job.sources],
-            cflags,
-            cuda_cflags,
-            [],
-            ldflags,
-            [str(d) for d in job.include_dirs],
-            with_cuda,
-            False,
-            False,
-        )
+        torchcompat.write_ninja_file(ce, str(path), job.library, [str(s) for s in job.sources], cflags, cuda_cflags,
+                                     ldflags, [str(d) for d in job.include_dirs], with_cuda)
     text = path.read_text()
     out = []
     cflags_line = ""

@@ -157,6 +157,8 @@ def cache_for_reading(environ: Mapping[str, str] | None = None) -> Cache:
 def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None) -> Plan:
     """Decide target and key. Raises ToolchainError (no compiler) within ~ms, before any lock."""
     system = probe()
+    if device is None and "cuda" not in spec.devices:
+        device = "cpu"  # a library without CUDA sources is a CPU library, on a GPU node too
     target = choose_target(system, device, archs)
     cache = cache_for_reading()
     tool_dir = cache.toolchains

@@ -106,6 +106,9 @@ class System:
 def _torch_facts() -> tuple[str, str, str | None, bool, str, bool]:
     import torch
 
+    from .torchcompat import check_version
+
+    check_version(torch.__version__)  # one warning outside the tested range
     return (
         torch.__version__,
         str(getattr(torch.version, "git_version", "")),

@@ -52,7 +52,7 @@ def get_and_check(name: str = "fakeadd") -> dict[str, Any]:
     """``jitops.get(name)`` and call it; what a worker reports."""
     fakelib.register_all()
     before = _popens[0]
-    op = jitops.get(name)
+    op = jitops.get(name, device="cpu")
     lib = op.library
     assert lib is not None
     if name in fakelib.REFERENCES:

@@ -17,11 +17,11 @@ pytestmark = pytest.mark.process
 _TRY = """
 import sys, time
 from tests import scenarios as S
-def attempt(name="softmax", **kw):
+def attempt(name="softmax", device="cpu", **kw):  # cpu: on a GPU node the default would build for cuda
     import jitops
     t = time.monotonic()
     try:
-        jitops.get(name, **kw)
+        jitops.get(name, device=device, **kw)
         return {"ok": True}
     except Exception as e:
         return {"ok": False, "type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e),
