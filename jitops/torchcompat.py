@@ -5,6 +5,8 @@ Tested (CI's ``.ci/torch-versions.sh``): 2.7.1, 2.13.0 (the main job), 2.14.1
 
 Bridged here:
 
+- torch 2.7's ninja writer adds TORCH_CUDA_ARCH_LIST's arch flags even when jitops gave its own
+  (``write_ninja_file`` silences that helper while it writes).
 - ``cpp_extension``'s private ninja-file helpers gained SYCL parameters
   (``_prepare_ldflags(..., with_sycl, ...)`` in 2.10-ish,
   ``_write_ninja_file_to_build_library(..., extra_sycl_cflags, ..., with_sycl,
@@ -74,7 +76,20 @@ def prepare_ldflags(ce: Any, ldflags: Sequence[str], with_cuda: bool) -> list[st
 
 def write_ninja_file(ce: Any, path: str, name: str, sources: list[str], cflags: list[str], cuda_cflags: list[str],
                      ldflags: list[str], include_dirs: list[str], with_cuda: bool) -> None:
-    _call_by_name(ce._write_ninja_file_to_build_library, {
-        "path": path, "name": name, "sources": sources, "extra_cflags": cflags, "extra_cuda_cflags": cuda_cflags,
-        "extra_ldflags": ldflags, "extra_include_paths": include_dirs, "with_cuda": with_cuda,
-    })
+    """cpp_extension writes ``path``; for CUDA, with jitops's -gencode flags (in ``cuda_cflags``) only.
+
+    torch >= 2.10-ish skips its own arch flags when the extra CUDA flags hold some; older torch (2.7)
+    always added TORCH_CUDA_ARCH_LIST's (or every arch), so its arch helper is silenced while it writes.
+    The caller holds build.py's CUDA lock, so no other thread writes a ninja file meanwhile.
+    """
+    values = {"path": path, "name": name, "sources": sources, "extra_cflags": cflags, "extra_cuda_cflags": cuda_cflags,
+              "extra_ldflags": ldflags, "extra_include_paths": include_dirs, "with_cuda": with_cuda}
+    if not with_cuda:
+        _call_by_name(ce._write_ninja_file_to_build_library, values)
+        return
+    saved = ce._get_cuda_arch_flags
+    ce._get_cuda_arch_flags = lambda cflags=None: []  # jitops decided (and keyed) the archs
+    try:
+        _call_by_name(ce._write_ninja_file_to_build_library, values)
+    finally:
+        ce._get_cuda_arch_flags = saved
