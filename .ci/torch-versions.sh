@@ -2,22 +2,22 @@
 # torch-versions leg of CI: the pure and compile test tiers on each extra torch version, each in its
 # own virtualenv (.venv-torch-<version>), one result line per version with its time.
 #
-# The main job tests torch 2.13.0 (CPU). Extra versions: the oldest jitops supports (2.7.1), the
-# CUDA build CI already has (2.14.1, reusing the CUDA leg's venv when it exists: it also proves the
-# CPU tiers pass with a CUDA torch on a node without a GPU) and the newest (2.15.0).
+# The main job tests torch 2.13.0 (CPU), the oldest jitops supports. Extra versions: the CUDA build
+# CI already has (2.14.1, reusing the CUDA leg's venv when it exists: it also proves the CPU tiers
+# pass with a CUDA torch on a node without a GPU) and the newest (2.15.0).
 #
-# PyPI has only the large CUDA wheels of these versions; they do not import without their nvidia-*
+# PyPI has only the large CUDA wheels of 2.15.0; they do not import without their nvidia-*
 # libraries (libcudnn.so.9 and friends are loaded at `import torch`), so pip installs them with their
 # dependencies: about 1 minute and 4-5 GB per version. This machine's pip configuration caps torch at
 # 2.14.1 (/etc/xdg/pip); PIP_CONFIG_FILE=/dev/null makes pip ignore configuration files for these
 # installs only, so the newer releases come from PyPI without touching system files.
 #
-# Knobs: JITOPS_TORCH_VERSIONS (default "2.7.1 2.14.1 2.15.0"), JITOPS_CUDA_VENV (default .venv-cuda),
+# Knobs: JITOPS_TORCH_VERSIONS (default "2.14.1 2.15.0"), JITOPS_CUDA_VENV (default .venv-cuda),
 # JITOPS_TORCH_VERSIONS_REQUIRED=1 (a version that cannot be installed fails the leg instead of being
 # skipped). Exits non-zero if any installed version fails its tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-versions=(${JITOPS_TORCH_VERSIONS:-2.7.1 2.14.1 2.15.0})
+versions=(${JITOPS_TORCH_VERSIONS:-2.14.1 2.15.0})
 cuda_venv=${JITOPS_CUDA_VENV:-.venv-cuda}
 deps=(ninja 'filelock>=3.20.3' platformdirs pytest pytest-timeout hypothesis numpy setuptools)
 leg_start=$(date +%s)
