@@ -114,3 +114,12 @@ def test_clang_builds_every_builtin_op(library: str, monkeypatch: pytest.MonkeyP
             op_from_library(lib, "add")(torch.randn(3), torch.randn(4))
         else:
             op_from_library(lib, "softmax")(torch.randn(3), 5)
+
+
+@needs_clang
+def test_doctor_reports_clang_its_binary_and_openmp_flags(tmp_path: Path) -> None:
+    from jitops import diagnose
+
+    check = diagnose._compiler(probe({"CXX": "clang++"}), False, tmp_path / "toolchains")
+    assert check.status == "ok", check
+    assert "clang++ -> " in check.detail and "clang version" in check.detail and "-fopenmp=libgomp" in check.detail
