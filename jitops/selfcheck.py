@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import compilers, toolchain
-from .errors import ToolchainError
+from .errors import BuildInterrupted, ToolchainError
 from .target import System, extra_env_flags
 
 if TYPE_CHECKING:
@@ -162,7 +162,11 @@ def run_probe(system: System, cxx: str, compiler: dict[str, Any]) -> Result:
         src.write_text(_PROBE_CPP)
         env = dict(os.environ, TMPDIR=tmp)
         cmd = _probe_command(system, cxx, compiler, src, lib)
-        rc, out = run_supervised(cmd, cwd=Path(tmp), env=env)
+        try:
+            rc, out = run_supervised(cmd, cwd=Path(tmp), env=env)
+        except KeyboardInterrupt as e:  # the supervisor already stopped the compiler
+            raise BuildInterrupted("toolchain self-check interrupted; the compiler was stopped and nothing was "
+                                   "cached") from e
         if rc != 0 or not lib.is_file():
             first = next((ln for ln in out.splitlines() if "error" in ln), out.strip().splitlines()[-1:] or [""])
             first = first if isinstance(first, str) else first[0]
@@ -174,6 +178,8 @@ def run_probe(system: System, cxx: str, compiler: dict[str, Any]) -> Result:
             rc, text = child.returncode, (child.stdout + child.stderr)
         except subprocess.TimeoutExpired:
             rc, text = None, "timed out after 180 s"
+        except KeyboardInterrupt as e:  # subprocess.run killed the child
+            raise BuildInterrupted("toolchain self-check interrupted; nothing was cached") from e
     seconds = time.monotonic() - start
     if rc == 0:
         return Result(True, "a C++ error thrown by the probe op arrived as RuntimeError", seconds, who)
