@@ -4,7 +4,8 @@ an op build or rebuild?) and the cache ``fingerprint`` CI jobs key their cache b
 Every answer about an op comes from :func:`entry.entry_status`, the same
 question ``get`` asks.
 
-Imports: build, cache, entry, errors, key, manifest, plan, settings, spec, target, toolchain;
+Imports: build, cache, compilers, entry, errors, key, manifest, plan, selfcheck, settings, spec, target,
+toolchain;
 remote.commands lazily, only when ``settings.remote`` is set (doctor's remote rows).
 """
 
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import compilers, selfcheck, toolchain
 from . import plan as planning
-from . import toolchain
 from ._version import __version__
 from .build import default_jobs
 from .cache import Cache
@@ -90,8 +91,8 @@ def _toolchain_fail(name: str, e: ToolchainError, status: str = "fail") -> Check
 def _compiler(system: System, offline: bool, tool_dir: Path) -> Check:
     status = "warn" if offline else "fail"  # offline never builds
     try:
-        path = toolchain.find_cxx(system, "<any>")
-        version = toolchain.identify(path, tool_dir, record=not offline)
+        tool = compilers.cxx(system, "<any>", tool_dir, record=not offline)
+        path, version = tool.run, tool.version
     except ToolchainError as e:
         return _toolchain_fail("compiler", e, status)
     try:
@@ -105,7 +106,9 @@ def _compiler(system: System, offline: bool, tool_dir: Path) -> Check:
         return Check("compiler", status, f"{path} ({version}) cannot compile a C++17 test program: {' '.join(why)}",
                      "install a working C++ compiler with its standard library (e.g. `apt-get install g++`), "
                      "or set CXX to one")
-    return Check("compiler", "ok", f"{path} ({version})")
+    real = f" -> {tool.path}" if tool.path != path else ""
+    omp = f"; OpenMP {' '.join(tool.openmp)}" if tool.openmp else ""
+    return Check("compiler", "ok", f"{path}{real} ({version}{omp})")
 
 
 def _ninja(offline: bool) -> Check:
@@ -214,6 +217,7 @@ def doctor(specs: Sequence[OpSpec], settings: Settings | None = None) -> list[Ch
         Check("torch", "info", f"{system.torch_version}, CUDA {system.torch_cuda or 'none (CPU-only build)'}"),
         _compiler(system, offline, tool_dir),
         _ninja(offline),
+        Check("self-check", *selfcheck.doctor(system, tool_dir, settings, offline=offline)),
         _nvcc(system, offline, tool_dir),
         _cache(root, offline, settings.strict),
         *_devices(system),
