@@ -13,6 +13,7 @@
 # installs only, so the newer releases come from PyPI without touching system files.
 #
 # Knobs: JITOPS_TORCH_VERSIONS (default "2.14.1 2.15.0"), JITOPS_CUDA_VENV (default .venv-cuda),
+# JITOPS_TORCH_VERSIONS_TIMEOUT (default 3600: the whole leg's seconds; a version still running then fails),
 # JITOPS_TORCH_VERSIONS_REQUIRED=1 (a version that cannot be installed fails the leg instead of being
 # skipped). Exits non-zero if any installed version fails its tests.
 set -uo pipefail
@@ -21,6 +22,8 @@ versions=(${JITOPS_TORCH_VERSIONS:-2.14.1 2.15.0})
 cuda_venv=${JITOPS_CUDA_VENV:-.venv-cuda}
 deps=(ninja 'filelock>=3.20.3' platformdirs pytest pytest-timeout hypothesis numpy setuptools)
 leg_start=$(date +%s)
+budget=${JITOPS_TORCH_VERSIONS_TIMEOUT:-3600}
+left() { local l=$(( budget - ($(date +%s) - leg_start) )); echo $(( l > 1 ? l : 1 )); }  # never 0: no limit
 failed=0
 results=()
 
@@ -32,10 +35,10 @@ for v in "${versions[@]}"; do
   venv=".venv-torch-$v"
   if has_torch "$cuda_venv" "$v" pytest; then  # the CUDA leg's venv: add the compile tier's test deps
     venv=$cuda_venv
-    has_torch "$venv" "$v" "pytest, hypothesis, setuptools" || "$venv/bin/pip" install -q hypothesis setuptools > /dev/null 2>&1
+    has_torch "$venv" "$v" "pytest, hypothesis, setuptools" || timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q hypothesis setuptools > /dev/null 2>&1
   elif ! has_torch "$venv" "$v" "pytest, hypothesis"; then
     python3 -m venv "$venv"
-    if ! PIP_CONFIG_FILE=/dev/null "$venv/bin/pip" install -q "torch==$v" "${deps[@]}" > "$venv/pip.log" 2>&1; then
+    if ! PIP_CONFIG_FILE=/dev/null timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q "torch==$v" "${deps[@]}" > "$venv/pip.log" 2>&1; then
       tail -3 "$venv/pip.log"
       results+=("torch $v: SKIPPED: pip could not install it (log: $venv/pip.log)")
       [ "${JITOPS_TORCH_VERSIONS_REQUIRED:-0}" = 1 ] && failed=1
@@ -46,7 +49,7 @@ for v in "${versions[@]}"; do
   t=$(date +%s)
   log="$venv/pytest.log"
   # A fresh session cache per version (conftest makes one); the default jobs; no GPU tests.
-  PYTHONPATH="$PWD" JITOPS_PROGRESS=0 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+  PYTHONPATH="$PWD" JITOPS_PROGRESS=0 timeout --kill-after=10 "$(left)" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
       -m "not process and not slow and not cuda" > "$log" 2>&1
   rc=$?
   summary=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)" "$log" | tail -1 | tr -d '=' | xargs)
