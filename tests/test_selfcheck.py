@@ -79,6 +79,49 @@ def test_fake_builder_and_offline_never_run_the_probe(tmp_path: Path, monkeypatc
     assert selfcheck.doctor(plan.system, tmp_path / "t", Settings.from_env(), offline=True)[0] == "info"
 
 
+def test_the_self_check_runs_before_a_local_build_but_not_for_a_remote_hit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Miss path: before_first_build runs the self-check before any lock. With a remote tier it runs only
+    if the tier calls back to build: a remote hit builds nothing, so needs no sound local toolchain."""
+    import jitops.remote
+    from jitops import entry
+
+    ran: list[str] = []
+
+    def probe_ran(*a: object, **k: object) -> None:
+        ran.append("probe")
+        raise AssertionError("the probe ran")
+
+    monkeypatch.setattr(selfcheck, "run_probe", probe_ran)
+    selfcheck._passed.clear()
+    local = Settings.from_env({"JITOPS_CACHE_DIR": str(tmp_path / "c")})
+    plan = loader.make_plan(registry.lookup("softmax"), "cpu", settings=local)
+    if plan.compiler is None:
+        pytest.skip("needs a C++ compiler on PATH (only its identity is asked)")
+    with pytest.raises(AssertionError, match="the probe ran"):
+        entry.ensure_entry(plan, settings=local)
+    assert ran == ["probe"] and not (tmp_path / "c" / "v1" / "locks").exists()  # before any lock
+
+    class Tier:  # stands in for the remote tier: a hit, or a miss that builds locally
+        def __init__(self, hit: bool) -> None:
+            self.hit = hit
+
+        def obtain(self, plan: object, cache: object, build: object, timeout: object) -> tuple[object, bool]:
+            return ("remote manifest", False) if self.hit else (build(), True)  # type: ignore[operator]
+
+    remote = Settings.from_env({"JITOPS_CACHE_DIR": str(tmp_path / "c"), "JITOPS_REMOTE_CACHE": f"file://{tmp_path}/r"})
+    for hit in (True, False):
+        ran.clear()
+        monkeypatch.setattr(jitops.remote, "active_tier", lambda settings, hit=hit: Tier(hit))
+        if hit:
+            got = entry.ensure_entry(plan, settings=remote)
+            assert got.manifest == "remote manifest" and ran == []  # type: ignore[comparison-overlap]
+        else:
+            with pytest.raises(AssertionError, match="the probe ran"):
+                entry.ensure_entry(plan, settings=remote)
+            assert ran == ["probe"]
+
+
 # ------------------------------------------------------------------ real compiler
 
 
