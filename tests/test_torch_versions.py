@@ -1,4 +1,4 @@
-"""The supported torch range and the cpp_extension differences jitops bridges (jitops/torchcompat.py)."""
+"""The supported torch range (jitops/torchcompat.py) and the cpp_extension helpers jitops/ninja.py relies on."""
 
 from __future__ import annotations
 
