@@ -5,7 +5,7 @@ messages on stderr: 0 success, 1 a failure (a failed build, a failed check, a
 damaged entry), 2 bad usage. ``--help``, ``list`` and the cache commands
 (except ``cache fingerprint``) answer without importing torch.
 
-Imports: cache, cli_cache, errors, settings; diagnose, entry, plan, progress, target, warm and build lazily per command;
+Imports: cache, cli_cache, errors, settings; diagnose, entry, explain, plan, progress, target, warm and build lazily per command;
 remote.commands for ``warm --push``.
 """
 
@@ -148,10 +148,10 @@ def _show(value: Any) -> str:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from . import diagnose
+    from .explain import explain
 
     spec = _registry().lookup(args.op)
-    ex = diagnose.explain(spec, args.device, args.arch)
+    ex = explain(spec, args.device, args.arch)
     _out(f"{args.op} (library {spec.name}) on this machine: {ex.plan.target.name}, key {ex.plan.key[:12]}",
          ex.verdict)
     if ex.nearest is not None and ex.diffs:

@@ -1,10 +1,11 @@
-"""Answers about this machine: ``doctor`` (would a build work?), ``explain`` (why would
-an op build or rebuild?) and the cache ``fingerprint`` CI jobs key their cache by.
+"""Answers about this machine: ``doctor`` (would a build work?) and the cache ``fingerprint``
+CI jobs key their cache by (``explain`` lives in :mod:`jitops.explain`).
 
 Every answer about an op comes from :func:`entry.entry_status`, the same
 question ``get`` asks.
 
-Imports: build, cache, entry, errors, key, manifest, plan, settings, spec, target, toolchain; obstruct lazily;
+Imports: build, cache, compilers, entry, errors, key, manifest, plan, selfcheck, settings, spec, target,
+toolchain; obstruct lazily;
 remote.commands lazily, only when ``settings.remote`` is set (doctor's remote rows).
 """
 
@@ -19,14 +20,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from . import compilers, selfcheck, toolchain
 from . import plan as planning
-from . import toolchain
 from ._version import __version__
 from .build import default_jobs
 from .cache import Cache
-from .entry import Compatible, Damaged, entry_status
+from .entry import Compatible, entry_status
 from .errors import ConfigError, JitopsError, TargetError, ToolchainError
 from .key import BUILD_ENV_VARS, extra_env_flags, without_tools
 from .manifest import Hit
@@ -90,8 +90,8 @@ def _toolchain_fail(name: str, e: ToolchainError, status: str = "fail") -> Check
 def _compiler(system: System, offline: bool, tool_dir: Path) -> Check:
     status = "warn" if offline else "fail"  # offline never builds
     try:
-        path = toolchain.find_cxx(system, "<any>")
-        version = toolchain.identify(path, tool_dir, record=not offline)
+        tool = compilers.cxx(system, "<any>", tool_dir, record=not offline)
+        path, version = tool.run, tool.version
     except ToolchainError as e:
         return _toolchain_fail("compiler", e, status)
     try:
@@ -105,7 +105,9 @@ def _compiler(system: System, offline: bool, tool_dir: Path) -> Check:
         return Check("compiler", status, f"{path} ({version}) cannot compile a C++17 test program: {' '.join(why)}",
                      "install a working C++ compiler with its standard library (e.g. `apt-get install g++`), "
                      "or set CXX to one")
-    return Check("compiler", "ok", f"{path} ({version})")
+    real = f" -> {tool.path}" if tool.path != path else ""
+    omp = f"; OpenMP {' '.join(tool.openmp)}" if tool.openmp else ""
+    return Check("compiler", "ok", f"{path}{real} ({version}{omp})")
 
 
 def _ninja(offline: bool) -> Check:
@@ -236,6 +238,7 @@ def doctor(specs: Sequence[OpSpec], settings: Settings | None = None) -> list[Ch
         Check("torch", "info", f"{system.torch_version}, CUDA {system.torch_cuda or 'none (CPU-only build)'}"),
         _compiler(system, offline, tool_dir),
         _ninja(offline),
+        Check("self-check", *selfcheck.doctor(system, tool_dir, settings, offline=offline)),
         _nvcc(system, offline, tool_dir),
         _cache(root, offline, settings.strict),
         _obstructions(root),
@@ -251,55 +254,3 @@ def doctor(specs: Sequence[OpSpec], settings: Settings | None = None) -> list[Ch
 
         checks += [Check(name, status, detail, fix) for name, status, detail, fix in doctor_checks(settings)]
     return checks
-
-
-# ------------------------------------------------------------------ explain
-
-_ABSENT = "(absent)"
-
-
-def diff_ingredients(cached: Any, here: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
-    """(dotted path, cached value, value here) for every leaf that differs."""
-    if isinstance(cached, dict) and isinstance(here, dict):
-        out = []
-        for k in sorted(set(cached) | set(here)):
-            out += diff_ingredients(cached.get(k, _ABSENT), here.get(k, _ABSENT), f"{prefix}.{k}" if prefix else k)
-        return out
-    return [] if cached == here else [(prefix, cached, here)]
-
-
-@dataclass(frozen=True)
-class Explanation:
-    plan: planning.Plan
-    verdict: str
-    nearest: Path | None = None
-    diffs: tuple[tuple[str, Any, Any], ...] = ()
-
-
-def explain(spec: OpSpec, device: str | None = None, archs: str | None = None,
-            settings: Settings | None = None) -> Explanation:
-    """Why this machine would load, build or rebuild ``spec``, against the nearest cached entry."""
-    plan = planning.make_plan(spec, device, archs, settings=settings)
-    status = entry_status(plan)
-    if isinstance(status, Hit):
-        return Explanation(plan, f"cached: loads {plan.entry} with no build")
-    if isinstance(status, Damaged):
-        return Explanation(plan, f"would rebuild: the entry for this key is damaged ({status.reason}); the next use "
-                                 "sets it aside and builds again", plan.entry)
-    if isinstance(status, Compatible):
-        return Explanation(plan, f"cached: no compiler here, loads {status.path} (same ingredients, other compiler)")
-    here = json.loads(json.dumps(plan.ingredients))
-    best: tuple[int, int, Path, list[tuple[str, Any, Any]]] | None = None
-    for path in sorted(plan.cache.library_dir(spec.name).glob("*/*")):
-        m = plan.cache.read_manifest(path)
-        if m is None:
-            continue
-        diffs = diff_ingredients(m.ingredients, here)
-        rank = (len(diffs), int(m.target != plan.target.name))
-        if best is None or rank < best[:2]:
-            best = (*rank, path, diffs)
-    missing = f" (and it cannot: {_split_fix(str(plan.toolchain_error))[0]})" if plan.toolchain_error else ""
-    if best is None:
-        return Explanation(plan, f"would build {plan.what}: nothing is cached for {spec.name!r} yet{missing}")
-    return Explanation(plan, f"would build {plan.what}: no cached entry has this key; the nearest differs in "
-                             f"{best[0]} ingredient(s){missing}", best[2], tuple(best[3]))

@@ -4,7 +4,7 @@ it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``,
 ``explain`` and ``info`` all ask :func:`entry_status`.
 
 Imports: cache, errors, key, manifest, plan, roots, settings, toolchain
-(lock and publish lazily, on the miss path only; the ``remote`` package
+(lock, publish and selfcheck lazily, on the miss path only; the ``remote`` package
 too, and only when ``settings.remote`` is set).
 """
 
@@ -92,13 +92,19 @@ class Entry:
     built: bool  # True if this call compiled it
 
 
-def before_first_build(plan: Plan, settings: Settings) -> None:
+def before_first_build(plan: Plan, settings: Settings, *, check_toolchain: bool = True) -> None:
     """The one place that runs before this process builds anything for ``plan``.
 
-    A check of the toolchain itself (for example that C++ exceptions from
-    its binaries reach Python) hooks in here: the warm path never reaches it.
+    The toolchain self-check (C++ exceptions from the binaries it builds must
+    reach Python as RuntimeError, not crash it) runs here, before any lock: the
+    warm path never reaches it. ``check_toolchain=False`` defers it to the
+    build itself (the remote tier: a remote hit builds nothing, so needs no check).
     """
     toolchain.find_ninja(plan.spec.name)  # a missing tool fails here, before any lock
+    if check_toolchain:
+        from .selfcheck import ensure_sound  # miss path only
+
+        ensure_sound(plan, settings)
 
 
 def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = None,
@@ -125,13 +131,22 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
             f"{plan.spec.name!r} ({plan.target.name}, key {plan.key[:12]}){why}. Fix: run "
             f"`jitops warm {plan.spec.exports[0]}` with the same torch, compiler and flags, or unset JITOPS_OFFLINE"
         )
-    before_first_build(plan, settings)
+    remote = settings.remote is not None
+    before_first_build(plan, settings, check_toolchain=not remote)
     from .lock import key_lock  # miss path only: keeps the warm path's imports small
     from .publish import build_and_publish
 
     cache = writable_cache(plan.cache, plan.what, settings)
     if cache is not plan.cache:
         plan = dataclasses.replace(plan, cache=cache)
+
+    def build() -> Manifest:
+        if remote:  # deferred from before_first_build: only a build needs a sound toolchain
+            from .selfcheck import ensure_sound
+
+            ensure_sound(plan, settings)
+        return build_and_publish(plan, cache, jobs, settings)
+
     with key_lock(cache.lock_path(plan.spec.name, plan.key), plan.what, settings.lock_timeout):
         found = cache.lookup(plan.address)
         if isinstance(found, Hit):
@@ -143,7 +158,6 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
 
             tier = active_tier(settings)
             if tier is not None:
-                manifest, built = tier.obtain(plan, cache, lambda: build_and_publish(plan, cache, jobs, settings),
-                                              settings.lock_timeout)
+                manifest, built = tier.obtain(plan, cache, build, settings.lock_timeout)
                 return Entry(plan, plan.entry, manifest, built=built)
-        return Entry(plan, plan.entry, build_and_publish(plan, cache, jobs, settings), built=True)
+        return Entry(plan, plan.entry, build(), built=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -199,10 +200,17 @@ def ingredients(
         "python_abi": system.python_abi,
         "platform": system.platform,
         "machine": system.machine,
-        "compiler": {"path": compiler.path, "version": compiler.version} if compiler else None,
+        "compiler": compiler_ingredient(compiler) if compiler else None,
         "nvcc": {"path": nvcc.path, "version": nvcc.version} if nvcc else None,
         "env": key_env(system.build_env, target.device),
     }
+
+
+def compiler_ingredient(tool: Tool) -> dict[str, Any]:
+    """The compiler's part of the key: canonical binary, identity, driver name (``clang++`` and
+    ``clang`` are one binary, two drivers) and its OpenMP flags (see compilers.py)."""
+    return {"path": tool.path, "version": tool.version, "driver": os.path.basename(tool.run),
+            "openmp": list(tool.openmp)}
 
 
 TOOL_INGREDIENTS = ("compiler", "nvcc")

@@ -6,7 +6,7 @@ target and computes the key, before any lock. The plan's fields are typed
 ``ingredients`` is a view derived from them, used only for the key and the
 manifest. Also the data type of a loaded library, which ops and user use.
 
-Imports: archs, cache, errors, key, manifest, roots, settings, spec, target,
+Imports: archs, cache, compilers, errors, key, manifest, roots, settings, spec, target,
 toolchain.
 """
 
@@ -15,11 +15,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import toolchain
+from . import compilers, toolchain
 from .archs import check_runnable, default_arch, runnable_code
 from .cache import Cache
 from .errors import ToolchainError
@@ -80,7 +81,13 @@ class Plan:
 
 
 def _tool(name: str, recorded: Any) -> Tool | None:
-    return Tool(name, recorded["path"], recorded["version"]) if isinstance(recorded, dict) else None
+    """The Tool an entry's manifest records; never run (a Compatible entry is loaded, not built)."""
+    if not isinstance(recorded, dict):
+        return None
+    driver = recorded.get("driver")
+    command = os.path.join(os.path.dirname(recorded["path"]), driver) if driver else ""
+    return Tool(name, recorded["path"], recorded["version"], command=command,
+                openmp=tuple(recorded.get("openmp") or ()))
 
 
 def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None, *,
@@ -88,6 +95,8 @@ def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None,
     """Decide target and key. A missing compiler is recorded (``toolchain_error``) within ~ms, before any lock."""
     settings = Settings.from_env() if settings is None else settings
     system = probe()
+    if device is None and "cuda" not in spec.devices:
+        device = "cpu"  # a library without CUDA sources is a CPU library, on a GPU node too
     target = choose_target(system, device, archs)
     cache = cache_for_reading(settings) if cache is None else cache
     tool_dir = cache.toolchains
@@ -95,7 +104,7 @@ def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None,
     compiler = nvcc = None
     missing: ToolchainError | None = None
     try:
-        compiler = toolchain.tool("cxx", toolchain.find_cxx(system, spec.name), tool_dir, record=record)
+        compiler = compilers.cxx(system, spec.name, tool_dir, record=record)
         if target.device == "cuda":
             nvcc = toolchain.tool("nvcc", toolchain.find_nvcc(system, spec.name), tool_dir, record=record)
             check_nvcc_matches_torch(nvcc.version, system.torch_cuda, spec.name)

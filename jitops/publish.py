@@ -3,7 +3,7 @@
 The miss path only: the loader imports this module after a cache miss, under
 the key's lock, so the warm path never pays for it.
 
-Imports: build, cache, errors, fsutil, key, manifest, plan, progress, settings, toolchain.
+Imports: build, cache, compilers, errors, fsutil, key, manifest, plan, progress, settings, toolchain.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import fsutil, toolchain
+from . import compilers, fsutil, toolchain
 from .cache import Cache
 from .errors import BuildError, CacheError
 from .key import INCLUDE_DIR, SCRUBBED_ENV_VARS
@@ -68,6 +68,7 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
         for d in (build_dir, out_dir, work / "tmp"):
             fsutil.makedirs(d)
         spec, target = plan.spec, plan.target
+        omp = compilers.ingredient(plan.compiler) if plan.compiler else None
         job = _build.BuildJob(
             library=spec.name,
             target=target.name,
@@ -75,10 +76,10 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             namespace=plan.namespace,
             sources=tuple(spec.root / s for s in spec.sources_for(target.device)),
             include_dirs=(INCLUDE_DIR, spec.root, *spec.include_dirs),
-            cflags=plan.cflags,
+            cflags=compilers.build_flags(plan.cflags, omp),  # clang: -fopenmp=libgomp and GCC's omp.h
             cuda_cflags=plan.cuda_cflags,
-            ldflags=plan.ldflags,
-            cxx=plan.compiler.path if plan.compiler else "c++",
+            ldflags=compilers.build_flags(plan.ldflags, omp),
+            cxx=plan.compiler.run if plan.compiler else "c++",  # the command the user named; the key holds its realpath
             ninja=toolchain.find_ninja(spec.name),
             nvcc=plan.nvcc.path if plan.nvcc else None,
             build_dir=build_dir,

@@ -5,7 +5,7 @@ frozen :class:`System`. Choosing a target, the flags for it and the CUDA arch
 list are pure functions of that value, so GPU cases are unit-tested on a
 CPU-only machine by building a ``System`` by hand.
 
-Imports: archs, errors, key (the list of variables the probe records).
+Imports: archs, errors, key (the list of variables the probe records), torchcompat (lazily).
 """
 
 from __future__ import annotations
@@ -67,6 +67,9 @@ class System:
 def _torch_facts() -> tuple[str, str, str | None, bool, str, bool]:
     import torch
 
+    from .torchcompat import check_version
+
+    check_version(torch.__version__)  # one warning outside the tested range
     return (
         torch.__version__,
         str(getattr(torch.version, "git_version", "")),

@@ -27,7 +27,7 @@ from .target import System
 
 log = logging.getLogger("jitops")
 
-_memo: dict[str, tuple[str, str]] = {}  # fingerprint -> (path, version)
+_memo: dict[str, tuple[str, str]] = {}  # record name (fingerprint[-question]) -> (path, answer)
 _memo_lock = threading.Lock()
 _ask_lock = threading.Lock()  # one `--version` at a time, so racing threads ask once
 
@@ -43,9 +43,20 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 
 @dataclass(frozen=True)
 class Tool:
+    """A build tool. ``path`` is canonical (symlinks resolved) and goes into the key;
+    ``command`` is what gets run: the name the user gave, which can select a
+    different driver behind the same binary (``clang++`` is a link to ``clang``).
+    ``openmp``: the compiler's flags for torch's OpenMP runtime (see compilers.py)."""
+
     name: str
     path: str
     version: str
+    command: str = ""
+    openmp: tuple[str, ...] = ()
+
+    @property
+    def run(self) -> str:
+        return self.command or self.path
 
 
 def _which(cmd: str) -> str | None:
@@ -54,9 +65,14 @@ def _which(cmd: str) -> str | None:
 
 
 def find_cxx(system: System, op: str) -> str:
-    """The C++ compiler cpp_extension would use (``$CXX``, else ``c++``), resolved."""
+    """The C++ compiler cpp_extension would use (``$CXX``, else ``c++``), as an absolute path.
+
+    Symlinks are kept: ``clang++`` resolves to LLVM's ``clang`` binary, and run
+    under that name it is the C driver. The key canonicalises (``tool``).
+    """
     cxx = system.env("CXX") or "c++"
-    path = _which(cxx)
+    found = shutil.which(cxx)
+    path = os.path.abspath(found) if found else None
     if path is None:
         how = f"CXX={shown(cxx)} does not name an executable" if system.env("CXX") else "'c++' is not on PATH"
         raise ToolchainError(
@@ -175,20 +191,27 @@ def _ask_version(path: str) -> str:
 
 def identify(path: str, cache_dir: Path | None, *, record: bool = True) -> str:
     """``path --version``, remembered per process and on disk (if writable and ``record``)."""
+    return ask(path, ("--version",), cache_dir, record=record)
+
+
+def ask(path: str, question: tuple[str, ...], cache_dir: Path | None, *, record: bool = True) -> str:
+    """The answer of ``path *question`` (``--version``: its identity line; else stdout's first
+    line), remembered like the identity: the warm path never runs the compiler."""
     fp = _fingerprint(path)
+    name = fp if question == ("--version",) else f"{fp}-{hashlib.sha256(' '.join(question).encode()).hexdigest()[:12]}"
     with _memo_lock:
-        if fp in _memo:
-            return _memo[fp][1]
+        if name in _memo:
+            return _memo[name][1]
     with _ask_lock:
-        return _identify(path, fp, cache_dir, record)
+        return _identify(path, name, question, cache_dir, record)
 
 
-def _identify(path: str, fp: str, cache_dir: Path | None, record: bool) -> str:
+def _identify(path: str, name: str, question: tuple[str, ...], cache_dir: Path | None, record: bool) -> str:
     with _memo_lock:
-        if fp in _memo:  # another thread asked while this one waited
-            return _memo[fp][1]
+        if name in _memo:  # another thread asked while this one waited
+            return _memo[name][1]
     version = None
-    record_file = cache_dir / f"{fp}.json" if cache_dir is not None else None
+    record_file = cache_dir / f"{name}.json" if cache_dir is not None else None
     if record_file is not None:
         try:
             data = json.loads(record_file.read_text())
@@ -198,21 +221,31 @@ def _identify(path: str, fp: str, cache_dir: Path | None, record: bool) -> str:
             pass
     asked = version is None
     if version is None:
-        version = _ask_version(path)
+        version = _ask_version(path) if question == ("--version",) else _ask_other(path, question)
     with _memo_lock:
-        _memo[fp] = (path, version)
+        _memo[name] = (path, version)
     # os.path.isdir: an unreachable cache root is "absent", not a PermissionError. Never create a root just for this.
     if asked and record and cache_dir is not None and os.path.isdir(cache_dir.parent):
-        _record(cache_dir, fp, path, version)
+        _record(cache_dir, name, path, version)
     return version
 
 
-def _record(cache_dir: Path, fp: str, path: str, version: str) -> None:
+def _ask_other(path: str, question: tuple[str, ...]) -> str:
+    try:
+        out = subprocess.run([path, *question], capture_output=True, text=True, timeout=20,
+                             stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolchainError(f"cannot run {path} {' '.join(question)}: {e}. Fix: check that the compiler works.") from e
+    lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+    return lines[0] if out.returncode == 0 and lines else ""
+
+
+def _record(cache_dir: Path, name: str, path: str, version: str) -> None:
     from .fsutil import atomic_write, makedirs
 
     try:
         makedirs(cache_dir)
-        atomic_write(cache_dir / f"{fp}.json", json.dumps({"path": path, "version": version}).encode())
+        atomic_write(cache_dir / f"{name}.json", json.dumps({"path": path, "version": version}).encode())
     except OSError as e:  # read-only cache: fine, ask again next process
         log.debug("could not record toolchain identity in %s: %s", cache_dir, e)
 
@@ -225,10 +258,12 @@ def persist(cache_dir: Path) -> None:
     """
     with _memo_lock:
         known = dict(_memo)
-    for fp, (path, version) in known.items():
-        if not os.path.isfile(cache_dir / f"{fp}.json"):
-            _record(cache_dir, fp, path, version)
+    for name, (path, version) in known.items():
+        if not os.path.isfile(cache_dir / f"{name}.json"):
+            _record(cache_dir, name, path, version)
 
 
 def tool(name: str, path: str, cache_dir: Path | None, *, record: bool = True) -> Tool:
-    return Tool(name, path, identify(path, cache_dir, record=record))
+    """The tool at ``path``, identified by its canonical path; run as ``path``."""
+    real = os.path.realpath(path)
+    return Tool(name, real, identify(real, cache_dir, record=record), command=path)

@@ -58,7 +58,7 @@ def get_and_check(name: str = "fakeadd") -> dict[str, Any]:
     """``jitops.get(name)`` and call it; what a worker reports."""
     fakelib.register_all()
     before = _popens[0]
-    op = jitops.get(name)
+    op = jitops.get(name, device="cpu")
     lib = op.library
     assert lib is not None
     if name in fakelib.REFERENCES:
@@ -252,9 +252,10 @@ def load_inline_reporting(name: str, source: str, schemas: list[str]) -> dict[st
 
 
 def attempt_get(name: str = "softmax", register_fakes: bool = False, hide_ninja: bool = False,
-                library: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``jitops.get(name)``: ok, or the error with how long it took and whether a lock was reached.
-    ``library`` (OpSpec fields, ``root`` a path) is registered first."""
+                library: dict[str, Any] | None = None, device: str | None = "cpu") -> dict[str, Any]:
+    """``jitops.get(name, device=device)``: ok, or the error with how long it took and whether a lock was
+    reached. ``library`` (OpSpec fields, ``root`` a path) is registered first. ``device`` is cpu by default:
+    on a GPU node the default would build for cuda."""
     if library is not None:
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in library.items()}
         jitops.register(jitops.OpSpec(**{**fields, "root": Path(fields["root"])}))
@@ -264,7 +265,7 @@ def attempt_get(name: str = "softmax", register_fakes: bool = False, hide_ninja:
         fakelib.register_all()
     start = time.monotonic()
     try:
-        jitops.get(name)
+        jitops.get(name, device=device)
         return {"ok": True}
     except Exception as e:  # noqa: BLE001 - reported to the test
         return {**_describe(e), "seconds": time.monotonic() - start, "filelock_imported": "filelock" in sys.modules}

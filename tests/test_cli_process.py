@@ -36,7 +36,7 @@ def softmax_entry(session_cache: Path) -> jentry.Entry:
 @pytest.fixture(scope="module")
 def warm_all(session_cache: Path) -> str:
     """Output of a real `jitops warm --all` child on the session cache (run once per module)."""
-    proc = run_child("", child_env(), args=("warm", "--all"), timeout=600)
+    proc = run_child("", child_env(), args=("warm", "--all", "--device", "cpu"), timeout=600)
     return _ok(proc)
 
 
@@ -75,7 +75,7 @@ SAMPLES = {"softmax": lambda op, x: (op(x, dim=-1), torch.softmax(x, -1)),
 x = torch.randn(16, 37)
 report = {"uid": os.geteuid(), "ops": {}}
 for name in jitops.list_ops():
-    op = jitops.get(name)
+    op = jitops.get(name, device="cpu")
     got, want = SAMPLES[name](op, x) if name in SAMPLES else (None, None)
     report["ops"][name] = {"built": op.library.built, "ok": got is None or bool(torch.allclose(got, want, atol=1e-5)),
                            "checked": name in SAMPLES}
@@ -83,7 +83,7 @@ with contextlib.redirect_stdout(io.StringIO()):
     report["rcs"] = [main(["cache", "ls"]), main(["cache", "verify"]), main(["list"])]
 os.environ["CXXFLAGS"] = "-DJITOPS_NEW_FLAGS"  # a new key: offline must refuse, not build or write
 try:
-    loader.load_library(jregistry.registry().lookup("softmax"))
+    loader.load_library(jregistry.registry().lookup("softmax"), "cpu")
     report["miss"] = None
 except jitops.OfflineMiss as e:
     report["miss"] = str(e)
@@ -136,7 +136,7 @@ import contextlib, io
 from jitops.cli import main
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
-    rc = main(["warm", "--all"])
+    rc = main(["warm", "--all", "--device", "cpu"])
 t2 = time.perf_counter()
 print(json.dumps({"rc": rc, "out": buf.getvalue(), "torch_s": t1 - t0, "warm_s": t2 - t1, "spawns": SPAWNS}))
 """
@@ -149,7 +149,7 @@ print(json.dumps({"rc": rc, "out": buf.getvalue(), "torch_s": t1 - t0, "warm_s":
 
 LOAD_CHILD = AUDIT + """
 import json, torch, jitops
-op = jitops.get("softmax")
+op = jitops.get("softmax", device="cpu")
 x = torch.randn(8, 21)
 print(json.dumps({"built": op.library.built, "ok": bool(torch.allclose(op(x, dim=1), torch.softmax(x, 1), atol=1e-6)),
                   "spawns": SPAWNS, "writes": WRITES, "entry": str(op.library.entry)}))
@@ -217,13 +217,13 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     t = time.monotonic()
     try:
-        jitops.get("softmax")  # falls back only with JITOPS_FALLBACK=1
+        jitops.get("softmax", device="cpu")  # falls back only with JITOPS_FALLBACK=1
         refused = None
     except (jitops.ToolchainError, jitops.OfflineMiss) as e:
         refused = type(e).__name__ + ": " + str(e)
     refuse_s = time.monotonic() - t
     kw = {} if jitops.settings.env_flag("JITOPS_FALLBACK") else {"fallback": True}
-    a, b, c = jitops.get("softmax", **kw), jitops.get("softmax", **kw), jitops.get("log_softmax", **kw)
+    a, b, c = (jitops.get(n, device="cpu", **kw) for n in ("softmax", "softmax", "log_softmax"))
     ok = bool(torch.allclose(a(x, dim=-1), torch.softmax(x, -1)) and torch.allclose(b(x, 0), torch.softmax(x, 0))
               and torch.allclose(c(x, dim=1), torch.log_softmax(x, 1), atol=1e-6))
 warned = sorted(str(w.message).split("'")[1] for w in caught if "pure-PyTorch reference" in str(w.message))
@@ -290,7 +290,7 @@ def _processes_using(root: Path) -> list[str]:
 @pytest.mark.timeout(300)
 def test_ctrl_c_during_warm_stops_its_compilers_and_publishes_nothing(tmp_path: Path) -> None:
     root = tmp_path / "cache"
-    proc = subprocess.Popen([sys.executable, "-m", "jitops", "warm", "--all"], cwd=REPO, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "jitops", "warm", "--all", "--device", "cpu"], cwd=REPO, text=True,
                             env=child_env(JITOPS_CACHE_DIR=str(root)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120

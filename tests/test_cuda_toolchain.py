@@ -5,6 +5,8 @@ jitops really runs the fake nvcc scripts; no compiler is involved.
 
 from __future__ import annotations
 
+import importlib.util
+
 import logging
 import os
 import time
@@ -127,9 +129,14 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
 
     kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")  # must not reach nvcc: jitops decided the archs
-    (tmp_path / "site" / "nvidia" / "cu13" / "include").mkdir(parents=True)  # as torch's CUDA wheels install it
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    libs = str(tmp_path / "site" / "nvidia" / "cu13" / "include")
+    installed = importlib.util.find_spec("nvidia")
+    if installed is not None and installed.origin not in (None, "namespace"):
+        # CUDA 12 wheels (torch 2.7.1+cu126) make `nvidia` a regular package: no second folder merges in; use theirs
+        libs = ninja.cuda_library_includes()[0]
+    else:
+        (tmp_path / "site" / "nvidia" / "cu13" / "include").mkdir(parents=True)  # as torch's CUDA wheels install it
+        monkeypatch.syspath_prepend(str(tmp_path / "site"))
+        libs = str(tmp_path / "site" / "nvidia" / "cu13" / "include")
     assert libs in ninja.cuda_library_includes()
     saved_home = ce.CUDA_HOME
     spec = jregistry.registry().library("softmax")

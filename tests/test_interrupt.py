@@ -50,6 +50,10 @@ CHILD = textwrap.dedent(
     def say(**kw):
         print(json.dumps(kw), flush=True)
 
+    # The toolchain self-check runs before the first build in a new cache: done first, so the
+    # interrupt lands in the build itself.
+    from jitops import loader, registry, selfcheck
+    selfcheck.ensure_sound(loader.make_plan(registry.lookup("softmax"), "cpu"), loader.Settings.from_env())
     say(state="building")
     try:
         jitops.load_inline("ctrlc", SRC)

@@ -311,7 +311,7 @@ class _Model(torch.nn.Module):
         super().__init__()
         self.lin = torch.nn.Linear(8, 8)
         # The handles users get: Dynamo inlines Op.__call__ without a graph break.
-        self.softmax, self.log_softmax, self.add = (jitops.get(n) for n in ("softmax", "log_softmax", "add"))
+        self.softmax, self.log_softmax, self.add = (jitops.get(n, device="cpu") for n in ("softmax", "log_softmax", "add"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.add(self.lin(x), x, alpha=0.5)
@@ -338,7 +338,7 @@ def test_torch_compile_fullgraph_matches_eager(backend: str) -> None:
 
 
 def _mutating(x: torch.Tensor, y: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    add, add_ = jitops.get("add"), jitops.get("add_")
+    add, add_ = jitops.get("add", device="cpu"), jitops.get("add_", device="cpu")
     z = x * 2
     add_(z, y, alpha=3)  # an intermediate, mutated in place
     add(z, y, out=o)  # a graph input written through out=
@@ -364,7 +364,7 @@ def test_in_place_and_out_variants_compile_fullgraph(backend: str) -> None:
     torch.testing.assert_close(xc, xe)  # input mutations replayed on the real inputs
     torch.testing.assert_close(oc, oe)
     assert got[1].dtype == torch.float64
-    ns = jitops.get("add").namespace
+    ns = jitops.get("add", device="cpu").namespace
     ran = {e.name for e in prof.events()}
     assert f"{ns}::add" in ran, sorted(n for n in ran if "::" in n)[:20]
 

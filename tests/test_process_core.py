@@ -22,7 +22,7 @@ WARM_CHILD = """
     sys.addaudithook(hook)
     import torch, jitops
     from jitops import loader
-    op = jitops.get("softmax")
+    op = jitops.get("softmax", device="cpu")
     x = torch.randn(32, 17)
     ok = torch.allclose(op(x, dim=-1), torch.softmax(x, -1), atol=1e-6)
     lib = op.library
@@ -37,7 +37,7 @@ WARM_CHILD = """
 def test_second_process_loads_from_cache_without_subprocess(session_cache: Path) -> None:
     import jitops
 
-    first = jitops.get("softmax")  # builds once per session (or reuses the session cache)
+    first = jitops.get("softmax", device="cpu")  # builds once per session (or reuses the session cache)
     report = last_json(run_py(WARM_CHILD, env=child_env(JITOPS_CACHE_DIR=str(session_cache))).stdout)
     assert report["ok"] is True
     assert report["built"] is False
@@ -81,7 +81,7 @@ def test_wheel_installs_without_compiler_and_builds_with_one(tmp_path: Path) -> 
         assert "site-packages" in jitops.__file__, jitops.__file__
         start = time.monotonic()
         try:
-            jitops.get("softmax")
+            jitops.get("softmax", device="cpu")
         except jitops.ToolchainError as e:
             print(json.dumps({"error": str(e), "seconds": time.monotonic() - start}))
     """
@@ -99,7 +99,7 @@ def test_wheel_installs_without_compiler_and_builds_with_one(tmp_path: Path) -> 
     env["PATH"] = str(venv / "bin") + os.pathsep + os.environ["PATH"]
     code_ok = """
         import json, torch, jitops
-        op = jitops.get("softmax")
+        op = jitops.get("softmax", device="cpu")
         x = torch.randn(16, 33)
         print(json.dumps({"ok": torch.allclose(op(x, 0), torch.softmax(x, 0), atol=1e-6), "built": op.library.built}))
     """

@@ -31,7 +31,7 @@ BUILD = textwrap.dedent(
     from jitops.spec import OpSpec
     root = pathlib.Path(sys.argv[1])
     spec = OpSpec(name="progress_demo", root=root, cpu_sources=("k.cpp",), exports=("progress_demo",))
-    entry = jentry.ensure_entry(jplan.make_plan(spec))
+    entry = jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
     print(json.dumps({"built": entry.built, "target": entry.plan.target.name}), flush=True)
     """
 )

@@ -134,7 +134,7 @@ def test_forked_children_after_load(tmp_path: Path, session_cache: Path) -> None
         from tests import scenarios as S
         S.preload()
         import jitops
-        jitops.get("softmax"); jitops.get("fakeadd")
+        jitops.get("softmax", device="cpu"); jitops.get("fakeadd")
         replies = [S.call(S.get_and_check, name, timeout=30) for name in ("softmax", "fakeadd", "fakemul")]
         S.report(replies)
         """,

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# torch-versions leg of CI: the pure and compile test tiers on each extra torch version, each in its
+# own virtualenv (.venv-torch-<version>), one result line per version with its time.
+#
+# The main job tests torch 2.13.0 (CPU), the oldest jitops supports. Extra versions: the CUDA build
+# CI already has (2.14.1, reusing the CUDA leg's venv when it exists: it also proves the CPU tiers
+# pass with a CUDA torch on a node without a GPU) and the newest (2.15.0).
+#
+# PyPI has only the large CUDA wheels of 2.15.0; they do not import without their nvidia-*
+# libraries (libcudnn.so.9 and friends are loaded at `import torch`), so pip installs them with their
+# dependencies: about 1 minute and 4-5 GB per version. This machine's pip configuration caps torch at
+# 2.14.1 (/etc/xdg/pip); PIP_CONFIG_FILE=/dev/null makes pip ignore configuration files for these
+# installs only, so the newer releases come from PyPI without touching system files.
+#
+# Knobs: JITOPS_TORCH_VERSIONS (default "2.14.1 2.15.0"), JITOPS_CUDA_VENV (default .venv-cuda),
+# JITOPS_TORCH_VERSIONS_TIMEOUT (default 3600: the whole leg's seconds; a version still running then fails),
+# JITOPS_TORCH_VERSIONS_REQUIRED=1 (a version that cannot be installed fails the leg instead of being
+# skipped). Exits non-zero if any installed version fails its tests.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+versions=(${JITOPS_TORCH_VERSIONS:-2.14.1 2.15.0})
+cuda_venv=${JITOPS_CUDA_VENV:-.venv-cuda}
+deps=(ninja 'filelock>=3.20.3' platformdirs pytest pytest-timeout hypothesis numpy setuptools)
+leg_start=$(date +%s)
+budget=${JITOPS_TORCH_VERSIONS_TIMEOUT:-3600}
+left() { local l=$(( budget - ($(date +%s) - leg_start) )); echo $(( l > 1 ? l : 1 )); }  # never 0: no limit
+failed=0
+results=()
+
+# has_torch VENV VERSION [MODULES]: the venv's torch is VERSION and it imports MODULES
+has_torch() { [ -x "$1/bin/python" ] && "$1/bin/python" -c "import torch, sys${3:+, $3}; sys.exit(0 if torch.__version__.split('+')[0] == '$2' else 1)" 2>/dev/null; }
+
+for v in "${versions[@]}"; do
+  t=$(date +%s)
+  venv=".venv-torch-$v"
+  if has_torch "$cuda_venv" "$v" pytest; then  # the CUDA leg's venv: add the compile tier's test deps
+    venv=$cuda_venv
+    has_torch "$venv" "$v" "pytest, hypothesis, setuptools" || timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q hypothesis setuptools > /dev/null 2>&1
+  elif ! has_torch "$venv" "$v" "pytest, hypothesis"; then
+    python3 -m venv "$venv"
+    if ! PIP_CONFIG_FILE=/dev/null timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q "torch==$v" "${deps[@]}" > "$venv/pip.log" 2>&1; then
+      tail -3 "$venv/pip.log"
+      results+=("torch $v: SKIPPED: pip could not install it (log: $venv/pip.log)")
+      [ "${JITOPS_TORCH_VERSIONS_REQUIRED:-0}" = 1 ] && failed=1
+      continue
+    fi
+  fi
+  setup_s=$(( $(date +%s) - t ))
+  t=$(date +%s)
+  log="$venv/pytest.log"
+  # A fresh session cache per version (conftest makes one); the default jobs; no GPU tests.
+  PYTHONPATH="$PWD" JITOPS_PROGRESS=0 timeout --kill-after=10 "$(left)" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+      -m "not process and not slow and not cuda" > "$log" 2>&1
+  rc=$?
+  summary=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)" "$log" | tail -1 | tr -d '=' | xargs)
+  tests_s=$(( $(date +%s) - t ))
+  if [ $rc -eq 0 ]; then
+    results+=("torch $v: PASSED ($summary) in ${tests_s}s, venv ${setup_s}s [$venv]")
+  else
+    failed=1
+    grep -E "^(FAILED|ERROR) " "$log" | head -10
+    results+=("torch $v: FAILED ($summary) in ${tests_s}s, venv ${setup_s}s; log: $log")
+  fi
+done
+
+for line in "${results[@]}"; do echo "torch-versions: $line"; done
+echo "torch-versions: leg finished in $(( $(date +%s) - leg_start ))s"
+exit $failed
