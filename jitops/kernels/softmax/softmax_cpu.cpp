@@ -24,17 +24,13 @@
 #include <memory>
 
 #include "softmax_common.h"
+#include "softmax_cpu_vec.h"
 
 namespace jitops_softmax {
 namespace {
 
 using at::Tensor;
 namespace vec = at::vec;
-
-constexpr int64_t kGrain = 32768;  // at::internal::GRAIN_SIZE: elements per task, and bytes of L1
-
-template <typename T>
-constexpr bool is_reduced = std::is_same_v<T, at::Half> || std::is_same_v<T, at::BFloat16>;
 
 // ---------------------------------------------------------------- last dim
 
@@ -165,28 +161,6 @@ void lastdim_forward(const T* in, T* out, int64_t rows, int64_t n) {
 }
 
 // ---------------------------------------------------------------- other dims
-
-// A vector of the accumulation type loaded from / stored to T (half and
-// bfloat16 widen to float: one float vector's worth of elements).
-template <typename T>
-inline vec::Vectorized<at::opmath_type<T>> load_acc(const T* p) {
-  if constexpr (is_reduced<T>) {
-    vec::Vectorized<float> v;
-    vec::load_to_float<T>(p, v);
-    return v;
-  } else {
-    return vec::Vectorized<T>::loadu(p);
-  }
-}
-
-template <typename T>
-inline void store_acc(T* p, vec::Vectorized<at::opmath_type<T>> v) {
-  if constexpr (is_reduced<T>) {
-    vec::convert_from_float<T>(v, v).store(p, vec::Vectorized<float>::size());
-  } else {
-    v.store(p);
-  }
-}
 
 // log_softmax over a middle dim. The layout is (outer, n, inner). Each task
 // takes a strip of columns of one outer slice (the strip's n rows fit in about 128 KiB), so every inner loop

@@ -19,17 +19,13 @@
 #include <memory>
 
 #include "softmax_common.h"
+#include "softmax_cpu_vec.h"
 
 namespace jitops_softmax {
 namespace {
 
 using at::Tensor;
 namespace vec = at::vec;
-
-constexpr int64_t kGrain = 32768;
-
-template <typename T>
-constexpr bool is_reduced = std::is_same_v<T, at::Half> || std::is_same_v<T, at::BFloat16>;
 
 // log_softmax over the last dim (softmax's lives in softmax_cpu_backward_lastdim.cpp).
 template <typename T>
@@ -42,26 +38,6 @@ void log_lastdim_backward(const T* grad, const T* out, T* gin, int64_t rows, int
       vec::map2<T>([s](Vec a, Vec b) { return a - b.exp() * Vec(s); }, gin + r * n, grad + r * n, out + r * n, n);
     }
   });
-}
-
-template <typename T>
-inline vec::Vectorized<at::opmath_type<T>> load_acc(const T* p) {
-  if constexpr (is_reduced<T>) {
-    vec::Vectorized<float> v;
-    vec::load_to_float<T>(p, v);
-    return v;
-  } else {
-    return vec::Vectorized<T>::loadu(p);
-  }
-}
-
-template <typename T>
-inline void store_acc(T* p, vec::Vectorized<at::opmath_type<T>> v) {
-  if constexpr (is_reduced<T>) {
-    vec::convert_from_float<T>(v, v).store(p, vec::Vectorized<float>::size());
-  } else {
-    v.store(p);
-  }
 }
 
 // (outer, n, inner) layout: strips of columns, vectorised over columns.
