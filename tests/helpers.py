@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,3 +155,22 @@ def processes() -> list[Proc]:
             cwd = argv = ""
         out.append(Proc(int(d), comm, fields[0], int(fields[1]), int(fields[2]), cwd, argv))
     return out
+
+
+@contextlib.contextmanager
+def environ(**values: str | None) -> Iterator[None]:
+    """Set (or, with None, remove) environment variables for the block, then restore them."""
+    saved = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -46,6 +46,7 @@ from jitops.registry import registry
 from jitops.cache import Cache
 from jitops.errors import JitopsError
 from tests import fakelib
+from tests.helpers import environ
 
 EXAMPLES = int(os.environ.get("JITOPS_PROPERTY_EXAMPLES", "200"))
 PROPERTY = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -54,24 +55,6 @@ BUILTIN_OPS = ("softmax", "log_softmax", "add", "add_", "nms")
 
 
 # ------------------------------------------------------------------ shared state
-
-
-@contextlib.contextmanager
-def environ(**values: str | None) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, child_env, last_json, run_py
+from tests.helpers import REPO, child_env, environ, last_json, run_py
 from tests.remote_helpers import CutProxy, keygen, moto_s3, node_env, redis_server, silent_server
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(240)]
@@ -44,25 +44,11 @@ def store(kind: str, tmp: Path) -> Iterator[str]:
         with redis_server(tmp) as (url, _):
             yield url
     elif kind == "s3":
-        with moto_s3(tmp) as (url, env), _environ(env):
+        with moto_s3(tmp) as (url, env), environ(**env):
             yield url
     else:
         (tmp / "shared").mkdir()
         yield f"file://{tmp / 'shared'}"
-
-
-@contextlib.contextmanager
-def _environ(env: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 BACKENDS = ["redis", "file", "s3"]
