@@ -50,26 +50,31 @@ def _safe_host() -> str:
 class Cache:
     """Paths and operations on one cache root."""
 
+    FOLDERS = ("entries", "staging", "locks", "logs", "toolchains", "trash", "inline")  # obstruct.scan walks them
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.base = self.root / LAYOUT
+        self.folders = {name: self.base / name for name in self.FOLDERS}
+        self.entries, self.staging, self.locks, self.logs, self.toolchains, self.trash, _ = self.folders.values()
+        self.remote_stats = self.base / "remote-stats.json"  # the remote tier's counters (`jitops cache stats`)
 
     # ---- paths
     def entry_dir(self, library: str, target: str, key: str) -> Path:
-        return self.base / "entries" / library / target / key[:KEY_CHARS]
+        return self.entries / library / target / key[:KEY_CHARS]
 
     def path_of(self, address: Address) -> Path:
         return self.entry_dir(address.library, address.target, address.key)
 
     def library_dir(self, library: str) -> Path:
         """Where every target's entries of ``library`` live (``<target>/<key>`` below)."""
-        return self.base / "entries" / library
+        return self.entries / library
 
     def target_dir(self, library: str, target: str) -> Path:
-        return self.base / "entries" / library / target
+        return self.entries / library / target
 
     def inline_dir(self, name: str, digest: str) -> Path:
-        return self.base / "inline" / f"{name}-{digest}"
+        return self.folders["inline"] / f"{name}-{digest}"
 
     def log_file(self, library: str, target: str) -> Path:
         return self.logs / f"{library}-{target}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
@@ -78,32 +83,12 @@ class Cache:
         return path.relative_to(self.root).as_posix()
 
     @property
-    def trash(self) -> Path:
-        return self.base / "trash"
-
-    @property
     def owned_dirs(self) -> tuple[Path, ...]:
         """What ``cache clear`` may remove wholesale, besides entries and staging."""
         return (self.logs, self.toolchains, self.trash)
 
     def lock_path(self, library: str, key: str) -> Path:
-        return self.base / "locks" / f"{library}-{key[:KEY_CHARS]}.lock"
-
-    @property
-    def toolchains(self) -> Path:
-        return self.base / "toolchains"
-
-    @property
-    def staging(self) -> Path:
-        return self.base / "staging"
-
-    @property
-    def logs(self) -> Path:
-        return self.base / "logs"
-
-    @property
-    def remote_stats(self) -> Path:  # the remote tier's counters, summed over processes (`jitops cache stats`)
-        return self.base / "remote-stats.json"
+        return self.locks / f"{library}-{key[:KEY_CHARS]}.lock"
 
     # ---- checks
     def root_problem(self) -> str | None:
@@ -187,7 +172,7 @@ class Cache:
     # ---- writing
     def ensure_base(self) -> None:
         fsutil.makedirs(self.base)
-        for d in (self.staging, self.base / "locks", self.base / "entries"):
+        for d in (self.staging, self.locks, self.entries):
             obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")  # a stray file or link (issue 20)
             fsutil.makedirs(d)
 
@@ -201,7 +186,7 @@ class Cache:
     def publish(self, staged_entry: Path, library: str, target: str, key: str) -> bool:
         """Rename a finished entry into place. False if another process won."""
         final = self.entry_dir(library, target, key)
-        for d in (self.base / "entries", final.parent.parent, final.parent):
+        for d in (self.entries, final.parent.parent, final.parent):
             if os.path.islink(d) or (os.path.lexists(d) and not os.path.isdir(d)):  # never through a link or a file
                 self.set_aside(d, "a symbolic link or a file where the cache keeps a folder (issue 20)")
         fsutil.makedirs(final.parent)
@@ -215,11 +200,14 @@ class Cache:
         return True
 
     def discard(self, entry: Path) -> None:
-        """Rename an entry into trash/ (so no reader sees half of it), then delete it. Raises OSError."""
-        fsutil.makedirs(self.trash)
-        dest = self.trash / f"{entry.name}.{int(time.time())}.{os.getpid()}.{secrets.token_hex(3)}"
+        """Rename an entry (or whatever is in the way) into trash/, so no reader sees half of it,
+        then delete it; beside trash/ when trash/ itself is the thing in the way. Raises OSError."""
+        in_trash = entry != self.trash and not os.path.islink(self.trash) and not os.path.isfile(self.trash)
+        if in_trash:
+            fsutil.makedirs(self.trash)
+        dest = (self.trash if in_trash else self.base) / f".{entry.name}.{time.time():.0f}.{os.getpid()}.{secrets.token_hex(3)}"
         os.rename(entry, dest)
-        shutil.rmtree(dest, ignore_errors=True)
+        shutil.rmtree(dest, ignore_errors=True) if os.path.isdir(dest) and not os.path.islink(dest) else os.unlink(dest)
 
     def set_aside(self, entry: Path, why: str) -> None:
         """Move a damaged entry out of the way (never loaded, never deleted blindly)."""
@@ -279,8 +267,7 @@ class Cache:
             return 0.0
 
     def iter_entries(self) -> list[Path]:
-        base = self.base / "entries"
-        out: list[Path] = []
+        base, out = self.entries, list[Path]()
         if not os.path.isdir(base):
             return out
         for lib in sorted(p for p in base.iterdir() if p.is_dir()):

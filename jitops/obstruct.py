@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
-import shutil
 import stat
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +30,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("jitops")
 
 REPAIR = "jitops cache repair"
-FOLDERS = ("entries", "staging", "locks", "logs", "toolchains", "trash", "inline")
 
 
 @dataclass(frozen=True)
@@ -113,16 +109,15 @@ def scan(cache: Cache) -> list[Obstruction]:
     writable = _found(cache.base, True) is None
     if not check(cache.base, True, "its cache tree"):
         return out
-    for name in FOLDERS:
-        check(cache.base / name, True, f"the {name} folder")
-    locks = cache.base / "locks"
-    for p in _children(locks):
+    for name, folder in cache.folders.items():
+        check(folder, True, f"the {name} folder")
+    for p in _children(cache.locks):
         if p.suffix in (".lock", ".holder"):
             check(p, False, "a build lock file" if p.suffix == ".lock" else "a lock holder record")
     for p in _children(cache.toolchains):
         if p.suffix == ".json":
             check(p, False, "a toolchain record")
-    for lib in _children(cache.base / "entries"):
+    for lib in _children(cache.entries):
         if check(lib, True, "an op library's entries"):
             for tgt in _children(lib):
                 if check(tgt, True, "a target's entries"):
@@ -159,15 +154,5 @@ def _clear(cache: Cache, ob: Obstruction) -> str:
     if ob.found == "a read-only folder":
         os.chmod(ob.path, fsutil.DIR_MODE)
         return "made it writable (mode 700)"
-    trash = cache.base / "trash"
-    if ob.path == trash or _found(trash, True) is not None:
-        dest = cache.base / f".obstruction.{os.getpid()}.{secrets.token_hex(3)}"
-    else:
-        fsutil.makedirs(trash)
-        dest = trash / f"{ob.path.name}.{int(time.time())}.{os.getpid()}.{secrets.token_hex(3)}"
-    os.rename(ob.path, dest)
-    if os.path.isdir(dest) and not os.path.islink(dest):
-        shutil.rmtree(dest, ignore_errors=True)
-    else:
-        os.unlink(dest)
+    cache.discard(ob.path)  # through trash/ (or beside it, when trash/ is what is in the way)
     return "removed it"
