@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import compilers, toolchain
-from .errors import BuildInterrupted, ToolchainError
+from .errors import BuildInterrupted, ConfigError, ToolchainError
 from .key import extra_env_flags
 from .target import System
 
@@ -273,11 +273,11 @@ def doctor(system: System, tool_dir: Path, settings: Settings, *, offline: bool)
         return "info", "skipped: JITOPS_BUILDER=fake runs no C++ compiler", ""
     try:
         tool = compilers.cxx(system, "<any>", tool_dir)
-    except ToolchainError as e:
+        compiler = compilers.ingredient(tool)
+        cxx = tool.run
+        result = run_probe(system, cxx, compiler)
+    except (ToolchainError, ConfigError) as e:  # no compiler, or unusable flag variables (the settings row says which)
         return "warn", f"not run: {str(e).split(' Fix: ')[0]}", ""
-    compiler = compilers.ingredient(tool)
-    cxx = tool.run
-    result = run_probe(system, cxx, compiler)
     if result.ok:
         _passed.add(identity(system, compiler))
         if os.path.isdir(tool_dir.parent):  # doctor never creates a cache root
