@@ -55,6 +55,8 @@ def test_truncations_and_flips_detected_before_load(tmp_path: Path) -> None:
             new = rng.choice([b for b in range(256) if b != good[which][off]])
             flips[i] = (which, "flip", off, new)
 
+        held = []
+
         def damage(cache, which, how, at, new):
             p = entry_of(cache) / files[which].name
             data = bytearray(good[which])
@@ -66,6 +68,9 @@ def test_truncations_and_flips_detected_before_load(tmp_path: Path) -> None:
             with open(p, "r+b") as f:  # in place: same inode, like real damage
                 f.truncate(0)
                 f.write(bytes(data))
+            # Hold the damaged file open, so its inode number cannot be handed to the rebuilt
+            # library once the damaged entry is deleted: "loaded the damaged inode" stays exact.
+            held.append(open(p, "rb"))
             return os.stat(p).st_ino
 
         # Every flip against verify(), in this process.
