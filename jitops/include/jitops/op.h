@@ -86,7 +86,7 @@ inline void via_twin(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torc
   const auto twin = c10::Dispatcher::singleton().findSchema({name.name + kTwinSuffix, name.overload_name});
   TORCH_CHECK(twin.has_value(), name.name, ": an input requires grad but the twin op ", name.name, kTwinSuffix,
               " that carries its derivative is not defined. Fix: load the library through jitops.get, which "
-              "defines it (jitops.kernels._autograd.define_twins)");
+              "defines it (jitops.kernels._autograd.define_twin)");
   twin->callBoxed(stack);
 }
 
