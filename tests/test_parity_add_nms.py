@@ -276,8 +276,13 @@ def test_add_backward(ops: Any, device: str, pair: tuple[torch.dtype, torch.dtyp
                 continue  # torch refuses a complex alpha for a real result (covered by the forward tests)
             a_j = _make(s_shape, s_dtype, device, 7, strided).detach().requires_grad_()
             a_t = a_j.detach().clone().requires_grad_()
+            try:
+                (w,) = _grads(lambda a: torch.add(a, scalar, alpha=alpha), [a_t], 10)
+            except RuntimeError:  # e.g. torch 2.14's bfloat16 + complex -> BComplex32, which has no add kernel
+                with pytest.raises(RuntimeError, match="add"):
+                    _grads(lambda a: add(a, scalar, alpha=alpha), [a_j], 10)
+                continue
             (g,) = _grads(lambda a: add(a, scalar, alpha=alpha), [a_j], 10)
-            (w,) = _grads(lambda a: torch.add(a, scalar, alpha=alpha), [a_t], 10)
             assert_same(g, w, device)
 
 
