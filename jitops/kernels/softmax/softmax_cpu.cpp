@@ -171,7 +171,7 @@ void strided_forward(const T* in, T* out, int64_t outer, int64_t n, int64_t inne
   using acc_t = at::opmath_type<T>;
   using Vec = vec::Vectorized<acc_t>;
   constexpr int64_t W = Vec::size();
-  const int64_t strip = std::clamp<int64_t>((128 * 1024 / int64_t(sizeof(T)) / n) / W * W, W, 4096);
+  const int64_t strip = strip_width<T>(n, W);
   const int64_t strips = (inner + strip - 1) / strip;
   const int64_t grain = std::max<int64_t>(1, kGrain / (16 * n * std::min(strip, inner)));
   at::parallel_for(0, outer * strips, grain, [&](int64_t begin, int64_t end) {

@@ -7,6 +7,8 @@
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 namespace jitops_softmax {
@@ -16,6 +18,13 @@ constexpr int64_t kGrain = 32768;  // at::internal::GRAIN_SIZE: elements per tas
 
 template <typename T>
 constexpr bool is_reduced = std::is_same_v<T, at::Half> || std::is_same_v<T, at::BFloat16>;
+
+// Columns per task for the (outer, n, inner) kernels: a strip whose n rows fit in about
+// 128 KiB, a whole number of vectors of W lanes, at most 4096.
+template <typename T>
+inline int64_t strip_width(int64_t n, int64_t W) {
+  return std::clamp<int64_t>((128 * 1024 / int64_t(sizeof(T)) / n) / W * W, W, 4096);
+}
 
 // A vector of the accumulation type loaded from / stored to T (half and
 // bfloat16 widen to float: one float vector's worth of elements).
