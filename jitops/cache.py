@@ -207,7 +207,10 @@ class Cache:
             fsutil.makedirs(self.trash)
         dest = (self.trash if in_trash else self.base) / f".{entry.name}.{time.time():.0f}.{os.getpid()}.{secrets.token_hex(3)}"
         os.rename(entry, dest)
-        shutil.rmtree(dest, ignore_errors=True) if os.path.isdir(dest) and not os.path.islink(dest) else os.unlink(dest)
+        if os.path.isdir(dest) and not os.path.islink(dest):
+            shutil.rmtree(dest, ignore_errors=True)
+        else:
+            os.unlink(dest)
 
     def set_aside(self, entry: Path, why: str) -> None:
         """Move a damaged entry out of the way (never loaded, never deleted blindly)."""
