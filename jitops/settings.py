@@ -146,6 +146,7 @@ class DistributedSettings:
     master_addr: str | None  # MASTER_ADDR (with MASTER_PORT and WORLD_SIZE > 1: connect a TCPStore client)
     master_port: int | None  # MASTER_PORT
     world_size: int  # WORLD_SIZE (1 when unset)
+    rank: int  # RANK (0 when unset): this process's rank for `distributed.warm` without a group
     host_id: str | None  # JITOPS_HOST_ID: which ranks share a node for `distributed.warm`; None: the hostname
     tier: RemoteSettings  # the tier's settings, url "c10d://MASTER_ADDR:MASTER_PORT"
 
@@ -189,6 +190,7 @@ def distributed_settings(env: Mapping[str, str]) -> DistributedSettings | None:
         failure_seconds=_positive(env, "JITOPS_REMOTE_FAILURE_SECONDS", d.failure_seconds),
     )
     return DistributedSettings(signed=word == "signed", master_addr=addr, master_port=port, world_size=world,
+                               rank=_whole(env.get("RANK", "")) or 0,
                                host_id=env.get("JITOPS_HOST_ID", "").strip() or None, tier=tier)
 
 

@@ -179,6 +179,17 @@ class C10dStore(Store):
                 return None
             return self._holder(current)
 
+    # ---- plain values, for `jitops.distributed.warm`'s own keys
+    def put_value(self, name: str, data: bytes) -> None:
+        self._call(f"set {name}", lambda: self._s.set(f"{PREFIX}values/{name}", data))
+
+    def get_value(self, name: str) -> bytes | None:
+        return self._get(f"values/{name}")
+
+    def first_value(self, name: str, data: bytes) -> bytes:
+        """Write ``data`` unless a value is there; the value that won (``data`` or the earlier one)."""
+        return self._cas(f"values/{name}", b"", data)
+
     # ---- records
     def put_record(self, name: str, data: bytes, ttl: float) -> None:
         self._call(f"set {name}", lambda: self._s.set(f"{PREFIX}records/{name}", b"%.3f\n" % (time.time() + ttl) + data))
