@@ -194,6 +194,9 @@ def distributed_settings(env: Mapping[str, str]) -> DistributedSettings | None:
                                host_id=env.get("JITOPS_HOST_ID", "").strip() or None, tier=tier)
 
 
+NOT_IN_A_JOB = distributed_settings({})  # the default: on, and idle until a job is found
+
+
 @dataclass(frozen=True)
 class Settings:
     """What the environment asks of jitops; parsed once, passed down."""
@@ -209,7 +212,7 @@ class Settings:
     fake_build_seconds: float = 0.0  # JITOPS_FAKE_BUILD_SECONDS: stretches a fake build (kill/race tests)
     remote: RemoteSettings | None = None  # JITOPS_REMOTE_*: the remote tier; None: off, nothing of it imported
     config_dir: str | None = None  # JITOPS_CONFIG_DIR: where `jitops cache keygen` keeps the key pair
-    distributed: DistributedSettings | None = None  # JITOPS_DISTRIBUTED: the job's c10d store as a tier (issue 16)
+    distributed: DistributedSettings | None = NOT_IN_A_JOB  # JITOPS_DISTRIBUTED: the job's c10d store as a tier (issue 16)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
