@@ -40,6 +40,7 @@ def phase_get(rank: int, out: dict[str, Any]) -> None:
     ops = ["fakeadd", "fakemul"]
     order = ops[rank % 2:] + ops[:rank % 2]
     out["get_order"] = order
+    out["get_start"] = time.time()
     out["get"] = {name: S.get_and_check(name) for name in order}
     out["get_done"] = time.time()
 
