@@ -148,3 +148,77 @@ def test_settings() -> None:
     assert Settings.from_env({**job, "WORLD_SIZE": "1"}).distributed.in_job() is False  # type: ignore[union-attr]
     with pytest.raises(ConfigError, match="JITOPS_DISTRIBUTED"):
         Settings.from_env({"JITOPS_DISTRIBUTED": "maybe"})
+
+
+def test_c10d_store_blobs_leases_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend against a real TCPStore server in this process: chunking, torn uploads, lease rules."""
+    import time
+
+    import torch.distributed as dist
+
+    from jitops.remote import c10d_store
+    from jitops.remote.store import Holder
+
+    monkeypatch.setattr(c10d_store, "CHUNK", 1000)
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    a = c10d_store.C10dStore.connect("127.0.0.1", server.port, 5, 5)
+    b = c10d_store.C10dStore.connect("127.0.0.1", server.port, 5, 5)
+    blob = os.urandom(3500)
+    a.put_blob("entries/x/cpu/k", blob)
+    assert b.get_blob("entries/x/cpu/k") == blob and b.get_blob("entries/none") is None
+    assert a.list_blobs("entries/x") == ["entries/x/cpu/k"]
+    meta = json.loads(bytes(server.get("jitops/v1/blobs/entries/x/cpu/k")))
+    assert meta["chunks"] == 4
+    server.set(f"jitops/v1/chunks/entries/x/cpu/k@{meta['id']}/2", b"x" * 1000)  # damaged in the store
+    assert b.get_blob("entries/x/cpu/k") is None, "a blob whose digest differs from the published one"
+    ha, hb = Holder.me(), Holder.me()
+    assert a.acquire_lease("L", ha, 0.5) is None
+    assert b.acquire_lease("L", hb, 0.5) == ha  # held: b sees who holds it
+    assert a.renew_lease("L", ha, 0.5)
+    assert b.acquire_lease("L", hb, 0.5) == ha  # renewed (changed) since b looked: not lapsed
+    time.sleep(0.6)
+    assert b.acquire_lease("L", hb, 0.5) is None, "unchanged for the ttl: taken over"
+    assert not a.renew_lease("L", ha, 0.5), "the lapsed holder learns it lost the lease"
+    a.release_lease("L", ha)  # not ours any more: a no-op
+    assert a.lease_holder("L", 0.5) == hb
+    b.release_lease("L", hb)
+    assert a.lease_holder("L", 0.5) is None and a.acquire_lease("L", ha, 0.5) is None
+    a.put_record("r", b"why", 60)
+    a.put_record("old", b"why", 0.01)
+    time.sleep(0.05)
+    assert b.get_record("r") == b"why" and b.get_record("old") is None
+
+
+def test_store_host_going_away_raises_not_hangs(tmp_path: Path) -> None:
+    """Once connected, the job's store failing is the job's failure: CacheError, within the op timeout."""
+    import time
+
+    from jitops.errors import CacheError
+    from jitops.remote.c10d_store import C10dStore
+    from jitops.remote.digest import DigestSigner, JobTrust
+    from jitops.remote.tier import Tier
+    from jitops.settings import Settings
+
+    port = free_port()
+    code = f"import torch.distributed as d, time; s = d.TCPStore('127.0.0.1', {port}, is_master=True, " \
+           "wait_for_workers=False); print('up', flush=True); time.sleep(120)"
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "up"
+        d = Settings.from_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
+                               "JITOPS_REMOTE_TIMEOUT": "3"}).distributed
+        assert d is not None
+        tier = Tier(d.tier, C10dStore.connect("127.0.0.1", port, 5, 3), JobTrust(), DigestSigner(), fail_open=False)
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+    from tests import fakelib
+    from jitops.cache import Cache
+    from jitops.plan import make_plan
+
+    cache = Cache(tmp_path / "c")
+    plan = make_plan(fakelib.FAKEADD, "cpu", settings=Settings.from_env({"JITOPS_CACHE_DIR": str(tmp_path / "c")}))
+    t0 = time.monotonic()
+    with pytest.raises(CacheError, match="torch.distributed's failure"):
+        tier.obtain(plan, cache, lambda: pytest.fail("must not build quietly"))  # type: ignore[arg-type,return-value]
+    assert time.monotonic() - t0 < 10
