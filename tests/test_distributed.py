@@ -222,3 +222,60 @@ def test_store_host_going_away_raises_not_hangs(tmp_path: Path) -> None:
     with pytest.raises(CacheError, match="torch.distributed's failure"):
         tier.obtain(plan, cache, lambda: pytest.fail("must not build quietly"))  # type: ignore[arg-type,return-value]
     assert time.monotonic() - t0 < 10
+
+
+def test_job_trust_digest_by_default_signatures_when_required(tmp_path: Path) -> None:
+    from jitops.manifest import EntryProblem
+    from jitops.remote.digest import DIGEST_SIGNER, DigestSigner, JobTrust
+    from jitops.remote.signing import load_signer, load_trust
+    from jitops.settings import Settings
+    from tests.remote_helpers import keygen
+
+    manifest = b'{"key": "abc"}'
+    digest = DigestSigner().sign(manifest)
+    JobTrust().verify(manifest, DIGEST_SIGNER, digest)
+    with pytest.raises(EntryProblem, match="differs from the digest"):
+        JobTrust().verify(manifest + b" ", DIGEST_SIGNER, digest)
+    with pytest.raises(EntryProblem, match="JITOPS_DISTRIBUTED=signed"):
+        JobTrust(signed=True).verify(manifest, DIGEST_SIGNER, digest)
+    keygen(tmp_path / "cfg")
+    d = Settings.from_env({"JITOPS_DISTRIBUTED": "signed", "JITOPS_CONFIG_DIR": str(tmp_path / "cfg")}).distributed
+    assert d is not None and d.signed
+    signer, _ = load_signer(d.tier)
+    assert signer is not None
+    trust = JobTrust(signed=True, keyed=load_trust(d.tier))
+    trust.verify(manifest, signer.fingerprint, signer.sign(manifest))
+    with pytest.raises(EntryProblem):
+        trust.verify(manifest + b" ", signer.fingerprint, signer.sign(manifest))
+    with pytest.raises(EntryProblem, match="checks digests only"):
+        JobTrust().verify(manifest, signer.fingerprint, signer.sign(manifest))
+
+
+def test_remote_tier_first_and_never_resigns_what_the_job_store_gave(tmp_path: Path) -> None:
+    """Remote tier, then job store, then build: an entry fetched from the job's store is not uploaded."""
+    import torch.distributed as dist
+
+    from jitops.cache import Cache
+    from jitops.plan import make_plan
+    from jitops.publish import build_and_publish
+    from jitops.remote import obtain
+    from jitops.settings import Settings
+    from tests import fakelib
+    from tests.remote_helpers import keygen
+
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    keygen(tmp_path / "cfg")
+    (tmp_path / "shared").mkdir()
+    job = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port), "WORLD_SIZE": "2", "JITOPS_BUILDER": "fake",
+           "JITOPS_CONFIG_DIR": str(tmp_path / "cfg")}
+    remote = {**job, "JITOPS_REMOTE_CACHE": f"file://{tmp_path / 'shared'}"}
+    results = []
+    for env, name in ((job, "a"), (remote, "b")):
+        s = Settings.from_env({**env, "JITOPS_CACHE_DIR": str(tmp_path / name)})
+        cache = Cache(tmp_path / name)
+        plan = make_plan(fakelib.FAKEADD, "cpu", settings=s, cache=cache)
+        results.append(obtain(plan, cache, lambda: build_and_publish(plan, cache, None, s), s, True))
+    assert [built for _, built in results] == [True, False], "node b fetched node a's build from the job store"
+    assert results[0][0].sha256 == results[1][0].sha256
+    uploaded = [p for p in (tmp_path / "shared").rglob("*") if p.is_file() and "entries" in p.parts]
+    assert uploaded == [], "the remote tier got no upload of an entry this node did not build"
