@@ -118,6 +118,16 @@ def load(
     checks.library_args("jitops.load", name, device, sources=sources, extra_cflags=extra_cflags,  # issue 20
                         extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
                         extra_include_paths=extra_include_paths, schemas=schemas)
+    root, rel = source_files(name, sources)
+    spec = _spec(name, root, rel, BuildOptions.of(
+        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths, schemas=schemas),
+                 origin=f"jitops.load from {root}")
+    return load_spec(spec, device)
+
+
+def source_files(name: str, sources: StrOrSeq) -> tuple[Path, list[str]]:
+    """Checked source files: their common folder and their paths relative to it."""
     paths = [Path(os.path.abspath(p)) for p in _as_list(sources, "sources")]
     if not paths:
         raise KernelSourceError(f"library {name!r}: no sources given. Fix: pass sources=['my_op.cpp']")
@@ -128,12 +138,7 @@ def load(
             raise KernelSourceError(f"library {name!r}: source file {p} does not exist. Fix: check the path")
     root = Path(os.path.commonpath([str(p.parent) for p in paths]))
     _check_tree_size(root, name)
-    rel = [p.relative_to(root).as_posix() for p in paths]
-    spec = _spec(name, root, rel, BuildOptions.of(
-        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
-        extra_include_paths=extra_include_paths, schemas=schemas),
-                 origin=f"jitops.load from {root}")
-    return load_spec(spec, device)
+    return root, [p.relative_to(root).as_posix() for p in paths]
 
 
 def _join(sources: StrOrSeq | None, what: str) -> str:
