@@ -329,7 +329,10 @@ def test_verbose_shows_the_build_and_build_directory_one_note(muladd: str, tmp_p
         assert "nothing was compiled" in shown[0]
 
 
-def test_verbose_puts_a_failed_builds_log_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+def test_verbose_puts_a_failed_builds_log_on_stderr(capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where logging is not configured (a plain notebook; pytest configures it), verbose output goes to stderr."""
+    monkeypatch.setattr(dropin, "verbose_log", logging.Logger("unconfigured"))  # no handler anywhere
     with pytest.raises(jitops.BuildError) as info:
         jit_load_inline("broken_ext", "#include <ATen/core/Tensor.h>\nint f() { return undefined_thing; }",
                         no_implicit_headers=True, verbose=True)
