@@ -19,11 +19,12 @@ edited pybind11 module loads next to the old one in the same process. A fixed
 different build of one that is loaded already is refused before anything is
 built or loaded (loading it would abort the process).
 
-Imports: errors, spec, user_spec; loader, ops, plan and user lazily.
+Imports: errors, spec; loader, ops and plan lazily (plan and settings for annotations).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import re
@@ -52,6 +53,7 @@ _PYBIND = re.compile(r"\bPYBIND11_MODULE\s*\(\s*([A-Za-z_]\w*)\s*,")
 _IDENT = re.compile(r"[A-Za-z_]\w*", re.ASCII)
 
 _lock = threading.Lock()
+_fixed_lock = threading.Lock()  # held from the fixed-namespace check until the library is loaded
 _fixed: dict[str, str] = {}  # fixed namespace -> key of the build that registered it in this process
 _results: dict[tuple[str, bool], Any] = {}  # (key, is_python_module) -> what load returned
 
@@ -183,20 +185,19 @@ def load(spec: OpSpec, texts: Sequence[str], *, display: str, functions: Mapping
     from .plan import make_plan, runnable_here
 
     namespaces = fixed_namespaces(texts)
-    plan = runnable_here(make_plan(spec, device, None, settings=settings), None, settings)
-    with _lock:
-        hit = _results.get((plan.key, is_python_module))
-        if hit is not None:
-            return hit  # type: ignore[no-any-return]
-        _check_fixed(spec, plan.key, namespaces)  # before anything is built or loaded
-    try:
-        lib = load_library(spec, device, settings=settings)
-    except BuildError as e:
-        raise e.with_traceback(None) from None  # the compiler's story, not jitops's frames
-    path = lib.entry / lib.manifest.library_file
-    with _lock:
+    # One fixed-namespace library at a time: two edits loaded by two threads must not both pass the check.
+    with _fixed_lock if namespaces else contextlib.nullcontext():
+        if namespaces:  # the key this source would have, checked before anything is built or loaded
+            _check_fixed(spec, runnable_here(make_plan(spec, device, None, settings=settings), None, settings).key,
+                         namespaces)
+        try:
+            lib = load_library(spec, device, settings=settings)
+        except BuildError as e:
+            raise e.with_traceback(None) from None  # the compiler's story, not jitops's frames
         for ns in namespaces:
             _fixed.setdefault(ns, lib.key)
+    path = lib.entry / lib.manifest.library_file
+    with _lock:
         hit = _results.get((lib.key, is_python_module))
         if hit is not None:
             return hit  # type: ignore[no-any-return]

@@ -29,7 +29,7 @@ What each torch parameter does here:
 * ``is_standalone=True`` (an executable) and SYCL sources: a clear ``KernelSourceError``;
   jitops builds shared libraries for torch only.
 
-Imports: cpp_ext_style, errors, settings, user, user_spec; fsutil-free. Nothing at import time beyond these.
+Imports: cpp_ext_style, errors, settings, user, user_spec (plan for annotations only).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """``from jitops import load, load_inline`` as drop-ins for torch.utils.cpp_extension's (issue 17).
 
 The sources below are written as torch's tutorials and pytorch/extension-cpp write them, and
-are used unchanged; only the import differs. Five distinct real builds for the module, each
-once per session (session-scoped fixtures): <torch/extension.h> + functions= (~30 s here), a
-PYBIND11_MODULE file and its edit (~30 s each), a fixed TORCH_LIBRARY namespace (lean headers),
-and functions= without the implicit header (lean headers).
+are used unchanged; only the import differs. The module's real builds, each once per session:
+<torch/extension.h> + functions= (~30 s here), a PYBIND11_MODULE file and its edit (~30 s each);
+with lean headers (a few seconds each): a fixed TORCH_LIBRARY namespace, functions= without the
+implicit header and its edit, and one failing build.
 """
 
 from __future__ import annotations
@@ -236,6 +236,12 @@ def test_functions_without_pybind_are_ops_of_a_plain_module() -> None:
     compiled = torch.compile(lambda t: m.squared_relu(t) + 1, fullgraph=True)
     torch.testing.assert_close(compiled(x), torch.relu(x) ** 2 + 1)
     torch.library.opcheck(m.squared_relu, (x,))
+
+    edited = jit_load_inline("lean_fns", LEAN_FUNCTIONS.replace("r.mul(r)", "r.mul(r).neg()"), functions="squared_relu",
+                             no_implicit_headers=True)  # an edit: a new op in a new namespace, same process
+    torch.testing.assert_close(edited.squared_relu(x), -(torch.relu(x) ** 2))
+    torch.testing.assert_close(m.squared_relu(x), torch.relu(x) ** 2)  # the old module keeps its own code
+    assert edited.squared_relu.namespace != m.squared_relu.namespace
 
 
 # ---------------------------------------------------------------- style (b): PYBIND11_MODULE
