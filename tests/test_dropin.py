@@ -169,6 +169,13 @@ def test_parameters_jitops_cannot_honour_are_refused_clearly() -> None:
         jit_load_inline("my-ext", "int f();", functions=["f"])
 
 
+def test_with_cuda_picks_the_device() -> None:
+    def device(with_cuda: bool | None, device: str | None = None) -> str | None:
+        return dropin._common(None, False, with_cuda, None, None, True, False, device)
+
+    assert (device(True), device(False), device(None), device(None, "cpu")) == ("cuda", "cpu", None, "cpu")
+
+
 def test_torch_names_map_to_cache_names() -> None:
     assert cpp_ext_style.spec_name("my_ext_C") == "my_ext_c"
     assert cpp_ext_style.spec_name("_Private") == "private"
