@@ -190,6 +190,8 @@ def test_generated_bindings_follow_the_users_source() -> None:
     lines = text.splitlines()
     assert lines[:3] == ["#include <torch/extension.h>", "#include <vector>", "int f(int a) { return a; }"]
     assert "jitops::dropin::def<&f>(m, \"f\");" in text and 'bind<&f, true>(m, "f", "say \\"hi\\"")' in text
+    unwrapped = cpp_ext_style.inline_files("x", ["int f(int a);"], [], {"f": "f"}, implicit_headers=True, wrap_errors=False)
+    assert 'bind<&f, false>(m, "f", "f");' in unwrapped["x.cpp"]  # with_pytorch_error_handling=False, as torch
     bare = cpp_ext_style.inline_files("x", ["int f();"], ["__global__ void k() {}"], {}, implicit_headers=False,
                                       wrap_errors=False)
     assert bare == {"x.cpp": "int f();", "x_cuda.cu": "__global__ void k() {}"}
@@ -340,6 +342,18 @@ def test_verbose_shows_the_build_and_build_directory_one_note(muladd: str, tmp_p
         assert "muladd.cpp" in shown[0] and " -c " in shown[0]
     else:
         assert "nothing was compiled" in shown[0]
+
+
+def test_use_pch_is_accepted_with_one_note(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dropin, "_noted", set())
+    with caplog.at_level(logging.INFO, logger="jitops"):
+        for _ in range(2):
+            m = jit_load_inline("lean_fns", LEAN_FUNCTIONS, functions="squared_relu", no_implicit_headers=True,
+                                use_pch=True, keep_intermediates=False)
+    x = torch.randn(4)
+    torch.testing.assert_close(m.squared_relu(x), torch.relu(x) ** 2)
+    notes = [r.getMessage() for r in caplog.records if "use_pch" in r.getMessage()]
+    assert len(notes) == 1 and "never writes a precompiled header into the torch installation" in notes[0]
 
 
 def test_verbose_puts_a_failed_builds_log_on_stderr(capsys: pytest.CaptureFixture[str],
