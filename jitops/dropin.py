@@ -29,7 +29,7 @@ What each torch parameter does here:
 * ``is_standalone=True`` (an executable) and SYCL sources: a clear ``KernelSourceError``;
   jitops builds shared libraries for torch only.
 
-Imports: cpp_ext_style, errors, settings, user, user_spec (plan for annotations only).
+Imports: checks, cpp_ext_style, errors, settings, user, user_spec (plan for annotations only).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import checks, user
 from . import cpp_ext_style as cs
-from . import user
 from .errors import BuildError, KernelSourceError
 from .settings import Settings
 from .user_spec import BuildOptions, StrOrSeq, _as_list, _spec
@@ -95,8 +95,6 @@ def _common(build_directory: str | None, verbose: bool, with_cuda: bool | None, 
     if with_sycl or _as_list(sycl_sources, "sycl_sources"):
         raise KernelSourceError("jitops does not build SYCL sources (with_sycl / sycl_sources). "
                                 "Fix: use torch.utils.cpp_extension for SYCL extensions")
-    if not isinstance(verbose, bool) or not isinstance(is_python_module, bool):
-        raise KernelSourceError(f"verbose and is_python_module must be True or False, got {verbose!r}, {is_python_module!r}")
     if _as_list(extra_sycl_cflags, "extra_sycl_cflags"):
         _note("extra_sycl_cflags", "extra_sycl_cflags is ignored: jitops builds no SYCL sources")
     if build_directory is not None:
@@ -106,6 +104,17 @@ def _common(build_directory: str | None, verbose: bool, with_cuda: bool | None, 
     if with_cuda is None or device is not None:
         return device
     return "cuda" if with_cuda else "cpu"
+
+
+def _check(func: str, name: object, device: object, flags: dict[str, object], **lists: object) -> None:
+    """Argument types, as jitops's other front doors check them (ArgumentError names the argument)."""
+    if not isinstance(name, str):
+        checks.op_name(func, name, "name", "library name")
+    checks.device(func, device)
+    for arg, value in flags.items():
+        checks.flag(func, arg, value)
+    for arg, value in lists.items():
+        checks.strings(func, arg, value, optional=arg not in ("sources", "cpp_sources"))
 
 
 def _finish(result: Any, lib: LoadedLibrary, verbose: bool, is_python_module: bool) -> Any:
@@ -146,6 +155,9 @@ def load(name: str, sources: StrOrSeq, extra_cflags: StrOrSeq | None = None, ext
     ``is_python_module=False`` the loaded library's path (``TORCH_LIBRARY``). The key covers
     every source and header under the sources' common folder and the include paths.
     """
+    _check("jitops.load", name, device, {"verbose": verbose, "with_cuda": with_cuda, "is_python_module": is_python_module},
+           sources=sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+           extra_include_paths=extra_include_paths, schemas=schemas)
     device = _common(build_directory, verbose, with_cuda, with_sycl, extra_sycl_cflags, is_python_module,
                      is_standalone, device)
     texts = _texts(sources)
@@ -180,6 +192,11 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
     dispatcher infers its schema from the C++ signature), or binds it with pybind11 where
     the signature needs that; either way it is an attribute of the returned module.
     """
+    _check("jitops.load_inline", name, device, {"verbose": verbose, "with_cuda": with_cuda,
+                                                "is_python_module": is_python_module, "no_implicit_headers": no_implicit_headers},
+           cpp_sources=cpp_sources, cuda_sources=cuda_sources, extra_cflags=extra_cflags,
+           extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
+           schemas=schemas)
     device = _common(build_directory, verbose, with_cuda, with_sycl, extra_sycl_cflags, is_python_module, False,
                      device, sycl_sources)
     if use_pch:
