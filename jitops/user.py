@@ -1,4 +1,7 @@
-"""User kernels: ``jitops.load`` (files), ``jitops.load_inline`` (strings), kernel folders.
+"""User kernels in jitops's own style: the cores of ``jitops.load`` / ``load_inline``, kernel folders.
+
+The public ``jitops.load`` / ``load_inline`` (:mod:`jitops.dropin`) take torch's parameters and
+send sources written in this style here; sources written for torch go to :mod:`jitops.cpp_ext_style`.
 
 User C++ registers its ops with the macros of ``<jitops/op.h>``::
 
