@@ -350,10 +350,18 @@ def test_cli_keygen_warm_push_ls_pull_stats(tmp_path: Path) -> None:
     assert ls.returncode == 0 and "1 entries in" in ls.stdout and ls.stdout.startswith("add ")
     node = {"JITOPS_CACHE_DIR": str(tmp_path / "node"), "JITOPS_CONFIG_DIR": str(tmp_path / "nodecfg"),
             "JITOPS_REMOTE_TRUSTED_KEYS": public}
+    offline = jitops("cache", "pull", "add", **node, JITOPS_OFFLINE="1")  # refused before any download
+    assert offline.returncode != 0 and "JITOPS_OFFLINE=1 forbids" in offline.stderr, offline.stdout + offline.stderr
+    assert "Fix: run the pull without JITOPS_OFFLINE" in offline.stderr
+    assert not (tmp_path / "node" / "v1" / "entries").exists(), "an offline pull wrote the cache"
     pull = jitops("cache", "pull", "add", **node)
     assert pull.returncode == 0 and "1 fetched" in pull.stdout, pull.stdout + pull.stderr
     stats = jitops("cache", "stats", **node)
     assert "1 hits" in stats.stdout, stats.stdout
+    assert (tmp_path / "node" / "v1" / "remote-stats.json").exists()
+    assert jitops("cache", "clear", **node).returncode == 0
+    assert not (tmp_path / "node" / "v1" / "remote-stats.json").exists(), "cache clear left the remote counters"
+    assert "0 hits" in jitops("cache", "stats", **node).stdout
     stranger = {**node, "JITOPS_CACHE_DIR": str(tmp_path / "stranger"), "JITOPS_REMOTE_TRUSTED_KEYS": ""}
     refused = jitops("cache", "pull", "add", **stranger)
     assert refused.returncode == 1 and "1 rejected" in refused.stdout, refused.stdout + refused.stderr

@@ -96,6 +96,10 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 def cmd_pull(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
+    if settings.offline:  # checked before the store is contacted
+        raise ConfigError("`jitops cache pull` publishes downloaded entries into the local cache, and JITOPS_OFFLINE=1 "
+                          "forbids writing it. Fix: run the pull without JITOPS_OFFLINE (e.g. in the step that "
+                          "prepares the node), then set it for the job")
     tier = _tier(settings)
     counts = {"fetched": 0, "present": 0, "absent": 0}
     for plan in _plans(args.ops, args.device, settings):
