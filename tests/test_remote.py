@@ -136,7 +136,13 @@ def _blob_path(shared: Path) -> Path:
 
 
 def _forge(kind: str, blob: bytes, tmp: Path, marker: Path, other: bytes) -> bytes:
-    """A forged remote entry of ``kind`` made from a genuine ``blob`` of fakeadd."""
+    """A forged or damaged remote entry of ``kind`` made from a genuine ``blob`` of fakeadd.
+
+    other-library: the genuine signed manifest, another library; untrusted: manifest and library replaced,
+    signed by a key nobody trusts; bad-signature: the same, keeping the trusted signer's name and old
+    signature; other-key: another op's genuine entry under this key; truncated: cut in the archive;
+    not-an-entry: random bytes.
+    """
     import io
     import tarfile
 
@@ -149,6 +155,8 @@ def _forge(kind: str, blob: bytes, tmp: Path, marker: Path, other: bytes) -> byt
     header, archive = envelope.unpack(blob)
     if kind == "truncated":
         return blob[: len(blob) - len(archive) // 2]
+    if kind == "not-an-entry":
+        return os.urandom(len(blob))
     if kind == "other-key":  # fakemul's genuine, validly signed entry, stored (and labelled) as fakeadd's
         oh, oarch = envelope.unpack(other)
         return envelope.pack(header["key"], oh["signer"], oh["signature"], oarch)
@@ -160,12 +168,13 @@ def _forge(kind: str, blob: bytes, tmp: Path, marker: Path, other: bytes) -> byt
     (lname,) = [n for n in members if n.endswith(".so")]
     evil = tattletale_library(tmp, marker).read_bytes()
     manifest_raw = members[mname][1]
-    if kind == "untrusted":
+    if kind in ("untrusted", "bad-signature"):
         import dataclasses
         import hashlib
 
         m = Manifest.parse(manifest_raw)
         manifest_raw = dataclasses.replace(m, sha256=hashlib.sha256(evil).hexdigest(), size=len(evil)).to_json()
+    if kind == "untrusted":  # signed, by a key nobody trusts
         settings = RemoteSettings("file:///x", "write", None, None, str(tmp / "attacker"))
         _keygen(settings)
         signer, _ = load_signer(settings)
@@ -182,24 +191,46 @@ def _forge(kind: str, blob: bytes, tmp: Path, marker: Path, other: bytes) -> byt
     return envelope.pack(header["key"], header["signer"], header["signature"], buf.getvalue())
 
 
-@pytest.mark.parametrize("kind", ["other-library", "untrusted", "other-key", "truncated"])
-def test_forged_entries_are_rejected_before_loading(tmp_path: Path, kind: str) -> None:
+FORGERIES = {  # kind: why the node rejects it
+    "other-library": "does not match its manifest's size and sha256",
+    "untrusted": "which this node does not trust",
+    "bad-signature": "its signature does not verify against the trusted key",
+    "other-key": "(stored under another key)",
+    "truncated": "cannot import the archive",
+    "not-an-entry": "it is not a jitops remote entry",
+}
+
+
+def _open_store(url: str):  # type: ignore[no-untyped-def]
+    from jitops.remote.backends import open_store
+    from jitops.remote.config import RemoteSettings
+
+    return open_store(RemoteSettings(url, "read", None, None, None, connect_timeout=5.0, op_timeout=30.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", list(FORGERIES))
+def test_forged_entries_are_rejected_before_loading(tmp_path: Path, kind: str, backend: str) -> None:
+    """Every forgery on every backend: rejected before dlopen (the tattletale never runs), the node builds its own."""
     cfg = tmp_path / "cfg"
     keygen(cfg)
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    url = f"file://{shared}"
-    get_ops(node_env(tmp_path / "a", url, cfg), ("fakeadd", "fakemul"))
-    path = _blob_path(shared)
-    (other,) = [p for p in (shared / "v1" / "entries").rglob("*") if p.is_file() and p.parent.parent.name == "fakemul"]
     marker = tmp_path / "LOADED"
-    path.write_bytes(_forge(kind, path.read_bytes(), tmp_path, marker, other.read_bytes()))
-    b, err = get_ops(node_env(tmp_path / "b", url, cfg, JITOPS_REMOTE_CACHE_MODE="read"))
+    with store(backend, tmp_path) as url:
+        get_ops(node_env(tmp_path / "a", url, cfg), ("fakeadd", "fakemul"))
+        st = _open_store(url)
+        try:
+            (name,) = st.list_blobs("entries/fakeadd/")
+            (other,) = st.list_blobs("entries/fakemul/")
+            st.put_blob(name, _forge(kind, st.get_blob(name), tmp_path, marker, st.get_blob(other)))
+        finally:
+            st.close()
+        b, err = get_ops(node_env(tmp_path / "b", url, cfg, JITOPS_REMOTE_CACHE_MODE="read"))
     assert not marker.exists(), "the forged library's code ran"
-    assert b["stats"]["rejected"] == 1 and b["stats"]["hits"] == 0
+    assert b["stats"]["rejected"] == 1 and b["stats"]["hits"] == 0, (b["stats"], err)
     r = b["ops"]["fakeadd"]
     assert r["built"] and r["works"], "the node built its own instead"
     assert "rejected the remote entry for fakeadd" in err
+    assert FORGERIES[kind] in err, err  # rejected for its own reason, not another
     if kind == "untrusted":
         fp = json.loads(run_py(f"""
 import json
