@@ -90,11 +90,13 @@ def test_sixteen_nodes_cold_store_one_build_per_op(tmp_path: Path, kind: str) ->
         assert len({r["value"]["ops"][op]["sha256"] for r in replies}) == 1
         assert all(r["value"]["ops"][op]["works"] for r in replies)
     assert not any(r["value"]["warnings"] for r in replies), replies[0]["value"]["warnings"]
-    # Two builds of build_s each, possibly one after the other on one node; plus 3 s (the issue's bound).
+    # The issue's bound: the build time plus 3 s (nodes ask for the two ops in different orders, so the two
+    # builds run at once on two nodes). Redis and file://: 2.4-2.8 s measured with 16 nodes on this shared
+    # 2-core machine at load 5-8. moto: 3.3-3.8 s at load 4-5, 4.7-6.0 s at load 5-8: its server (one
+    # Python process, concurrent requests answered one after another: doctor's "polling" row measures it)
+    # and the 16 node processes' S3 clients share the 2 cores, so there it gets 6 s of slack.
     last = max(r["value"]["done"] for r in replies) - out["start"]
-    # +5 s: 16 processes on 2 shared cores. moto (one Python process answering 16 pollers) is slower than
-    # S3; there the bound is only "no node hangs".
-    bound = 2 * build_s + 3 + 5 if kind != "s3" else 90
+    bound = build_s + 3 + (6 if kind == "s3" else 0)
     assert last < bound, f"every node had every op after {last:.1f}s"
 
 
@@ -438,6 +440,9 @@ def test_doctor_checks_the_remote(tmp_path: Path, kind: str) -> None:
     assert rows["remote"].startswith("OK") and " ms" in rows["remote"], out.stdout
     assert rows["trust"].startswith("OK") and "(your own key)" in rows["trust"]
     assert rows["upload"].startswith("OK") and "signed by SHA256:" in rows["upload"]
+    assert "ms (median of 5), 16 at once" in rows["polling"] and "after its build" in rows["polling"], out.stdout
+    if kind != "s3":  # moto's server may be slow to answer 16 at once on a loaded machine: then it says so
+        assert rows["polling"].startswith("OK"), out.stdout
     if kind == "s3":
         assert rows["leases"].startswith("OK") and "conditional create works" in rows["leases"]
     with silent_server() as url:
@@ -445,6 +450,28 @@ def test_doctor_checks_the_remote(tmp_path: Path, kind: str) -> None:
         out = subprocess.run([sys.executable, "-m", "jitops", "doctor"], env=env, cwd=REPO, capture_output=True,
                              text=True, timeout=120)
     assert "WARN  remote" in out.stdout and "unreachable" in out.stdout, out.stdout
+
+
+def test_doctor_polling_row_says_why_a_store_is_slow(tmp_path: Path) -> None:
+    """The row measures: a store answering concurrent requests one after another (as moto's server does)
+    is reported as the reason the build-plus-3-s bound cannot hold; a fast store passes."""
+    import threading
+
+    from jitops.remote.commands import polling
+    from jitops.remote.fs_store import FileStore
+
+    class OneAtATime(FileStore):  # a real shared dir behind a server that serves one request at a time
+        lock = threading.Lock()
+
+        def get_blob(self, name: str) -> bytes | None:
+            with self.lock:
+                time.sleep(0.03)
+                return super().get_blob(name)
+
+    name, status, detail, fix = polling(OneAtATime(f"file://{tmp_path}"), 0.1)
+    assert status == "warn" and "one after another" in detail and "16 at once" in detail, detail
+    assert "Redis, S3" in fix
+    assert polling(FileStore(f"file://{tmp_path}"), 0.0)[1] == "ok"
 
 
 def test_node_without_a_key_reads_quietly(tmp_path: Path) -> None:
