@@ -103,9 +103,8 @@ class ObjectStore(Store):
         bucket = self.root.split("/", 1)[0]
         fs = self.fs
         if isinstance(fs, fsspec.asyn.AsyncFileSystem):
-            connect = getattr(fs, "connect", None)  # s3fs: make the client now, outside the deadline below
-            if connect is not None:
-                self._call("setting up its client", connect)
+            if self.url.startswith(("s3://", "s3a://")):  # s3fs: make the client now, outside the deadline below
+                self._call("setting up its client", fs.connect)
 
             def listing() -> Any:  # the whole round trip within the connect timeout
                 return fsspec.asyn.sync(fs.loop, fs._ls, bucket, detail=False, timeout=self.connect_timeout)
