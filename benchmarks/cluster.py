@@ -1,7 +1,8 @@
 """Simulated cluster: N nodes (forked processes, each its own JITOPS_CACHE_DIR) on one cold store.
 
 For N = 1, 4, 16, without the remote tier and with it (file:// and, when
-``redis-server`` is installed, Redis started on loopback), prints builds per
+installed, Redis (``redis-server``) and moto's S3 server (``moto[server]``,
+``s3fs``), each started on loopback and stopped by the benchmark), prints builds per
 op and the time until every node has every op (fake builder, each build
 stretched to ``--build-seconds``). Then, in one process: the median time of
 ``jitops.get`` for a remote hit (local cache empty, store warm) against a
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -33,7 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.remote_helpers import keygen, redis_server  # noqa: E402
+from tests.helpers import environ  # noqa: E402
+from tests.remote_helpers import keygen, moto_s3, redis_server  # noqa: E402
 
 OPS = ["fakeadd", "fakemul"]
 TIMING = """
@@ -130,20 +133,29 @@ def main() -> None:
                 (tmp / "redis").mkdir()
                 url, _ = stack.enter_context(redis_server(tmp / "redis"))
                 stores.append(("redis", url))
+            if Path(sys.executable).with_name("moto_server").exists() and importlib.util.find_spec("s3fs"):
+                (tmp / "s3").mkdir()
+                url, s3_env = stack.enter_context(moto_s3(tmp / "s3"))
+                stack.enter_context(environ(**s3_env))  # the nodes (children) reach moto through these
+                stores.append(("s3", url))
             print(f"build time per op {args.build_seconds:g}s (fake builder); ops {', '.join(OPS)}")
             print(f"{'store':<6} {'nodes':>5} {'builds/op':>10} {'all nodes have all ops (s)':>27}")
+            warm: dict[str, str] = {}  # store -> a URL whose store holds every op (for the timings below)
             for name, url in stores:
                 for n in map(int, args.nodes.split(",")):
                     if url and url.startswith("file"):
                         shutil.rmtree(tmp / "shared")
                         (tmp / "shared").mkdir()
-                    elif url:
-                        subprocess.run(["redis-cli", "-u", url, "flushall"], capture_output=True)
-                    builds, last = cluster(n, url, tmp, args.build_seconds, cfg)
+                    elif url and url.startswith("redis"):
+                        subprocess.run(["redis-cli", "-u", url, "flushall"], capture_output=True, timeout=30)
+                    run_url = f"{url}-n{n}" if url and url.startswith("s3") else url  # s3: a fresh prefix is cold
+                    builds, last = cluster(n, run_url, tmp, args.build_seconds, cfg)
                     print(f"{name:<6} {n:>5} {builds:>10} {last:>27}")
+                    if run_url is not None:
+                        warm[name] = run_url
             base_env = {**os.environ, "PYTHONPATH": str(REPO), "JITOPS_BUILDER": "fake", "JITOPS_CONFIG_DIR": str(cfg)}
             base_env.pop("JITOPS_REMOTE_CACHE", None)
-            for name, url in stores[1:]:
+            for name, url in warm.items():
                 env = {**base_env, "JITOPS_REMOTE_CACHE": url}
                 remote, remote2, local_tier, local_plain = [], [], [], []
                 for i in range(args.repeat):

@@ -47,6 +47,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jitops")
 PROGRESS_EVERY = 30.0
+# A waiter polls the entry and the failure record, first after POLL_FIRST s, backing off by 1.5x to
+# POLL_MAX s: a finished build is seen within about POLL_MAX s plus two round trips. It looks at the
+# lease (to take it over when it lapses) at most every LEASE_EVERY s (or a third of its ttl): for an
+# object store that is a listing and a GET that 16 waiters need not repeat on every poll.
+POLL_FIRST, POLL_MAX, LEASE_EVERY = 0.05, 1.0, 2.0
 
 
 def entry_name(library: str, target: str, key: str) -> str:
@@ -218,22 +223,26 @@ class Tier:
         store, ttl = self.store, self.settings.lease_seconds
         name = f"leases/{plan.spec.name}/{plan.key}"
         start, last_note = time.monotonic(), None
-        delay = 0.05
+        delay, lease_due = POLL_FIRST, 0.0
+        holder: Holder | None = None
         while True:
             self._raise_recorded_failure(plan)
-            if self.writes:
-                me = Holder.me()
-                holder = self._timed(store.acquire_lease, name, me, ttl)
-                if holder is None:
-                    found = self.fetch(plan, cache)  # uploaded between our first look and the lease?
-                    if found is not None:
-                        self._timed(store.release_lease, name, me)
-                        return found, None
-                    return None, Lease(store, name, me, ttl)
-            else:
-                holder = self._timed(store.lease_holder, name, ttl)
-                if holder is None:
-                    return None, None  # nobody builds it; a read-only node builds for itself
+            if time.monotonic() >= lease_due:  # a lease changes hands only when it lapses: look now and then
+                lease_due = time.monotonic() + min(ttl / 3, LEASE_EVERY)
+                if self.writes:
+                    me = Holder.me()
+                    holder = self._timed(store.acquire_lease, name, me, ttl)
+                    if holder is None:
+                        found = self.fetch(plan, cache)  # uploaded between our first look and the lease?
+                        if found is not None:
+                            self._timed(store.release_lease, name, me)
+                            return found, None
+                        return None, Lease(store, name, me, ttl)
+                else:
+                    holder = self._timed(store.lease_holder, name, ttl)
+                    if holder is None:
+                        return None, None  # nobody builds it; a read-only node builds for itself
+            assert holder is not None
             now = time.monotonic()
             if limit is not None and now - start > limit:
                 raise LockTimeout(f"gave up after {limit:g}s (JITOPS_LOCK_TIMEOUT) waiting for {plan.what} from "
@@ -244,7 +253,7 @@ class Tier:
                 log.warning("waiting for the build of %s on another node (%s); lease in %s",
                             plan.what, holder.describe(), self.settings.url)
             time.sleep(delay)
-            delay = min(delay * 1.5, 1.0)
+            delay = min(delay * 1.5, POLL_MAX)
             found = self.fetch(plan, cache)
             if found is not None:
                 return found, None
