@@ -48,15 +48,25 @@ def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 300
     return proc
 
 
-def run_scenario(scenario: str, /, *, env: dict[str, str] | None = None, timeout: float = 300, **kwargs: Any) -> Any:
-    """Run ``tests.scenarios.<scenario>(**kwargs)`` in a fresh interpreter; its JSON reply."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.scenarios", scenario, json.dumps(kwargs)],
-        env=env or child_env(), capture_output=True, text=True, timeout=timeout, cwd=REPO,
-    )
-    if proc.returncode != 0:
+def scenario_argv(scenario: str, /, **kwargs: Any) -> list[str]:
+    """The command line that runs scenario function ``scenario(**kwargs)`` (see tests/scenario_main.py)."""
+    return [sys.executable, "-m", "tests.scenario_main", scenario, json.dumps(kwargs)]
+
+
+def run_scenario_proc(scenario: str, /, *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True,
+                      **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``scenario(**kwargs)`` in a fresh interpreter; the finished process (raise if it failed and ``check``)."""
+    proc = subprocess.run(scenario_argv(scenario, **kwargs), env=env or child_env(), capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+    if check and proc.returncode != 0:
         raise AssertionError(f"scenario {scenario} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
-    return last_json(proc.stdout)
+    return proc
+
+
+def run_scenario(scenario: str, /, *, env: dict[str, str] | None = None, timeout: float = 300, **kwargs: Any) -> Any:
+    """Run ``scenario(**kwargs)`` in a fresh interpreter (``fn`` of tests/scenarios.py, or ``module.fn`` of
+    tests/<module>.py); its JSON reply."""
+    return last_json(run_scenario_proc(scenario, env=env, timeout=timeout, **kwargs).stdout)
 
 
 def last_json(stdout: str) -> Any:
