@@ -35,10 +35,11 @@ NVCC = toolchain.Tool("nvcc", "/usr/local/cuda/bin/nvcc", "Cuda compilation tool
 
 
 def key_of(spec_: spec.OpSpec = SOFTMAX, system: target.System = BASE_SYSTEM, tgt: target.Target | None = None,
-           cxx: toolchain.Tool | None = CXX, nvcc: toolchain.Tool | None = None, digests: dict | None = None) -> str:
+           cxx: toolchain.Tool | None = CXX, nvcc: toolchain.Tool | None = None, digests: dict | None = None,
+           builder: str = "real") -> str:
     tgt = tgt or target.choose_target(system, "cpu")
     digests = digests if digests is not None else {"softmax_cpu.cpp": "a" * 64, "register.cpp": "b" * 64}
-    return jkey.compute_key(jkey.ingredients(spec_, tgt, system, cxx, nvcc, digests))
+    return jkey.compute_key(jkey.ingredients(spec_, tgt, system, cxx, nvcc, digests, builder))
 
 
 # ------------------------------------------------------------------ names
@@ -140,7 +141,26 @@ def test_env_var_reaches_exactly_the_keys_it_affects() -> None:
         system = dataclasses.replace(BASE_SYSTEM, build_env=((var, "x"),))
         reach[var] = [d for d, (tgt, nvcc) in targets.items()
                       if key_of(system=system, tgt=tgt, nvcc=nvcc) != key_of(tgt=tgt, nvcc=nvcc)]
+    # JITOPS_BUILDER reaches the key through Settings.builder (the plan's builder), not the probed environment.
+    assert "JITOPS_BUILDER" not in jkey.BUILD_ENV_VARS
+    reach["JITOPS_BUILDER"] = [d for d, (tgt, nvcc) in targets.items()
+                               if key_of(tgt=tgt, nvcc=nvcc, builder="fake") != key_of(tgt=tgt, nvcc=nvcc)]
     assert reach == ENV_REACH
+
+
+@pytest.mark.timeout(60)
+def test_plan_keys_the_builder_from_settings_not_the_environment(tmp_path: Path) -> None:
+    """The builder a plan keys (and builds with) is Settings.builder: a fake-builder setting changes
+    the key even with no JITOPS_BUILDER in the process environment, and real builds key no builder."""
+    from jitops.plan import make_plan
+    from jitops.registry import lookup
+
+    assert "JITOPS_BUILDER" not in os.environ  # conftest clears it
+    plans = {b: make_plan(lookup("softmax"), "cpu", settings=Settings.from_env(
+        {"JITOPS_CACHE_DIR": str(tmp_path), **({"JITOPS_BUILDER": b} if b else {})})) for b in ("", "real", "fake")}
+    assert plans["fake"].builder == "fake" and plans["fake"].ingredients["env"].get("JITOPS_BUILDER") == "fake"
+    assert plans["fake"].key != plans[""].key
+    assert plans["real"].key == plans[""].key and "JITOPS_BUILDER" not in plans[""].ingredients["env"]
 
 
 def test_cuda_arch_spellings_give_one_key() -> None:
