@@ -92,43 +92,16 @@ def tattletale_library(folder: Path, marker: Path, mode: int = 0o600) -> Path:
     return lib
 
 
-def _drop_code(base: Path) -> str:
-    """Code that makes this interpreter and the checkout reachable for nobody, then becomes nobody.
-
-    Either may live under a root-only directory (here: /root/.pyenv, /root
-    is 0700; a checkout in a ``mktemp -d`` folder, with its .venv). The child
-    runs in a private mount namespace, where the directories on those paths
-    are re-exposed through 0755 bind mounts (made in ``base``); the host
-    sees nothing of it.
-    """
-    return f"""
-import os, subprocess, sys
-blocked = {{}}  # a dir nobody cannot cross -> the children on our paths through it
-for target in (os.path.realpath(sys.executable), {str(REPO)!r}):
-    for p in Path(target).parents:
-        if p != Path("/") and not os.stat(p).st_mode & 0o001:
-            blocked.setdefault(p, set()).add(Path(target).relative_to(p).parts[0])
-for i, d in enumerate(sorted(blocked, key=lambda p: len(p.parts))):  # outermost first
-    view = Path({str(base)!r}) / f".view{{i}}"
-    view.mkdir(mode=0o755, exist_ok=True)
-    os.chmod(view, 0o755)
-    for child in sorted(blocked[d]):
-        (view / child).mkdir(exist_ok=True)
-        subprocess.run(["mount", "--bind", str(d / child), str(view / child)], check=True)
-    subprocess.run(["mount", "--rbind", str(view), str(d)], check=True)
-os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})
-"""
-
-
-def run_as_nobody(base: Path, code: str, env: dict[str, str], timeout: float = 280) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` as uid NOBODY (see :func:`_drop_code`); raise with its output if it fails."""
-    base.mkdir(mode=0o755, parents=True, exist_ok=True)
-    full = "from pathlib import Path\n" + _drop_code(base) + textwrap.dedent(code)
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", full],
+def run_as_nobody(views: Path, scenario: str, env: dict[str, str], /, *, timeout: float = 280, **kwargs: Any) -> Any:
+    """Run ``scenario(**kwargs)`` as uid NOBODY in a private mount namespace (see tests/scenarios_nobody.py,
+    which makes ``views`` hold the bind mounts it needs); its JSON reply. Raise with its output if it fails."""
+    views.mkdir(mode=0o755, parents=True, exist_ok=True)
+    argv = scenario_argv("scenarios_nobody.as_nobody", base=str(views), scenario=scenario, kwargs=kwargs)
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", *argv],
                           env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     if proc.returncode != 0:
         raise AssertionError(f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
-    return proc
+    return last_json(proc.stdout)
 
 
 @dataclass(frozen=True)
