@@ -48,8 +48,14 @@ def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 300
     return proc
 
 
-def scenario_argv(scenario: str, /, **kwargs: Any) -> list[str]:
-    """The command line that runs scenario function ``scenario(**kwargs)`` (see tests/scenario_main.py)."""
+def scenario_argv(scenario: str, /, *, python: str | None = None, **kwargs: Any) -> list[str]:
+    """The command line that runs scenario function ``scenario(**kwargs)`` (see tests/scenario_main.py).
+
+    With ``python`` (another interpreter, e.g. a venv with jitops installed from a wheel) the runner
+    is started as a script, so the checkout is not on its path; ``scenario`` then names a module of
+    tests/ that imports only what that interpreter has."""
+    if python is not None:
+        return [python, str(REPO / "tests" / "scenario_main.py"), scenario, json.dumps(kwargs)]
     return [sys.executable, "-m", "tests.scenario_main", scenario, json.dumps(kwargs)]
 
 

@@ -7,7 +7,8 @@ last line of stdout (``helpers.last_json`` reads it). An exception is reported t
 (``scenarios.describe``: type, MRO names, message), with its traceback on stderr.
 
 Only the named module is imported: a scenario about import costs or inertness stays in a
-module that imports nothing of jitops at its top.
+module that imports nothing of jitops at its top. Run as a script (``python tests/scenario_main.py``,
+e.g. by another interpreter that must not see the checkout's jitops), it finds the module beside it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def describe(e: BaseException) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     name, raw = argv
     module, _, fn = name.rpartition(".")
-    target = getattr(importlib.import_module(f"tests.{module or 'scenarios'}"), fn)
+    package = "tests." if __package__ else ""  # run as a script: tests/ itself is on sys.path
+    target = getattr(importlib.import_module(f"{package}{module or 'scenarios'}"), fn)
     try:
         result = target(**json.loads(raw))
     except Exception as e:  # noqa: BLE001 - the test reads the failure

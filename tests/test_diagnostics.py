@@ -139,25 +139,7 @@ def test_bad_lock_timeout_value(tmp_path: Path) -> None:
 def test_no_file_locking_warns_once_and_builds(tmp_path: Path) -> None:
     """flock failing with ENOLCK (as on NFS without lockd; simulated, the kernel here has locks):
     one warning for two builds, both correct through atomic publishing."""
-    out = run_py(
-        """
-        import errno, fcntl, logging
-        def no_locks(*a, **k):
-            raise OSError(errno.ENOLCK, "No locks available")
-        fcntl.flock = no_locks
-        fcntl.lockf = no_locks
-        warned = []
-        class H(logging.Handler):
-            def emit(self, rec):
-                if "file locking is not supported" in rec.getMessage():
-                    warned.append(rec.getMessage())
-        logging.getLogger("jitops").addHandler(H())
-        from tests import scenarios as S
-        S.report({"works": [S.get_and_check(n)["works"] for n in ("fakeadd", "fakemul")], "warned": warned})
-        """,
-        env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c")),
-    )
-    r = last_json(out.stdout)
+    r = run_scenario("scenarios_inert.no_file_locking", env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c")))
     assert r["works"] == [True, True] and len(r["warned"]) == 1
 
 

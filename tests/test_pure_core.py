@@ -16,7 +16,7 @@ import jitops.key as jkey
 import jitops.manifest as jmanifest
 from jitops.settings import Settings
 from jitops.errors import InvalidNameError, JitopsError, TargetError, UnknownOpError
-from tests.helpers import child_env, last_json, run_py
+from tests.helpers import child_env, run_scenario
 
 SOFTMAX = next(s for s in __import__("jitops.kernels", fromlist=["BUILTINS"]).BUILTINS if s.name == "softmax")
 
@@ -190,21 +190,10 @@ def test_source_digests_ignore_prefix_and_mtime(tmp_path: Path) -> None:
 @pytest.mark.process
 @pytest.mark.timeout(120)
 def test_key_is_stable_across_processes_cwds_and_homes(tmp_path: Path) -> None:
-    code = """
-        import json, jitops
-        from jitops import loader
-        import jitops.key as jkey
-        import jitops.manifest as jmanifest
-        import jitops.plan as jplan
-        import jitops.registry as jregistry
-        plan = jplan.make_plan(jregistry.registry().lookup("softmax"), "cpu")
-        print(json.dumps(plan.key))
-    """
     keys = set()
     for i, extra in enumerate([{}, {"HOME": str(tmp_path), "TMPDIR": str(tmp_path), "MAX_JOBS": "7"}]):
         env = child_env(PYTHONHASHSEED=str(i + 1), **extra)
-        proc = run_py(code, env=env)
-        keys.add(last_json(proc.stdout))
+        keys.add(run_scenario("scenarios_inert.plan_key", env=env))
     assert len(keys) == 1
 
 
@@ -250,21 +239,7 @@ def test_cuda_target_needs_cuda_torch_and_archs() -> None:
 @pytest.mark.process
 @pytest.mark.timeout(60)
 def test_import_is_inert() -> None:
-    code = """
-        import json, sys
-        events = []
-        def hook(event, args):
-            if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.system", "os.mkdir"):
-                events.append(event)
-            if event == "open" and args[1] not in (None, "r", "rb") and isinstance(args[1], str):
-                events.append(("open", str(args[0]), args[1]))
-        sys.addaudithook(hook)
-        import jitops
-        print(json.dumps({"events": events, "torch": "torch" in sys.modules,
-                          "cpp_extension": "torch.utils.cpp_extension" in sys.modules,
-                          "loader": "jitops.loader" in sys.modules, "platformdirs": "platformdirs" in sys.modules}))
-    """
-    report = last_json(run_py(code).stdout)
+    report = run_scenario("scenarios_inert.import_is_inert")
     assert report == {"events": [], "torch": False, "cpp_extension": False, "loader": False, "platformdirs": False}
 
 
