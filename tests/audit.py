@@ -46,3 +46,25 @@ def install() -> Audit:
     audit = Audit(os.environ["JITOPS_CACHE_DIR"])
     sys.addaudithook(audit.hook)
     return audit
+
+
+_ANY_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_ANY_EVENTS = {"os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.chmod", "os.chown", "os.utime", "os.truncate",
+               "os.link", "os.symlink", "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.rmtree",
+               "shutil.move", "subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec", "os.system", "os.startfile"}
+
+
+def install_anywhere() -> list[tuple[str, str]]:
+    """Start recording every write to the filesystem, anywhere, and every process start: (event, path)."""
+    writes: list[tuple[str, str]] = []
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open":
+            path, mode, flags = args
+            if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & _ANY_WRITE):
+                writes.append((event, str(path)))
+        elif event in _ANY_EVENTS:
+            writes.append((event, str(args[0])[:200]))
+
+    sys.addaudithook(hook)
+    return writes

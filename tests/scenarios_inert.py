@@ -250,3 +250,15 @@ def ctrl_c_load_inline(name: str, source: str) -> dict[str, Any]:
     lib = jitops.load_inline(name, source)
     x = torch.randn(1000)
     return {"state": "rebuilt", "built": lib.library.built, "ok": bool(torch.equal(lib.squared_relu(x), torch.relu(x) ** 2))}
+
+
+def build_progress_demo(root: str) -> dict[str, Any]:
+    """Build a one-source library from the folder ``root`` (as the user's own kernel): whether it was built,
+    and for which target. Its progress line goes to stderr (or a Jupyter display)."""
+    import jitops.entry as jentry
+    import jitops.plan as jplan
+    from jitops.spec import OpSpec
+
+    spec = OpSpec(name="progress_demo", root=Path(root), cpu_sources=("k.cpp",), exports=("progress_demo",))
+    entry = jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
+    return {"built": entry.built, "target": entry.plan.target.name}
