@@ -262,3 +262,32 @@ def build_progress_demo(root: str) -> dict[str, Any]:
     spec = OpSpec(name="progress_demo", root=Path(root), cpu_sources=("k.cpp",), exports=("progress_demo",))
     entry = jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
     return {"built": entry.built, "target": entry.plan.target.name}
+
+
+def get_without_remote() -> dict[str, Any]:
+    """Get fakeadd with no remote cache configured: whether it built, and which remote-tier modules got imported."""
+    from tests import scenarios as S
+
+    r = S.get_and_check("fakeadd")
+    mods = [m for m in ("redis", "cryptography", "fsspec", "s3fs", "botocore", "jitops.remote.tier",
+                        "jitops.remote.session", "jitops.remote.signing", "jitops.remote.store") if m in sys.modules]
+    return {"built": r["built"], "mods": mods}
+
+
+def local_hit_connects() -> dict[str, Any]:
+    """Get fakeadd (a local hit) under an audit hook installed first: every socket it connected, and whether
+    redis was imported."""
+    connects: list[str] = []
+    sys.addaudithook(lambda ev, args: connects.append(str(args[1])) if ev == "socket.connect" else None)
+    from tests import scenarios as S
+
+    r = S.get_and_check("fakeadd")
+    return {"built": r["built"], "connects": connects, "redis": "redis" in sys.modules}
+
+
+def s3_mkdir(bucket: str) -> bool:
+    """Create ``bucket`` through s3fs (the store the environment's AWS_* variables name)."""
+    import s3fs
+
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(bucket)
+    return True
