@@ -1,4 +1,4 @@
-"""Helpers for tests that run scenarios in fresh Python processes."""
+"""Helpers for tests that run scenarios (functions of tests/scenarios*.py) in fresh Python processes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,21 +30,6 @@ def child_env(**overrides: str | None) -> dict[str, str]:
         else:
             env[k] = v
     return env
-
-
-def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter; raise with its output if it fails."""
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=env or child_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
-    return proc
 
 
 def scenario_argv(scenario: str, /, *, python: str | None = None, **kwargs: Any) -> list[str]:

@@ -16,7 +16,7 @@ import jitops.key as jkey
 import jitops.manifest as jmanifest
 from jitops.settings import Settings
 from jitops.errors import InvalidNameError, JitopsError, TargetError, UnknownOpError
-from tests.helpers import child_env, run_scenario
+from tests.helpers import REPO, child_env, run_scenario
 
 SOFTMAX = next(s for s in __import__("jitops.kernels", fromlist=["BUILTINS"]).BUILTINS if s.name == "softmax")
 
@@ -419,6 +419,25 @@ def test_no_module_is_over_300_lines() -> None:
     pkg = Path(jitops.__file__).parent
     sizes = {p.relative_to(pkg).as_posix(): len(p.read_text().splitlines()) for p in pkg.rglob("*.py")}
     assert {k: v for k, v in sizes.items() if v > 300} == {}
+
+
+def test_child_programs_are_scenario_functions_not_code_strings() -> None:
+    """No test hands Python a program as a string (``python -c``): children run functions of
+    tests/scenarios*.py through helpers.run_scenario, which linters and tracebacks can see."""
+    import ast
+
+    offenders = []
+    for path in sorted((REPO / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.List, ast.Tuple)):
+                items = [ast.unparse(e) for e in node.elts]
+                for before, item in zip(items, items[1:]):
+                    if item == "'-c'" and ("executable" in before or "python" in before):
+                        offenders.append(f"{path.name}:{node.lineno}")
+            elif isinstance(node, (ast.FunctionDef, ast.Call)) and "run_py" in (
+                    node.name if isinstance(node, ast.FunctionDef) else ast.unparse(node.func)):
+                offenders.append(f"{path.name}:{node.lineno} run_py")
+    assert offenders == []
 
 
 def test_register_returns_a_handle_that_undoes_it(tmp_path: Path) -> None:
