@@ -91,3 +91,18 @@ def get_failing(name: str, root: str, source: str) -> dict[str, Any] | None:
     except jitops.BuildError as e:
         return {"error": str(e), "seconds": time.monotonic() - t0}
     return None
+
+
+def timed_gets() -> dict[str, float]:
+    """The first ``jitops.get`` of fakeadd, then of fakemul, timed (benchmarks/cluster.py)."""
+    from tests import fakelib
+
+    fakelib.register_all()
+    import jitops
+
+    t0 = time.perf_counter()
+    jitops.get("fakeadd")
+    t1 = time.perf_counter()
+    jitops.get("fakemul")
+    t2 = time.perf_counter()
+    return {"first_get_s": t1 - t0, "second_get_s": t2 - t1}
