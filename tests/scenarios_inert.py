@@ -291,3 +291,28 @@ def s3_mkdir(bucket: str) -> bool:
 
     s3fs.S3FileSystem(skip_instance_cache=True).mkdir(bucket)
     return True
+
+
+def get_reporting_distributed_imports() -> dict[str, Any]:
+    """Get fakeadd after importing torch: whether it built, and which torch.distributed / remote-tier modules
+    that imported beyond what torch had."""
+    import torch  # noqa: F401 - its own torch.distributed imports are not counted
+
+    before = {m for m in sys.modules if m.startswith("torch.distributed")}
+    from tests import scenarios as S
+
+    r = S.get_and_check("fakeadd")
+    extra = sorted(m for m in sys.modules if m.startswith(("torch.distributed", "jitops.remote", "jitops.distributed"))
+                   and m not in before)
+    return {"built": r["built"], "extra": extra}
+
+
+def tcp_store_server(port: int, seconds: float) -> None:
+    """A torch.distributed TCPStore server on ``port``: prints "up" once listening, then lives ``seconds``."""
+    import time
+
+    import torch.distributed as d
+
+    s = d.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # noqa: F841 - kept alive
+    print("up", flush=True)
+    time.sleep(seconds)

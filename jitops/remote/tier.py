@@ -42,6 +42,7 @@ from .store import Holder, Store, StoreError, StoreTimeout
 
 if TYPE_CHECKING:
     from ..plan import Plan
+    from .digest import DigestSigner, JobTrust
     from .signing import Signer, Trust
 
 log = logging.getLogger("jitops")
@@ -53,8 +54,10 @@ def entry_name(library: str, target: str, key: str) -> str:
 
 
 class Tier:
-    def __init__(self, settings: RemoteSettings, store: Store | None, trust: Trust | None, signer: Signer | None) -> None:
+    def __init__(self, settings: RemoteSettings, store: Store | None, trust: Trust | JobTrust | None,
+                 signer: Signer | DigestSigner | None, *, fail_open: bool = True) -> None:
         self.settings, self.store, self.trust, self.signer = settings, store, trust, signer
+        self.fail_open = fail_open  # False for the job's store: its failure is the job's, raised, not hidden
         self.stats = Counters()
         self.off = False  # True once the store failed: the process builds locally from then on
         self._rejected: set[str] = set()
@@ -69,6 +72,10 @@ class Tier:
     def switch_off(self, e: Exception) -> None:
         self.stats.errors += 1
         self.stats.timeouts += isinstance(e, StoreTimeout)
+        if not self.fail_open:
+            raise CacheError(f"the job's store {self.settings.url} failed: {e}. This is torch.distributed's failure "
+                             "(the store's host went away or stalls); jitops does not hide it. Fix: see why the "
+                             "job's rank 0 / agent died, or set JITOPS_DISTRIBUTED=0 to build without the store") from e
         if self.off:
             return
         self.off = True
@@ -85,10 +92,12 @@ class Tier:
 
     # ---- the flow
     def obtain(self, plan: Plan, cache: Cache, build: Callable[[], Manifest],
-               wait_limit: float | None = None) -> tuple[Manifest, bool]:
+               wait_limit: float | None = None, built_here: Callable[[], bool] = lambda: True) -> tuple[Manifest, bool]:
         """The plan's entry: (manifest, built here?). Fetched, waited for, or built by ``build``.
 
         ``wait_limit``: seconds to wait for another node's build (``JITOPS_LOCK_TIMEOUT``; None: as long as it takes).
+        ``built_here``: asked after ``build`` returns; False when ``build`` fetched from a tier behind this one
+        (the job's store), so this tier never re-signs and uploads what it did not build.
         """
         self._caches.add(str(cache.root))
         if self.off or self.store is None:
@@ -112,7 +121,7 @@ class Tier:
                 if lease is not None:
                     self._guard(self._record_failure, plan, e)
                 raise
-            if self.writes:  # before the lease goes: a waiter that sees it free must find the entry
+            if self.writes and built_here():  # before the lease goes: a waiter that sees it free must find the entry
                 self._guard(self.upload, plan, cache, manifest)
             return manifest, True
         finally:
