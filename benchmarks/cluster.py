@@ -35,22 +35,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.helpers import environ  # noqa: E402
+from tests.helpers import environ, scenario_argv  # noqa: E402
 from tests.remote_helpers import keygen, moto_s3, redis_server  # noqa: E402
 
 OPS = ["fakeadd", "fakemul"]
-TIMING = """
-import json, os, sys, time
-from tests import fakelib
-fakelib.register_all()
-import jitops
-t0 = time.perf_counter(); jitops.get("fakeadd"); t1 = time.perf_counter(); jitops.get("fakemul"); t2 = time.perf_counter()
-print(json.dumps({"first_get_s": t1 - t0, "second_get_s": t2 - t1}))
-"""
 
 
-def run(code: str, env: dict[str, str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+def run(scenario: str, env: dict[str, str], **kwargs: object) -> dict:
+    """Run the scenario function ``scenario(**kwargs)`` (tests/scenario_main.py) in a fresh interpreter; its reply."""
+    out = subprocess.run(scenario_argv(scenario, **kwargs), env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     if out.returncode:
         raise SystemExit(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -63,7 +56,7 @@ def cluster(n: int, url: str | None, tmp: Path, build_s: float, cfg: Path) -> tu
     env.pop("JITOPS_REMOTE_CACHE", None)
     if url is not None:
         env["JITOPS_REMOTE_CACHE"] = url
-    out = run(f"from tests import remote_scenarios as R; R.main_nodes({n}, {str(base)!r}, {OPS!r})", env)
+    out = run("remote_scenarios.main_nodes", env, n=n, base=str(base), ops=OPS)
     replies = out["replies"]
     if len(replies) != n or not all(r["ok"] and r["exit"] == 0 for r in replies):
         raise SystemExit(f"a node failed: {[r for r in replies if not r['ok']][:1]}")
@@ -160,12 +153,12 @@ def main() -> None:
                 remote, remote2, local_tier, local_plain = [], [], [], []
                 for i in range(args.repeat):
                     cache = tmp / f"t-{name}-{i}"
-                    first = run(TIMING, {**env, "JITOPS_CACHE_DIR": str(cache)})
+                    first = run("remote_scenarios.timed_gets", {**env, "JITOPS_CACHE_DIR": str(cache)})
                     remote.append(first["first_get_s"])
                     remote2.append(first["second_get_s"])
                     pair = [(local_tier, env), (local_plain, base_env)]
                     for out, e in pair if i % 2 else pair[::-1]:  # alternate which goes first
-                        out.append(run(TIMING, {**e, "JITOPS_CACHE_DIR": str(cache)})["first_get_s"])
+                        out.append(run("remote_scenarios.timed_gets", {**e, "JITOPS_CACHE_DIR": str(cache)})["first_get_s"])
                 med = statistics.median
                 print(f"{name}: first get() in a fresh process, median of {args.repeat}: remote hit "
                       f"{1000 * med(remote):.1f} ms (connect, imports, compiler probe included), a second op's "

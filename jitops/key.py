@@ -42,8 +42,6 @@ HOST_ENV_VARS = (
     "CFLAGS",
     "CXXFLAGS",
     "LDFLAGS",
-    # The test seam that swaps the compiler for a fake one (settings.builder).
-    "JITOPS_BUILDER",
 )
 # Variables that only a CUDA build reads: nvcc itself (NVCC_*), the arch list,
 # and the toolkit/cuDNN paths torch.utils.cpp_extension reads in-process while
@@ -58,6 +56,8 @@ CUDA_ENV_VARS = (
     "CUDNN_HOME",
     "CUDNN_PATH",
 )
+# Where a non-real builder (Settings.builder, the test seam) appears in the key's "env".
+BUILDER_INGREDIENT = "JITOPS_BUILDER"
 # Everything the probe records (System.build_env); key_env picks per target.
 BUILD_ENV_VARS = HOST_ENV_VARS + CUDA_ENV_VARS
 # Removed from the build's environment instead, so they cannot change a binary behind the key's back.
@@ -86,10 +86,14 @@ def env_vars_for(device: str) -> tuple[str, ...]:
     return BUILD_ENV_VARS if device == "cuda" else HOST_ENV_VARS
 
 
-def key_env(build_env: tuple[tuple[str, str], ...], device: str) -> dict[str, str]:
-    """The part of a probed build environment that the key of a ``device`` build holds."""
+def key_env(build_env: tuple[tuple[str, str], ...], device: str, builder: str = "real") -> dict[str, str]:
+    """The part of a probed build environment that the key of a ``device`` build holds, plus a
+    builder other than the real one (from Settings, never from the environment)."""
     wanted = env_vars_for(device)
-    return {k: v for k, v in build_env if k in wanted}
+    env = {k: v for k, v in build_env if k in wanted}
+    if builder != "real":
+        env[BUILDER_INGREDIENT] = builder
+    return env
 
 
 def split_flags(var: str, value: str) -> tuple[str, ...]:
@@ -180,8 +184,13 @@ def ingredients(
     compiler: Tool | None,
     nvcc: Tool | None,
     digests: Mapping[str, str],
+    builder: str = "real",
 ) -> dict[str, Any]:
-    """Every input that changes the binary, and nothing that does not. Pure."""
+    """Every input that changes the binary, and nothing that does not. Pure.
+
+    ``builder`` is ``Settings.builder``: the test seam's fake builder makes another binary,
+    so it is keyed (as ``env.JITOPS_BUILDER``, where earlier keys had it); the real one adds
+    nothing, so real builds' keys do not depend on whether the variable was set."""
     cflags, cuda_cflags, ldflags = build_flags(spec, target, system)
     return {
         "library": spec.name,
@@ -202,7 +211,7 @@ def ingredients(
         "machine": system.machine,
         "compiler": compiler_ingredient(compiler) if compiler else None,
         "nvcc": {"path": nvcc.path, "version": nvcc.version} if nvcc else None,
-        "env": key_env(system.build_env, target.device),
+        "env": key_env(system.build_env, target.device, builder),
     }
 
 

@@ -51,11 +51,12 @@ class Plan:
     key: str
     cache: Cache
     toolchain_error: ToolchainError | None = None
+    builder: str = "real"  # Settings.builder: which builder makes the entry (keyed unless "real")
 
     @functools.cached_property
     def ingredients(self) -> dict[str, Any]:
         """The key's input (and the manifest's record) as plain data; derived, never parsed back."""
-        return ingredients(self.spec, self.target, self.system, self.compiler, self.nvcc, dict(self.digests))
+        return ingredients(self.spec, self.target, self.system, self.compiler, self.nvcc, dict(self.digests), self.builder)
 
     @property
     def namespace(self) -> str:
@@ -112,8 +113,9 @@ def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None,
         missing = e
     digests = tuple(sorted(source_digests(spec).items()))
     cflags, cuda_cflags, ldflags = build_flags(spec, target, system)
-    key = compute_key(ingredients(spec, target, system, compiler, nvcc, dict(digests)))
-    return Plan(spec, target, system, compiler, nvcc, digests, cflags, cuda_cflags, ldflags, key, cache, missing)
+    key = compute_key(ingredients(spec, target, system, compiler, nvcc, dict(digests), settings.builder))
+    return Plan(spec, target, system, compiler, nvcc, digests, cflags, cuda_cflags, ldflags, key, cache, missing,
+                builder=settings.builder)
 
 
 def runnable_here(plan: Plan, archs: str | None, settings: Settings | None = None) -> Plan:

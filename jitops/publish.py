@@ -85,7 +85,7 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             build_dir=build_dir,
             env=build_env(work / "tmp"),
             jobs=jobs or _build.default_jobs(settings.jobs),
-            builder=settings.builder,
+            builder=plan.builder,  # the builder its key names
             fake_seconds=settings.fake_build_seconds,
         )
         log.info("building %s (first use; cached afterwards)", plan.what)

@@ -1,4 +1,4 @@
-"""Helpers for tests that run scenarios in fresh Python processes."""
+"""Helpers for tests that run scenarios (functions of tests/scenarios*.py) in fresh Python processes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,30 +32,31 @@ def child_env(**overrides: str | None) -> dict[str, str]:
     return env
 
 
-def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter; raise with its output if it fails."""
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=env or child_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
+def scenario_argv(scenario: str, /, *, python: str | None = None, **kwargs: Any) -> list[str]:
+    """The command line that runs scenario function ``scenario(**kwargs)`` (see tests/scenario_main.py).
+
+    With ``python`` (another interpreter, e.g. a venv with jitops installed from a wheel) the runner
+    is started as a script, so the checkout is not on its path; ``scenario`` then names a module of
+    tests/ that imports only what that interpreter has."""
+    if python is not None:
+        return [python, str(REPO / "tests" / "scenario_main.py"), scenario, json.dumps(kwargs)]
+    return [sys.executable, "-m", "tests.scenario_main", scenario, json.dumps(kwargs)]
+
+
+def run_scenario_proc(scenario: str, /, *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True,
+                      **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``scenario(**kwargs)`` in a fresh interpreter; the finished process (raise if it failed and ``check``)."""
+    proc = subprocess.run(scenario_argv(scenario, **kwargs), env=env or child_env(), capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
     if check and proc.returncode != 0:
-        raise AssertionError(f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+        raise AssertionError(f"scenario {scenario} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     return proc
 
 
 def run_scenario(scenario: str, /, *, env: dict[str, str] | None = None, timeout: float = 300, **kwargs: Any) -> Any:
-    """Run ``tests.scenarios.<scenario>(**kwargs)`` in a fresh interpreter; its JSON reply."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.scenarios", scenario, json.dumps(kwargs)],
-        env=env or child_env(), capture_output=True, text=True, timeout=timeout, cwd=REPO,
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"scenario {scenario} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
-    return last_json(proc.stdout)
+    """Run ``scenario(**kwargs)`` in a fresh interpreter (``fn`` of tests/scenarios.py, or ``module.fn`` of
+    tests/<module>.py); its JSON reply."""
+    return last_json(run_scenario_proc(scenario, env=env, timeout=timeout, **kwargs).stdout)
 
 
 def last_json(stdout: str) -> Any:
@@ -82,43 +82,16 @@ def tattletale_library(folder: Path, marker: Path, mode: int = 0o600) -> Path:
     return lib
 
 
-def _drop_code(base: Path) -> str:
-    """Code that makes this interpreter and the checkout reachable for nobody, then becomes nobody.
-
-    Either may live under a root-only directory (here: /root/.pyenv, /root
-    is 0700; a checkout in a ``mktemp -d`` folder, with its .venv). The child
-    runs in a private mount namespace, where the directories on those paths
-    are re-exposed through 0755 bind mounts (made in ``base``); the host
-    sees nothing of it.
-    """
-    return f"""
-import os, subprocess, sys
-blocked = {{}}  # a dir nobody cannot cross -> the children on our paths through it
-for target in (os.path.realpath(sys.executable), {str(REPO)!r}):
-    for p in Path(target).parents:
-        if p != Path("/") and not os.stat(p).st_mode & 0o001:
-            blocked.setdefault(p, set()).add(Path(target).relative_to(p).parts[0])
-for i, d in enumerate(sorted(blocked, key=lambda p: len(p.parts))):  # outermost first
-    view = Path({str(base)!r}) / f".view{{i}}"
-    view.mkdir(mode=0o755, exist_ok=True)
-    os.chmod(view, 0o755)
-    for child in sorted(blocked[d]):
-        (view / child).mkdir(exist_ok=True)
-        subprocess.run(["mount", "--bind", str(d / child), str(view / child)], check=True)
-    subprocess.run(["mount", "--rbind", str(view), str(d)], check=True)
-os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})
-"""
-
-
-def run_as_nobody(base: Path, code: str, env: dict[str, str], timeout: float = 280) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` as uid NOBODY (see :func:`_drop_code`); raise with its output if it fails."""
-    base.mkdir(mode=0o755, parents=True, exist_ok=True)
-    full = "from pathlib import Path\n" + _drop_code(base) + textwrap.dedent(code)
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", full],
+def run_as_nobody(views: Path, scenario: str, env: dict[str, str], /, *, timeout: float = 280, **kwargs: Any) -> Any:
+    """Run ``scenario(**kwargs)`` as uid NOBODY in a private mount namespace (see tests/scenarios_nobody.py,
+    which makes ``views`` hold the bind mounts it needs); its JSON reply. Raise with its output if it fails."""
+    views.mkdir(mode=0o755, parents=True, exist_ok=True)
+    argv = scenario_argv("scenarios_nobody.as_nobody", base=str(views), scenario=scenario, kwargs=kwargs)
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", *argv],
                           env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     if proc.returncode != 0:
         raise AssertionError(f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
-    return proc
+    return last_json(proc.stdout)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import child_env
+from tests.helpers import REPO, child_env, scenario_argv
 
 
 def free_port() -> int:
@@ -168,8 +168,8 @@ def moto_s3(tmp: Path) -> Iterator[tuple[str, dict[str, str]]]:
                 assert proc.poll() is None, "moto_server exited at start"
                 assert time.monotonic() < deadline, "moto_server did not start"
                 time.sleep(0.1)
-        code = "import s3fs; s3fs.S3FileSystem(skip_instance_cache=True).mkdir('jitops-test')"
-        subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, check=True, timeout=60)
+        subprocess.run(scenario_argv("scenarios_inert.s3_mkdir", bucket="jitops-test"), env={**os.environ, **env}, check=True,
+                       timeout=60, cwd=REPO)
         yield "s3://jitops-test/cache", env
     finally:
         proc.send_signal(signal.SIGKILL)

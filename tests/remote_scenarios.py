@@ -1,15 +1,15 @@
 """Simulated nodes for the remote-tier tests: forked workers, each its own cache dir, one store.
 
-Runs inside a child interpreter (see ``tests/scenarios.py``).
+Runs inside a child interpreter (``helpers.run_scenario("remote_scenarios.NAME", ...)``; see ``tests/scenarios.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 from tests import scenarios as S
@@ -56,7 +56,52 @@ def preload_remote() -> None:
     import jitops.remote.fs_store  # noqa: F401
 
 
-def main_nodes(n: int, base: str, ops: list[str]) -> None:
+def main_nodes(n: int, base: str, ops: list[str]) -> dict[str, Any]:
+    """``nodes`` after preloading jitops and the remote tier (run by ``helpers.run_scenario``)."""
     S.preload()
     preload_remote()
-    print(json.dumps(nodes(n, base, ops)))
+    return nodes(n, base, ops)
+
+
+def get_node(ops: list[str]) -> dict[str, Any]:
+    """One node getting ``ops`` (see ``node``), with every warning shown on stderr too."""
+    warnings.simplefilter("always")
+    return node(ops)
+
+
+def fingerprint(config_dir: str) -> str:
+    """The fingerprint of the signing key kept in ``config_dir``."""
+    from jitops.remote.config import RemoteSettings
+    from jitops.remote.signing import load_signer
+
+    return load_signer(RemoteSettings("file:///x", "write", None, None, config_dir))[0].fingerprint
+
+
+def get_failing(name: str, root: str, source: str) -> dict[str, Any] | None:
+    """Register a library ``name`` of the one C++ file ``root/source``, which does not compile, and get it: the
+    BuildError's message and how long it took (None if it built)."""
+    import jitops
+    from jitops import OpSpec
+
+    jitops.register(OpSpec(name=name, root=Path(root), cpu_sources=(source,), schemas=(f"{name}(Tensor x) -> Tensor",)))
+    t0 = time.monotonic()
+    try:
+        jitops.get(name)
+    except jitops.BuildError as e:
+        return {"error": str(e), "seconds": time.monotonic() - t0}
+    return None
+
+
+def timed_gets() -> dict[str, float]:
+    """The first ``jitops.get`` of fakeadd, then of fakemul, timed (benchmarks/cluster.py)."""
+    from tests import fakelib
+
+    fakelib.register_all()
+    import jitops
+
+    t0 = time.perf_counter()
+    jitops.get("fakeadd")
+    t1 = time.perf_counter()
+    jitops.get("fakemul")
+    t2 = time.perf_counter()
+    return {"first_get_s": t1 - t0, "second_get_s": t2 - t1}

@@ -1,17 +1,18 @@
 """Building blocks for process scenarios, run inside a child interpreter.
 
-A test starts one fresh interpreter (``helpers.run_py``) that imports torch
+A test starts one fresh interpreter (``helpers.run_scenario``) that imports torch
 and jitops once and then forks a worker per scenario step: forking costs
 milliseconds where a fresh interpreter costs a second of torch import, so the
 race, kill and corruption tests can afford hundreds of real processes. Each
 worker is a real process with its own memory, its own OS locks and its own
 loader memo, and it is killed, raced and checked like any other.
 
-A child program is a function here, not a string: ``helpers.run_scenario(
-"name", env, **kwargs)`` runs ``python -m tests.scenarios name '<json kwargs>'``,
-which calls ``name(**kwargs)`` and reports its return value (or the
-exception, as ``_describe`` does) as the last line of stdout. Linters and
-tracebacks see real code and real line numbers.
+A child program is a function here (or in a ``tests/scenarios_*.py`` module),
+not a string: ``helpers.run_scenario("name", env=..., **kwargs)`` runs
+``python -m tests.scenario_main name '<json kwargs>'``, which calls
+``name(**kwargs)`` and reports its return value (or the exception, as
+``_describe`` does) as the last line of stdout. Linters and tracebacks see
+real code and real line numbers.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import jitops
 from tests import fakelib
+from tests.scenario_main import describe as _describe
 
 
 _popens = [0]
@@ -70,10 +72,6 @@ def get_and_check(name: str = "fakeadd") -> dict[str, Any]:
         works = bool(torch.allclose(op(x), torch.softmax(x, -1), atol=1e-6))
     return {"pid": os.getpid(), "built": lib.built, "subprocesses": _popens[0] - before, "sha256": lib.manifest.sha256, "works": works,
             "entry": str(lib.entry), "op_id": id(op)}
-
-
-def _describe(e: BaseException) -> dict[str, Any]:
-    return {"ok": False, "type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e)}
 
 
 def spawn(fn: Callable[..., Any], *args: Any, env: dict[str, str] | None = None,
@@ -296,18 +294,3 @@ def load_inline_cuda(name: str, cpp: str, cu: str) -> dict[str, Any]:
     lib = jitops.load_inline(name, cpp, cu, device="cuda")
     return {"ok": True, "built": lib.library.built, "entry": str(lib.library.entry), "target": lib.library.target,
             "ops": sorted(lib.ops)}
-
-
-def main(argv: list[str]) -> int:
-    name, raw = argv
-    fn = globals()[name]
-    try:
-        result = fn(**json.loads(raw))
-    except Exception as e:  # noqa: BLE001 - the test reads the failure
-        result = _describe(e)
-    report(result)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

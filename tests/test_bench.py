@@ -11,7 +11,6 @@ import json
 import re
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import jitops
 from jitops import bench
 from jitops.bench import Row
 from jitops.cli import main
-from tests.helpers import REPO, child_env
+from tests.helpers import REPO, child_env, run_scenario
 
 FAST = bench.Timing(rounds=2, block_s=0.002)
 
@@ -125,21 +124,7 @@ def test_cuda_without_a_gpu_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.process
 @pytest.mark.timeout(120)
 def test_bench_help_imports_no_torch() -> None:
-    code = """
-        import contextlib, io, json, sys
-        from jitops.cli import main
-        with contextlib.redirect_stdout(io.StringIO()) as out:
-            try:
-                main(["bench", "--help"])
-            except SystemExit:
-                pass
-        print(json.dumps({"help": "--trace FILE" in out.getvalue(),
-                          "torch": [m for m in sys.modules if m.split(".")[0] == "torch"]}))
-    """
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=child_env(), capture_output=True,
-                          text=True, timeout=100)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.splitlines()[-1]) == {"help": True, "torch": []}
+    assert run_scenario("scenarios_inert.bench_help", timeout=100) == {"help": True, "torch": []}
 
 
 # ------------------------------------------------------------------ real runs on CPU (each op built once per session)

@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import tarfile
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from jitops.cli import main
 from jitops.cli_cache import parse_age, parse_size
 from jitops.errors import OfflineMiss
 from tests.cli_helpers import fake_spec
-from tests.helpers import child_env, last_json
+from tests.helpers import child_env, run_scenario
 
 
 @pytest.fixture
@@ -361,22 +360,8 @@ def test_import_keeps_a_foreign_entry_but_never_loads_it(fake, tmp_path: Path, m
 @pytest.mark.process
 @pytest.mark.timeout(120)
 def test_help_list_and_cache_commands_do_not_import_torch(tmp_path: Path) -> None:
-    code = """
-        import contextlib, io, json, sys
-        from jitops.cli import main
-        rcs = []
-        for argv in (["--help"], ["list"], ["cache", "path"], ["cache", "ls"], ["cache", "verify"],
-                     ["cache", "prune", "--max-size", "1G"], ["cache", "export", sys.argv[1]],
-                     ["cache", "import", sys.argv[1]], ["cache", "clear"]):
-            with contextlib.redirect_stdout(io.StringIO()):
-                rcs.append(main(argv))
-        print(json.dumps({"rcs": rcs, "torch": sorted(m for m in sys.modules if m.split(".")[0] == "torch")}))
-    """
     env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"))
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "x.tar.gz")], env=env,
-                          capture_output=True, text=True, timeout=100)
-    assert proc.returncode == 0, proc.stderr
-    report = last_json(proc.stdout)
+    report = run_scenario("scenarios_inert.cache_commands", archive=str(tmp_path / "x.tar.gz"), env=env, timeout=100)
     assert report == {"rcs": [0] * 9, "torch": []}
     # And as the real command, as `python -X importtime` sees it.
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "jitops", "cache", "ls"], env=env,

@@ -23,8 +23,8 @@ import jitops.entry as jentry
 import jitops.plan as jplan
 import jitops.registry as jregistry
 from jitops.cli import main
-from tests.cli_helpers import AUDIT, no_compiler_env, run_child
-from tests.helpers import NOBODY, REPO, child_env, last_json, processes, run_as_nobody
+from tests.cli_helpers import no_compiler_env, run_child
+from tests.helpers import NOBODY, REPO, child_env, processes, run_as_nobody, run_scenario
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +36,7 @@ def softmax_entry(session_cache: Path) -> jentry.Entry:
 @pytest.fixture(scope="module")
 def warm_all(session_cache: Path) -> str:
     """Output of a real `jitops warm --all` child on the session cache (run once per module)."""
-    proc = run_child("", child_env(), args=("warm", "--all", "--device", "cpu"), timeout=600)
+    proc = run_child(child_env(), args=("warm", "--all", "--device", "cpu"), timeout=600)
     return _ok(proc)
 
 
@@ -57,39 +57,6 @@ def _ok(proc) -> str:  # type: ignore[no-untyped-def]
 def test_console_script_is_main() -> None:
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"jitops": "jitops.cli:main"}
-
-
-# Runs as uid NOBODY (helpers.run_as_nobody), which re-exposes the root-only interpreter and
-# checkout paths in a private mount namespace before dropping root.
-OFFLINE_CHILD = """
-import contextlib, io, json, os, sys
-import torch, jitops
-from jitops import loader
-import jitops.entry as jentry
-import jitops.plan as jplan
-import jitops.registry as jregistry
-from jitops.cli import main
-""" + AUDIT + """
-SAMPLES = {"softmax": lambda op, x: (op(x, dim=-1), torch.softmax(x, -1)),
-           "log_softmax": lambda op, x: (op(x, dim=0), torch.log_softmax(x, 0))}
-x = torch.randn(16, 37)
-report = {"uid": os.geteuid(), "ops": {}}
-for name in jitops.list_ops():
-    op = jitops.get(name, device="cpu")
-    got, want = SAMPLES[name](op, x) if name in SAMPLES else (None, None)
-    report["ops"][name] = {"built": op.library.built, "ok": got is None or bool(torch.allclose(got, want, atol=1e-5)),
-                           "checked": name in SAMPLES}
-with contextlib.redirect_stdout(io.StringIO()):
-    report["rcs"] = [main(["cache", "ls"]), main(["cache", "verify"]), main(["list"])]
-os.environ["CXXFLAGS"] = "-DJITOPS_NEW_FLAGS"  # a new key: offline must refuse, not build or write
-try:
-    loader.load_library(jregistry.registry().lookup("softmax"), "cpu")
-    report["miss"] = None
-except jitops.OfflineMiss as e:
-    report["miss"] = str(e)
-report.update(writes=WRITES, spawns=SPAWNS, cpp_extension="torch.utils.cpp_extension" in sys.modules)
-print(json.dumps(report))
-"""
 
 
 def _read_only_copy(src_root: Path, dest_root: Path, uid: int) -> None:
@@ -114,7 +81,9 @@ def test_warm_all_then_offline_read_only_cache_builds_nothing_and_writes_nothing
     home.mkdir()
     os.chown(home, NOBODY, NOBODY)
     env = child_env(JITOPS_CACHE_DIR=str(root), JITOPS_OFFLINE="1", HOME=str(home))
-    report = last_json(run_as_nobody(world_dir / "views", OFFLINE_CHILD, env, timeout=240).stdout)
+    # As uid NOBODY (helpers.run_as_nobody), which re-exposes the root-only interpreter and checkout
+    # paths in a private mount namespace before dropping root.
+    report = run_as_nobody(world_dir / "views", "scenarios_cli.offline_read_only", env, timeout=240)
     assert report["uid"] == NOBODY  # permission bits bind this child (root's would not)
     assert report["ops"] and all(o["built"] is False and o["ok"] for o in report["ops"].values()), report
     assert report["ops"]["softmax"]["checked"] and report["ops"]["log_softmax"]["checked"]
@@ -127,33 +96,11 @@ def test_warm_all_then_offline_read_only_cache_builds_nothing_and_writes_nothing
 @pytest.mark.process
 @pytest.mark.timeout(600)
 def test_second_warm_builds_nothing_within_two_seconds(warm_all: str) -> None:
-    code = AUDIT + """
-import json, time
-t0 = time.perf_counter()
-import torch
-t1 = time.perf_counter()
-import contextlib, io
-from jitops.cli import main
-buf = io.StringIO()
-with contextlib.redirect_stdout(buf):
-    rc = main(["warm", "--all", "--device", "cpu"])
-t2 = time.perf_counter()
-print(json.dumps({"rc": rc, "out": buf.getvalue(), "torch_s": t1 - t0, "warm_s": t2 - t1, "spawns": SPAWNS}))
-"""
-    report = last_json(_ok(run_child(code, child_env())))
+    report = run_scenario("scenarios_cli.second_warm")
     print(f"second `jitops warm --all`: import torch {report['torch_s']:.2f}s + warm {report['warm_s']:.3f}s")
     assert report["rc"] == 0 and "0 built" in report["out"] and "softmax for cpu-" in report["out"]
     assert report["spawns"] == []  # no compiler, no ninja, not even `c++ --version`
     assert report["warm_s"] <= 2.0
-
-
-LOAD_CHILD = AUDIT + """
-import json, torch, jitops
-op = jitops.get("softmax", device="cpu")
-x = torch.randn(8, 21)
-print(json.dumps({"built": op.library.built, "ok": bool(torch.allclose(op(x, dim=1), torch.softmax(x, 1), atol=1e-6)),
-                  "spawns": SPAWNS, "writes": WRITES, "entry": str(op.library.entry)}))
-"""
 
 
 @pytest.mark.compile
@@ -166,15 +113,15 @@ def test_export_then_import_into_empty_cache_gives_hits_in_a_fresh_process(
     assert "exported" in capsys.readouterr().out
     fresh = tmp_path / "fresh"
     env = child_env(JITOPS_CACHE_DIR=str(fresh))
-    out = _ok(run_child("", env, args=("cache", "import", str(archive))))
+    out = _ok(run_child(env, args=("cache", "import", str(archive))))
     assert "1 imported" in out or "imported 1" in out
-    report = last_json(_ok(run_child(LOAD_CHILD, env)))
+    report = run_scenario("scenarios_cli.load_softmax", env=env)
     assert report["built"] is False and report["ok"] and report["spawns"] == []
     assert report["entry"].startswith(str(fresh))
     # The one write of a hit: its last use, recorded on the manifest's mtime. Offline: none.
     assert report["writes"] == [["os.utime", os.path.join(report["entry"], "manifest.json")]]
     env["JITOPS_OFFLINE"] = "1"
-    report = last_json(_ok(run_child(LOAD_CHILD, env)))
+    report = run_scenario("scenarios_cli.load_softmax", env=env)
     assert report["built"] is False and report["ok"] and report["writes"] == [] and report["spawns"] == []
 
 
@@ -190,7 +137,7 @@ def test_explain_names_the_changed_ingredient(softmax_entry: jentry.Entry, monke
     out = capsys.readouterr().out
     assert "would build" in out and str(softmax_entry.path) in out
     assert 'env.CXXFLAGS: (absent) -> "-DJITOPS_EXPLAIN_ME=1"' in out and "cflags: +-DJITOPS_EXPLAIN_ME=1" in out
-    out = _ok(run_child("", child_env(CXXFLAGS="-O1"), args=("explain", "softmax", "--device", "cpu")))
+    out = _ok(run_child(child_env(CXXFLAGS="-O1"), args=("explain", "softmax", "--device", "cpu")))
     assert "env.CXXFLAGS" in out and "torch_version" not in out
 
 
@@ -198,7 +145,7 @@ def test_explain_names_the_changed_ingredient(softmax_entry: jentry.Entry, monke
 @pytest.mark.timeout(300)
 def test_doctor_fails_with_the_fix_when_the_compiler_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    proc = run_child("", no_compiler_env(tmp_path, JITOPS_CACHE_DIR=str(tmp_path / "c")), args=("doctor",))
+    proc = run_child(no_compiler_env(tmp_path, JITOPS_CACHE_DIR=str(tmp_path / "c")), args=("doctor",))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if "compiler" in ln)
     assert line.startswith("FAIL") and "no C++ compiler" in line
@@ -210,34 +157,13 @@ def test_doctor_fails_with_the_fix_when_the_compiler_is_missing(tmp_path: Path, 
     assert main(["doctor"]) == 0, capsys.readouterr().out
 
 
-FALLBACK_CHILD = """
-import json, time, warnings, torch, jitops
-x = torch.randn(8, 33)
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    t = time.monotonic()
-    try:
-        jitops.get("softmax", device="cpu")  # falls back only with JITOPS_FALLBACK=1
-        refused = None
-    except (jitops.ToolchainError, jitops.OfflineMiss) as e:
-        refused = type(e).__name__ + ": " + str(e)
-    refuse_s = time.monotonic() - t
-    kw = {} if jitops.settings.env_flag("JITOPS_FALLBACK") else {"fallback": True}
-    a, b, c = (jitops.get(n, device="cpu", **kw) for n in ("softmax", "softmax", "log_softmax"))
-    ok = bool(torch.allclose(a(x, dim=-1), torch.softmax(x, -1)) and torch.allclose(b(x, 0), torch.softmax(x, 0))
-              and torch.allclose(c(x, dim=1), torch.log_softmax(x, 1), atol=1e-6))
-warned = sorted(str(w.message).split("'")[1] for w in caught if "pure-PyTorch reference" in str(w.message))
-print(json.dumps({"refused": refused, "refuse_s": refuse_s, "ok": ok, "warned": warned, "fallback": a.library is None}))
-"""
-
-
 @pytest.mark.process
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("how", ["argument", "env"])
 def test_fallback_works_with_compilers_stripped_from_path(tmp_path: Path, how: str) -> None:
     env = no_compiler_env(tmp_path, JITOPS_CACHE_DIR=str(tmp_path / "c"),
                           JITOPS_FALLBACK="1" if how == "env" else None)
-    report = last_json(_ok(run_child(FALLBACK_CHILD, env)))
+    report = run_scenario("scenarios_cli.fallback", env=env)
     if how == "argument":  # without opting in, the clear error, fast
         assert report["refused"].startswith("ToolchainError") and "no C++ compiler" in report["refused"]
         assert report["refuse_s"] < 2.0
@@ -251,8 +177,8 @@ def test_fallback_works_with_compilers_stripped_from_path(tmp_path: Path, how: s
 @pytest.mark.timeout(300)
 def test_offline_miss_names_warm_writes_nothing_and_falls_back_on_request(tmp_path: Path) -> None:
     root = tmp_path / "never-created"
-    code = AUDIT + FALLBACK_CHILD.replace("print(json.dumps({", "print(json.dumps({'writes': WRITES, ")
-    report = last_json(_ok(run_child(code, child_env(JITOPS_CACHE_DIR=str(root), JITOPS_OFFLINE="1"))))
+    report = run_scenario("scenarios_cli.fallback", record_writes=True,
+                          env=child_env(JITOPS_CACHE_DIR=str(root), JITOPS_OFFLINE="1"))
     assert report["refused"].startswith("OfflineMiss") and "jitops warm" in report["refused"]
     assert report["ok"] and report["warned"] == ["log_softmax", "softmax"]
     assert report["writes"] == [] and not root.exists()
@@ -262,9 +188,9 @@ def test_offline_miss_names_warm_writes_nothing_and_falls_back_on_request(tmp_pa
 @pytest.mark.timeout(300)
 def test_fingerprint_ignores_the_compiler_but_not_the_flags(tmp_path: Path) -> None:
     cache = str(tmp_path / "c")
-    here = _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache), args=("cache", "fingerprint", "--device", "cpu")))
-    bare = _ok(run_child("", no_compiler_env(tmp_path, JITOPS_CACHE_DIR=cache), args=("cache", "fingerprint", "--device", "cpu")))
-    flags = _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache, CXXFLAGS="-O1"), args=("cache", "fingerprint", "--device", "cpu")))
+    here = _ok(run_child(child_env(JITOPS_CACHE_DIR=cache), args=("cache", "fingerprint", "--device", "cpu")))
+    bare = _ok(run_child(no_compiler_env(tmp_path, JITOPS_CACHE_DIR=cache), args=("cache", "fingerprint", "--device", "cpu")))
+    flags = _ok(run_child(child_env(JITOPS_CACHE_DIR=cache, CXXFLAGS="-O1"), args=("cache", "fingerprint", "--device", "cpu")))
     assert len(here.strip()) == 32 and here == bare and flags != here
 
 
@@ -273,10 +199,10 @@ def test_cpu_fingerprint_ignores_cuda_only_variables_but_not_cxxflags(tmp_path: 
     cache = str(tmp_path / "c")
     args = ("cache", "fingerprint", "--device", "cpu")
     unset = {"CUDA_HOME": None, "TORCH_CUDA_ARCH_LIST": None, "NVCC_APPEND_FLAGS": None, "CXXFLAGS": None}
-    bare = _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache, **unset), args=args))
+    bare = _ok(run_child(child_env(JITOPS_CACHE_DIR=cache, **unset), args=args))
     for var, value in (("CUDA_HOME", "/usr/local/cuda"), ("TORCH_CUDA_ARCH_LIST", "9.0"), ("NVCC_APPEND_FLAGS", "-G")):
-        assert _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache, **{**unset, var: value}), args=args)) == bare, var
-    flags = _ok(run_child("", child_env(JITOPS_CACHE_DIR=cache, **{**unset, "CXXFLAGS": "-O1"}), args=args))
+        assert _ok(run_child(child_env(JITOPS_CACHE_DIR=cache, **{**unset, var: value}), args=args)) == bare, var
+    flags = _ok(run_child(child_env(JITOPS_CACHE_DIR=cache, **{**unset, "CXXFLAGS": "-O1"}), args=args))
     assert len(bare.strip()) == 32 and flags != bare
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_scenario, child_env, last_json, run_py
+from tests.helpers import child_env, run_scenario
 
 pytestmark = pytest.mark.process
 
@@ -88,39 +88,9 @@ def test_oom_killed_compiler(tmp_path: Path) -> None:
 def test_lock_wait_progress_and_timeout(tmp_path: Path) -> None:
     """A second process waits on a 20 s build: progress lines name the holder (pid, host, age);
     JITOPS_LOCK_TIMEOUT=1.5 ends the wait with LockTimeout."""
-    out = run_py(
-        """
-        import logging, os, time
-        from pathlib import Path
-        from tests import scenarios as S
-        S.preload()
-        import jitops.lock
-        holder, fd = S.spawn(S.get_and_check, "fakeadd", env={"JITOPS_FAKE_BUILD_SECONDS": "20"})
-        assert S.wait_builders(Path(os.environ["JITOPS_CACHE_DIR"])), "the holder never started its build"
-        lines = []
-        class H(logging.Handler):
-            def emit(self, rec):
-                lines.append(rec.getMessage())
-        def waiter():
-            logging.getLogger("jitops").addHandler(H())
-            jitops.lock.PROGRESS_EVERY = 0.3
-            t = time.monotonic()
-            try:
-                S.get_and_check("fakeadd")
-                return {"ok": True}
-            except Exception as e:
-                return {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e),
-                        "seconds": time.monotonic() - t, "lines": lines}
-        r = S.call(waiter, env={"JITOPS_LOCK_TIMEOUT": "1.5"}, timeout=30)
-        os.kill(holder, 9)
-        S.collect(holder, fd, 10)
-        r["holder"] = holder
-        S.report(r)
-        """,
-        env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c")),
-    )
-    r = last_json(out.stdout)["value"]
-    holder = last_json(out.stdout)["holder"]
+    reply = run_scenario("scenarios_fs.lock_wait", env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c")))
+    r = reply["value"]
+    holder = reply["holder"]
     assert r["type"] == "LockTimeout" and "JitopsError" in r["mro"] and "TimeoutError" in r["mro"]
     assert 1.4 <= r["seconds"] < 4
     assert f"pid {holder}" in r["msg"] and "JITOPS_LOCK_TIMEOUT" in r["msg"] and "fakeadd" in r["msg"]
@@ -139,25 +109,7 @@ def test_bad_lock_timeout_value(tmp_path: Path) -> None:
 def test_no_file_locking_warns_once_and_builds(tmp_path: Path) -> None:
     """flock failing with ENOLCK (as on NFS without lockd; simulated, the kernel here has locks):
     one warning for two builds, both correct through atomic publishing."""
-    out = run_py(
-        """
-        import errno, fcntl, logging
-        def no_locks(*a, **k):
-            raise OSError(errno.ENOLCK, "No locks available")
-        fcntl.flock = no_locks
-        fcntl.lockf = no_locks
-        warned = []
-        class H(logging.Handler):
-            def emit(self, rec):
-                if "file locking is not supported" in rec.getMessage():
-                    warned.append(rec.getMessage())
-        logging.getLogger("jitops").addHandler(H())
-        from tests import scenarios as S
-        S.report({"works": [S.get_and_check(n)["works"] for n in ("fakeadd", "fakemul")], "warned": warned})
-        """,
-        env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c")),
-    )
-    r = last_json(out.stdout)
+    r = run_scenario("scenarios_inert.no_file_locking", env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c")))
     assert r["works"] == [True, True] and len(r["warned"]) == 1
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.dist_scenarios import WARM_OPS
-from tests.helpers import REPO, child_env, last_json, run_py
+from tests.helpers import REPO, child_env, run_scenario, scenario_argv
 from tests.remote_helpers import free_port
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(180)]
@@ -116,22 +116,12 @@ def test_sigkilled_builder_is_taken_over_after_its_lease(tmp_path: Path) -> None
 
 
 def test_without_torch_distributed_nothing_changes(tmp_path: Path) -> None:
-    code = """
-import json, sys
-import torch
-before = {m for m in sys.modules if m.startswith("torch.distributed")}
-from tests import scenarios as S
-r = S.get_and_check("fakeadd")
-extra = sorted(m for m in sys.modules if m.startswith(("torch.distributed", "jitops.remote", "jitops.distributed"))
-               and m not in before)
-print(json.dumps({"built": r["built"], "extra": extra}))
-"""
     job = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "WORLD_SIZE": "2"}
     for i, variables in enumerate(({}, {**job, "WORLD_SIZE": "1"}, {**job, "JITOPS_DISTRIBUTED": "0"})):
         base: dict[str, str | None] = {"JITOPS_CACHE_DIR": str(tmp_path / f"c{i}"), "JITOPS_BUILDER": "fake",
                                        "JITOPS_REMOTE_CACHE": None, "JITOPS_DISTRIBUTED": None}
         env = child_env(**{**base, **variables})
-        out = last_json(run_py(code, env=env, timeout=120).stdout)
+        out = run_scenario("scenarios_inert.get_reporting_distributed_imports", env=env, timeout=120)
         assert out == {"built": True, "extra": []}, out
 
 
@@ -200,9 +190,8 @@ def test_store_host_going_away_raises_not_hangs(tmp_path: Path) -> None:
     from jitops.settings import Settings
 
     port = free_port()
-    code = f"import torch.distributed as d, time; s = d.TCPStore('127.0.0.1', {port}, is_master=True, " \
-           "wait_for_workers=False); print('up', flush=True); time.sleep(120)"
-    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(scenario_argv("scenarios_inert.tcp_store_server", port=port, seconds=120), cwd=REPO,
+                              env=child_env(), stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "up"
         d = Settings.from_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",

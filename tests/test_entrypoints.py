@@ -12,7 +12,7 @@ import pytest
 
 from jitops.entrypoints import GROUP, load_entry_points
 from jitops.spec import OpSpec, Registry
-from tests.helpers import REPO, child_env, last_json, run_py
+from tests.helpers import REPO, child_env, run_scenario
 
 DEMO = REPO / "tests" / "data" / "jitops_demo_kernels"
 
@@ -40,24 +40,7 @@ def demo_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_installed_package_is_found_by_get(demo_site: Path) -> None:
     env = child_env()
     env["PYTHONPATH"] = f"{demo_site}:{env['PYTHONPATH']}"
-    proc = run_py(
-        """
-        import json, sys, torch, jitops
-        assert "jitops_demo_kernels" not in sys.modules       # nothing read at import
-        listed = "demo_axpy" in jitops.list_ops()
-        op = jitops.get("demo_axpy")
-        x, y = torch.randn(64), torch.randn(64)
-        ok = bool(torch.allclose(op(x, y, alpha=0.5), x + 0.5 * y))
-        ref = jitops.reference("demo_axpy")(x, y, 2.0)
-        compiled = torch.compile(lambda a, b: op(a, b, alpha=3.0), fullgraph=True)(x, y)
-        print(json.dumps({"listed": listed, "ok": ok, "ref": bool(torch.allclose(ref, x + 2 * y)),
-                          "compiled": bool(torch.allclose(compiled, x + 3 * y)),
-                          "origin": op.library.spec.origin, "qualname": op.qualname}))
-        """,
-        env=env,
-        timeout=360,
-    )
-    out = last_json(proc.stdout)
+    out = run_scenario("scenarios_inert.installed_package_op", env=env, timeout=360)
     assert out["listed"] and out["ok"] and out["ref"] and out["compiled"], out
     assert out["origin"] == "package jitops-demo-kernels"
     assert out["qualname"].startswith("jitops_demo_kernels_")

@@ -12,8 +12,6 @@ import json
 import queue
 import signal
 import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -21,52 +19,27 @@ from pathlib import Path
 import filelock
 import pytest
 
-from tests.helpers import REPO, child_env, processes
+from tests.helpers import REPO, child_env, processes, scenario_argv
 
 pytestmark = [pytest.mark.process, pytest.mark.compile]
 
-CHILD = textwrap.dedent(
-    r'''
-    import json, os, sys, time
-    import torch, jitops
+# The user kernel the child builds (tests/scenarios_inert.py:ctrl_c_load_inline).
+SRC = """#include <jitops/op.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
 
-    SRC = """#include <jitops/op.h>
-    #include <ATen/core/Tensor.h>
-    #include <ATen/ops/empty_like.h>
+at::Tensor squared_relu(const at::Tensor& x) {
+  at::Tensor xc = x.contiguous();
+  at::Tensor out = at::empty_like(xc);
+  const float* in = xc.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0; i < xc.numel(); ++i) o[i] = in[i] > 0.f ? in[i] * in[i] : 0.f;
+  return out;
+}
 
-    at::Tensor squared_relu(const at::Tensor& x) {
-      at::Tensor xc = x.contiguous();
-      at::Tensor out = at::empty_like(xc);
-      const float* in = xc.data_ptr<float>();
-      float* o = out.data_ptr<float>();
-      for (int64_t i = 0; i < xc.numel(); ++i) o[i] = in[i] > 0.f ? in[i] * in[i] : 0.f;
-      return out;
-    }
-
-    JITOPS_LIBRARY(m) { m.def("squared_relu(Tensor x) -> Tensor"); }
-    JITOPS_LIBRARY_IMPL(CPU, m) { m.impl("squared_relu", &squared_relu); }
-    """
-
-    def say(**kw):
-        print(json.dumps(kw), flush=True)
-
-    # The toolchain self-check runs before the first build in a new cache: done first, so the
-    # interrupt lands in the build itself.
-    from jitops import loader, registry, selfcheck
-    selfcheck.ensure_sound(loader.make_plan(registry.lookup("softmax"), "cpu"), loader.Settings.from_env())
-    say(state="building")
-    try:
-        jitops.load_inline("ctrlc", SRC)
-        say(state="finished before the interrupt")
-        sys.exit(3)
-    except KeyboardInterrupt as e:
-        say(state="interrupted", type=type(e).__name__, jitops_error=isinstance(e, jitops.JitopsError))
-    sys.stdin.readline()  # the test inspects processes and the lock meanwhile
-    lib = jitops.load_inline("ctrlc", SRC)
-    x = torch.randn(1000)
-    say(state="rebuilt", built=lib.library.built, ok=bool(torch.equal(lib.squared_relu(x), torch.relu(x) ** 2)))
-    '''
-)
+JITOPS_LIBRARY(m) { m.def("squared_relu(Tensor x) -> Tensor"); }
+JITOPS_LIBRARY_IMPL(CPU, m) { m.impl("squared_relu", &squared_relu); }
+"""
 
 
 def _processes() -> dict[int, tuple[str, int, int]]:
@@ -86,7 +59,7 @@ def _descendants(root: int, procs: dict[int, tuple[str, int, int]]) -> set[int]:
 @pytest.mark.timeout(400)
 def test_ctrl_c_during_build_leaves_no_compiler_and_no_stuck_lock(private_cache: Path) -> None:
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD],
+        scenario_argv("scenarios_inert.ctrl_c_load_inline", name="ctrlc", source=SRC),
         cwd=REPO,
         env=child_env(JITOPS_CACHE_DIR=str(private_cache)),
         stdin=subprocess.PIPE,

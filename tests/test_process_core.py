@@ -5,30 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, child_env, last_json, run_py
-
-WARM_CHILD = """
-    import json, sys
-    events = []
-    def hook(event, args):
-        if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.forkpty", "os.system"):
-            events.append(event)
-    sys.addaudithook(hook)
-    import torch, jitops
-    from jitops import loader
-    op = jitops.get("softmax", device="cpu")
-    x = torch.randn(32, 17)
-    ok = torch.allclose(op(x, dim=-1), torch.softmax(x, -1), atol=1e-6)
-    lib = op.library
-    print(json.dumps({"events": events, "built": lib.built, "ok": ok, "key": lib.key,
-                      "cpp_extension": "torch.utils.cpp_extension" in sys.modules}))
-"""
+from tests.helpers import REPO, child_env, last_json, run_scenario, scenario_argv
 
 
 @pytest.mark.compile
@@ -38,7 +20,7 @@ def test_second_process_loads_from_cache_without_subprocess(session_cache: Path)
     import jitops
 
     first = jitops.get("softmax", device="cpu")  # builds once per session (or reuses the session cache)
-    report = last_json(run_py(WARM_CHILD, env=child_env(JITOPS_CACHE_DIR=str(session_cache))).stdout)
+    report = run_scenario("scenarios_inert.warm_get_softmax", env=child_env(JITOPS_CACHE_DIR=str(session_cache)))
     assert report["ok"] is True
     assert report["built"] is False
     assert report["key"] == first.library.key
@@ -76,18 +58,10 @@ def test_wheel_installs_without_compiler_and_builds_with_one(tmp_path: Path) -> 
     torch_req = "torch==" + __import__("torch").__version__.split("+")[0]
     subprocess.run([*pip, torch_req, str(wheels[0])], check=True, capture_output=True, timeout=600)
 
-    code = """
-        import json, time, torch, jitops
-        assert "site-packages" in jitops.__file__, jitops.__file__
-        start = time.monotonic()
-        try:
-            jitops.get("softmax", device="cpu")
-        except jitops.ToolchainError as e:
-            print(json.dumps({"error": str(e), "seconds": time.monotonic() - start}))
-    """
     env = {k: v for k, v in os.environ.items() if k not in ("CXX", "CC", "PYTHONPATH")}
     env.update(PATH=_no_compiler_path(tmp_path, venv), JITOPS_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run([str(venv / "bin" / "python"), "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+    python = str(venv / "bin" / "python")
+    proc = subprocess.run(scenario_argv("scenarios_inert.installed_get_refused", python=python), env=env, capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = last_json(proc.stdout)
@@ -97,13 +71,7 @@ def test_wheel_installs_without_compiler_and_builds_with_one(tmp_path: Path) -> 
     assert not (tmp_path / "cache" / "v1" / "locks").exists(), "a lock was taken before the toolchain check"
 
     env["PATH"] = str(venv / "bin") + os.pathsep + os.environ["PATH"]
-    code_ok = """
-        import json, torch, jitops
-        op = jitops.get("softmax", device="cpu")
-        x = torch.randn(16, 33)
-        print(json.dumps({"ok": torch.allclose(op(x, 0), torch.softmax(x, 0), atol=1e-6), "built": op.library.built}))
-    """
-    proc = subprocess.run([str(venv / "bin" / "python"), "-c", textwrap.dedent(code_ok)], env=env, capture_output=True, text=True,
+    proc = subprocess.run(scenario_argv("scenarios_inert.installed_get", python=python), env=env, capture_output=True, text=True,
                           timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert last_json(proc.stdout) == {"ok": True, "built": True}

@@ -11,30 +11,18 @@ import os
 import pty
 import re
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import REPO, child_env
+from tests.helpers import REPO, child_env, scenario_argv
 
 pytestmark = pytest.mark.process
 
-BUILD = textwrap.dedent(
-    """
-    import json, pathlib, sys
-    from jitops import loader
-    import jitops.entry as jentry
-    import jitops.plan as jplan
-    from jitops.spec import OpSpec
-    root = pathlib.Path(sys.argv[1])
-    spec = OpSpec(name="progress_demo", root=root, cpu_sources=("k.cpp",), exports=("progress_demo",))
-    entry = jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
-    print(json.dumps({"built": entry.built, "target": entry.plan.target.name}), flush=True)
-    """
-)
+# The child: tests/scenarios_inert.py:build_progress_demo, on the source folder.
+def _build(source: Path) -> list[str]:
+    return scenario_argv("scenarios_inert.build_progress_demo", root=str(source))
 
 
 def _env(cache: Path, progress: str | None = None) -> dict[str, str]:
@@ -70,7 +58,7 @@ def _run_with_stderr_on_a_pty(args: list[str], env: dict[str, str]) -> tuple[int
 
 @pytest.mark.timeout(120)
 def test_terminal_shows_a_ticking_line_then_the_result(tmp_path: Path, source: Path) -> None:
-    rc, out, tty = _run_with_stderr_on_a_pty([sys.executable, "-c", BUILD, str(source)], _env(tmp_path / "c1"))
+    rc, out, tty = _run_with_stderr_on_a_pty(_build(source), _env(tmp_path / "c1"))
     assert rc == 0, tty
     result = json.loads(out.strip().splitlines()[-1])
     assert result["built"] is True
@@ -81,17 +69,17 @@ def test_terminal_shows_a_ticking_line_then_the_result(tmp_path: Path, source: P
     assert re.search(rf"\r\x1b\[Kjitops: built {what} \.\.\. (\d+\.\d)s\r?\n$", tty), repr(tty)
 
     # A cache hit shows nothing; JITOPS_PROGRESS=0 silences a build even on a terminal.
-    rc, out, tty = _run_with_stderr_on_a_pty([sys.executable, "-c", BUILD, str(source)], _env(tmp_path / "c1"))
+    rc, out, tty = _run_with_stderr_on_a_pty(_build(source), _env(tmp_path / "c1"))
     assert rc == 0 and json.loads(out.strip().splitlines()[-1])["built"] is False and tty == ""
     rc, out, tty = _run_with_stderr_on_a_pty(
-        [sys.executable, "-c", BUILD, str(source)], _env(tmp_path / "c2", progress="0")
+        _build(source), _env(tmp_path / "c2", progress="0")
     )
     assert rc == 0 and json.loads(out.strip().splitlines()[-1])["built"] is True and tty == ""
 
 
 @pytest.mark.timeout(120)
 def test_not_interactive_prints_nothing(tmp_path: Path, source: Path) -> None:
-    proc = subprocess.run([sys.executable, "-c", BUILD, str(source)], cwd=REPO, env=_env(tmp_path / "c"),
+    proc = subprocess.run(_build(source), cwd=REPO, env=_env(tmp_path / "c"),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["built"] is True
@@ -105,7 +93,9 @@ def test_jupyter_cell_shows_a_live_updating_display(tmp_path: Path, source: Path
 
     for k, v in _env(tmp_path / "c").items():
         monkeypatch.setenv(k, v)  # the kernel inherits this environment
-    code = BUILD.replace("sys.argv[1]", repr(str(source)))
+    # A cell must be code: it calls the scenario function and prints its reply.
+    code = (f"import json\nfrom tests.scenarios_inert import build_progress_demo\n"
+            f"print(json.dumps(build_progress_demo({str(source)!r})), flush=True)\n")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
     messages: list[tuple[str, dict[str, Any]]] = []
 

@@ -16,7 +16,7 @@ import jitops.key as jkey
 import jitops.manifest as jmanifest
 from jitops.settings import Settings
 from jitops.errors import InvalidNameError, JitopsError, TargetError, UnknownOpError
-from tests.helpers import child_env, last_json, run_py
+from tests.helpers import REPO, child_env, run_scenario
 
 SOFTMAX = next(s for s in __import__("jitops.kernels", fromlist=["BUILTINS"]).BUILTINS if s.name == "softmax")
 
@@ -35,10 +35,11 @@ NVCC = toolchain.Tool("nvcc", "/usr/local/cuda/bin/nvcc", "Cuda compilation tool
 
 
 def key_of(spec_: spec.OpSpec = SOFTMAX, system: target.System = BASE_SYSTEM, tgt: target.Target | None = None,
-           cxx: toolchain.Tool | None = CXX, nvcc: toolchain.Tool | None = None, digests: dict | None = None) -> str:
+           cxx: toolchain.Tool | None = CXX, nvcc: toolchain.Tool | None = None, digests: dict | None = None,
+           builder: str = "real") -> str:
     tgt = tgt or target.choose_target(system, "cpu")
     digests = digests if digests is not None else {"softmax_cpu.cpp": "a" * 64, "register.cpp": "b" * 64}
-    return jkey.compute_key(jkey.ingredients(spec_, tgt, system, cxx, nvcc, digests))
+    return jkey.compute_key(jkey.ingredients(spec_, tgt, system, cxx, nvcc, digests, builder))
 
 
 # ------------------------------------------------------------------ names
@@ -140,7 +141,26 @@ def test_env_var_reaches_exactly_the_keys_it_affects() -> None:
         system = dataclasses.replace(BASE_SYSTEM, build_env=((var, "x"),))
         reach[var] = [d for d, (tgt, nvcc) in targets.items()
                       if key_of(system=system, tgt=tgt, nvcc=nvcc) != key_of(tgt=tgt, nvcc=nvcc)]
+    # JITOPS_BUILDER reaches the key through Settings.builder (the plan's builder), not the probed environment.
+    assert "JITOPS_BUILDER" not in jkey.BUILD_ENV_VARS
+    reach["JITOPS_BUILDER"] = [d for d, (tgt, nvcc) in targets.items()
+                               if key_of(tgt=tgt, nvcc=nvcc, builder="fake") != key_of(tgt=tgt, nvcc=nvcc)]
     assert reach == ENV_REACH
+
+
+@pytest.mark.timeout(60)
+def test_plan_keys_the_builder_from_settings_not_the_environment(tmp_path: Path) -> None:
+    """The builder a plan keys (and builds with) is Settings.builder: a fake-builder setting changes
+    the key even with no JITOPS_BUILDER in the process environment, and real builds key no builder."""
+    from jitops.plan import make_plan
+    from jitops.registry import lookup
+
+    assert "JITOPS_BUILDER" not in os.environ  # conftest clears it
+    plans = {b: make_plan(lookup("softmax"), "cpu", settings=Settings.from_env(
+        {"JITOPS_CACHE_DIR": str(tmp_path), **({"JITOPS_BUILDER": b} if b else {})})) for b in ("", "real", "fake")}
+    assert plans["fake"].builder == "fake" and plans["fake"].ingredients["env"].get("JITOPS_BUILDER") == "fake"
+    assert plans["fake"].key != plans[""].key
+    assert plans["real"].key == plans[""].key and "JITOPS_BUILDER" not in plans[""].ingredients["env"]
 
 
 def test_cuda_arch_spellings_give_one_key() -> None:
@@ -170,21 +190,10 @@ def test_source_digests_ignore_prefix_and_mtime(tmp_path: Path) -> None:
 @pytest.mark.process
 @pytest.mark.timeout(120)
 def test_key_is_stable_across_processes_cwds_and_homes(tmp_path: Path) -> None:
-    code = """
-        import json, jitops
-        from jitops import loader
-        import jitops.key as jkey
-        import jitops.manifest as jmanifest
-        import jitops.plan as jplan
-        import jitops.registry as jregistry
-        plan = jplan.make_plan(jregistry.registry().lookup("softmax"), "cpu")
-        print(json.dumps(plan.key))
-    """
     keys = set()
     for i, extra in enumerate([{}, {"HOME": str(tmp_path), "TMPDIR": str(tmp_path), "MAX_JOBS": "7"}]):
         env = child_env(PYTHONHASHSEED=str(i + 1), **extra)
-        proc = run_py(code, env=env)
-        keys.add(last_json(proc.stdout))
+        keys.add(run_scenario("scenarios_inert.plan_key", env=env))
     assert len(keys) == 1
 
 
@@ -230,21 +239,7 @@ def test_cuda_target_needs_cuda_torch_and_archs() -> None:
 @pytest.mark.process
 @pytest.mark.timeout(60)
 def test_import_is_inert() -> None:
-    code = """
-        import json, sys
-        events = []
-        def hook(event, args):
-            if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.system", "os.mkdir"):
-                events.append(event)
-            if event == "open" and args[1] not in (None, "r", "rb") and isinstance(args[1], str):
-                events.append(("open", str(args[0]), args[1]))
-        sys.addaudithook(hook)
-        import jitops
-        print(json.dumps({"events": events, "torch": "torch" in sys.modules,
-                          "cpp_extension": "torch.utils.cpp_extension" in sys.modules,
-                          "loader": "jitops.loader" in sys.modules, "platformdirs": "platformdirs" in sys.modules}))
-    """
-    report = last_json(run_py(code).stdout)
+    report = run_scenario("scenarios_inert.import_is_inert")
     assert report == {"events": [], "torch": False, "cpp_extension": False, "loader": False, "platformdirs": False}
 
 
@@ -424,6 +419,25 @@ def test_no_module_is_over_300_lines() -> None:
     pkg = Path(jitops.__file__).parent
     sizes = {p.relative_to(pkg).as_posix(): len(p.read_text().splitlines()) for p in pkg.rglob("*.py")}
     assert {k: v for k, v in sizes.items() if v > 300} == {}
+
+
+def test_child_programs_are_scenario_functions_not_code_strings() -> None:
+    """No test hands Python a program as a string (``python -c``): children run functions of
+    tests/scenarios*.py through helpers.run_scenario, which linters and tracebacks can see."""
+    import ast
+
+    offenders = []
+    for path in sorted((REPO / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.List, ast.Tuple)):
+                items = [ast.unparse(e) for e in node.elts]
+                for before, item in zip(items, items[1:]):
+                    if item == "'-c'" and ("executable" in before or "python" in before):
+                        offenders.append(f"{path.name}:{node.lineno}")
+            elif isinstance(node, (ast.FunctionDef, ast.Call)) and "run_py" in (
+                    node.name if isinstance(node, ast.FunctionDef) else ast.unparse(node.func)):
+                offenders.append(f"{path.name}:{node.lineno} run_py")
+    assert offenders == []
 
 
 def test_register_returns_a_handle_that_undoes_it(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import child_env, last_json, run_py
+from tests.helpers import child_env, last_json, run_scenario, scenario_argv
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
 
@@ -32,20 +32,8 @@ def _check_round(replies: list[dict], n: int) -> None:
 @pytest.mark.parametrize("n", [8, 16, 32])
 def test_cold_race_processes(tmp_path: Path, n: int) -> None:
     rounds = 4
-    out = run_py(
-        f"""
-        import os
-        from tests import scenarios as S
-        S.preload()
-        rounds = []
-        for r in range({rounds}):
-            os.environ["JITOPS_CACHE_DIR"] = {str(tmp_path)!r} + f"/round{{r}}"
-            rounds.append(S.race({n}))
-        S.report(rounds)
-        """,
-        env=child_env(JITOPS_BUILDER="fake", JITOPS_FAKE_BUILD_SECONDS="0.3"),
-    )
-    rounds = last_json(out.stdout)
+    rounds = run_scenario("scenarios_race.race_rounds", base=str(tmp_path), rounds=rounds, n=n,
+                          env=child_env(JITOPS_BUILDER="fake", JITOPS_FAKE_BUILD_SECONDS="0.3"))
     assert len(rounds) == 4
     for replies in rounds:
         _check_round(replies, n)
@@ -57,19 +45,11 @@ def test_cold_race_processes(tmp_path: Path, n: int) -> None:
 def test_cold_race_fresh_interpreters(tmp_path: Path) -> None:
     """4 independent interpreters (no fork), started together through a gate file."""
     import subprocess
-    import sys
 
     gate = tmp_path / "go"
-    code = f"""
-import os, time
-while not os.path.exists({str(gate)!r}):
-    time.sleep(0.005)
-from tests import scenarios as S
-S.report(S.get_and_check("fakeadd"))
-"""
     env = child_env(JITOPS_BUILDER="fake", JITOPS_FAKE_BUILD_SECONDS="0.5", JITOPS_CACHE_DIR=str(tmp_path / "c"))
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(4)]
+    argv = scenario_argv("scenarios_race.get_after_gate", gate=str(gate))
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     time.sleep(1.0)
     gate.touch()
     replies = []
@@ -84,64 +64,21 @@ S.report(S.get_and_check("fakeadd"))
 @pytest.mark.slow
 def test_cold_race_real_compiler(tmp_path: Path) -> None:
     """The real compiler: 4 processes race for softmax in an empty cache; one build."""
-    out = run_py(
-        f"""
-        import os
-        from tests import scenarios as S
-        S.preload()
-        os.environ["JITOPS_CACHE_DIR"] = {str(tmp_path / "c")!r}
-        S.report(S.race(4, "softmax", timeout=280))
-        """,
-        timeout=290,
-    )
-    _check_round(last_json(out.stdout), 4)
+    replies = run_scenario("scenarios_race.race_in", cache=str(tmp_path / "c"), n=4, name="softmax",
+                           worker_timeout=280, timeout=290)
+    _check_round(replies, 4)
 
 
 def test_threads_one_build_same_object(tmp_path: Path) -> None:
-    out = run_py(
-        """
-        import sys, threading
-        from tests import scenarios as S
-        S.preload()
-        import jitops
-        builds = []
-        sys.addaudithook(lambda ev, a: builds.append(1) if ev == "subprocess.Popen" and "_supervise.py" in str(a[1]) else None)
-        barrier = threading.Barrier(16)
-        got, errors = [], []
-        def worker():
-            barrier.wait()
-            try:
-                got.append(jitops.get("fakeadd"))
-            except BaseException as e:
-                errors.append(repr(e))
-        threads = [threading.Thread(target=worker) for _ in range(16)]
-        for t in threads: t.start()
-        for t in threads: t.join(60)
-        from tests import fakelib
-        S.report({"n": len(got), "errors": errors, "ids": len({id(o) for o in got}), "builds": len(builds),
-                  "works": all(fakelib.check(o, "fakeadd") for o in got), "alive": sum(t.is_alive() for t in threads)})
-        """,
-        env=child_env(JITOPS_BUILDER="fake", JITOPS_FAKE_BUILD_SECONDS="0.3", JITOPS_CACHE_DIR=str(tmp_path / "c")),
-    )
-    r = last_json(out.stdout)
+    r = run_scenario("scenarios_race.threads_one_build", n=16,
+                     env=child_env(JITOPS_BUILDER="fake", JITOPS_FAKE_BUILD_SECONDS="0.3", JITOPS_CACHE_DIR=str(tmp_path / "c")))
     assert r == {"n": 16, "errors": [], "ids": 1, "builds": 1, "works": True, "alive": 0}
 
 
 def test_forked_children_after_load(tmp_path: Path, session_cache: Path) -> None:
     """DataLoader-style workers forked from a process that loaded ops get and call them."""
-    out = run_py(
-        """
-        from tests import scenarios as S
-        S.preload()
-        import jitops
-        jitops.get("softmax", device="cpu"); jitops.get("fakeadd")
-        replies = [S.call(S.get_and_check, name, timeout=30) for name in ("softmax", "fakeadd", "fakemul")]
-        S.report(replies)
-        """,
-        env=child_env(JITOPS_BUILDER=None, JITOPS_CACHE_DIR=str(session_cache)),
-        timeout=280,
-    )
-    replies = last_json(out.stdout)
+    replies = run_scenario("scenarios_race.forked_after_load", timeout=280,
+                           env=child_env(JITOPS_BUILDER=None, JITOPS_CACHE_DIR=str(session_cache)))
     assert [r["ok"] and r["exit"] == 0 and r["value"]["works"] for r in replies] == [True] * 3, replies
     # softmax and fakeadd come from the parent's memo; fakemul is new to every process (maybe cached).
     assert [r["value"]["subprocesses"] for r in replies[:2]] == [0, 0]
@@ -149,23 +86,7 @@ def test_forked_children_after_load(tmp_path: Path, session_cache: Path) -> None
 
 def test_fork_while_a_thread_builds(tmp_path: Path) -> None:
     """A child forked while a parent thread holds the build lock gets the op, no deadlock."""
-    out = run_py(
-        """
-        import os, threading
-        from pathlib import Path
-        from tests import scenarios as S
-        S.preload()
-        import jitops
-        t = threading.Thread(target=jitops.get, args=("fakeadd",))
-        t.start()
-        building = S.wait_builders(Path(os.environ["JITOPS_CACHE_DIR"]))  # the thread holds the key's locks
-        reply = S.call(S.get_and_check, "fakeadd", timeout=30)
-        t.join(30)
-        reply["building"] = bool(building)
-        S.report(reply)
-        """,
-        env=child_env(JITOPS_BUILDER="fake", JITOPS_FAKE_BUILD_SECONDS="2", JITOPS_CACHE_DIR=str(tmp_path / "c")),
-    )
-    r = last_json(out.stdout)
+    r = run_scenario("scenarios_race.fork_while_a_thread_builds",
+                     env=child_env(JITOPS_BUILDER="fake", JITOPS_FAKE_BUILD_SECONDS="2", JITOPS_CACHE_DIR=str(tmp_path / "c")))
     assert r["building"], "the fork was not taken during the build"
     assert r["ok"] and r["exit"] == 0 and r["value"]["works"], r

@@ -19,21 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, child_env, environ, last_json, run_py
+from tests.helpers import REPO, child_env, environ, last_json, run_scenario, run_scenario_proc, scenario_argv
 from tests.remote_helpers import CutProxy, keygen, moto_s3, node_env, redis_server, silent_server
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(240)]
 
-GET = """
-import json, warnings
-warnings.simplefilter("always")
-from tests import remote_scenarios as R
-print(json.dumps(R.node({ops!r})))
-"""
-
-
 def get_ops(env: dict[str, str], ops: tuple[str, ...] = ("fakeadd",)) -> tuple[dict, str]:
-    proc = run_py(GET.format(ops=list(ops)), env=env, timeout=120)
+    proc = run_scenario_proc("remote_scenarios.get_node", ops=list(ops), env=env, timeout=120)
     return last_json(proc.stdout), proc.stderr
 
 
@@ -77,9 +69,8 @@ def test_sixteen_nodes_cold_store_one_build_per_op(tmp_path: Path, kind: str) ->
     build_s = 1.0
     with store(kind, tmp_path) as url:
         env = node_env(tmp_path / "unused", url, cfg, JITOPS_FAKE_BUILD_SECONDS=str(build_s))
-        proc = run_py(f"from tests import remote_scenarios as R; R.main_nodes(16, {str(tmp_path)!r}, ['fakeadd', 'fakemul'])",
-                      env=env, timeout=200)
-    out = last_json(proc.stdout)
+        out = run_scenario("remote_scenarios.main_nodes", n=16, base=str(tmp_path), ops=["fakeadd", "fakemul"],
+                           env=env, timeout=200)
     replies = out["replies"]
     assert len(replies) == 16, "every node reported"
     bad = [r for r in replies if not r["ok"] or r["exit"] != 0]
@@ -101,16 +92,8 @@ def test_sixteen_nodes_cold_store_one_build_per_op(tmp_path: Path, kind: str) ->
 
 
 def test_without_the_url_nothing_extra_is_imported(tmp_path: Path) -> None:
-    code = """
-import json, sys
-from tests import scenarios as S
-r = S.get_and_check("fakeadd")
-mods = [m for m in ("redis", "cryptography", "fsspec", "s3fs", "botocore", "jitops.remote.tier",
-                    "jitops.remote.session", "jitops.remote.signing", "jitops.remote.store") if m in sys.modules]
-print(json.dumps({"built": r["built"], "mods": mods}))
-"""
     env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"), JITOPS_BUILDER="fake", JITOPS_REMOTE_CACHE=None)
-    out = last_json(run_py(code, env=env).stdout)
+    out = run_scenario("scenarios_inert.get_without_remote", env=env)
     assert out == {"built": True, "mods": []}
 
 
@@ -120,15 +103,7 @@ def test_local_hit_makes_no_network_call(tmp_path: Path) -> None:
     with redis_server(tmp_path) as (url, _):
         env = node_env(tmp_path / "c", url, cfg)
         get_ops(env)  # fills the local cache (and the store)
-        code = """
-import json, sys
-connects = []
-sys.addaudithook(lambda ev, args: connects.append(str(args[1])) if ev == "socket.connect" else None)
-from tests import scenarios as S
-r = S.get_and_check("fakeadd")
-print(json.dumps({"built": r["built"], "connects": connects, "redis": "redis" in sys.modules}))
-"""
-        out = last_json(run_py(code, env=env).stdout)
+        out = run_scenario("scenarios_inert.local_hit_connects", env=env)
     assert out == {"built": False, "connects": [], "redis": False}
 
 
@@ -234,12 +209,7 @@ def test_forged_entries_are_rejected_before_loading(tmp_path: Path, kind: str, b
     assert "rejected the remote entry for fakeadd" in err
     assert FORGERIES[kind] in err, err  # rejected for its own reason, not another
     if kind == "untrusted":
-        fp = json.loads(run_py(f"""
-import json
-from jitops.remote.config import RemoteSettings
-from jitops.remote.signing import load_signer
-print(json.dumps(load_signer(RemoteSettings("file:///x", "write", None, None, {str(tmp_path / 'attacker')!r}))[0].fingerprint))
-""").stdout)
+        fp = run_scenario("remote_scenarios.fingerprint", config_dir=str(tmp_path / "attacker"))
         assert f"signed by key {fp}, which this node does not trust" in err
         assert "JITOPS_REMOTE_TRUSTED_KEYS" in err
     assert not list((tmp_path / "b" / "v1" / "entries").glob("fakemul/*/*")), "nothing else was published"
@@ -324,7 +294,7 @@ def test_sigkilled_lease_holder_is_taken_over(tmp_path: Path, kind: str) -> None
     lease_s = 2.0
     with store(kind, tmp_path) as url:
         env = node_env(tmp_path / "a", url, cfg, JITOPS_REMOTE_LEASE_SECONDS=str(lease_s), JITOPS_FAKE_BUILD_SECONDS="60")
-        holder = subprocess.Popen([sys.executable, "-c", GET.format(ops=["fakeadd"])], env=env, cwd=REPO,
+        holder = subprocess.Popen(scenario_argv("remote_scenarios.get_node", ops=["fakeadd"]), env=env, cwd=REPO,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
             deadline = time.monotonic() + 60
@@ -338,8 +308,8 @@ def test_sigkilled_lease_holder_is_taken_over(tmp_path: Path, kind: str) -> None
             holder.wait(timeout=30)
         t0 = time.time()
         env_b = {**env, "JITOPS_FAKE_BUILD_SECONDS": "0.5"}
-        run = f"from tests import remote_scenarios as R; R.main_nodes(3, {str(tmp_path / 'w')!r}, ['fakeadd'])"
-        proc = run_py(run, env=env_b, timeout=120)
+        proc = run_scenario_proc("remote_scenarios.main_nodes", n=3, base=str(tmp_path / "w"), ops=["fakeadd"], env=env_b,
+                                 timeout=120)
         out = last_json(proc.stdout)
     replies = out["replies"]
     assert "waiting for the build of fakeadd for" in proc.stderr and "holding the lease for" in proc.stderr, proc.stderr
@@ -354,22 +324,10 @@ def test_failed_build_is_shared_with_waiters(tmp_path: Path) -> None:
     keygen(cfg)
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "broken.cpp").write_text('#error "deliberately broken"\n')
-    code = f"""
-import json, time
-import jitops
-from jitops import OpSpec
-from pathlib import Path
-jitops.register(OpSpec(name="broken", root=Path({str(tmp_path / 'broken')!r}), cpu_sources=("broken.cpp",),
-                       schemas=("broken(Tensor x) -> Tensor",)))
-t0 = time.monotonic()
-try:
-    jitops.get("broken")
-except jitops.BuildError as e:
-    print(json.dumps({{"error": str(e), "seconds": time.monotonic() - t0}}))
-"""
     with redis_server(tmp_path) as (url, _):
-        first = last_json(run_py(code, env=node_env(tmp_path / "a", url, cfg, JITOPS_BUILDER="real")).stdout)
-        second = last_json(run_py(code, env=node_env(tmp_path / "b", url, cfg, JITOPS_BUILDER="real")).stdout)
+        args = {"name": "broken", "root": str(tmp_path / "broken"), "source": "broken.cpp"}
+        first = run_scenario("remote_scenarios.get_failing", env=node_env(tmp_path / "a", url, cfg, JITOPS_BUILDER="real"), **args)
+        second = run_scenario("remote_scenarios.get_failing", env=node_env(tmp_path / "b", url, cfg, JITOPS_BUILDER="real"), **args)
     assert "deliberately broken" in first["error"]
     assert "deliberately broken" in second["error"] and "failed on" in second["error"]
     assert list((tmp_path / "a" / "v1" / "logs").glob("broken-*")), "the first node's failed build kept its log"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import pickle
 import shutil
 import subprocess
 import tempfile
@@ -21,7 +22,7 @@ import pytest
 
 from jitops import target
 import jitops.key as jkey
-from tests.helpers import NOBODY, REPO, child_env, last_json, run_as_nobody, run_py, tattletale_library
+from tests.helpers import NOBODY, REPO, child_env, run_as_nobody, run_scenario, tattletale_library
 
 pytestmark = pytest.mark.process
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
@@ -54,25 +55,9 @@ def test_untrusted_cache_is_never_loaded(nobody_dir: Path) -> None:
     marker = base / "PLANTED-LIBRARY-RAN"
     evil = tattletale_library(tmp_path, marker, mode=0o666)
     os.chmod(evil, 0o755)
-    out = run_as_nobody(
-        base,
-        f"""
-        import os
-        os.environ["HOME"] = {str(base)!r}
-        import dataclasses, hashlib, shutil, warnings
-        from pathlib import Path
-        from jitops.manifest import Manifest
-        from tests import scenarios as S
-        S.preload()
-        base, evil = Path({str(base)!r}), Path({str(evil)!r})
-        os.environ["JITOPS_CACHE_DIR"] = str(base / "pristine")
-        r = S.call(S.get_and_check, "fakeadd")
-        assert r["ok"], r
-        S.report("built")
-        """,
-        env=child_env(JITOPS_BUILDER="fake", TMPDIR=str(base)),
-    )
-    assert last_json(out.stdout) == "built"
+    built = run_as_nobody(base, "scenarios_damage.build_pristine", child_env(JITOPS_BUILDER="fake", TMPDIR=str(base)),
+                          base=str(base))
+    assert built == "built"
     # As root: copy the pristine cache per case, plant the tattletale with a matching manifest, break trust.
     pristine = base / "pristine"
     for case in CASES:
@@ -85,30 +70,8 @@ def test_untrusted_cache_is_never_loaded(nobody_dir: Path) -> None:
         m = _manifest_for(entry / "manifest.json", data)
         (entry / "manifest.json").write_bytes(m)
         _break(case, cache, entry, tmp_path)
-    out = run_as_nobody(
-        base,
-        f"""
-        import os
-        import warnings
-        from tests import scenarios as S
-        S.preload()
-        rows = []
-        for case in {CASES!r}:
-            os.environ["JITOPS_CACHE_DIR"] = {str(base)!r} + "/" + case
-            def run():
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    r = S.get_and_check("fakeadd")
-                r["warnings"] = [str(w.message) for w in caught]
-                return r
-            rows.append((case, S.call(run, timeout=30)))
-        os.environ["JITOPS_CACHE_DIR"] = {str(base)!r} + "/root-owned-by-other"
-        rows.append(("strict", S.call(S.get_and_check, "fakeadd", env={{"JITOPS_STRICT": "1"}}, timeout=30)))
-        S.report(rows)
-        """,
-        env=child_env(JITOPS_BUILDER="fake", TMPDIR=str(base)),
-    )
-    rows = dict(last_json(out.stdout))
+    rows = dict(run_as_nobody(base, "scenarios_damage.get_from_each_cache", child_env(JITOPS_BUILDER="fake", TMPDIR=str(base)),
+                              base=str(base), cases=CASES, strict_case="root-owned-by-other"))
     assert not marker.exists(), "a library from an untrusted cache ran"
     for case in CASES:
         r = rows[case]
@@ -177,35 +140,7 @@ def test_hostile_names_rejected_before_any_file_access() -> None:
     """>= 30 hostile names: InvalidNameError from get(), reference() and OpSpec(), with no
     file access, import or subprocess in between (audit hook)."""
     assert len(HOSTILE) >= 30
-    out = run_py(
-        f"""
-        import sys, pickle
-        from pathlib import Path
-        import jitops, jitops.loader
-        from jitops import OpSpec, InvalidNameError
-        jitops.list_ops()  # the registry is loaded before the hook: it is not under test
-        names = pickle.loads({__import__("pickle").dumps(HOSTILE)!r})
-        events = []
-        WATCH = ("open", "os.", "subprocess.", "shutil.", "ctypes.", "import", "glob.", "socket.", "tempfile.", "fcntl.")
-        sys.addaudithook(lambda e, a: events.append((e, repr(a)[:80])) if e.startswith(WATCH) else None)
-        rejected = []
-        for n in names:
-            for call in (lambda: jitops.get(n), lambda: jitops.reference(n),
-                         lambda: OpSpec(name=n, root=Path("/nonexistent"), cpu_sources=("a.cpp",), exports=("x",)),
-                         lambda: OpSpec(name="x", root=Path("/nonexistent"), cpu_sources=("a.cpp",), exports=(n,))):
-                try:
-                    call()
-                except InvalidNameError as e:
-                    rejected.append(isinstance(e, ValueError))
-                    continue
-                except TypeError:  # OpSpec's field type check sees a non-str first
-                    rejected.append(not isinstance(n, str))
-                    continue
-                rejected.append(("accepted", repr(n)))
-        print(repr((events, rejected)))
-        """,
-    )
-    events, rejected = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own child's repr
+    events, rejected = run_scenario("scenarios_inert.hostile_names", pickled_hex=pickle.dumps(HOSTILE).hex())
     assert events == []
     assert rejected == [True] * (4 * len(HOSTILE))
 
@@ -214,21 +149,8 @@ def test_build_subprocesses_are_argv_lists_with_scrubbed_env(tmp_path: Path) -> 
     """Every process a cold build starts is an argv list (never a shell), and its environment
     carries none of the scrubbed variables even when the user's has them."""
     scrubbed = {v: "/evil" for v in jkey.SCRUBBED_ENV_VARS}
-    out = run_py(
-        """
-        import sys
-        from tests import scenarios as S
-        S.preload()
-        seen = []
-        sys.addaudithook(lambda e, a: seen.append((a[0], list(a[1]) if isinstance(a[1], (list, tuple)) else a[1],
-                                                   sorted(a[3]) if a[3] is not None else None))
-                         if e == "subprocess.Popen" else None)
-        S.get_and_check("fakeadd")
-        S.report(seen)
-        """,
-        env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c"), **scrubbed),
-    )
-    seen = last_json(out.stdout)
+    seen = run_scenario("scenarios_damage.build_subprocesses",
+                        env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c"), **scrubbed))
     assert len(seen) >= 2  # `c++ --version` and the supervised build
     for _exe, argv, env in seen:
         assert isinstance(argv, list) and argv and os.path.basename(argv[0]) not in ("sh", "bash", "dash", "zsh")
@@ -319,22 +241,8 @@ def test_unreachable_cache_as_nobody(nobody_dir: Path) -> None:
     build, not a PermissionError; JITOPS_STRICT=1 gives a CacheError."""
     private = nobody_dir / "rootonly"
     private.mkdir(mode=0o700)
-    out = run_as_nobody(
-        nobody_dir / "sec",
-        """
-        import warnings
-        from tests import scenarios as S
-        S.preload()
-        def run():
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                values = [S.get_and_check(n)["works"] for n in ("fakeadd", "fakemul")]
-            return {"values": values, "warnings": [str(w.message) for w in caught]}
-        S.report([S.call(run), S.call(S.get_and_check, "fakeadd", env={"JITOPS_STRICT": "1"})])
-        """,
-        env=child_env(JITOPS_BUILDER="fake", TMPDIR=str(nobody_dir / "sec"), JITOPS_CACHE_DIR=str(private / "c")),
-    )
-    lenient, strict = last_json(out.stdout)
+    lenient, strict = run_as_nobody(nobody_dir / "sec", "scenarios_damage.unreachable_cache", child_env(
+        JITOPS_BUILDER="fake", TMPDIR=str(nobody_dir / "sec"), JITOPS_CACHE_DIR=str(private / "c")))
     assert lenient["ok"] and lenient["value"]["values"] == [True, True], lenient
     assert len(lenient["value"]["warnings"]) == 1 and "Permission denied" in lenient["value"]["warnings"][0]
     assert strict["type"] == "CacheError" and "fakeadd" in strict["msg"] and "Fix:" in strict["msg"]

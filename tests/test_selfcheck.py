@@ -24,7 +24,7 @@ from jitops import loader, registry, selfcheck
 from jitops.errors import OfflineMiss
 from jitops.settings import Settings
 from jitops.target import probe
-from tests.helpers import REPO, child_env, run_py
+from tests.helpers import REPO, child_env, run_scenario
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs the system g++")
 
@@ -160,16 +160,7 @@ def test_crashing_toolchain_fails_doctor_and_get_refuses_before_building(tmp_pat
     assert line.startswith("FAIL") and "crashing-g++" in line and "SIGABRT" in line, doctor.stdout
     assert "unset CXX" in doctor.stdout and "torch.__config__.show()" in doctor.stdout
 
-    child = run_py("""
-        import jitops
-        try:
-            jitops.get("add", device="cpu")
-        except jitops.ToolchainError as e:
-            print("REFUSED", e)
-        else:
-            print("BUILT")
-    """, env=env, timeout=240)
-    out = child.stdout
+    out = run_scenario("scenarios_inert.get_or_refusal", name="add", env=env, timeout=240)
     assert "REFUSED" in out and "crashing-g++" in out and "crash the process" in out, out
     assert "unset CXX" in out and "torch.__config__.show()" in out
     # refused before building anything: no entry, no staging dir, not even a cache root

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jitops import target, torchcompat
-from tests.helpers import REPO, child_env, run_py
+from tests.helpers import REPO, child_env, run_scenario
 
 
 @pytest.mark.parametrize("version, inside", [
@@ -43,20 +43,11 @@ def test_pyproject_and_readme_state_the_tested_range() -> None:
 
 def test_a_faked_old_torch_warns_once_then_works(tmp_path: Path) -> None:
     """A torch outside the range: one clear warning from the first key, and the key still works."""
-    proc = run_py("""
-        import warnings, torch
-        torch.__version__ = "2.3.1+cpu"
-        import jitops
-        from jitops import loader, registry
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            a = loader.make_plan(registry.lookup("softmax"), "cpu").key
-            b = loader.make_plan(registry.lookup("add"), "cpu").key
-        msgs = [str(x.message) for x in w if "jitops" in str(x.message)]
-        assert len(msgs) == 1 and "2.3.1" in msgs[0] and "older than" in msgs[0], msgs
-        print("OK", a != b)
-    """, env=child_env(JITOPS_CACHE_DIR=str(tmp_path), JITOPS_BUILDER="fake"))
-    assert proc.stdout.split()[-2:] == ["OK", "True"], proc.stdout + proc.stderr
+    r = run_scenario("scenarios_inert.keys_with_torch_version", version="2.3.1+cpu",
+                     env=child_env(JITOPS_CACHE_DIR=str(tmp_path), JITOPS_BUILDER="fake"))
+    msgs = r["msgs"]
+    assert len(msgs) == 1 and "2.3.1" in msgs[0] and "older than" in msgs[0], msgs
+    assert r["differ"] is True, r
 
 
 def test_the_cpp_extension_helpers_ninja_py_uses_exist_with_their_signatures() -> None:
