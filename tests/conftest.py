@@ -22,6 +22,10 @@ import pytest
 # import would make a second cache.
 _SESSION_CACHE = os.environ.get("JITOPS_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="jitops-test-cache-")
 os.environ["JITOPS_CACHE_DIR"] = _SESSION_CACHE
+# torch.compile's on-disk caches, private to the session too: a compiled graph from another run, checkout
+# or torch (same op names, same graph code) is never what a test gets back.
+_SESSION_INDUCTOR = tempfile.mkdtemp(prefix="jitops-test-inductor-")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _SESSION_INDUCTOR)
 for _var in ("JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_BUILDER", "JITOPS_STRICT", "JITOPS_LOCK_TIMEOUT"):
     os.environ.pop(_var, None)
 
@@ -48,6 +52,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not os.environ.get("JITOPS_TEST_CACHE_DIR"):
         shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+    shutil.rmtree(_SESSION_INDUCTOR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
