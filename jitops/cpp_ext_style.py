@@ -172,10 +172,28 @@ def _python_module(lib: LoadedLibrary, path: Path, pybind_names: Sequence[str], 
         module = types.ModuleType(display)
         module.__file__ = str(path)
     ops = getattr(torch.ops, lib.namespace)
+    module.ops = ops  # type: ignore[attr-defined]  # the raw ops: torch.compile traces them (fullgraph too)
     for op in lib.ops:
         if not hasattr(module, op):
-            setattr(module, op, getattr(ops, op).default)
+            overload = getattr(ops, op).default
+            # With pybind11 (torch's own load_inline), torch.compile meets these functions as pybind11 bindings: a
+            # graph break, then an eager call. A function reading data_ptr() cannot run on fake tensors, so the op
+            # would fail under torch.compile where torch's binding works; the attribute keeps torch's behaviour.
+            setattr(module, op, _eager_in_compile(overload) if found is not None else overload)
     return module
+
+
+def _eager_in_compile(overload: Any) -> Any:
+    """``overload`` as torch's pybind11 binding behaves under torch.compile: a graph break and an eager call."""
+    import torch
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return overload(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = overload._schema.name.split("::")[-1]
+    call.__doc__ = f"{overload._schema} (the op itself: module.ops)"
+    call.op = overload  # type: ignore[attr-defined]
+    return torch.compiler.disable(call)
 
 
 def load(spec: OpSpec, texts: Sequence[str], *, display: str, functions: Mapping[str, str], is_python_module: bool,

@@ -189,8 +189,9 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
     are compiled exactly as written, so compiler line numbers are those of the string;
     torch-style sources get ``#include <torch/extension.h>`` as their first line, as
     torch writes them. ``functions=`` makes each listed function a ``torch.ops`` op (the
-    dispatcher infers its schema from the C++ signature), or binds it with pybind11 where
-    the signature needs that; either way it is an attribute of the returned module.
+    dispatcher infers its schema from the C++ signature; ``module.ops.f``), or binds it with
+    pybind11 where the signature needs that; either way ``module.f`` calls it, and meets
+    torch.compile as torch's pybind11 binding does (a graph break).
     """
     _check("jitops.load_inline", name, device, {"verbose": verbose, "with_cuda": with_cuda,
                                                 "is_python_module": is_python_module, "no_implicit_headers": no_implicit_headers},

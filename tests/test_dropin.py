@@ -52,8 +52,18 @@ torch::Tensor checked(torch::Tensor x) {
   TORCH_CHECK(x.dim() == 2, "checked: expected a matrix, got ", x.dim(), " dims");
   return x.t();
 }
+
+// A hand-written loop over data_ptr: cannot run on torch.compile's fake tensors.
+torch::Tensor raw_double(torch::Tensor x) {
+  auto c = x.contiguous();
+  auto out = torch::empty_like(c);
+  const float* p = c.data_ptr<float>();
+  float* q = out.data_ptr<float>();
+  for (int64_t i = 0; i < c.numel(); ++i) q[i] = 2 * p[i];
+  return out;
+}
 """
-SIN_ADD_FUNCTIONS = ["sin_add", "scale_shift", "min_max", "tile", "shape_of", "checked"]
+SIN_ADD_FUNCTIONS = ["sin_add", "scale_shift", "min_max", "tile", "shape_of", "checked", "raw_double"]
 
 # Style (b): a file with its own module block.
 PYBIND_EXT = r"""#include <torch/extension.h>
@@ -211,9 +221,10 @@ def test_functions_become_module_attributes_and_run(sin_add_module: Any) -> None
     assert m.shape_of(torch.zeros(2, 3)) == [2, 3]
     with pytest.raises(RuntimeError, match="checked: expected a matrix, got 1 dims"):
         m.checked(x)
-    # Dispatcher ops where the signature allows; pybind11 for `int` / std::vector<int>.
-    assert isinstance(m.sin_add, torch._ops.OpOverload) and isinstance(m.checked, torch._ops.OpOverload)
-    assert not isinstance(m.tile, torch._ops.OpOverload) and m.tile.__doc__.strip().endswith("tile")
+    # Dispatcher ops where the signature allows (module.ops); pybind11 for `int` / std::vector<int>.
+    assert isinstance(m.ops.sin_add.default, torch._ops.OpOverload) and m.sin_add.op is m.ops.sin_add.default
+    assert m.checked.op is m.ops.checked.default and m.sin_add.__name__ == "sin_add"
+    assert not hasattr(m.ops, "tile") and m.tile.__doc__.strip().endswith("tile")
     # Autograd flows through the ATen ops, as it does through torch's pybind11 bindings.
     xg = x.clone().requires_grad_()
     m.sin_add(xg, y).sum().backward()
@@ -224,12 +235,24 @@ def test_functions_work_under_torch_compile_and_opcheck(sin_add_module: Any) -> 
     m = sin_add_module
 
     def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return m.scale_shift(m.sin_add(x, y), 0.5, 1)
+        return m.ops.scale_shift(m.ops.sin_add(x, y), 0.5, 1)
 
     x, y = torch.randn(8), torch.randn(8)
     torch.testing.assert_close(torch.compile(f, fullgraph=True, backend="aot_eager")(x, y), f(x, y))
-    torch.library.opcheck(m.sin_add, (x, y))
-    torch.library.opcheck(m.scale_shift, (x, 2.0, 3))
+    torch.library.opcheck(m.ops.sin_add.default, (x, y))
+    torch.library.opcheck(m.ops.scale_shift.default, (x, 2.0, 3))
+
+
+def test_functions_compile_as_torchs_bindings_do(sin_add_module: Any) -> None:
+    """torch.compile meets module.f as it meets torch's pybind11 binding (a graph break, an eager call), so a
+    kernel reading data_ptr() runs unchanged; as the raw op it cannot (fake tensors have no data)."""
+    m = sin_add_module
+    x = torch.randn(8)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: m.raw_double(t.sin()) + 1, backend="aot_eager")
+    torch.testing.assert_close(compiled(x), 2 * x.sin() + 1)
+    with pytest.raises(Exception, match="data"):  # what the helper's wrapper spares a user
+        torch.compile(lambda t: m.ops.raw_double(t) + 1, backend="aot_eager")(x)
 
 
 def test_same_source_same_module_and_no_rebuild(sin_add_module: Any) -> None:

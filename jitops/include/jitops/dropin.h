@@ -5,9 +5,10 @@
 // returning one of those, a tuple or a vector of them, or void) becomes a
 // real op, torch.ops.<per-build namespace>.<name>, with its schema inferred
 // from the signature. It is registered without a dispatch key, so it is
-// CompositeImplicitAutograd: eager calls behave exactly as torch's pybind11
-// bindings (autograd flows through the ATen ops it calls), and torch.compile
-// traces through it instead of breaking the graph.
+// CompositeImplicitAutograd: autograd flows through the ATen ops it calls, as
+// through torch's pybind11 bindings, and torch.compile can trace the op
+// (module.ops.f); module.f meets torch.compile as torch's binding does
+// (jitops/cpp_ext_style.py).
 //
 // Any other signature (int, float, std::vector<int>, std::string, py::object,
 // ...) is bound with pybind11 as torch does, when pybind11 is included (it is
