@@ -240,8 +240,13 @@ def test_job_trust_digest_by_default_signatures_when_required(tmp_path: Path) ->
         JobTrust().verify(manifest, signer.fingerprint, signer.sign(manifest))
 
 
-def test_remote_tier_first_and_never_resigns_what_the_job_store_gave(tmp_path: Path) -> None:
-    """Remote tier, then job store, then build: an entry fetched from the job's store is not uploaded."""
+def test_remote_tier_first_and_never_resigns_what_the_job_store_gave(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Remote tier, then job store, then build: an entry fetched from the job's store is not uploaded,
+    neither then nor by a later ``jitops cache push`` (``warm --push`` runs the same)."""
+    import argparse
+
+    from jitops.remote.commands import cmd_push
     import torch.distributed as dist
 
     from jitops.cache import Cache
@@ -268,3 +273,15 @@ def test_remote_tier_first_and_never_resigns_what_the_job_store_gave(tmp_path: P
     assert results[0][0].sha256 == results[1][0].sha256
     uploaded = [p for p in (tmp_path / "shared").rglob("*") if p.is_file() and "entries" in p.parts]
     assert uploaded == [], "the remote tier got no upload of an entry this node did not build"
+    fakelib.register_all()
+    for k, v in {**remote, "JITOPS_CACHE_DIR": str(tmp_path / "b")}.items():
+        monkeypatch.setenv(k, v)
+    capsys.readouterr()
+    assert cmd_push(argparse.Namespace(ops=["fakeadd"], device=None)) == 0
+    said = capsys.readouterr().out
+    assert "installed from the job's store c10d://127.0.0.1:" in said and "never re-signs" in said, said
+    assert [p for p in (tmp_path / "shared").rglob("*") if p.is_file() and "entries" in p.parts] == []
+    for k, v in {**remote, "JITOPS_CACHE_DIR": str(tmp_path / "a")}.items():  # node a built it: pushed
+        monkeypatch.setenv(k, v)
+    assert cmd_push(argparse.Namespace(ops=["fakeadd"], device=None)) == 0
+    assert "pushed  fakeadd" in capsys.readouterr().out
