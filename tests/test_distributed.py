@@ -79,6 +79,11 @@ def test_four_ranks_two_nodes_one_build_per_op_and_a_failure_reaches_every_rank(
                           PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
     check_gets(replies)
     assert {tuple(r["get_order"]) for r in replies.values()} == {("fakeadd", "fakemul"), ("fakemul", "fakeadd")}
+    from jitops.cache import Cache
+    from jitops.remote.stats import read_totals
+
+    totals = [read_totals(Cache(tmp_path / "job" / f"node{n}").remote_stats) for n in (0, 1)]
+    assert sum(t.hits for t in totals) >= 1, "job-store hits reach `jitops cache stats` (the tier's at-exit)"
     fails = [r["fail"] for r in replies.values()]
     assert all(f["raised"] == "BuildError" for f in fails), fails
     assert len({f["message"] for f in fails}) == 1, "the same error on every rank"
@@ -368,3 +373,35 @@ def test_warm_takes_rank_and_world_from_an_initialized_process_group(tmp_path: P
         assert _group(None, s) == (1, [0, 1, 2])
     finally:
         dist.destroy_process_group()
+
+
+def test_a_failed_connect_is_retried_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 may host the store only later: a failed connect builds locally, then is tried again (not at
+    once: at most every RETRY s), and the connected tier registers its at-exit counters."""
+    import atexit
+    import warnings
+
+    import torch.distributed as dist
+
+    from jitops.remote import job
+    from jitops.settings import Settings
+
+    monkeypatch.setattr(job, "_tier", None)
+    monkeypatch.setattr(job, "_failed_at", None)
+    registered: list[Any] = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    port = free_port()
+    s = Settings.from_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
+                           "JITOPS_REMOTE_CONNECT_TIMEOUT": "0.5"})
+    with pytest.warns(RuntimeWarning, match="builds without the job's store"):
+        first = job.job_tier(s)
+    assert first is not None and first.store is None and registered == []
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert job.job_tier(s) is first, "not retried at once"
+        monkeypatch.setattr(job, "RETRY", 0.0)
+        second = job.job_tier(s)
+    assert second is not None and second.store is not None and registered == [second.at_exit]
+    assert job.job_tier(s) is second
+    del server
