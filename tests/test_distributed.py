@@ -134,6 +134,17 @@ def test_without_torch_distributed_nothing_changes(tmp_path: Path) -> None:
         assert out == {"built": True, "extra": []}, out
 
 
+def test_a_local_hit_inside_a_job_starts_nothing_and_connects_nowhere(tmp_path: Path) -> None:
+    """WORLD_SIZE=2 and MASTER_ADDR/MASTER_PORT naming a dead port: a local hit never looks for the store."""
+    base: dict[str, str | None] = {"JITOPS_CACHE_DIR": str(tmp_path / "c"), "JITOPS_BUILDER": "fake",
+                                   "JITOPS_REMOTE_CACHE": None, "JITOPS_DISTRIBUTED": None}
+    out = run_scenario("scenarios_inert.get_reporting_distributed_imports", env=child_env(**base), timeout=120)
+    assert out["built"] is True  # filled outside a job
+    job = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2", "RANK": "1"}
+    out = run_scenario("scenarios_inert.local_hit_in_job", env=child_env(**base, **job), timeout=120)
+    assert out == {"built": False, "connects": [], "spawns": [], "job_tier": False}, out
+
+
 def test_settings() -> None:
     from jitops.errors import ConfigError
     from jitops.settings import Settings
