@@ -8,6 +8,7 @@ machines). Each rank writes ``<out>/rank<r>.json`` with what it saw per phase:
 
 - ``get``: ``jitops.get`` of fakeadd and fakemul, in a rank-rotated order, and calls them;
 - ``warm``: ``jitops.distributed.warm`` of four more fake libraries;
+- ``warmone``: ``warm`` of fakew0 alone (benchmarks/cluster.py's baseline for ``warm``);
 - ``fail``: ``warm`` of ``fakefail``, whose compile fails (the test puts a ``cc`` on PATH that refuses it);
 - ``kill``: every rank warms fakew0; then the first attempt's rank 0 gets fakeadd and is SIGKILLed
   mid-build; after torchrun's restart every rank warms fakew0 and fakew1 (a new attempt: not the first
@@ -52,6 +53,14 @@ def phase_warm(rank: int, out: dict[str, Any]) -> None:
     t0 = time.time()
     report = jitops.distributed.warm(WARM_OPS)
     out["warm"] = {"start": t0, "end": time.time(), "report": [r.__dict__ for r in report]}
+
+
+def phase_warmone(rank: int, out: dict[str, Any]) -> None:
+    import jitops.distributed
+
+    t0 = time.time()
+    report = jitops.distributed.warm(WARM_OPS[:1])
+    out["warmone"] = {"start": t0, "end": time.time(), "report": [r.__dict__ for r in report]}
 
 
 def phase_fail(rank: int, out: dict[str, Any]) -> None:
