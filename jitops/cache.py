@@ -11,6 +11,7 @@ platformdirs' user cache dir for ``jitops``)::
     v1/inline/<name>-<digest>/             load_inline's sources, by content
     v1/trash/                              entries set aside as damaged
     v1/remote-stats.json                   the remote tier's counters (+ .lock)
+    v1/origins/<library>/<target>/<key>    where a tier got an entry it may not re-sign (the job's store)
 
 A tier is two calls: ``lookup(address) -> Hit | Miss(reason)`` (verified) and
 ``publish_entry(staged, address)`` (a finished staging dir -> what is in place now, ours or a
@@ -58,6 +59,7 @@ class Cache:
         self.folders = {name: self.base / name for name in self.FOLDERS}
         self.entries, self.staging, self.locks, self.logs, self.toolchains, self.trash, _ = self.folders.values()
         self.remote_stats = self.base / "remote-stats.json"  # the remote tier's counters (`jitops cache stats`)
+        self.origins = self.base / "origins"  # entries installed from the job's store (never re-signed by push)
 
     # ---- paths
     def entry_dir(self, library: str, target: str, key: str) -> Path:
@@ -65,6 +67,9 @@ class Cache:
 
     def path_of(self, address: Address) -> Path:
         return self.entry_dir(address.library, address.target, address.key)
+
+    def origin_path(self, address: Address) -> Path:  # the job tier's note that it installed this entry
+        return self.origins / address.library / address.target / address.key[:KEY_CHARS]
 
     def library_dir(self, library: str) -> Path:
         """Where every target's entries of ``library`` live (``<target>/<key>`` below)."""
@@ -85,7 +90,7 @@ class Cache:
     @property
     def owned_dirs(self) -> tuple[Path, ...]:
         """What ``cache clear`` may remove wholesale, besides entries and staging."""
-        return (self.logs, self.toolchains, self.trash)
+        return (self.logs, self.toolchains, self.trash, self.origins)
 
     @property
     def owned_files(self) -> tuple[Path, ...]:

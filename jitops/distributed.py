@@ -1,23 +1,31 @@
 """``jitops.distributed.warm``: at a torchrun job's start, every node gets every op, the builds spread across nodes.
 
-Imports errors, entry, plan, registry, settings, and ``remote.job`` /
-``remote.c10d_store`` (the job's store); ``torch.distributed`` only when a
-``group`` is passed. Not imported by ``import jitops``: ``import jitops.distributed``.
+Imports errors, entry, plan, registry, settings, spec, and ``remote.job`` /
+``remote.c10d_store`` (the job's store) when called; ``torch.distributed``
+only when a ``group`` is passed or a process group is already initialized (it
+is then in ``sys.modules``). Not imported by ``import jitops``: ``import jitops.distributed``.
 
-A collective over the job's c10d store only (never a GPU or gloo collective):
+A collective over the job's c10d store only (never a GPU or gloo collective),
+in a namespace of the group, torchrun's attempt (``TORCHELASTIC_RESTART_COUNT``:
+the agent's store outlives a restart) and this process's count of warms:
 
 1. each rank of the group writes its node identity (``JITOPS_HOST_ID``, else
    the hostname, plus its cache root: ranks sharing both share a node) and
    reads everyone's; nodes are numbered by their lowest rank;
 2. node *i*'s lowest rank ensures the ops whose index is *i* mod n first,
    then the rest (fetched through the job's store, or waited for: one build
-   per op for the job, by the tier's leases), in a worker thread, and
-   publishes what it did; the other ranks of the node only watch the store;
-3. every rank polls (every 0.1 s) for each node's report and for a failure.
+   per op for the job, by the tier's leases), in a worker thread that stops
+   at another node's failure, beats a key every second meanwhile, and
+   publishes what it did (or its own failure, whatever it was); the other
+   ranks of the node only watch the store;
+3. every rank polls (every 0.1 s) for each node's report, its beat and a failure.
    The first failure wins one ``compare_set``; every rank raises the same
-   ``BuildError`` built from it, while builds elsewhere may still run. There
-   is no barrier a failed rank can leave waiting: only step 1 waits for the
-   others, bounded by ``JITOPS_LOCK_TIMEOUT`` (default 600 s), naming who is missing.
+   ``BuildError`` built from it, while builds elsewhere may still run.
+
+Both waits are bounded, naming whom they wait for: step 1 by
+``JITOPS_LOCK_TIMEOUT`` (default 600 s) for ranks that never call ``warm``;
+step 3 by ``JITOPS_REMOTE_LEASE_SECONDS`` without a new beat from a node's
+leader (``LockTimeout``). There is no barrier a failed rank can leave waiting.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import threading
 import time
 import zlib
@@ -40,6 +49,7 @@ from .settings import Settings
 from .spec import OpSpec
 
 POLL = 0.1
+BEAT = 1.0  # seconds between a node leader's heartbeats
 DEFAULT_WAIT = 600.0
 _calls: dict[str, int] = {}  # group tag -> how many warms this process has started (the collective's sequence)
 
@@ -59,10 +69,13 @@ class OpReport:
 def _group(group: Any, settings: Settings) -> tuple[int, list[int]]:
     d = settings.distributed
     assert d is not None
-    if group is None:
-        return d.rank, list(range(d.world_size))
-    import torch.distributed as dist
+    up = sys.modules.get("torch.distributed")
+    if group is None and not (up is not None and up.is_available() and up.is_initialized()):
+        return d.rank, list(range(d.world_size))  # torchrun's RANK/WORLD_SIZE: no process group to ask
+    import torch.distributed as dist  # a process group is the truth (mp.spawn sets no RANK/WORLD_SIZE)
 
+    if group is None:
+        return dist.get_rank(), list(range(dist.get_world_size()))
     return dist.get_rank(), sorted(dist.get_process_group_ranks(group))
 
 
@@ -96,7 +109,7 @@ def warm(ops: Sequence[str] | None = None, group: Any = None, *, device: str | N
     specs = _specs(ops)
     tag = f"{zlib.crc32(','.join(map(str, ranks)).encode()):08x}"
     seq = _calls[tag] = _calls.get(tag, 0) + 1
-    return _Warm(store, f"warm/{tag}/{seq}", rank, ranks, settings, device).run(specs)
+    return _Warm(store, f"warm/{tag}/{d.attempt}/{seq}", rank, ranks, settings, device).run(specs)
 
 
 class _Warm:
@@ -107,6 +120,8 @@ class _Warm:
         assert d is not None
         self.me = f"{d.host_id or socket.gethostname()}:{os.path.realpath(settings.cache_root())}"
         self.limit = settings.lock_timeout if settings.lock_timeout is not None else DEFAULT_WAIT
+        self.lease = d.tier.lease_seconds  # a node leader silent this long is gone
+        self.finished = threading.Event()
 
     def run(self, specs: list[OpSpec]) -> list[OpReport]:
         nodes, leaders = self._nodes()
@@ -115,15 +130,42 @@ class _Warm:
             mine = [s for j, s in enumerate(specs) if j % len(nodes) == i]
             rest = [s for s in specs if s not in mine]
             threading.Thread(target=self._work, args=(i, mine + rest), name="jitops-dist-warm", daemon=True).start()
+            threading.Thread(target=self._beat, args=(i,), name="jitops-dist-beat", daemon=True).start()
         done: dict[int, dict[str, Any]] = {}
+        beats: dict[int, tuple[bytes | None, float]] = {n: (None, time.monotonic()) for n in range(len(nodes))}
         while len(done) < len(nodes):
             self._raise_failure()
             for n in range(len(nodes)):
                 if n not in done and (raw := self.store.get_value(f"{self.ns}/done/{n}")) is not None:
                     done[n] = json.loads(raw)
+                elif n not in done:
+                    self._check_beat(n, leaders[n], nodes[n], beats)
             if len(done) < len(nodes):
                 time.sleep(POLL)
         return _report(specs, nodes, leaders, done)
+
+    def _beat(self, index: int) -> None:
+        """The node leader's heartbeat while its work runs: a counter, rewritten every BEAT s."""
+        n = 0
+        while True:
+            n += 1
+            try:
+                self.store.put_value(f"{self.ns}/beat/{index}", str(n).encode())
+            except Exception:  # noqa: BLE001 - the store failed: the main thread's next poll raises that
+                return
+            if self.finished.wait(BEAT):
+                return
+
+    def _check_beat(self, n: int, leader: int, node: str, beats: dict[int, tuple[bytes | None, float]]) -> None:
+        beat, seen = beats[n]
+        now = self.store.get_value(f"{self.ns}/beat/{n}")
+        if now != beat:
+            beats[n] = (now, time.monotonic())
+        elif time.monotonic() - seen > self.lease:
+            raise LockTimeout(f"jitops.distributed.warm: rank {leader}, which warms node {node}, "
+                              f"{'never started' if beat is None else 'stopped'} beating for {self.lease:g}s "
+                              "(JITOPS_REMOTE_LEASE_SECONDS) without reporting or failing: it died or hangs. "
+                              f"Fix: see rank {leader}'s log; torchrun restarts the group if allowed")
 
     def _nodes(self) -> tuple[list[str], list[int]]:
         """(node identities, each node's lowest rank), ordered by that rank; waits for every rank to register."""
@@ -149,20 +191,24 @@ class _Warm:
 
     def _work(self, index: int, specs: list[OpSpec]) -> None:
         report: dict[str, Any] = {}
-        for spec in specs:
-            t0 = time.monotonic()
-            try:
-                plan = make_plan(spec, self.device, settings=self.settings)
+        current: OpSpec | None = None
+        try:
+            for current in specs:
+                if self.store.get_value(f"{self.ns}/failed") is not None:
+                    return  # another node failed: every rank raises that; building on would only cost
+                t0 = time.monotonic()
+                plan = make_plan(current, self.device, settings=self.settings)
                 entry = ensure_entry(plan, settings=self.settings)
-            except Exception as e:  # noqa: BLE001 - published to every rank, raised there
-                self._fail(spec, e)
-                return
-            report[spec.name] = {"built": entry.built, "seconds": time.monotonic() - t0}
-        self.store.put_value(f"{self.ns}/done/{index}", json.dumps(report).encode())
+                report[current.name] = {"built": entry.built, "seconds": time.monotonic() - t0}
+            self.store.put_value(f"{self.ns}/done/{index}", json.dumps(report).encode())
+        except BaseException as e:  # noqa: BLE001 - whatever stops this thread is published, raised on every rank
+            self._fail(current, e)
+        finally:
+            self.finished.set()
 
-    def _fail(self, spec: OpSpec, e: BaseException) -> None:
+    def _fail(self, spec: OpSpec | None, e: BaseException) -> None:
         why = str(e) if isinstance(e, (JitopsError, OSError)) else f"{type(e).__name__}: {e}"
-        body = {"op": spec.name, "rank": self.rank, "node": self.me, "type": type(e).__name__,
+        body = {"op": spec.name if spec is not None else "(warm)", "rank": self.rank, "node": self.me, "type": type(e).__name__,
                 "target": getattr(e, "target", ""), "message": why[:8000]}
         try:
             self.store.first_value(f"{self.ns}/failed", json.dumps(body).encode())

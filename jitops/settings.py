@@ -137,7 +137,7 @@ class DistributedSettings:
     """The job's c10d store as a cache tier (issue 16); None when ``JITOPS_DISTRIBUTED=0``.
 
     Read here because only this module reads the environment: torchrun's
-    ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``, and the remote tier's
+    ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/``TORCHELASTIC_RESTART_COUNT``, and the remote tier's
     timeouts, lease and failure seconds and key settings, which apply to the job
     store too (``tier``; its ``url`` names the job store in messages).
     """
@@ -149,6 +149,7 @@ class DistributedSettings:
     rank: int  # RANK (0 when unset): this process's rank for `distributed.warm` without a group
     host_id: str | None  # JITOPS_HOST_ID: which ranks share a node for `distributed.warm`; None: the hostname
     tier: RemoteSettings  # the tier's settings, url "c10d://MASTER_ADDR:MASTER_PORT"
+    attempt: int = 0  # TORCHELASTIC_RESTART_COUNT: torchrun's restart number (the agent's store outlives attempts)
 
     def in_job(self) -> bool:
         """torchrun's variables name a store of a job of 2+ ranks, or a default process group is up.
@@ -191,7 +192,8 @@ def distributed_settings(env: Mapping[str, str]) -> DistributedSettings | None:
     )
     return DistributedSettings(signed=word == "signed", master_addr=addr, master_port=port, world_size=world,
                                rank=_whole(env.get("RANK", "")) or 0,
-                               host_id=env.get("JITOPS_HOST_ID", "").strip() or None, tier=tier)
+                               host_id=env.get("JITOPS_HOST_ID", "").strip() or None, tier=tier,
+                               attempt=_whole(env.get("TORCHELASTIC_RESTART_COUNT", "")) or 0)
 
 
 NOT_IN_A_JOB = distributed_settings({})  # the default: on, and idle until a job is found

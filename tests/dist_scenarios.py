@@ -8,9 +8,11 @@ machines). Each rank writes ``<out>/rank<r>.json`` with what it saw per phase:
 
 - ``get``: ``jitops.get`` of fakeadd and fakemul, in a rank-rotated order, and calls them;
 - ``warm``: ``jitops.distributed.warm`` of four more fake libraries;
+- ``warmone``: ``warm`` of fakew0 alone (benchmarks/cluster.py's baseline for ``warm``);
 - ``fail``: ``warm`` of ``fakefail``, whose compile fails (the test puts a ``cc`` on PATH that refuses it);
-- ``kill``: the first attempt's rank 0 gets fakeadd and is SIGKILLed mid-build; after torchrun's
-  restart every rank reads the stale lease's holder, then gets fakeadd.
+- ``kill``: every rank warms fakew0; then the first attempt's rank 0 gets fakeadd and is SIGKILLed
+  mid-build; after torchrun's restart every rank warms fakew0 and fakew1 (a new attempt: not the first
+  attempt's reports, which the agent's store still holds), reads the stale lease's holder, then gets fakeadd.
 """
 
 from __future__ import annotations
@@ -53,6 +55,14 @@ def phase_warm(rank: int, out: dict[str, Any]) -> None:
     out["warm"] = {"start": t0, "end": time.time(), "report": [r.__dict__ for r in report]}
 
 
+def phase_warmone(rank: int, out: dict[str, Any]) -> None:
+    import jitops.distributed
+
+    t0 = time.time()
+    report = jitops.distributed.warm(WARM_OPS[:1])
+    out["warmone"] = {"start": t0, "end": time.time(), "report": [r.__dict__ for r in report]}
+
+
 def phase_fail(rank: int, out: dict[str, Any]) -> None:
     import jitops
     import jitops.distributed
@@ -65,11 +75,24 @@ def phase_fail(rank: int, out: dict[str, Any]) -> None:
         out["fail"] = {"raised": type(e).__name__, "message": str(e), "start": t0, "at": time.time()}
 
 
+def _quick_warm(ops: list[str]) -> list[dict[str, Any]]:
+    """``warm`` of ``ops`` with quick fake builds (this phase's get stays slow enough to be killed)."""
+    import jitops.distributed
+
+    slow = os.environ.pop("JITOPS_FAKE_BUILD_SECONDS", None)
+    try:
+        return [r.__dict__ for r in jitops.distributed.warm(ops)]
+    finally:
+        if slow is not None:
+            os.environ["JITOPS_FAKE_BUILD_SECONDS"] = slow
+
+
 def phase_kill(rank: int, out: dict[str, Any]) -> None:
     from tests import scenarios as S
 
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     base = sys.argv[2]
+    out[f"warm{attempt}"] = _quick_warm(WARM_OPS[:1 + attempt])
     if attempt == 0:
         if rank == 0:
             with open(f"{base}/killed.json", "w") as f:

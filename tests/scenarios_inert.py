@@ -291,6 +291,24 @@ def local_hit_connects() -> dict[str, Any]:
     return {"built": r["built"], "connects": connects, "redis": "redis" in sys.modules}
 
 
+def local_hit_in_job() -> dict[str, Any]:
+    """Get fakeadd (a local hit, in a job's environment) under an audit hook installed first: every socket it
+    connected, every child it started, and whether the job-store tier was imported."""
+    seen: dict[str, list[str]] = {"connects": [], "spawns": []}
+
+    def hook(ev: str, args: tuple[Any, ...]) -> None:
+        if ev == "socket.connect":
+            seen["connects"].append(str(args[1]))
+        elif ev in ("subprocess.Popen", "os.posix_spawn", "os.system", "os.exec", "os.fork"):
+            seen["spawns"].append(f"{ev} {args[0]!r}"[:200])
+
+    sys.addaudithook(hook)
+    from tests import scenarios as S
+
+    r = S.get_and_check("fakeadd")
+    return {"built": r["built"], **seen, "job_tier": "jitops.remote.job" in sys.modules}
+
+
 def s3_mkdir(bucket: str) -> bool:
     """Create ``bucket`` through s3fs (the store the environment's AWS_* variables name)."""
     import s3fs

@@ -79,6 +79,11 @@ def test_four_ranks_two_nodes_one_build_per_op_and_a_failure_reaches_every_rank(
                           PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
     check_gets(replies)
     assert {tuple(r["get_order"]) for r in replies.values()} == {("fakeadd", "fakemul"), ("fakemul", "fakeadd")}
+    from jitops.cache import Cache
+    from jitops.remote.stats import read_totals
+
+    totals = [read_totals(Cache(tmp_path / "job" / f"node{n}").remote_stats) for n in (0, 1)]
+    assert sum(t.hits for t in totals) >= 1, "job-store hits reach `jitops cache stats` (the tier's at-exit)"
     fails = [r["fail"] for r in replies.values()]
     assert all(f["raised"] == "BuildError" for f in fails), fails
     assert len({f["message"] for f in fails}) == 1, "the same error on every rank"
@@ -110,6 +115,10 @@ def test_sigkilled_builder_is_taken_over_after_its_lease(tmp_path: Path) -> None
                           JITOPS_REMOTE_LEASE_SECONDS="2")
     killed = json.loads((tmp_path / "job" / "killed.json").read_text())["pid"]
     assert all(r["kill"]["attempt"] == 1 for r in replies.values())
+    for r in replies.values():  # the restarted attempt's warm is its own collective, not the first attempt's
+        after = {e["op"]: e for e in r["warm1"]}
+        assert after["fakew0"]["cached"], f"fakew0 was warmed by the first attempt: {after}"
+        assert not after["fakew1"]["cached"] and after["fakew1"]["builds"] == 1, after
     assert any(r["stale_holder_pid"] == killed for r in replies.values()), "the dead rank's lease was still there"
     assert builds(replies, "fakeadd") == 1, "one more build after the takeover"
     assert all(r["get"]["fakeadd"]["works"] for r in replies.values())
@@ -125,6 +134,17 @@ def test_without_torch_distributed_nothing_changes(tmp_path: Path) -> None:
         assert out == {"built": True, "extra": []}, out
 
 
+def test_a_local_hit_inside_a_job_starts_nothing_and_connects_nowhere(tmp_path: Path) -> None:
+    """WORLD_SIZE=2 and MASTER_ADDR/MASTER_PORT naming a dead port: a local hit never looks for the store."""
+    base: dict[str, str | None] = {"JITOPS_CACHE_DIR": str(tmp_path / "c"), "JITOPS_BUILDER": "fake",
+                                   "JITOPS_REMOTE_CACHE": None, "JITOPS_DISTRIBUTED": None}
+    out = run_scenario("scenarios_inert.get_reporting_distributed_imports", env=child_env(**base), timeout=120)
+    assert out["built"] is True  # filled outside a job
+    job = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2", "RANK": "1"}
+    out = run_scenario("scenarios_inert.local_hit_in_job", env=child_env(**base, **job), timeout=120)
+    assert out == {"built": False, "connects": [], "spawns": [], "job_tier": False}, out
+
+
 def test_settings() -> None:
     from jitops.errors import ConfigError
     from jitops.settings import Settings
@@ -132,6 +152,7 @@ def test_settings() -> None:
     job = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "8", "RANK": "3"}
     d = Settings.from_env(job).distributed
     assert d is not None and d.in_job() and d.rank == 3 and d.tier.url == "c10d://10.0.0.1:29500" and not d.signed
+    assert d.attempt == 0 and Settings.from_env({**job, "TORCHELASTIC_RESTART_COUNT": "2"}).distributed.attempt == 2  # type: ignore[union-attr]
     assert Settings.from_env({**job, "JITOPS_DISTRIBUTED": "0"}).distributed is None
     signed = Settings.from_env({**job, "JITOPS_DISTRIBUTED": "signed"}).distributed
     assert signed is not None and signed.signed
@@ -240,8 +261,13 @@ def test_job_trust_digest_by_default_signatures_when_required(tmp_path: Path) ->
         JobTrust().verify(manifest, signer.fingerprint, signer.sign(manifest))
 
 
-def test_remote_tier_first_and_never_resigns_what_the_job_store_gave(tmp_path: Path) -> None:
-    """Remote tier, then job store, then build: an entry fetched from the job's store is not uploaded."""
+def test_remote_tier_first_and_never_resigns_what_the_job_store_gave(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Remote tier, then job store, then build: an entry fetched from the job's store is not uploaded,
+    neither then nor by a later ``jitops cache push`` (``warm --push`` runs the same)."""
+    import argparse
+
+    from jitops.remote.commands import cmd_push
     import torch.distributed as dist
 
     from jitops.cache import Cache
@@ -268,3 +294,125 @@ def test_remote_tier_first_and_never_resigns_what_the_job_store_gave(tmp_path: P
     assert results[0][0].sha256 == results[1][0].sha256
     uploaded = [p for p in (tmp_path / "shared").rglob("*") if p.is_file() and "entries" in p.parts]
     assert uploaded == [], "the remote tier got no upload of an entry this node did not build"
+    fakelib.register_all()
+    for k, v in {**remote, "JITOPS_CACHE_DIR": str(tmp_path / "b")}.items():
+        monkeypatch.setenv(k, v)
+    capsys.readouterr()
+    assert cmd_push(argparse.Namespace(ops=["fakeadd"], device=None)) == 0
+    said = capsys.readouterr().out
+    assert "installed from the job's store c10d://127.0.0.1:" in said and "never re-signs" in said, said
+    assert [p for p in (tmp_path / "shared").rglob("*") if p.is_file() and "entries" in p.parts] == []
+    for k, v in {**remote, "JITOPS_CACHE_DIR": str(tmp_path / "a")}.items():  # node a built it: pushed
+        monkeypatch.setenv(k, v)
+    assert cmd_push(argparse.Namespace(ops=["fakeadd"], device=None)) == 0
+    assert "pushed  fakeadd" in capsys.readouterr().out
+
+
+def _warm_in_process(tmp: Path, **env: str) -> tuple[Any, Any, Any]:
+    """A TCPStore server in this process, a ``_Warm`` of rank 0 of ranks [0, 1] on it, and the settings."""
+    import torch.distributed as dist
+
+    from jitops.distributed import _Warm
+    from jitops.remote.c10d_store import C10dStore
+    from jitops.settings import Settings
+
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    store = C10dStore.connect("127.0.0.1", server.port, 5, 5)
+    s = Settings.from_env({"JITOPS_CACHE_DIR": str(tmp / "c"), "JITOPS_BUILDER": "fake", **env})
+    return server, _Warm(store, "warm/t/0/1", 0, [0, 1], s, None), s
+
+
+def test_warm_wait_for_a_silent_node_is_bounded_by_its_heartbeat(tmp_path: Path) -> None:
+    """Node 1's leader registered, then neither beats, reports nor fails: rank 0 raises naming it, within the
+    lease (here 1 s), instead of waiting for ever."""
+    import threading
+    import time
+
+    from jitops.errors import LockTimeout
+
+    server, w, _ = _warm_in_process(tmp_path, JITOPS_REMOTE_LEASE_SECONDS="1")
+    w.store.put_value("warm/t/0/1/who/1", b"elsewhere:/cache")
+    got: list[BaseException | object] = []
+    t0 = time.monotonic()
+    th = threading.Thread(target=lambda: got.append(_catch(lambda: w.run([]))), daemon=True)
+    th.start()
+    th.join(timeout=20)
+    assert got, "warm waited past 20 s for a node whose leader never beat"
+    assert isinstance(got[0], LockTimeout), got
+    assert "rank 1" in str(got[0]) and "JITOPS_REMOTE_LEASE_SECONDS" in str(got[0]), got[0]
+    assert time.monotonic() - t0 < 10
+    del server
+
+
+def _catch(fn: Any) -> BaseException | object:
+    try:
+        return fn()
+    except BaseException as e:  # noqa: BLE001 - the test inspects it
+        return e
+
+
+def test_warm_leader_stops_at_another_nodes_failure_and_publishes_its_own(tmp_path: Path) -> None:
+    from tests import fakelib
+
+    server, w, s = _warm_in_process(tmp_path)
+    w.store.put_value("warm/t/0/1/failed", json.dumps({"op": "x", "rank": 1, "node": "n", "type": "BuildError",
+                                                       "target": "", "message": "boom"}).encode())
+    w._work(0, [fakelib.FAKEADD])
+    assert not (tmp_path / "c" / "v1" / "entries").exists() or not any((tmp_path / "c" / "v1" / "entries").iterdir()), \
+        "the leader built on after another node's failure"
+    assert w.store.get_value("warm/t/0/1/done/0") is None and w.finished.is_set()
+    server2, w2, _ = _warm_in_process(tmp_path / "2")
+    w2.device = "no-such-device"  # any error in the worker thread, not only a build's, reaches every rank
+    w2._work(0, [fakelib.FAKEADD])
+    failed = json.loads(w2.store.get_value("warm/t/0/1/failed"))
+    assert failed["op"] == "fakeadd" and failed["rank"] == 0, failed
+    del server, server2
+
+
+def test_warm_takes_rank_and_world_from_an_initialized_process_group(tmp_path: Path) -> None:
+    """mp.spawn + init_process_group(rank=r, world_size=n) sets no RANK/WORLD_SIZE: the group is the truth."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # torch's own single-process test group
+
+    from jitops.distributed import _group
+    from jitops.settings import Settings
+
+    s = Settings.from_env({"JITOPS_CACHE_DIR": str(tmp_path)})
+    assert _group(None, s) == (0, [0])  # no group, no torchrun variables
+    dist.init_process_group("fake", rank=1, world_size=3, store=FakeStore())
+    try:
+        assert _group(None, s) == (1, [0, 1, 2])
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_failed_connect_is_retried_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 may host the store only later: a failed connect builds locally, then is tried again (not at
+    once: at most every RETRY s), and the connected tier registers its at-exit counters."""
+    import atexit
+    import warnings
+
+    import torch.distributed as dist
+
+    from jitops.remote import job
+    from jitops.settings import Settings
+
+    monkeypatch.setattr(job, "_tier", None)
+    monkeypatch.setattr(job, "_failed_at", None)
+    registered: list[Any] = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    port = free_port()
+    s = Settings.from_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
+                           "JITOPS_REMOTE_CONNECT_TIMEOUT": "0.5"})
+    with pytest.warns(RuntimeWarning, match="builds without the job's store"):
+        first = job.job_tier(s)
+    assert first is not None and first.store is None and registered == []
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert job.job_tier(s) is first, "not retried at once"
+        monkeypatch.setattr(job, "RETRY", 0.0)
+        second = job.job_tier(s)
+    assert second is not None and second.store is not None and registered == [second.at_exit]
+    assert job.job_tier(s) is second
+    del server

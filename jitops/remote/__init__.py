@@ -1,19 +1,21 @@
 """The remote cache tier (issue 15): a second, shared, signed cache behind the local one.
 
-Nothing here is imported unless ``Settings.remote`` is set (``JITOPS_REMOTE_CACHE``;
-``jitops.entry`` checks before importing) or a ``jitops cache`` remote command
-runs. Modules, lowest first; each imports only those above it, plus
+Nothing here is imported unless ``Settings.remote`` is set (``JITOPS_REMOTE_CACHE``),
+a torchrun job misses an op (``DistributedSettings.in_job``: the job-store tier; ``jitops.entry``
+checks both before importing, after a local miss), ``jitops.distributed.warm`` is called, or a
+``jitops cache`` remote command runs. Modules, lowest first; each imports only those above it, plus
 ``jitops`` modules named in its docstring, the stdlib and its one optional
 dependency:
 
 - ``config``   the settings type (read by ``jitops.settings``) and the key pair's dir
 - ``stats``, ``envelope``  counters; the signed wire format of one entry
+- ``origin``   the note that an entry came from the job's store (``cache push`` skips it)
 - ``store``    the small store interface (blobs, leases, failure records) + errors
 - ``signing``  Ed25519 keys, fingerprints, trust (``cryptography``)
 - ``redis_store`` / ``fs_store`` / ``object_store``  backends (``redis`` / the filesystem / ``fsspec``)
 - ``backends`` URL -> store
 - ``lease``    a held lease and its renewal thread
-- ``tier``     the flow: fetch, verify, publish; lease, build, upload; fail open
+- ``tier``     the flow: fetch, verify, publish; lease, build, upload; fail open (the job's store: raise)
 - ``session``  the process's one tier (made on first use)
 - ``commands`` what ``jitops cache keygen/push/pull/ls --remote/stats`` and doctor do
 

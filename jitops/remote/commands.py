@@ -81,7 +81,9 @@ def cmd_push(args: argparse.Namespace) -> int:
     if not tier.writes:
         raise ConfigError("this node cannot upload: JITOPS_REMOTE_CACHE_MODE=read or no signing key. "
                           "Fix: run `jitops cache keygen` here (or set JITOPS_REMOTE_SIGNING_KEY) in write mode")
-    pushed = missing = 0
+    from .origin import installed_from
+
+    pushed = missing = foreign = 0
     for plan in _plans(args.ops, args.device, settings):
         try:
             plan.cache.verify(plan.entry, plan.key, plan.spec.name, plan.target.name)
@@ -89,10 +91,16 @@ def cmd_push(args: argparse.Namespace) -> int:
             missing += 1
             print(f"skipped {plan.what}: no sound local entry (run `jitops warm` first)")
             continue
+        source = installed_from(plan.cache, plan.address)
+        if source is not None:  # trusted by a digest only: signing it would vouch for what this node never built
+            foreign += 1
+            print(f"skipped {plan.what}: installed from the job's store {source}, not built here; jitops never "
+                  "re-signs it (build it on a node you trust, e.g. CI, and push from there)")
+            continue
         if tier.upload(plan, plan.cache):
             pushed += 1
             print(f"pushed  {plan.what} ({plan.key[:12]})")
-    print(f"push: {pushed} uploaded to {tier.settings.url}, {missing} not built here")
+    print(f"push: {pushed} uploaded to {tier.settings.url}, {missing} not built here, {foreign} from a job's store")
     return 0
 
 

@@ -14,14 +14,19 @@ torch without it means "no job store" rather than an error.
 
 Unlike a configured remote tier, the job's store does not fail open once
 connected (``Tier(fail_open=False)``): its failure is the job's, and is raised.
-Failing to *connect* warns once and builds locally.
+Failing to *connect* warns once and builds locally; the connect is tried again
+on a later miss, at most every ``RETRY`` seconds (rank 0 may host the store
+through ``init_process_group`` after this rank first looked). A connected
+tier's counters are logged and summed for ``jitops cache stats`` at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
+import time
 import warnings
 from typing import Any
 
@@ -31,13 +36,15 @@ from .digest import DigestSigner, JobTrust
 from .store import StoreError
 from .tier import Tier
 
+RETRY = 30.0  # seconds between connect attempts after one failed
 _tier: Tier | None = None
+_failed_at: float | None = None  # when this process last failed to connect (monotonic), else None
 _lock = threading.Lock()
 
 
 def _reset_after_fork() -> None:
-    global _tier, _lock
-    _tier, _lock = None, threading.Lock()
+    global _tier, _lock, _failed_at
+    _tier, _lock, _failed_at = None, threading.Lock(), None
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -54,16 +61,23 @@ def default_store() -> Any:
 
 def job_tier(settings: Settings) -> Tier | None:
     """This process's job-store tier, or None outside a job (made on first use)."""
-    global _tier
+    global _tier, _failed_at
     d = settings.distributed
     if d is None:
         return None
     with _lock:
-        if _tier is not None and _tier.settings == d.tier:
-            return _tier
-        tier = make_tier(d)
-        if tier is not None:
-            _tier = tier
+        if _tier is not None and _tier.settings == d.tier and (
+                _tier.store is not None or _failed_at is None or time.monotonic() - _failed_at < RETRY):
+            return _tier  # connected, or a failed connect too recent to try again (builds locally meanwhile)
+        tier = make_tier(d, warn=_failed_at is None)
+        if tier is None:
+            return None
+        if tier.store is None:
+            _failed_at = time.monotonic()
+        else:
+            _failed_at = None
+            atexit.register(tier.at_exit)
+        _tier = tier
         return tier
 
 
@@ -79,14 +93,17 @@ def _trust(d: DistributedSettings) -> tuple[JobTrust, Any]:
     return JobTrust(signed=True, keyed=load_trust(d.tier)), signer
 
 
-def make_tier(d: DistributedSettings) -> Tier | None:
+def make_tier(d: DistributedSettings, warn: bool = True) -> Tier | None:
+    """A new tier for the job's store; a store-less one (builds locally) if it cannot connect."""
     trust, signer = _trust(d)
     if d.master_addr and d.master_port and d.world_size > 1:
         try:
             store = C10dStore.connect(d.master_addr, d.master_port, d.tier.connect_timeout, d.tier.op_timeout)
         except StoreError as e:
-            warnings.warn(f"jitops: {e}. This rank builds without the job's store. Fix: check MASTER_ADDR/"
-                          "MASTER_PORT, or set JITOPS_DISTRIBUTED=0", RuntimeWarning, stacklevel=3)
+            if warn:
+                warnings.warn(f"jitops: {e}. This rank builds without the job's store. Fix: check MASTER_ADDR/"
+                              f"MASTER_PORT, or set JITOPS_DISTRIBUTED=0 (retried every {RETRY:g} s)",
+                              RuntimeWarning, stacklevel=3)
             return Tier(d.tier, None, trust, signer)
         return Tier(d.tier, store, trust, signer, fail_open=False)
     found = default_store()

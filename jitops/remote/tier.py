@@ -14,8 +14,9 @@ under the local key lock, so one process per node talks to the store:
    while building, then upload (signed) or record the failure; or wait for the
    holder, polling with backoff and naming it, and take over when it lapses.
 
-Any store error switches the tier off for the process with one warning, and
-the build goes on locally (fail open). Counters are logged at exit.
+A configured remote tier fails open: a store error switches it off for the process with one warning, and
+the build goes on locally. The job's store (``fail_open=False``) raises it instead, and notes each entry it
+installs (``.origin``) so ``cache push`` never re-signs it. Counters are logged at exit.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .. import cache_archive
 from ..cache import Cache
 from ..manifest import MANIFEST, EntryProblem, Manifest
 from ..errors import BuildError, CacheError, LockTimeout
-from . import envelope
+from . import envelope, origin
 from .config import RemoteSettings
 from .stats import Counters, add_to_totals
 from .lease import Lease
@@ -164,6 +165,8 @@ class Tier:
             self.stats.rejected += 1
             log.warning("rejected the remote entry for %s from %s: %s; it was not loaded", what, self.settings.url, e)
             return None
+        if not self.fail_open:  # the job's store: trusted by its digest only, so never to be re-signed
+            origin.note(cache, plan.address, self.settings.url)
         self.stats.hits += 1
         log.info("fetched %s from the remote cache %s", what, self.settings.url)
         return manifest
