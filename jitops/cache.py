@@ -9,6 +9,8 @@ platformdirs' user cache dir for ``jitops``)::
     v1/logs/                               logs of failed builds
     v1/toolchains/                         remembered compiler identities
     v1/inline/<name>-<digest>/             load_inline's sources, by content
+    v1/objects/<tu>.json, <sha256>.o       per-TU objects: a record (headers + object digest) and the object
+    v1/pch/<key>.json, <key>/              precompiled header prefixes: a record (headers) and the PCH
     v1/trash/                              entries set aside as damaged
     v1/remote-stats.json                   the remote tier's counters (+ .lock)
 
@@ -50,13 +52,14 @@ def _safe_host() -> str:
 class Cache:
     """Paths and operations on one cache root."""
 
-    FOLDERS = ("entries", "staging", "locks", "logs", "toolchains", "trash", "inline")  # obstruct.scan walks them
+    FOLDERS = ("entries", "staging", "locks", "logs", "toolchains", "trash", "inline", "objects", "pch")  # obstruct.scan
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.base = self.root / LAYOUT
         self.folders = {name: self.base / name for name in self.FOLDERS}
-        self.entries, self.staging, self.locks, self.logs, self.toolchains, self.trash, _ = self.folders.values()
+        self.entries, self.staging, self.locks, self.logs, self.toolchains, self.trash, _, self.objects, self.pch = (
+            self.folders.values())
         self.remote_stats = self.base / "remote-stats.json"  # the remote tier's counters (`jitops cache stats`)
 
     # ---- paths
@@ -76,16 +79,24 @@ class Cache:
     def inline_dir(self, name: str, digest: str) -> Path:
         return self.folders["inline"] / f"{name}-{digest}"
 
+    def object_record(self, key: str) -> Path:  # a TU's compile: its headers' digests, its object's sha256
+        return self.objects / f"{key[:KEY_CHARS]}.json"
+
+    def object_file(self, sha256: str) -> Path:  # by content: racing writers write the same bytes
+        return self.objects / f"{sha256[:KEY_CHARS]}.o"
+
+    def pch_path(self, key: str, suffix: str = "") -> Path:  # "<key>.json": headers read; "<key>": a PCH
+        return self.pch / f"{key[:KEY_CHARS]}{suffix}"
+
     def log_file(self, library: str, target: str) -> Path:
         return self.logs / f"{library}-{target}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
 
     def archive_name(self, path: Path) -> str:  # a path under the root as an archive member (v1/...)
         return path.relative_to(self.root).as_posix()
-
     @property
     def owned_dirs(self) -> tuple[Path, ...]:
         """What ``cache clear`` may remove wholesale, besides entries and staging."""
-        return (self.logs, self.toolchains, self.trash)
+        return (self.logs, self.toolchains, self.trash, self.objects, self.pch)
 
     def lock_path(self, library: str, key: str) -> Path:
         return self.locks / f"{library}-{key[:KEY_CHARS]}.lock"

@@ -1,0 +1,196 @@
+"""Precompiled headers, owned by jitops: one per header prefix, compiler, flags and torch.
+
+A TU's header prefix is the leading run of ``#include <...>`` lines (blank and
+comment lines between them allowed) before anything else: the part that takes
+~90 % of a compile to parse and that an edit rarely touches. Its PCH lives in
+the cache (``Cache.pch_path``), never beside torch or the sources. Its key
+covers the compiler and torch identity, the TU's exact flags (less
+``-DTORCH_EXTENSION_NAME``, which torch's headers do not read, so libraries of
+other names share it, and less the library's own folder) and the prefix's text; its manifest lists the non-system
+headers the prefix read (``-MMD``) with their sha256, re-hashed before use (a
+difference makes it stale: rebuilt). System headers are torch's and Python's:
+torch's identity in the key stands for them, as in the entry key.
+
+Built once under the key's lock in a private staging dir, manifest last,
+renamed into place; verified (size, sha256 once per process, owner, mode)
+before use. Anything wrong is set aside and built again. GCC uses it through
+``-include prefix.h`` with ``prefix.h.gch`` beside it and ``-Winvalid-pch``:
+a PCH gcc rejects is ignored by gcc itself, which then parses the text (one
+note, never a wrong result). clang uses ``-include-pch``; a build that fails
+with a PCH is run again without (tubuild). A PCH never changes an entry's key.
+
+nvcc: no PCH. nvcc runs its own C++ front end (cudafe++, EDG) over the whole
+``.cu`` before the host compiler sees the generated file, and it has no
+precompiled-header option; a host-compiler PCH cannot be used there.
+
+Imports: errors, fsutil, lock (the Cache is passed in).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import fsutil
+
+if TYPE_CHECKING:
+    from .cache import Cache
+
+log = logging.getLogger("jitops")
+
+FORMAT = 1
+HEADER = "prefix.h"
+CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".C")
+_INCLUDE = re.compile(r"\s*#\s*include\s*<[^>]+>\s*(//.*)?$")
+_SKIP = re.compile(r"\s*(//.*)?$")
+_verified: dict[tuple[str, int, int, int], str] = {}  # (path, size, mtime_ns, inode) -> sha256, this process
+
+
+def header_prefix(text: str) -> list[str]:
+    """The leading ``#include <...>`` lines of a source; blank and ``//`` lines between them are skipped."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if _INCLUDE.match(line):
+            out.append(line.strip())
+        elif not _SKIP.match(line):
+            break
+    return out
+
+
+def pch_words(kind: str, directory: Path) -> list[str]:
+    """The flags that make a compile use the PCH in ``directory``."""
+    header = directory / HEADER
+    if kind == "clang":
+        return ["-include-pch", shlex.quote(f"{header}.pch")]
+    return ["-include", shlex.quote(str(header)), "-Winvalid-pch"]
+
+
+def pch_flags(words: list[str], root: Path) -> list[str]:
+    """A TU's flags as its PCH is built with: without -DTORCH_EXTENSION_NAME (per library, unused by
+    torch's headers) and without the library's own folder (a new one per load_inline edit), so the
+    prefix can only read headers outside the library, which its manifest then covers."""
+    own = f"-I{shlex.quote(str(root))}"
+    return [w for w in words if not w.startswith("-DTORCH_EXTENSION_NAME=") and w != own]
+
+
+def key_of(identity: str, kind: str, flags: str, prefix: list[str]) -> str:
+    return hashlib.sha256(json.dumps([FORMAT, identity, kind, flags, prefix]).encode()).hexdigest()
+
+
+@dataclass
+class Use:
+    """A PCH ready for a TU: flags to add, how it came (hit / built), headers it read."""
+
+    key: str
+    words: list[str]
+    state: str
+    seconds: float = 0.0
+    deps: dict[str, str] = field(default_factory=dict)
+
+
+def _verify(directory: Path, key: str) -> dict[str, object]:
+    """The manifest of a usable PCH in ``directory``, or ValueError / OSError saying why not."""
+    from .objcache import headers_unchanged
+
+    for p in (directory, directory / "manifest.json"):
+        reason = fsutil.insecure_reason(p, want_dir=p == directory)
+        if reason is not None:
+            raise ValueError(reason)
+    m = json.loads((directory / "manifest.json").read_bytes())
+    if m.get("format") != FORMAT or m.get("key") != key:
+        raise ValueError("its manifest describes another PCH")
+    pch = directory / str(m["file"])
+    reason = fsutil.insecure_reason(pch, want_dir=False)
+    if reason is not None:
+        raise ValueError(reason)
+    st = os.lstat(pch)
+    if st.st_size != m["size"]:
+        raise ValueError(f"{pch} has {st.st_size} bytes, its manifest says {m['size']}")
+    memo = (str(pch), st.st_size, st.st_mtime_ns, st.st_ino)
+    if _verified.get(memo) != m["sha256"]:
+        if fsutil.sha256_file(pch) != m["sha256"]:
+            raise ValueError(f"{pch} does not match its manifest's sha256")
+        _verified[memo] = str(m["sha256"])
+    if not headers_unchanged(m["deps"], Path(str(m["root"]))):
+        raise ValueError("a header it was built from has changed")
+    return dict(m)
+
+
+def ensure(cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], prefix: list[str], root: Path,
+           run: Callable[[list[str], Path], tuple[int, str]], lock_timeout: float | None = None) -> Use | None:
+    """A verified PCH for ``prefix``: found, or built now under its lock. None if it cannot be had (one note)."""
+    from .lock import key_lock
+
+    final = cache.pch_path(key)
+    if os.path.lexists(final):
+        try:
+            return Use(key, pch_words(kind, final), "hit", deps=_verify(final, key)["deps"])  # type: ignore[arg-type]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            _set_aside(cache, final, str(e))
+    with key_lock(cache.lock_path("pch", key), "a precompiled header", lock_timeout):
+        try:
+            return Use(key, pch_words(kind, final), "hit", deps=_verify(final, key)["deps"])  # type: ignore[arg-type]
+        except (OSError, ValueError, KeyError, TypeError):
+            if os.path.lexists(final):
+                _set_aside(cache, final, "unusable")
+        staging = cache.new_staging("pch", key)
+        try:
+            return _build(cache, staging, final, key=key, kind=kind, cxx=cxx, flags=flags, prefix=prefix,
+                          root=root, run=run)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _build(cache: Cache, staging: Path, final: Path, *, key: str, kind: str, cxx: str, flags: list[str],
+           prefix: list[str], root: Path, run: Callable[[list[str], Path], tuple[int, str]]) -> Use | None:
+    from .objcache import header_digests, read_depfile
+
+    out = staging / "pch"
+    fsutil.makedirs(out)
+    (out / HEADER).write_text("\n".join(prefix) + "\n")
+    file = HEADER + (".pch" if kind == "clang" else ".gch")
+    words = [shlex.quote(cxx), *flags, "-x", "c++-header", HEADER, "-o", file, "-MMD", "-MF", "prefix.d"]
+    start = time.monotonic()
+    rc, text = run(["sh", "-c", " ".join(words)], out)
+    seconds = time.monotonic() - start
+    if rc != 0 or not (out / file).is_file():
+        log.info("note: could not precompile the headers %s (the files compile without a PCH): %s",
+                 ", ".join(prefix), text.strip().splitlines()[-1:] or rc)
+        return None
+    deps = header_digests([f for f in read_depfile(out / "prefix.d") if not f.endswith(HEADER)], root)
+    (out / "prefix.d").unlink()
+    pch = out / file
+    manifest = {"format": FORMAT, "key": key, "file": file, "size": pch.stat().st_size,
+                "sha256": fsutil.sha256_file(pch), "deps": deps, "root": str(root), "seconds": round(seconds, 3),
+                "prefix": prefix}
+    fsutil.atomic_write(out / "manifest.json", json.dumps(manifest, sort_keys=True).encode())  # last
+    fsutil.makedirs(final.parent)
+    try:
+        os.rename(out, final)
+    except OSError:
+        if not os.path.lexists(final):
+            raise
+    try:
+        m = _verify(final, key)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.info("note: the precompiled header in %s is unusable (%s); compiling without it", final, e)
+        return None
+    return Use(key, pch_words(kind, final), "built", seconds, m["deps"])  # type: ignore[arg-type]
+
+
+def _set_aside(cache: Cache, directory: Path, why: str) -> None:
+    log.info("note: precompiled header %s is unusable (%s); it is rebuilt", directory, why)
+    try:
+        cache.discard(directory)
+    except OSError:
+        pass

@@ -1,0 +1,147 @@
+"""A real build file by file: cached objects linked as they are, a PCH for the rest, timings.
+
+For each source: its object is looked up in the object cache (objcache); a
+miss is compiled by ninja, with the precompiled header of its header prefix
+(pch) when the build has one for its compiler. The namespace is compiled from
+one generated file (ninja.NAMESPACE_TU), so objects do not depend on the key.
+A build that fails while using a PCH runs again without one (one note): a PCH
+is never the reason a build fails. Times come from ninja's own log.
+
+Imports: ninja, objcache, pch, fsutil (the BuildJob and its Cache are read by attribute).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import fsutil, objcache, pch
+from .ninja import NAMESPACE_TU, TU, flags, is_registration, registration_cflags, unalias, write_ninja_file
+
+if TYPE_CHECKING:
+    from .build import BuildJob
+
+log = logging.getLogger("jitops")
+Run = Callable[..., tuple[int, str]]
+_REJECTED = re.compile(r"[^\n]*\.(gch|pch)\b[^\n]*\[-Winvalid-pch\]")
+
+
+def _names_namespace(job: BuildJob, text: str) -> bool:
+    """Whether a file (or a header of the library's folder) spells JITOPS_NS: then it gets -DJITOPS_NS."""
+    if "JITOPS_NS" in text:
+        return True
+    root = job.root
+    return root is not None and any("JITOPS_NS" in p.read_text(errors="replace")
+                                    for p in sorted(root.rglob("*")) if p.suffix in (".h", ".hpp", ".cuh", ".inc"))
+
+
+def _ninja_times(build_dir: Path) -> dict[str, float]:
+    """{output: seconds} from ``.ninja_log`` (start and end in ms, tab-separated)."""
+    out: dict[str, float] = {}
+    try:
+        for line in (build_dir / ".ninja_log").read_text().splitlines()[1:]:
+            parts = line.split("\t")
+            if len(parts) >= 4:
+                out[parts[3]] = (int(parts[1]) - int(parts[0])) / 1000
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def build_tus(job: BuildJob, run: Run, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path, dict[str, Any]]:
+    """(exit code, log, library path, timings) of a build that reuses cached objects and PCHs."""
+    cache, root = job.cache, job.root or job.build_dir
+    assert cache is not None
+    with_cuda = job.device == "cuda"
+    cflags, cuda, _ = flags(job, None, namespace=False)
+    ns_flag = f"-DJITOPS_NS={job.namespace}"
+    tus: list[TU] = []
+    keys: dict[str, str] = {}
+    info: dict[str, dict[str, Any]] = {}
+    uses: dict[str, pch.Use] = {}
+    pch_plain: dict[str, tuple[str, ...]] = {}  # obj -> its extra flags without the PCH (the retry)
+    for src in (os.path.abspath(str(s)) for s in job.sources):
+        is_cuda = with_cuda and src.endswith((".cu", ".cuh"))
+        obj = f"{os.path.splitext(os.path.basename(src))[0]}{'.cuda' if is_cuda else ''}.o"
+        label = os.path.relpath(src, root) if src.startswith(str(root)) else src
+        text = Path(src).read_text(errors="replace")
+        words = cuda if is_cuda else cflags
+        rule_flags = registration_cflags(" ".join(words)) if not is_cuda and is_registration(src) else " ".join(words)
+        extra = (ns_flag,) if _names_namespace(job, text) else ()
+        tool = job.nvcc if is_cuda else job.cxx
+        key = objcache.tu_key(job.identity, f"{tool} {rule_flags} {' '.join(extra)}", fsutil.sha256_file(Path(src)), root)
+        keys[obj] = key
+        if objcache.lookup(cache, key, root, job.build_dir / obj):
+            tus.append(TU(src, obj, cached=True))
+            info[label] = {"object": "cached", "seconds": 0.0, "pch": "-"}
+            continue
+        state = "off" if not job.pch else "no prefix"
+        # A file given -DJITOPS_NS would not match a PCH of op.h built without it (gcc would refuse it).
+        usable = job.pch and not is_cuda and not extra and src.endswith(pch.CXX_SUFFIXES)
+        prefix = pch.header_prefix(text) if usable else []
+        use = None
+        if prefix:
+            pflags = pch.pch_flags(rule_flags.split(" "), root)
+            pkey = pch.key_of(job.identity, job.pch, " ".join(pflags), prefix)
+            use = uses.get(pkey) or pch.ensure(
+                cache, key=pkey, kind=job.pch, cxx=job.cxx, flags=pflags, prefix=prefix, root=root,
+                run=lambda argv, cwd: run(argv, cwd=cwd, env=job.env), lock_timeout=job.lock_timeout)
+            state = "unavailable" if use is None else ("hit" if pkey in uses else use.state)
+            if use is not None:
+                uses[pkey] = use
+        pch_plain[obj] = extra
+        tus.append(TU(src, obj, extra=(*extra, *(use.words if use else ()))))
+        info[label] = {"object": "compiled", "pch": state, "pch_key": use.key[:12] if use else None,
+                       "pch_seconds": use.seconds if use and state == "built" else 0.0, "_obj": obj, "_use": use}
+    _, aliases = write_ninja_file(job, tus)
+    argv = [job.ninja, "-v", "-j", str(job.jobs)]
+    rc, out = run(argv, cwd=job.build_dir, env=job.env, on_line=on_line)
+    used = [t for t in tus if not t.cached and pch_plain.get(t.obj) != t.extra]
+    if rc != 0 and used:
+        log.info("note: the build failed while using precompiled headers; building again without them")
+        tus = [TU(t.source, t.obj, t.cached, pch_plain.get(t.obj, t.extra)) for t in tus]
+        for i in info.values():
+            i["pch"] = "rejected" if i.get("_use") is not None else i["pch"]
+        _, aliases = write_ninja_file(job, tus)
+        rc, out2 = run(argv, cwd=job.build_dir, env=job.env, on_line=on_line)
+        out = out + out2
+    elif used and _REJECTED.search(out):
+        log.info("note: the compiler did not use a precompiled header (it parsed the headers instead): %s",
+                 _REJECTED.search(out).group(0))  # type: ignore[union-attr]
+        for line in out.splitlines():
+            for i in info.values():
+                if _REJECTED.search(line) and i.get("_use") is not None and i["_use"].key[:32] in line:
+                    i["pch"] = "rejected"
+    times = _ninja_times(job.build_dir)
+    pch_dir = str(cache.pch) + "/"
+    for i in info.values():
+        obj, use = i.pop("_obj", None), i.pop("_use", None)
+        if obj is None:
+            continue
+        i["seconds"] = times.get(obj, 0.0)
+        if rc == 0:
+            src = next(t.source for t in tus if t.obj == obj)
+            objcache.store(cache, keys[obj], job.build_dir / obj, job.build_dir / f"{obj}.d", root, (pch_dir,),
+                           use.deps if use is not None and i["pch"] != "rejected" else None, src)
+    timings = {"files": info, "link_seconds": times.get(f"{job.library}.so", 0.0),
+               "namespace_seconds": times.get(f"{NAMESPACE_TU}.o", 0.0), "at": time.time()}
+    return rc, unalias(out, aliases), job.build_dir / f"{job.library}.so", timings
+
+
+def summary(timings: dict[str, Any]) -> str:
+    """One line for the INFO log and ``jitops info``: each file's compile, its PCH, the link."""
+    parts = []
+    for label, i in (timings.get("files") or {}).items():
+        if i.get("object") == "cached":
+            parts.append(f"{label} cached")
+        else:
+            pch_note = f", PCH {i.get('pch')}" + (f" +{i['pch_seconds']:.1f}s" if i.get("pch_seconds") else "")
+            parts.append(f"{label} {i.get('seconds', 0.0):.1f}s{pch_note}")
+    if not parts:
+        return ""
+    return "; ".join(parts) + f"; link {timings.get('link_seconds', 0.0):.1f}s"
