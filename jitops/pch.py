@@ -157,17 +157,29 @@ def _build(cache: Cache, staging: Path, final: Path, *, key: str, kind: str, cxx
 
     out = staging / "pch"
     fsutil.makedirs(out)
-    (out / HEADER).write_text("\n".join(prefix) + "\n")
+    text = "\n".join(prefix) + "\n"
+    (out / HEADER).write_text(text)
+    header = HEADER
+    if kind == "clang":  # clang's PCH names its input header by path and needs it later: one outside staging
+        stable = cache.pch_path(key, ".h")
+        if not stable.is_file() or stable.read_text() != text:
+            fsutil.makedirs(stable.parent)
+            fsutil.atomic_write(stable, text.encode())
+        header = str(stable)
     file = HEADER + (".pch" if kind == "clang" else ".gch")
-    words = [shlex.quote(cxx), *flags, "-x", "c++-header", HEADER, "-o", file, "-MMD", "-MF", "prefix.d"]
+    # clang can instantiate the headers' templates into the PCH; gcc leaves them to every file (~1 s each here).
+    more = ["-fpch-instantiate-templates", "-Xclang", "-fno-pch-timestamp"] if kind == "clang" else []
+    words = [shlex.quote(cxx), *flags, *more, "-x", "c++-header", shlex.quote(header), "-o", file,
+             "-MMD", "-MF", "prefix.d"]
     start = time.monotonic()
-    rc, text = run(["sh", "-c", " ".join(words)], out)
+    rc, output = run(["sh", "-c", " ".join(words)], out)
     seconds = time.monotonic() - start
     if rc != 0 or not (out / file).is_file():
         log.info("note: could not precompile the headers %s (the files compile without a PCH): %s",
-                 ", ".join(prefix), text.strip().splitlines()[-1:] or rc)
+                 ", ".join(prefix), output.strip().splitlines()[-1:] or rc)
         return None
-    deps = header_digests([f for f in read_depfile(out / "prefix.d") if not f.endswith(HEADER)], root)
+    ours = {os.path.abspath(header if os.path.isabs(header) else out / header)}
+    deps = header_digests([f for f in read_depfile(out / "prefix.d") if os.path.abspath(out / f) not in ours], root)
     (out / "prefix.d").unlink()
     pch = out / file
     manifest = {"format": FORMAT, "key": key, "file": file, "size": pch.stat().st_size,
