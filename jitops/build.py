@@ -9,7 +9,10 @@ shared directory whose lock file outlives a killed build.
 C library with ``cc`` in milliseconds. It is a real, loadable library; tests
 pair it with specs whose kernels are registered from Python.
 
-Imports: build_errors, errors, fsutil, ninja (the last two lazily, on a build).
+A job that carries a cache (``publish`` gives one to every real build) is built file by file by
+:mod:`jitops.tubuild`: cached objects, precompiled headers, and timings (``BuildResult.timings``).
+
+Imports: build_errors, errors, fsutil, ninja, tubuild (the last three lazily, on a build).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ messages on stderr: 0 success, 1 a failure (a failed build, a failed check, a
 damaged entry), 2 bad usage. ``--help``, ``list`` and the cache commands
 (except ``cache fingerprint``) answer without importing torch.
 
-Imports: cache, cli_cache, errors, settings; diagnose, entry, explain, plan, progress, target, warm and build lazily per command;
+Imports: cache, cli_cache, errors, settings; diagnose, entry, explain, manifest, plan, progress, target, tubuild, warm and build lazily per command;
 remote.commands for ``warm --push``.
 """
 

@@ -3,7 +3,7 @@
 The miss path only: the loader imports this module after a cache miss, under
 the key's lock, so the warm path never pays for it.
 
-Imports: build, cache, compilers, errors, fsutil, key, manifest, plan, progress, settings, toolchain.
+Imports: build, cache, compilers, errors, fsutil, key, manifest, plan, progress, settings, toolchain, tubuild.
 """
 
 from __future__ import annotations

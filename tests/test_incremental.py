@@ -237,3 +237,54 @@ def test_a_pch_the_compiler_rejects_falls_back_to_a_normal_compile(
     assert result.timings["files"]["f0.cpp"]["pch"] == "rejected"
     notes = [r for r in caplog.records if "precompiled header" in r.getMessage()]
     assert len(notes) == 1, [r.getMessage() for r in notes]
+
+
+# ------------------------------------------------------------------ a torch kernel, with and without the PCH
+
+TORCH_KERNEL = """// an elementwise kernel in jitops's lean style
+#include <jitops/op.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty_like.h>
+
+at::Tensor pchsq(const at::Tensor& x) {
+  auto y = at::empty_like(x);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "pchsq", [&] {
+    const auto* a = x.data_ptr<scalar_t>();
+    auto* b = y.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < x.numel(); ++i) b[i] = a[i] * a[i] / scalar_t(3) + scalar_t(0.25);
+  });
+  return y;
+}
+JITOPS_LIBRARY(m) { m.def("pchsq(Tensor x) -> Tensor"); }
+JITOPS_LIBRARY_IMPL(CPU, m) { m.impl("pchsq", &pchsq); }
+"""
+
+
+def _exported(lib: str) -> list[str]:
+    out = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True, check=True).stdout
+    return sorted(line.split()[-1] for line in out.splitlines() if line.strip())
+
+
+def test_a_library_built_with_the_pch_behaves_as_one_built_without(session_cache: Path, tmp_path: Path) -> None:
+    """Same key, same outputs, same exported symbols; the second process loads with no compiler, no PCH work."""
+    from tests.helpers import child_env, run_scenario
+
+    with_pch = run_scenario("load_inline_and_run", name="pchsq", source=TORCH_KERNEL)
+    assert with_pch["ok"], with_pch
+    if with_pch["built"]:
+        states = {i["pch"] for i in with_pch["timings"]["files"].values()}
+        assert states <= {"built", "hit"}, with_pch["timings"]
+    plain_root = tmp_path / "plain-cache"
+    shutil.copytree(session_cache / "v1" / "toolchains", plain_root / "v1" / "toolchains")  # no second self-check
+    plain = run_scenario("load_inline_and_run", env=child_env(JITOPS_CACHE_DIR=str(plain_root), JITOPS_PCH="0"),
+                         name="pchsq", source=TORCH_KERNEL)
+    assert plain["ok"] and plain["built"], plain
+    assert {i["pch"] for i in plain["timings"]["files"].values()} == {"off"}
+    assert plain["key"] == with_pch["key"]  # the PCH never changes an entry's key
+    assert plain["out"] == with_pch["out"] and plain["out32"] == with_pch["out32"]
+    assert _exported(plain["library"]) == _exported(with_pch["library"])
+    assert not (plain_root / "v1" / "pch").exists() or not any((plain_root / "v1" / "pch").iterdir())
+
+    again = run_scenario("load_inline_and_run", name="pchsq", source=TORCH_KERNEL)  # warm: nothing built
+    assert again["ok"] and not again["built"] and again["out"] == with_pch["out"]
