@@ -66,6 +66,7 @@ class BuildJob:
     root: Path | None = None  # the library's own folder (``<root>`` in object keys)
     identity: str = ""  # compiler, torch, target...: the key's ingredients other than sources and flags
     pch: str = ""  # "gcc" / "clang": precompile header prefixes with that compiler; "" off
+    pch_build: bool = False  # build missing PCHs beside the compiles (user libraries; builtin ops only use them)
     lock_timeout: float | None = None
 
     @property

@@ -187,7 +187,8 @@ def is_registration(src: str) -> bool:
     return os.path.basename(src).startswith("register")
 
 
-def write_ninja_file(job: BuildJob, tus: Sequence[TU] | None = None) -> tuple[Path, dict[str, str]]:
+def write_ninja_file(job: BuildJob, tus: Sequence[TU] | None = None,
+                     side: Sequence[tuple[str, str]] = ()) -> tuple[Path, dict[str, str]]:
     """Write ``build.ninja`` in the job's build dir; (its path, {alias: real dir} for the log).
 
     Without ``tus``: every source compiled with -DJITOPS_NS, as cpp_extension would. With ``tus``
@@ -237,8 +238,12 @@ def write_ninja_file(job: BuildJob, tus: Sequence[TU] | None = None) -> tuple[Pa
             lines.append(f"  {'cuda_post_cflags' if is_cuda else 'post_cflags'} = {_var(list(tu.extra))}")
     if os.path.exists(job.build_dir / f"{NAMESPACE_TU}.cpp"):
         objects.append(f"{NAMESPACE_TU}.o")
+    if side:
+        lines += ["", "rule side", "  command = $side_command"]
+    for name, command in side:
+        lines += [f"build {name}: side", f"  side_command = {_var([command])}"]
     lines += ["", f"build {job.library}.so: link {' '.join(escape_path(o) for o in objects)}", "",
-              f"default {job.library}.so", ""]
+              f"default {job.library}.so{''.join(' ' + name for name, _ in side)}", ""]
     path = job.build_dir / "build.ninja"
     path.write_text("\n".join(lines))
     return path, aliases.made

@@ -11,9 +11,12 @@ headers the prefix read (``-MMD``) with their sha256, re-hashed before use (a
 difference makes it stale: rebuilt). System headers are torch's and Python's:
 torch's identity in the key stands for them, as in the entry key.
 
-Built once under the key's lock in a private staging dir, manifest last,
-renamed into place; verified (size, sha256 once per process, owner, mode)
-before use. Anything wrong is set aside and built again. GCC uses it through
+Built once, under the key's lock (taken without waiting: if another process
+holds it, this build goes without), in a private staging dir, beside the
+build's compiles (one more ninja job, so a cold build costs about what it
+did: its files compile without the PCH, the next build uses it); manifest
+last, renamed into place; verified (size, sha256 once per process, owner,
+mode) before use. Anything wrong is set aside and built again. GCC uses it through
 ``-include prefix.h`` with ``prefix.h.gch`` beside it and ``-Winvalid-pch``:
 a PCH gcc rejects is ignored by gcc itself, which then parses the text (one
 note, never a wrong result). clang uses ``-include-pch``; a build that fails
@@ -23,11 +26,12 @@ nvcc: no PCH. nvcc runs its own C++ front end (cudafe++, EDG) over the whole
 ``.cu`` before the host compiler sees the generated file, and it has no
 precompiled-header option; a host-compiler PCH cannot be used there.
 
-Imports: errors, fsutil, lock (the Cache is passed in).
+Imports: errors, fsutil, lock, objcache (the Cache is passed in).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -35,8 +39,6 @@ import os
 import re
 import shlex
 import shutil
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -126,78 +128,104 @@ def _verify(directory: Path, key: str) -> dict[str, object]:
     return dict(m)
 
 
-def ensure(cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], prefix: list[str], root: Path,
-           run: Callable[[list[str], Path], tuple[int, str]], lock_timeout: float | None = None) -> Use | None:
-    """A verified PCH for ``prefix``: found, or built now under its lock. None if it cannot be had (one note)."""
+def find(cache: Cache, key: str, kind: str) -> Use | None:
+    """The verified PCH of ``key``, or None; one that fails verification is set aside (one note)."""
+    final = cache.pch_path(key)
+    if not os.path.lexists(final):
+        return None
+    try:
+        return Use(key, pch_words(kind, final), "hit", deps=_verify(final, key)["deps"])  # type: ignore[arg-type]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        _set_aside(cache, final, str(e))
+        return None
+
+
+@dataclass
+class Pending:
+    """A PCH being built beside a build's compiles: its command (run in ``out``), then ``finish``."""
+
+    key: str
+    kind: str
+    out: Path
+    file: str
+    command: str
+    root: Path
+    hold: contextlib.ExitStack
+    staging: Path
+
+
+def start(cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], prefix: list[str],
+          root: Path) -> Pending | None:
+    """Take the PCH's lock (without waiting: None if another process builds it) and prepare its build."""
+    from .errors import LockTimeout
     from .lock import key_lock
 
-    final = cache.pch_path(key)
-    if os.path.lexists(final):
-        try:
-            return Use(key, pch_words(kind, final), "hit", deps=_verify(final, key)["deps"])  # type: ignore[arg-type]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            _set_aside(cache, final, str(e))
-    with key_lock(cache.lock_path("pch", key), "a precompiled header", lock_timeout):
-        try:
-            return Use(key, pch_words(kind, final), "hit", deps=_verify(final, key)["deps"])  # type: ignore[arg-type]
-        except (OSError, ValueError, KeyError, TypeError):
-            if os.path.lexists(final):
-                _set_aside(cache, final, "unusable")
+    hold = contextlib.ExitStack()
+    try:
+        hold.enter_context(key_lock(cache.lock_path("pch", key), "a precompiled header", 0))
+    except LockTimeout:
+        return None
+    try:
+        if find(cache, key, kind) is not None:  # published while we looked
+            hold.close()
+            return None
         staging = cache.new_staging("pch", key)
-        try:
-            return _build(cache, staging, final, key=key, kind=kind, cxx=cxx, flags=flags, prefix=prefix,
-                          root=root, run=run)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        out = staging / "pch"
+        fsutil.makedirs(out)
+        text = "\n".join(prefix) + "\n"
+        (out / HEADER).write_text(text)
+        header = HEADER
+        if kind == "clang":  # clang's PCH names its input header by path and needs it later: one outside staging
+            stable = cache.pch_path(key, ".h")
+            if not stable.is_file() or stable.read_text() != text:
+                fsutil.makedirs(stable.parent)
+                fsutil.atomic_write(stable, text.encode())
+            header = str(stable)
+        file = HEADER + (".pch" if kind == "clang" else ".gch")
+        # clang can instantiate the headers' templates into the PCH; gcc leaves them to every file (~1 s each here).
+        more = ["-fpch-instantiate-templates", "-Xclang", "-fno-pch-timestamp"] if kind == "clang" else []
+        words = [shlex.quote(cxx), *flags, *more, "-x", "c++-header", shlex.quote(header), "-o", f"{file}.part",
+                 "-MMD", "-MF", "prefix.d"]
+        # Never fails the build: a PCH that cannot be made is a note (finish). Renamed when complete.
+        command = f"cd {shlex.quote(str(out))} && ({' '.join(words)} && mv {file}.part {file}) > pch.log 2>&1 || true"
+        return Pending(key, kind, out, file, command, root, hold, staging)
+    except BaseException:
+        hold.close()
+        raise
 
 
-def _build(cache: Cache, staging: Path, final: Path, *, key: str, kind: str, cxx: str, flags: list[str],
-           prefix: list[str], root: Path, run: Callable[[list[str], Path], tuple[int, str]]) -> Use | None:
+def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Use | None:
+    """Publish a PCH built by its command (manifest last, one rename), release its lock; None if none was made."""
     from .objcache import header_digests, read_depfile
 
-    out = staging / "pch"
-    fsutil.makedirs(out)
-    text = "\n".join(prefix) + "\n"
-    (out / HEADER).write_text(text)
-    header = HEADER
-    if kind == "clang":  # clang's PCH names its input header by path and needs it later: one outside staging
-        stable = cache.pch_path(key, ".h")
-        if not stable.is_file() or stable.read_text() != text:
-            fsutil.makedirs(stable.parent)
-            fsutil.atomic_write(stable, text.encode())
-        header = str(stable)
-    file = HEADER + (".pch" if kind == "clang" else ".gch")
-    # clang can instantiate the headers' templates into the PCH; gcc leaves them to every file (~1 s each here).
-    more = ["-fpch-instantiate-templates", "-Xclang", "-fno-pch-timestamp"] if kind == "clang" else []
-    words = [shlex.quote(cxx), *flags, *more, "-x", "c++-header", shlex.quote(header), "-o", file,
-             "-MMD", "-MF", "prefix.d"]
-    start = time.monotonic()
-    rc, output = run(["sh", "-c", " ".join(words)], out)
-    seconds = time.monotonic() - start
-    if rc != 0 or not (out / file).is_file():
-        log.info("note: could not precompile the headers %s (the files compile without a PCH): %s",
-                 ", ".join(prefix), output.strip().splitlines()[-1:] or rc)
-        return None
-    ours = {os.path.abspath(header if os.path.isabs(header) else out / header)}
-    deps = header_digests([f for f in read_depfile(out / "prefix.d") if os.path.abspath(out / f) not in ours], root)
-    (out / "prefix.d").unlink()
-    pch = out / file
-    manifest = {"format": FORMAT, "key": key, "file": file, "size": pch.stat().st_size,
-                "sha256": fsutil.sha256_file(pch), "deps": deps, "root": str(root), "seconds": round(seconds, 3),
-                "prefix": prefix}
-    fsutil.atomic_write(out / "manifest.json", json.dumps(manifest, sort_keys=True).encode())  # last
-    fsutil.makedirs(final.parent)
     try:
-        os.rename(out, final)
-    except OSError:
-        if not os.path.lexists(final):
-            raise
-    try:
-        m = _verify(final, key)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        log.info("note: the precompiled header in %s is unusable (%s); compiling without it", final, e)
+        pch = p.out / p.file
+        if not publish:
+            return None
+        if not pch.is_file() or not (p.out / "prefix.d").is_file():
+            why = (p.out / "pch.log").read_text(errors="replace").strip().splitlines()[-1:] if (p.out / "pch.log").is_file() else []
+            log.info("note: could not precompile %s (%s); its files compile without a PCH", p.out / HEADER,
+                     why[0] if why else "no output")
+            return None
+        ours = (str(p.out) + "/", str(cache.pch) + "/")  # the prefix header itself
+        deps = header_digests([f for f in read_depfile(p.out / "prefix.d") if f != HEADER], p.root, ours)
+        manifest = {"format": FORMAT, "key": p.key, "file": p.file, "size": pch.stat().st_size,
+                    "sha256": fsutil.sha256_file(pch), "deps": deps, "root": str(p.root), "seconds": round(seconds, 3)}
+        fsutil.atomic_write(p.out / "manifest.json", json.dumps(manifest, sort_keys=True).encode())  # last
+        final = cache.pch_path(p.key)
+        fsutil.makedirs(final.parent)
+        try:
+            os.rename(p.out, final)
+        except OSError:
+            if not os.path.lexists(final):
+                raise
+        return find(cache, p.key, p.kind)
+    except OSError as e:
+        log.info("note: could not publish a precompiled header (%s); the files compile without one", e)
         return None
-    return Use(key, pch_words(kind, final), "built", seconds, m["deps"])  # type: ignore[arg-type]
+    finally:
+        shutil.rmtree(p.staging, ignore_errors=True)
+        p.hold.close()
 
 
 def _set_aside(cache: Cache, directory: Path, why: str) -> None:

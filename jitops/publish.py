@@ -101,6 +101,7 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             root=spec.root,
             identity=json.dumps({k: v for k, v in plan.ingredients.items() if k not in _NOT_IDENTITY}, sort_keys=True),
             pch=_pch_kind(plan, settings),
+            pch_build=spec.origin != "builtin" and not spec.origin.startswith("package "),  # edited by users
             lock_timeout=settings.lock_timeout,
         )
         log.info("building %s (first use; cached afterwards)", plan.what)

@@ -5,7 +5,12 @@ miss is compiled by ninja, with the precompiled header of its header prefix
 (pch) when the build has one for its compiler. The namespace is compiled from
 one generated file (ninja.NAMESPACE_TU), so objects do not depend on the key.
 A build that fails while using a PCH runs again without one (one note): a PCH
-is never the reason a build fails. Times come from ninja's own log.
+is never the reason a build fails. A PCH not built yet is built beside the
+compiles, for the next build (user libraries only: builtin ops are built
+once per machine). Times come from ninja's own log. Per-file states: ``hit``
+(compiled with the PCH), ``built`` (compiled without; its PCH built beside),
+``busy`` (another process builds it), ``none`` (builtin), ``no prefix``,
+``off`` (JITOPS_PCH=0), ``rejected`` (the compiler refused it), ``unavailable``.
 
 Imports: ninja, objcache, pch, fsutil (the BuildJob and its Cache are read by attribute).
 """
@@ -63,7 +68,8 @@ def build_tus(job: BuildJob, run: Run, on_line: Callable[[str], None] | None = N
     tus: list[TU] = []
     keys: dict[str, str] = {}
     info: dict[str, dict[str, Any]] = {}
-    uses: dict[str, pch.Use] = {}
+    uses: dict[str, pch.Use | None] = {}
+    pending: dict[str, pch.Pending] = {}  # PCHs built beside this build's compiles, for the next build
     pch_plain: dict[str, tuple[str, ...]] = {}  # obj -> its extra flags without the PCH (the retry)
     for src in (os.path.abspath(str(s)) for s in job.sources):
         is_cuda = with_cuda and src.endswith((".cu", ".cuh"))
@@ -88,19 +94,40 @@ def build_tus(job: BuildJob, run: Run, on_line: Callable[[str], None] | None = N
         if prefix:
             pflags = pch.pch_flags(rule_flags.split(" "), root)
             pkey = pch.key_of(job.identity, job.pch, " ".join(pflags), prefix)
-            use = uses.get(pkey) or pch.ensure(
-                cache, key=pkey, kind=job.pch, cxx=job.cxx, flags=pflags, prefix=prefix, root=root,
-                run=lambda argv, cwd: run(argv, cwd=cwd, env=job.env), lock_timeout=job.lock_timeout)
-            state = "unavailable" if use is None else ("hit" if pkey in uses else use.state)
+            use = uses[pkey] if pkey in uses else pch.find(cache, pkey, job.pch)
+            uses[pkey] = use
             if use is not None:
-                uses[pkey] = use
-        pch_plain[obj] = extra
+                state = "hit"
+            elif pkey in pending:
+                state = "built"
+            elif not job.pch_build:
+                state = "none"  # builtin ops: built once per machine, a PCH would only cost their cold build
+            else:
+                p = pch.start(cache, key=pkey, kind=job.pch, cxx=job.cxx, flags=pflags, prefix=prefix, root=root)
+                state = "built" if p is not None else "busy"  # busy: another process builds it now
+                if p is not None:
+                    pending[pkey] = p
         tus.append(TU(src, obj, extra=(*extra, *(use.words if use else ()))))
-        info[label] = {"object": "compiled", "pch": state, "pch_key": use.key[:12] if use else None,
-                       "pch_seconds": use.seconds if use and state == "built" else 0.0, "_obj": obj, "_use": use}
-    _, aliases = write_ninja_file(job, tus)
-    argv = [job.ninja, "-v", "-j", str(job.jobs)]
-    rc, out = run(argv, cwd=job.build_dir, env=job.env, on_line=on_line)
+        pch_plain[obj] = extra
+        info[label] = {"object": "compiled", "pch": state, "_obj": obj, "_use": use,
+                       **({"pch_key": pkey[:12]} if prefix else {})}
+    pch_jobs = [(f"_jitops_pch{i}", p.command) for i, p in enumerate(pending.values())]
+    built: dict[str, float] = {}  # PCH key (12) -> seconds to build it
+    finished = False
+    try:
+        _, aliases = write_ninja_file(job, tus, pch_jobs)
+        argv = [job.ninja, "-v", "-j", str(job.jobs + len(pch_jobs))]  # one more job per PCH being built
+        rc, out = run(argv, cwd=job.build_dir, env=job.env, on_line=on_line)
+        finished = True
+    finally:
+        times = _ninja_times(job.build_dir)
+        for (name, _), (pkey, p) in zip(pch_jobs, pending.items(), strict=True):
+            made = pch.finish(cache, p, times.get(name, 0.0), publish=finished)
+            if made is not None:
+                built[pkey[:12]] = times.get(name, 0.0)
+            for i in info.values():
+                if i.get("pch_key") == pkey[:12] and i["pch"] == "built" and made is None:
+                    i["pch"] = "unavailable"
     used = [t for t in tus if not t.cached and pch_plain.get(t.obj) != t.extra]
     if rc != 0 and used:
         log.info("note: the build failed while using precompiled headers; building again without them")
@@ -128,7 +155,7 @@ def build_tus(job: BuildJob, run: Run, on_line: Callable[[str], None] | None = N
             src = next(t.source for t in tus if t.obj == obj)
             objcache.store(cache, keys[obj], job.build_dir / obj, job.build_dir / f"{obj}.d", root, (pch_dir,),
                            use.deps if use is not None and i["pch"] != "rejected" else None, src)
-    timings = {"files": info, "link_seconds": times.get(f"{job.library}.so", 0.0),
+    timings = {"files": info, "link_seconds": times.get(f"{job.library}.so", 0.0), "pch_built": built,
                "namespace_seconds": times.get(f"{NAMESPACE_TU}.o", 0.0), "at": time.time()}
     return rc, unalias(out, aliases), job.build_dir / f"{job.library}.so", timings
 
@@ -140,8 +167,8 @@ def summary(timings: dict[str, Any]) -> str:
         if i.get("object") == "cached":
             parts.append(f"{label} cached")
         else:
-            pch_note = f", PCH {i.get('pch')}" + (f" +{i['pch_seconds']:.1f}s" if i.get("pch_seconds") else "")
-            parts.append(f"{label} {i.get('seconds', 0.0):.1f}s{pch_note}")
+            parts.append(f"{label} {i.get('seconds', 0.0):.1f}s, PCH {i.get('pch')}")
     if not parts:
         return ""
-    return "; ".join(parts) + f"; link {timings.get('link_seconds', 0.0):.1f}s"
+    pchs = "".join(f"; PCH {k} built beside, {s:.1f}s" for k, s in (timings.get("pch_built") or {}).items())
+    return "; ".join(parts) + pchs + f"; link {timings.get('link_seconds', 0.0):.1f}s"

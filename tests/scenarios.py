@@ -298,16 +298,20 @@ def load_inline_cuda(name: str, cpp: str, cu: str) -> dict[str, Any]:
             "ops": sorted(lib.ops)}
 
 
-def load_inline_and_run(name: str, source: str) -> dict[str, Any]:
-    """``jitops.load_inline`` then one call on fixed inputs; what the build recorded (issue 17: PCH parity)."""
+def load_inline_and_run(name: str, sources: list[str]) -> dict[str, Any]:
+    """``jitops.load_inline`` of each source in turn, then one call of the last on fixed inputs; what the
+    builds recorded (issue 17: PCH parity)."""
     import torch
 
-    lib = jitops.load_inline(name, source)
+    libs = [jitops.load_inline(name, source) for source in sources]
+    lib = libs[-1]
+    states = [[i.get("pch") for i in x.library.manifest.timings.get("files", {}).values()] for x in libs]
     x = torch.linspace(-3, 3, 13, dtype=torch.float64)
     op = getattr(lib, sorted(lib.ops)[0])
     m = lib.library.manifest
     return {"ok": True, "built": lib.library.built, "out": op(x).tolist(), "out32": op(x.float()).tolist(),
-            "key": lib.library.key, "library": str(lib.library.entry / m.library_file), "timings": m.timings}
+            "key": lib.library.key, "library": str(lib.library.entry / m.library_file), "timings": m.timings,
+            "states": states}
 
 
 def main(argv: list[str]) -> int:

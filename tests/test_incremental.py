@@ -125,7 +125,7 @@ def _job(tmp_path: Path, root: Path, cxx: Path, compiler: str, store: cache.Cach
         sources=tuple(sorted(root.glob("*.cpp"))), include_dirs=(root,), cflags=("-O1",), cuda_cflags=(),
         ldflags=(), cxx=str(cxx), ninja=toolchain.find_ninja("plain"), nvcc=None, build_dir=build_dir,
         env=dict(os.environ), jobs=2, cache=store, root=root, identity=json.dumps({"compiler": compiler}),
-        pch=compiler if use_pch else "",
+        pch=compiler if use_pch else "", pch_build=True,
     )
 
 
@@ -182,30 +182,31 @@ def test_pch_is_built_once_in_the_cache_reused_and_rebuilt_when_damaged(
     out, timings = _run(_job(tmp_path, root, cxx, compiler, store, 1))
     assert out == {f"f{i}": i + 12 for i in range(4)}
     states = [i["pch"] for i in timings["files"].values()]  # type: ignore[attr-defined]
-    assert states.count("built") == 1 and states.count("hit") == 3, states  # one prefix, shared by the four
-    assert _pch_builds(log) == 1
+    assert states == ["built"] * 4, states  # compiled as before; their one PCH was built beside them
+    assert _pch_builds(log) == 1 and len(timings["pch_built"]) == 1  # type: ignore[arg-type]
     (pch_dir,) = [p for p in store.pch.iterdir() if p.is_dir()]
     assert (pch_dir / ("prefix.h.pch" if compiler == "clang" else "prefix.h.gch")).is_file()
     assert sorted(p.name for p in root.iterdir()) == before  # nothing written beside the sources
-    flags = [ln for ln in log.read_text().splitlines() if " -c " in ln and "f0.cpp" in ln][0]
-    assert str(pch_dir) in flags
 
-    log.unlink()
-    (root / "f1.cpp").write_text(FILES["f1.cpp"].replace("return v[0]", "return 50 + v[0]"))
-    out, timings = _run(_job(tmp_path, root, cxx, compiler, store, 2))
-    assert out["f1"] == 63 and _compiles(log) == ["f1.cpp"] and _pch_builds(log) == 0
-    assert timings["files"]["f1.cpp"]["pch"] == "hit"  # type: ignore[index]
+    def edit_f1(add: int, n: int) -> dict[str, object]:
+        log.unlink()
+        (root / "f1.cpp").write_text(FILES["f1.cpp"].replace("return v[0]", f"return {add} + v[0]"))
+        out, timings = _run(_job(tmp_path, root, cxx, compiler, store, n))
+        assert out == {"f0": 12, "f1": 13 + add, "f2": 14, "f3": 15} and _compiles(log) == ["f1.cpp"]
+        return timings["files"]["f1.cpp"]  # type: ignore[index,no-any-return]
+
+    assert edit_f1(50, 2)["pch"] == "hit" and _pch_builds(log) == 0
+    flags = [ln for ln in log.read_text().splitlines() if " -c " in ln and "f1.cpp" in ln][0]
+    assert str(pch_dir) in flags
 
     gch = next(p for p in pch_dir.iterdir() if p.name.startswith("prefix.h."))
     data = bytearray(gch.read_bytes())  # damaged: a flipped byte; the manifest's sha256 catches it
     data[len(data) // 2] ^= 0xFF
     gch.write_bytes(bytes(data))
-    log.unlink()
-    (root / "f1.cpp").write_text(FILES["f1.cpp"].replace("return v[0]", "return 60 + v[0]"))
     with caplog.at_level(logging.INFO, logger="jitops"):
-        out, timings = _run(_job(tmp_path, root, cxx, compiler, store, 3))
-    assert out["f1"] == 73 and _pch_builds(log) == 1 and timings["files"]["f1.cpp"]["pch"] == "built"  # type: ignore[index]
-    assert "is unusable" in caplog.text
+        assert edit_f1(60, 3)["pch"] == "built"  # set aside, compiled without, rebuilt beside
+    assert _pch_builds(log) == 1 and "is unusable" in caplog.text
+    assert edit_f1(70, 4)["pch"] == "hit"
 
 
 @pytest.mark.parametrize("compiler", COMPILERS)
@@ -217,7 +218,7 @@ def test_a_pch_the_compiler_rejects_falls_back_to_a_normal_compile(
     cxx, log = _wrapper(tmp_path, compiler)
     root = _library(tmp_path / "lib", {"f0.cpp": FILES["f0.cpp"]})
     job = _job(tmp_path, root, cxx, compiler, store, 1)
-    build.build(job, None)
+    assert build.build(job, None).timings["files"]["f0.cpp"]["pch"] == "built"
     (pch_dir,) = [p for p in store.pch.iterdir() if p.is_dir()]
     pch_file = next(p for p in pch_dir.iterdir() if p.name.startswith("prefix.h."))
     # Replace it by a PCH of other headers and a foreign macro, and make the manifest agree (sha256, size).
@@ -270,15 +271,14 @@ def test_a_library_built_with_the_pch_behaves_as_one_built_without(session_cache
     """Same key, same outputs, same exported symbols; the second process loads with no compiler, no PCH work."""
     from tests.helpers import child_env, run_scenario
 
-    with_pch = run_scenario("load_inline_and_run", name="pchsq", source=TORCH_KERNEL)
+    first = TORCH_KERNEL.replace("0.25", "0.5")  # its build makes the PCH the second one is compiled with
+    with_pch = run_scenario("load_inline_and_run", name="pchsq", sources=[first, TORCH_KERNEL])
     assert with_pch["ok"], with_pch
-    if with_pch["built"]:
-        states = {i["pch"] for i in with_pch["timings"]["files"].values()}
-        assert states <= {"built", "hit"}, with_pch["timings"]
+    assert with_pch["states"] == [["built"], ["hit"]] or not with_pch["built"], with_pch
     plain_root = tmp_path / "plain-cache"
     shutil.copytree(session_cache / "v1" / "toolchains", plain_root / "v1" / "toolchains")  # no second self-check
     plain = run_scenario("load_inline_and_run", env=child_env(JITOPS_CACHE_DIR=str(plain_root), JITOPS_PCH="0"),
-                         name="pchsq", source=TORCH_KERNEL)
+                         name="pchsq", sources=[TORCH_KERNEL])
     assert plain["ok"] and plain["built"], plain
     assert {i["pch"] for i in plain["timings"]["files"].values()} == {"off"}
     assert plain["key"] == with_pch["key"]  # the PCH never changes an entry's key
@@ -286,5 +286,5 @@ def test_a_library_built_with_the_pch_behaves_as_one_built_without(session_cache
     assert _exported(plain["library"]) == _exported(with_pch["library"])
     assert not (plain_root / "v1" / "pch").exists() or not any((plain_root / "v1" / "pch").iterdir())
 
-    again = run_scenario("load_inline_and_run", name="pchsq", source=TORCH_KERNEL)  # warm: nothing built
+    again = run_scenario("load_inline_and_run", name="pchsq", sources=[TORCH_KERNEL])  # warm: nothing built
     assert again["ok"] and not again["built"] and again["out"] == with_pch["out"]
