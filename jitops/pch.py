@@ -22,9 +22,11 @@ a PCH gcc rejects is ignored by gcc itself, which then parses the text (one
 note, never a wrong result). clang uses ``-include-pch``; a build that fails
 with a PCH is run again without (tubuild). A PCH never changes an entry's key.
 
-nvcc: no PCH. nvcc runs its own C++ front end (cudafe++, EDG) over the whole
-``.cu`` before the host compiler sees the generated file, and it has no
-precompiled-header option; a host-compiler PCH cannot be used there.
+nvcc: no PCH. nvcc 13.0 has no precompiled-header option; its own C++ front
+end (cudafe++, EDG) parses the whole ``.cu`` with its headers, and the host
+compiler then gets cudafe++'s fully preprocessed output, headers already
+expanded, to which a host PCH cannot apply. A ``.cu`` file still gains from
+the object cache (an edit to another file does not recompile it).
 
 Imports: errors, fsutil, lock, objcache (the Cache is passed in).
 """
