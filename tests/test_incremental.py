@@ -288,3 +288,38 @@ def test_a_library_built_with_the_pch_behaves_as_one_built_without(session_cache
 
     again = run_scenario("load_inline_and_run", name="pchsq", sources=[TORCH_KERNEL])  # warm: nothing built
     assert again["ok"] and not again["built"] and again["out"] == with_pch["out"]
+
+
+def test_per_file_ninja_file_links_cached_objects_and_builds_side_jobs(tmp_path: Path) -> None:
+    """Pure: what write_ninja_file(tus=...) writes (ninja -t commands expands it; no compiler runs)."""
+    from jitops import ninja
+
+    root = _library(tmp_path / "lib", {"a.cpp": "int a;\n", "register.cpp": "int r;\n"})
+    job = _job(tmp_path, root, Path("/usr/bin/c++"), "gcc", cache.Cache(tmp_path / "cache"), 1)
+    (job.build_dir / "b.o").write_bytes(b"")
+    tus = [ninja.TU(str(root / "a.cpp"), "a.o", extra=("-include", "/c/pch/prefix.h")),
+           ninja.TU(str(root / "b.cpp"), "b.o", cached=True),
+           ninja.TU(str(root / "register.cpp"), "register.o")]
+    ninja.write_ninja_file(job, tus, [("_jitops_pch0", "echo side")])
+    text = (job.build_dir / "build.ninja").read_text()
+    assert "deps = gcc" not in text  # the object cache reads the .d files ninja would delete
+    commands = subprocess.run([toolchain.find_ninja("t"), "-t", "commands"], cwd=job.build_dir, capture_output=True,
+                              text=True, check=True).stdout.splitlines()
+    compiles = [c for c in commands if " -c " in c]
+    assert len(compiles) == 3  # a.cpp, register.cpp and the namespace file; b.o is linked as it is
+    assert not any("JITOPS_NS" in c for c in commands)
+    assert any(c.endswith("-o a.o -include /c/pch/prefix.h") for c in compiles)
+    assert "echo side" in commands
+    link = next(c for c in commands if "-shared" in c)
+    assert all(o in link.split() for o in ("a.o", "b.o", "register.o", "_jitops_namespace.o"))
+    assert 'library_namespace[] = "jitops_plain_0000000000000001"' in (job.build_dir / "_jitops_namespace.cpp").read_text()
+
+
+def test_info_shows_where_the_build_time_went() -> None:
+    from jitops.cli import _build_time
+
+    m = Manifest(key="k" * 64, library="lib", target="cpu", namespace="ns", library_file="liblib.so", sha256="0" * 64,
+                 size=1, build_seconds=2.5, built_at=0.0, ingredients={}, build_log="",
+                 timings={"files": {"a.cpp": {"object": "compiled", "seconds": 2.0, "pch": "hit"}},
+                          "pch_built": {}, "link_seconds": 0.3})
+    assert _build_time(m) == "2.5s (a.cpp 2.0s, PCH hit; link 0.3s)"
