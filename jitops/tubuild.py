@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jitops")
 Run = Callable[..., tuple[int, str]]
+# An error caused by a PCH (a compiler refusing one hard: clang's -include-pch, a gcc that cannot read one).
+_PCH_ERROR = re.compile(r"^.*error.*(\bPCH\b|precompiled|AST file|\.gch\b|\.pch\b).*$", re.IGNORECASE | re.MULTILINE)
 _REJECTED = re.compile(r"[^\n]*\.(gch|pch)\b[^\n]*\[-Winvalid-pch\]")
 
 
@@ -129,8 +131,9 @@ def build_tus(job: BuildJob, run: Run, on_line: Callable[[str], None] | None = N
                 if i.get("pch_key") == pkey[:12] and i["pch"] == "built" and made is None:
                     i["pch"] = "unavailable"
     used = [t for t in tus if not t.cached and pch_plain.get(t.obj) != t.extra]
-    if rc != 0 and used:
-        log.info("note: the build failed while using precompiled headers; building again without them")
+    if rc != 0 and used and _PCH_ERROR.search(out):  # never for the user's own compile errors: those show at once
+        log.info("note: the compiler refused a precompiled header (%s); building again without it",
+                 _PCH_ERROR.search(out).group(0).strip())  # type: ignore[union-attr]
         tus = [TU(t.source, t.obj, t.cached, pch_plain.get(t.obj, t.extra)) for t in tus]
         for i in info.values():
             i["pch"] = "rejected" if i.get("_use") is not None else i["pch"]

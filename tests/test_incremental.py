@@ -323,3 +323,19 @@ def test_info_shows_where_the_build_time_went() -> None:
                  timings={"files": {"a.cpp": {"object": "compiled", "seconds": 2.0, "pch": "hit"}},
                           "pch_built": {}, "link_seconds": 0.3})
     assert _build_time(m) == "2.5s (a.cpp 2.0s, PCH hit; link 0.3s)"
+
+
+def test_a_compile_error_with_the_pch_is_reported_at_once(tmp_path: Path) -> None:
+    """The rerun without a PCH is for errors the PCH caused, not for the user's own (the notebook loop)."""
+    from jitops.errors import BuildError
+
+    store = cache.Cache(tmp_path / "cache")
+    cxx, log = _wrapper(tmp_path, "gcc")
+    root = _library(tmp_path / "lib", {"f0.cpp": FILES["f0.cpp"]})
+    build.build(_job(tmp_path, root, cxx, "gcc", store, 1), None)
+    (root / "f0.cpp").write_text(FILES["f0.cpp"].replace("return v[0]", "return nosuchname + v[0]"))
+    log.unlink()
+    with pytest.raises(BuildError, match="nosuchname"):
+        build.build(_job(tmp_path, root, cxx, "gcc", store, 2), None)
+    assert _compiles(log) == ["f0.cpp"]
+    assert "prefix.h" in log.read_text()  # it was compiled with the PCH
