@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jitops")
 Run = Callable[..., tuple[int, str]]
 # An error caused by a PCH (a compiler refusing one hard: clang's -include-pch, a gcc that cannot read one).
-_PCH_ERROR = re.compile(r"^.*error.*(\bPCH\b|precompiled|AST file|\.gch\b|\.pch\b).*$", re.IGNORECASE | re.MULTILINE)
+_PCH_ERROR = re.compile(r"^.*error: .*(PCH|[Pp]recompiled|AST file|\.gch\b|\.pch\b).*$", re.MULTILINE)
 _REJECTED = re.compile(r"[^\n]*\.(gch|pch)\b[^\n]*\[-Winvalid-pch\]")
 
 

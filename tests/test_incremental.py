@@ -337,5 +337,5 @@ def test_a_compile_error_with_the_pch_is_reported_at_once(tmp_path: Path) -> Non
     log.unlink()
     with pytest.raises(BuildError, match="nosuchname"):
         build.build(_job(tmp_path, root, cxx, "gcc", store, 2), None)
-    assert _compiles(log) == ["f0.cpp"]
+    assert _compiles(log) == ["f0.cpp"], log.read_text()
     assert "prefix.h" in log.read_text()  # it was compiled with the PCH
