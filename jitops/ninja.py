@@ -199,22 +199,26 @@ def write_ninja_file(job: BuildJob, tus: Sequence[TU] | None = None,
     aliases = _Aliases(job.build_dir)
     cflags, cuda, ldflags = flags(job, aliases if with_cuda else None, namespace=tus is None)
     keep_deps = tus is None  # ninja's deps = gcc deletes the .d files the object cache reads
+    # Side jobs run beside at most job.jobs compiles (ninja gets -j jobs + len(side)): MAX_JOBS still holds.
+    pool = ["  pool = compiles"] if side else []
     lines = ["ninja_required_version = 1.3", f"cxx = {_var([shlex.quote(job.cxx)])}"]
     if with_cuda and job.nvcc:
         lines.append(f"nvcc = {_var([shlex.quote(job.nvcc)])}")
-    lines += ["", f"cflags = {_var(cflags)}", "post_cflags = "]
+    lines += ["", *(["pool compiles", f"  depth = {job.jobs}", ""] if side else []),
+              f"cflags = {_var(cflags)}", "post_cflags = "]
     if with_cuda:
         lines += [f"cuda_cflags = {_var(cuda)}", "cuda_post_cflags = "]
     lines += ["cuda_dlink_post_cflags = ", "sycl_dlink_post_cflags = ", f"ldflags = {_var(ldflags)}", "",
               "rule compile", "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags",
-              "  depfile = $out.d", *(["  deps = gcc"] if keep_deps else []), ""]
+              "  depfile = $out.d", *(["  deps = gcc"] if keep_deps else []), *pool, ""]
     if with_cuda:
         import torch
 
         # As cpp_extension: dependency files where torch is a CUDA build (not under ROCm), unless turned off.
         deps = torch.version.cuda is not None and os.environ.get("TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES", "0") != "1"
         lines += ["rule cuda_compile", *(["  depfile = $out.d", *(["  deps = gcc"] if keep_deps else [])] if deps else []),
-                  f"  command = $nvcc {'-MD -MF $out.d' if deps else ''} $cuda_cflags -c $in -o $out $cuda_post_cflags", ""]
+                  f"  command = $nvcc {'-MD -MF $out.d' if deps else ''} $cuda_cflags -c $in -o $out $cuda_post_cflags",
+                  *pool, ""]
     lines += ["rule link", "  command = $cxx $in $ldflags -o $out", ""]
     if tus is None:
         tus = [TU(src, f"{os.path.splitext(os.path.basename(src))[0]}"
