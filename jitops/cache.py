@@ -10,7 +10,7 @@ platformdirs' user cache dir for ``jitops``)::
     v1/toolchains/                         remembered compiler identities
     v1/inline/<name>-<digest>/             load_inline's sources, by content
     v1/objects/<tu>.json, <sha256>.o       per-TU objects: a record (headers + object digest) and the object
-    v1/pch/<key>.json, <key>/              precompiled header prefixes: a record (headers) and the PCH
+    v1/pch/<key>/, <key>.seen, <key>.h     precompiled header prefixes: the PCH, "built before", clang's input
     v1/trash/                              entries set aside as damaged
     v1/remote-stats.json                   the remote tier's counters (+ .lock)
 
@@ -85,7 +85,7 @@ class Cache:
     def object_file(self, sha256: str) -> Path:  # by content: racing writers write the same bytes
         return self.objects / f"{sha256[:KEY_CHARS]}.o"
 
-    def pch_path(self, key: str, suffix: str = "") -> Path:  # "<key>.json": headers read; "<key>": a PCH
+    def pch_path(self, key: str, suffix: str = "") -> Path:  # "<key>": a PCH; ".seen", ".h": see pch.py
         return self.pch / f"{key[:KEY_CHARS]}{suffix}"
 
     def log_file(self, library: str, target: str) -> Path:

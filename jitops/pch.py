@@ -11,7 +11,9 @@ headers the prefix read (``-MMD``) with their sha256, re-hashed before use (a
 difference makes it stale: rebuilt). System headers are torch's and Python's:
 torch's identity in the key stands for them, as in the entry key.
 
-Built once, under the key's lock (taken without waiting: if another process
+Built from a prefix's second build on (a library built once and never edited
+costs no PCH: neither the time nor ~300 MB of disk for g++'s lean set), once,
+under the key's lock (taken without waiting: if another process
 holds it, this build goes without), in a private staging dir, beside the
 build's compiles (one more ninja job, so a cold build costs about what it
 did: its files compile without the PCH, the next build uses it); manifest
@@ -140,6 +142,19 @@ def find(cache: Cache, key: str, kind: str) -> Use | None:
     except (OSError, ValueError, KeyError, TypeError) as e:
         _set_aside(cache, final, str(e))
         return None
+
+
+def seen_before(cache: Cache, key: str) -> bool:
+    """Whether a build has compiled a file with this prefix before; records this one (best effort)."""
+    mark = cache.pch_path(key, ".seen")
+    if os.path.isfile(mark):
+        return True
+    try:
+        fsutil.makedirs(mark.parent)
+        fsutil.atomic_write(mark, b"")
+    except OSError:
+        pass
+    return False
 
 
 @dataclass

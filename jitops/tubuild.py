@@ -5,11 +5,13 @@ miss is compiled by ninja, with the precompiled header of its header prefix
 (pch) when the build has one for its compiler. The namespace is compiled from
 one generated file (ninja.NAMESPACE_TU), so objects do not depend on the key.
 A build that fails while using a PCH runs again without one (one note): a PCH
-is never the reason a build fails. A PCH not built yet is built beside the
-compiles, for the next build (user libraries only: builtin ops are built
-once per machine). Times come from ninja's own log. Per-file states: ``hit``
+is never the reason a build fails. A header prefix's PCH is built from its
+second build on (the first build of a prefix only records it: a library built
+once and never edited costs no PCH), beside the compiles, for the build after
+(user libraries only: builtin ops are built once per machine). Times come from ninja's own log. Per-file states: ``hit``
 (compiled with the PCH), ``built`` (compiled without; its PCH built beside),
-``busy`` (another process builds it), ``none`` (builtin), ``no prefix``,
+``busy`` (another process builds it), ``first use`` (the prefix's first build:
+recorded, no PCH yet), ``none`` (builtin), ``no prefix``,
 ``off`` (JITOPS_PCH=0), ``rejected`` (the compiler refused it), ``unavailable``.
 
 Imports: ninja, objcache, pch, fsutil (the BuildJob and its Cache are read by attribute).
@@ -71,6 +73,7 @@ def build_tus(job: BuildJob, run: Run, on_line: Callable[[str], None] | None = N
     keys: dict[str, str] = {}
     info: dict[str, dict[str, Any]] = {}
     uses: dict[str, pch.Use | None] = {}
+    first: set[str] = set()  # prefixes this build is the first to compile
     pending: dict[str, pch.Pending] = {}  # PCHs built beside this build's compiles, for the next build
     pch_plain: dict[str, tuple[str, ...]] = {}  # obj -> its extra flags without the PCH (the retry)
     for src in (os.path.abspath(str(s)) for s in job.sources):
@@ -104,6 +107,9 @@ def build_tus(job: BuildJob, run: Run, on_line: Callable[[str], None] | None = N
                 state = "built"
             elif not job.pch_build:
                 state = "none"  # builtin ops: built once per machine, a PCH would only cost their cold build
+            elif pkey in first or not pch.seen_before(cache, pkey):
+                first.add(pkey)
+                state = "first use"  # a prefix compiled once may never be compiled again: no PCH for it yet
             else:
                 p = pch.start(cache, key=pkey, kind=job.pch, cxx=job.cxx, flags=pflags, prefix=prefix, root=root)
                 state = "built" if p is not None else "busy"  # busy: another process builds it now

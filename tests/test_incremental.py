@@ -182,6 +182,10 @@ def test_pch_is_built_once_in_the_cache_reused_and_rebuilt_when_damaged(
     out, timings = _run(_job(tmp_path, root, cxx, compiler, store, 1))
     assert out == {f"f{i}": i + 12 for i in range(4)}
     states = [i["pch"] for i in timings["files"].values()]  # type: ignore[attr-defined]
+    assert states == ["first use"] * 4 and _pch_builds(log) == 0, states  # built once: maybe never again
+    shutil.rmtree(store.objects)  # the same prefix compiled again (objects gone): now its PCH is built
+    out, timings = _run(_job(tmp_path, root, cxx, compiler, store, 11))
+    states = [i["pch"] for i in timings["files"].values()]  # type: ignore[attr-defined]
     assert states == ["built"] * 4, states  # compiled as before; their one PCH was built beside them
     assert _pch_builds(log) == 1 and len(timings["pch_built"]) == 1  # type: ignore[arg-type]
     (pch_dir,) = [p for p in store.pch.iterdir() if p.is_dir()]
@@ -217,8 +221,9 @@ def test_a_pch_the_compiler_rejects_falls_back_to_a_normal_compile(
     store = cache.Cache(tmp_path / "cache")
     cxx, log = _wrapper(tmp_path, compiler)
     root = _library(tmp_path / "lib", {"f0.cpp": FILES["f0.cpp"]})
-    job = _job(tmp_path, root, cxx, compiler, store, 1)
-    assert build.build(job, None).timings["files"]["f0.cpp"]["pch"] == "built"
+    assert build.build(_job(tmp_path, root, cxx, compiler, store, 1), None).timings["files"]["f0.cpp"]["pch"] == "first use"
+    shutil.rmtree(store.objects)
+    assert build.build(_job(tmp_path, root, cxx, compiler, store, 11), None).timings["files"]["f0.cpp"]["pch"] == "built"
     (pch_dir,) = [p for p in store.pch.iterdir() if p.is_dir()]
     pch_file = next(p for p in pch_dir.iterdir() if p.name.startswith("prefix.h."))
     # Replace it by a PCH of other headers and a foreign macro, and make the manifest agree (sha256, size).
@@ -271,10 +276,11 @@ def test_a_library_built_with_the_pch_behaves_as_one_built_without(session_cache
     """Same key, same outputs, same exported symbols; the second process loads with no compiler, no PCH work."""
     from tests.helpers import child_env, run_scenario
 
-    first = TORCH_KERNEL.replace("0.25", "0.5")  # its build makes the PCH the second one is compiled with
-    with_pch = run_scenario("load_inline_and_run", name="pchsq", sources=[first, TORCH_KERNEL])
+    # The first build records the prefix, the second builds its PCH, the third is compiled with it.
+    earlier = [TORCH_KERNEL.replace("0.25", v) for v in ("0.5", "0.75")]
+    with_pch = run_scenario("load_inline_and_run", name="pchsq", sources=[*earlier, TORCH_KERNEL])
     assert with_pch["ok"], with_pch
-    assert with_pch["states"] == [["built"], ["hit"]] or not with_pch["built"], with_pch
+    assert with_pch["states"][-1] == ["hit"] or not with_pch["built"], with_pch
     plain_root = tmp_path / "plain-cache"
     shutil.copytree(session_cache / "v1" / "toolchains", plain_root / "v1" / "toolchains")  # no second self-check
     plain = run_scenario("load_inline_and_run", env=child_env(JITOPS_CACHE_DIR=str(plain_root), JITOPS_PCH="0"),
@@ -333,6 +339,8 @@ def test_a_compile_error_with_the_pch_is_reported_at_once(tmp_path: Path) -> Non
     cxx, log = _wrapper(tmp_path, "gcc")
     root = _library(tmp_path / "lib", {"f0.cpp": FILES["f0.cpp"]})
     build.build(_job(tmp_path, root, cxx, "gcc", store, 1), None)
+    shutil.rmtree(store.objects)
+    build.build(_job(tmp_path, root, cxx, "gcc", store, 11), None)  # the second build of the prefix makes its PCH
     (root / "f0.cpp").write_text(FILES["f0.cpp"].replace("return v[0]", "return nosuchname + v[0]"))
     log.unlink()
     with pytest.raises(BuildError, match="nosuchname"):
