@@ -9,6 +9,8 @@ style, by ``torch.utils.cpp_extension.load_inline`` (default, ``use_pch=True``, 
 * ``four``: a 4-file ``jitops.load`` library whose third file is edited (vs ``lean``, a 1-file library);
 * ``softmax``: the builtin op's cold build (``jitops.get("softmax")``).
 
+jitops builds a header prefix's PCH from its second build on (beside it), so the first edit after a
+cold build pays that once ("edit 1") and the edits after it use the PCH ("edit 2").
 Rounds are interleaved (every case once per round, in turn); medians and ratios come from this run.
 Every measurement runs in fresh subprocesses; times exclude ``import torch`` and include the loader's
 import, the build or load, and one call. jitops's cold builds start from an empty cache seeded only
@@ -166,15 +168,18 @@ def main(argv: list[str] | None = None) -> int:
                     if loader == "torch-pch":
                         for f in torch_pch_files():
                             f.unlink(missing_ok=True)
-                    rec = results.setdefault((case, loader), {"cold": [], "edit": [], "warm": []})
+                    rec = results.setdefault((case, loader), {"cold": [], "edit": [], "edit2": [], "warm": []})
                     offset += 1
                     rec["cold"].append(run(case, loader, [offset], env)["times"][0])
                     rec["warm"].append(run(case, loader, [offset], env)["first"])  # a fresh process, cached
-                    if case != "softmax":  # load the cached version, then one edit, in one process
-                        rec["edit"].append(run(case, loader, [offset, offset + 1], env)["times"][1])
-                        offset += 1
+                    if case != "softmax":  # load the cached version, then two edits, in one process
+                        times = run(case, loader, [offset, offset + 1, offset + 2], env)["times"]
+                        rec["edit"].append(times[1])
+                        rec["edit2"].append(times[2])
+                        offset += 2
+                    nan = [float("nan")]
                     print(f"round {r + 1} {case:<8}{loader:<13} cold {rec['cold'][-1]:6.2f} s  "
-                          f"edit {rec['edit'][-1] if rec['edit'] else float('nan'):6.2f} s  "
+                          f"edit {(rec['edit'] or nan)[-1]:6.2f} s  edit 2 {(rec['edit2'] or nan)[-1]:6.2f} s  "
                           f"warm {rec['warm'][-1] * 1e3:6.0f} ms", flush=True)
         for f in torch_pch_files():
             f.unlink(missing_ok=True)
@@ -185,27 +190,30 @@ def main(argv: list[str] | None = None) -> int:
 def report(results: dict[tuple[str, str], dict[str, list[float]]], rounds: int) -> None:
     med = {k: {m: statistics.median(v) if v else float("nan") for m, v in r.items()} for k, r in results.items()}
     print(f"\nmedians of {rounds} interleaved round(s)")
-    print(f"{'case':<9}{'loader':<14}{'cold build':>12}{'edit->rerun':>13}{'warm load':>12}")
+    print("edit 1: the first edit after the cold build (jitops builds the prefix's PCH beside it: a prefix's")
+    print("PCH is made from its second build on); edit 2: the next edit (jitops: compiled with the PCH)")
+    print(f"{'case':<9}{'loader':<14}{'cold build':>12}{'edit 1':>11}{'edit 2':>11}{'warm load':>12}")
     for (case, loader), m in med.items():
-        print(f"{case:<9}{loader:<14}{m['cold']:>10.2f} s{m['edit']:>11.2f} s{m['warm'] * 1e3:>9.0f} ms")
+        print(f"{case:<9}{loader:<14}{m['cold']:>10.2f} s{m['edit']:>9.2f} s{m['edit2']:>9.2f} s{m['warm'] * 1e3:>9.0f} ms")
 
     def ratio(label: str, a: tuple[str, str], b: tuple[str, str], metric: str, target: str) -> None:
         if a in med and b in med:
             print(f"  {label:<58}{med[a][metric] / med[b][metric]:>7.2f}   target {target}")
 
-    print("ratios")
-    ratio("ext edit: torch default / jitops", ("ext", "torch"), ("ext", "jitops"), "edit", ">= 10")
-    ratio("ext edit: torch use_pch=True / jitops", ("ext", "torch-pch"), ("ext", "jitops"), "edit", ">= 4")
-    ratio("ext edit: torch no_implicit_headers=True / jitops", ("ext", "torch-nih"), ("ext", "jitops"), "edit", "")
-    ratio("lean edit: jitops without PCH / with", ("lean", "jitops-nopch"), ("lean", "jitops"), "edit", "")
-    ratio("four edit (one of 4 files) / lean edit (1-file library)", ("four", "jitops"), ("lean", "jitops"), "edit",
+    print("ratios (edit 2)")
+    ratio("ext edit: torch default / jitops", ("ext", "torch"), ("ext", "jitops"), "edit2", ">= 10")
+    ratio("ext edit: torch use_pch=True / jitops", ("ext", "torch-pch"), ("ext", "jitops"), "edit2", ">= 4")
+    ratio("ext edit: torch no_implicit_headers=True / jitops", ("ext", "torch-nih"), ("ext", "jitops"), "edit2", "")
+    ratio("lean edit: jitops without PCH / with", ("lean", "jitops-nopch"), ("lean", "jitops"), "edit2", "")
+    ratio("four edit (one of 4 files) / lean edit (1-file library)", ("four", "jitops"), ("lean", "jitops"), "edit2",
           "<= 1.3")
     for case in ("lean", "four", "softmax", "ext"):
         ratio(f"{case} cold: with PCH (none yet) / without", (case, "jitops"), (case, "jitops-nopch"), "cold", "<= 1.1")
     for key in (("ext", "jitops"), ("lean", "jitops")):
         if key in med:
-            ok = "ok" if med[key]["edit"] <= 1.5 else "MISSED"
-            print(f"  {key[0]} edit->rerun via jitops {med[key]['edit']:.2f} s (target <= 1.5 s): {ok}")
+            ok = "ok" if med[key]["edit2"] <= 1.5 else "MISSED"
+            print(f"  {key[0]} edit->rerun via jitops {med[key]['edit2']:.2f} s (target <= 1.5 s): {ok}; "
+                  f"first edit {med[key]['edit']:.2f} s")
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ def build_tus(job: BuildJob, run: Run, on_line: Callable[[str], None] | None = N
             tus.append(TU(src, obj, cached=True))
             info[label] = {"object": "cached", "seconds": 0.0, "pch": "-"}
             continue
-        state = "off" if not job.pch else "no prefix"
+        state = "off" if not job.pch else "nvcc" if is_cuda else "no prefix"  # nvcc: no PCH (see pch.py)
         # A file given -DJITOPS_NS would not match a PCH of op.h built without it (gcc would refuse it).
         usable = job.pch and not is_cuda and not extra and src.endswith(pch.CXX_SUFFIXES)
         prefix = pch.header_prefix(text) if usable else []
