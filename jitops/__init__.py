@@ -4,7 +4,7 @@
 caches it (content-addressed, per device) and returns a callable dispatcher
 op. Importing jitops is inert: no torch import, no subprocess, no file access.
 
-Imports: errors, spec, _version; checks, loader, registry and user on first use (import stays inert).
+Imports: errors, spec, _version; checks, dropin, loader, registry and user on first use (import stays inert).
 """
 
 from __future__ import annotations
@@ -32,13 +32,19 @@ from .spec import OpSpec
 if TYPE_CHECKING:
     from .ops import Op
     from .registry import Registration
-    from .user import UserLibrary, load, load_inline, register_kernel_dir
+    from .dropin import load, load_inline
+    from .user import UserLibrary, register_kernel_dir
 
 _USER_API = ("UserLibrary", "load", "load_inline", "register_kernel_dir")
 
 
 def __getattr__(name: str) -> Any:
-    """The user-kernel API (:mod:`jitops.user`), imported on first use to keep ``import jitops`` cheap."""
+    """The user-kernel API (:mod:`jitops.dropin`, :mod:`jitops.user`), imported on first use to keep
+    ``import jitops`` cheap. ``load`` / ``load_inline`` take torch.utils.cpp_extension's parameters."""
+    if name in ("load", "load_inline"):
+        from . import dropin
+
+        return getattr(dropin, name)
     if name in _USER_API:
         from . import user
 

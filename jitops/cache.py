@@ -98,6 +98,11 @@ class Cache:
         """What ``cache clear`` may remove wholesale, besides entries and staging."""
         return (self.logs, self.toolchains, self.trash, self.objects, self.pch)
 
+    @property
+    def owned_files(self) -> tuple[Path, ...]:
+        """Files ``cache clear`` removes: the remote tier's counters."""
+        return (self.remote_stats,)
+
     def lock_path(self, library: str, key: str) -> Path:
         return self.locks / f"{library}-{key[:KEY_CHARS]}.lock"
 

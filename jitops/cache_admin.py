@@ -142,12 +142,14 @@ def prune(cache: Cache, *, max_size: int | None = None, older_than: float | None
 
 def clear(cache: Cache) -> Removal:
     """Remove what jitops owns under the root: entries (not those being built), logs,
-    toolchain records, trash and dead staging dirs. Anything else is left alone."""
+    toolchain records, trash, dead staging dirs and the remote tier's counters. Anything else is left alone."""
     result = Removal()
     for info in entries(cache):
         _try_remove(cache, info, result)
     for d in cache.owned_dirs:
         shutil.rmtree(d, ignore_errors=True)
+    for f in cache.owned_files:
+        f.unlink(missing_ok=True)
     cache.sweep_staging()
     result.kept_bytes = sum(e.size for e in result.busy)
     return result

@@ -5,7 +5,7 @@ it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``,
 
 Imports: cache, errors, key, manifest, plan, roots, settings, toolchain
 (lock, publish and selfcheck lazily, on the miss path only; the ``remote`` package
-too, and only when ``settings.remote`` is set).
+too, and only when ``settings.remote`` is set or this process is in a torchrun job).
 """
 
 from __future__ import annotations
@@ -131,7 +131,8 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
             f"{plan.spec.name!r} ({plan.target.name}, key {plan.key[:12]}){why}. Fix: run "
             f"`jitops warm {plan.spec.exports[0]}` with the same torch, compiler and flags, or unset JITOPS_OFFLINE"
         )
-    remote = settings.remote is not None
+    job = settings.distributed is not None and settings.distributed.in_job()  # the job's store (issue 16)
+    remote = settings.remote is not None or job
     before_first_build(plan, settings, check_toolchain=not remote)
     from .lock import key_lock  # miss path only: keeps the warm path's imports small
     from .publish import build_and_publish
@@ -153,11 +154,9 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
             return Entry(plan, found.path, found.manifest, built=False)
         if found.reason is not None and os.path.lexists(plan.entry):
             cache.set_aside(plan.entry, found.reason)
-        if settings.remote is not None:  # the remote tier (issue 15): fetch, or one build per key across nodes
-            from .remote import active_tier
+        if remote:  # the remote tier (issue 15), then the job's store (16): fetch, or one build per key
+            from .remote import obtain
 
-            tier = active_tier(settings)
-            if tier is not None:
-                manifest, built = tier.obtain(plan, cache, build, settings.lock_timeout)
-                return Entry(plan, plan.entry, manifest, built=built)
+            manifest, built = obtain(plan, cache, build, settings, job)
+            return Entry(plan, plan.entry, manifest, built=built)
         return Entry(plan, plan.entry, build(), built=True)

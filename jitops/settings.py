@@ -28,7 +28,7 @@ VARIABLES = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_ST
              "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_FAKE_BUILD_SECONDS", "MAX_JOBS", "JITOPS_PCH",
              "JITOPS_REMOTE_CACHE", "JITOPS_REMOTE_CACHE_MODE", "JITOPS_REMOTE_TRUSTED_KEYS", "JITOPS_REMOTE_SIGNING_KEY",
              "JITOPS_CONFIG_DIR", "JITOPS_REMOTE_CONNECT_TIMEOUT", "JITOPS_REMOTE_TIMEOUT",
-             "JITOPS_REMOTE_LEASE_SECONDS", "JITOPS_REMOTE_FAILURE_SECONDS")
+             "JITOPS_REMOTE_LEASE_SECONDS", "JITOPS_REMOTE_FAILURE_SECONDS", "JITOPS_DISTRIBUTED", "JITOPS_HOST_ID")
 BUILDERS = ("real", "fake")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -133,6 +133,71 @@ def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings 
 
 
 @dataclass(frozen=True)
+class DistributedSettings:
+    """The job's c10d store as a cache tier (issue 16); None when ``JITOPS_DISTRIBUTED=0``.
+
+    Read here because only this module reads the environment: torchrun's
+    ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``, and the remote tier's
+    timeouts, lease and failure seconds and key settings, which apply to the job
+    store too (``tier``; its ``url`` names the job store in messages).
+    """
+
+    signed: bool  # JITOPS_DISTRIBUTED=signed: accept only entries signed by a trusted key (the remote tier's rules)
+    master_addr: str | None  # MASTER_ADDR (with MASTER_PORT and WORLD_SIZE > 1: connect a TCPStore client)
+    master_port: int | None  # MASTER_PORT
+    world_size: int  # WORLD_SIZE (1 when unset)
+    rank: int  # RANK (0 when unset): this process's rank for `distributed.warm` without a group
+    host_id: str | None  # JITOPS_HOST_ID: which ranks share a node for `distributed.warm`; None: the hostname
+    tier: RemoteSettings  # the tier's settings, url "c10d://MASTER_ADDR:MASTER_PORT"
+
+    def in_job(self) -> bool:
+        """torchrun's variables name a store of a job of 2+ ranks, or a default process group is up.
+
+        Peeks at ``sys.modules``: never imports ``torch.distributed``.
+        """
+        if self.master_addr and self.master_port and self.world_size > 1:
+            return True
+        import sys
+
+        dist = sys.modules.get("torch.distributed")
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
+def _whole(raw: str) -> int | None:
+    """torchrun's numbers, read leniently: they are not jitops' variables, and junk means "not in a job"."""
+    raw = raw.strip()
+    return int(raw) if raw.isascii() and raw.isdigit() else None
+
+
+def distributed_settings(env: Mapping[str, str]) -> DistributedSettings | None:
+    raw = env.get("JITOPS_DISTRIBUTED", "")
+    word = raw.strip().lower()
+    if word in ("0", "false", "no", "off"):
+        return None
+    if word not in ("", "1", "true", "yes", "on", "signed"):
+        raise _bad("JITOPS_DISTRIBUTED", raw, "an on/off value or `signed`",
+                   "unset it (on under torchrun), set 0 to turn the job store tier off, or `signed` to require signatures")
+    port, world = _whole(env.get("MASTER_PORT", "")), _whole(env.get("WORLD_SIZE", "")) or 1
+    addr = env.get("MASTER_ADDR", "").strip() or None
+    d = RemoteSettings
+    tier = RemoteSettings(
+        url=f"c10d://{addr}:{port}" if addr and port else "c10d://default-store", mode="write",
+        trusted_keys=env.get("JITOPS_REMOTE_TRUSTED_KEYS") or None,
+        signing_key=env.get("JITOPS_REMOTE_SIGNING_KEY") or None, config_dir=env.get("JITOPS_CONFIG_DIR") or None,
+        connect_timeout=_positive(env, "JITOPS_REMOTE_CONNECT_TIMEOUT", 10.0),
+        op_timeout=_positive(env, "JITOPS_REMOTE_TIMEOUT", d.op_timeout),
+        lease_seconds=_positive(env, "JITOPS_REMOTE_LEASE_SECONDS", d.lease_seconds),
+        failure_seconds=_positive(env, "JITOPS_REMOTE_FAILURE_SECONDS", d.failure_seconds),
+    )
+    return DistributedSettings(signed=word == "signed", master_addr=addr, master_port=port, world_size=world,
+                               rank=_whole(env.get("RANK", "")) or 0,
+                               host_id=env.get("JITOPS_HOST_ID", "").strip() or None, tier=tier)
+
+
+NOT_IN_A_JOB = distributed_settings({})  # the default: on, and idle until a job is found
+
+
+@dataclass(frozen=True)
 class Settings:
     """What the environment asks of jitops; parsed once, passed down."""
 
@@ -147,6 +212,7 @@ class Settings:
     fake_build_seconds: float = 0.0  # JITOPS_FAKE_BUILD_SECONDS: stretches a fake build (kill/race tests)
     remote: RemoteSettings | None = None  # JITOPS_REMOTE_*: the remote tier; None: off, nothing of it imported
     config_dir: str | None = None  # JITOPS_CONFIG_DIR: where `jitops cache keygen` keeps the key pair
+    distributed: DistributedSettings | None = NOT_IN_A_JOB  # JITOPS_DISTRIBUTED: the job's c10d store as a tier (issue 16)
     pch: bool = True  # JITOPS_PCH (on unless 0): precompile each file's header prefix into the cache
 
     @classmethod
@@ -174,6 +240,7 @@ class Settings:
                                          "set it to e.g. 0.5, or unset it") or 0.0,
             remote=remote_settings(env),
             config_dir=env.get("JITOPS_CONFIG_DIR") or None,
+            distributed=distributed_settings(env),
             pch=_flag(env, "JITOPS_PCH") if env.get("JITOPS_PCH", "").strip() else True,
         )
 

@@ -1,4 +1,7 @@
-"""User kernels: ``jitops.load`` (files), ``jitops.load_inline`` (strings), kernel folders.
+"""User kernels in jitops's own style: the cores of ``jitops.load`` / ``load_inline``, kernel folders.
+
+The public ``jitops.load`` / ``load_inline`` (:mod:`jitops.dropin`) take torch's parameters and
+send sources written in this style here; sources written for torch go to :mod:`jitops.cpp_ext_style`.
 
 User C++ registers its ops with the macros of ``<jitops/op.h>``::
 
@@ -118,6 +121,16 @@ def load(
     checks.library_args("jitops.load", name, device, sources=sources, extra_cflags=extra_cflags,  # issue 20
                         extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
                         extra_include_paths=extra_include_paths, schemas=schemas)
+    root, rel = source_files(name, sources)
+    spec = _spec(name, root, rel, BuildOptions.of(
+        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths, schemas=schemas),
+                 origin=f"jitops.load from {root}")
+    return load_spec(spec, device)
+
+
+def source_files(name: str, sources: StrOrSeq) -> tuple[Path, list[str]]:
+    """Checked source files: their common folder and their paths relative to it."""
     paths = [Path(os.path.abspath(p)) for p in _as_list(sources, "sources")]
     if not paths:
         raise KernelSourceError(f"library {name!r}: no sources given. Fix: pass sources=['my_op.cpp']")
@@ -128,12 +141,7 @@ def load(
             raise KernelSourceError(f"library {name!r}: source file {p} does not exist. Fix: check the path")
     root = Path(os.path.commonpath([str(p.parent) for p in paths]))
     _check_tree_size(root, name)
-    rel = [p.relative_to(root).as_posix() for p in paths]
-    spec = _spec(name, root, rel, BuildOptions.of(
-        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
-        extra_include_paths=extra_include_paths, schemas=schemas),
-                 origin=f"jitops.load from {root}")
-    return load_spec(spec, device)
+    return root, [p.relative_to(root).as_posix() for p in paths]
 
 
 def _join(sources: StrOrSeq | None, what: str) -> str:

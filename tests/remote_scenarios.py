@@ -49,11 +49,10 @@ def preload_remote() -> None:
     with contextlib.suppress(ImportError):
         import jitops.remote.redis_store  # noqa: F401
     with contextlib.suppress(ImportError):
-        import jitops.remote.object_store  # noqa: F401
         import s3fs  # noqa: F401
-        import botocore.session  # noqa: F401
+        from jitops.remote import object_store
 
-        botocore.session.get_session().get_service_model("s3")  # the parsed API model, shared by every fork
+        object_store.warm()  # botocore's parsed models, shared by every fork (each node parses them on its own CPU)
     import jitops.remote.fs_store  # noqa: F401
 
 

@@ -30,7 +30,7 @@ def test_example_notebook_executes_green(monkeypatch: pytest.MonkeyPatch, sessio
     nb = nbformat.read(NOTEBOOK, as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO / "examples")}}).execute()
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert len(code) == 6
+    assert len(code) == 7
 
     errors = [(i, o) for i, c in enumerate(code) for o in c.outputs if o.get("output_type") == "error"]
     assert [i for i, _ in errors] == [3], errors  # only the cell that shows a compile error raises
@@ -61,3 +61,9 @@ def test_example_notebook_executes_green(monkeypatch: pytest.MonkeyPatch, sessio
     timing = _text(code[5])
     assert re.search(r"PyTorch relu\(x \+ bias\) \*\* 2: +\d+\.\d{3} ms", timing), timing
     assert re.search(r"jitops bias_squared_relu: +\d+\.\d{3} ms +\(\d+\.\d\dx PyTorch's speed\)", timing), timing
+
+    # A cell written for torch.utils.cpp_extension.load_inline: only its import line differs (issue 17).
+    assert code[6].source.splitlines()[0].startswith("from jitops import load_inline  # was: from torch.utils.cpp_extension")
+    assert "load_inline(name=" in code[6].source and "jitops." not in code[6].source
+    dropin = _text(code[6])
+    assert "sin_add matches PyTorch: True" in dropin and "under torch.compile: True" in dropin, dropin

@@ -90,11 +90,13 @@ def test_sixteen_nodes_cold_store_one_build_per_op(tmp_path: Path, kind: str) ->
         assert len({r["value"]["ops"][op]["sha256"] for r in replies}) == 1
         assert all(r["value"]["ops"][op]["works"] for r in replies)
     assert not any(r["value"]["warnings"] for r in replies), replies[0]["value"]["warnings"]
-    # Two builds of build_s each, possibly one after the other on one node; plus 3 s (the issue's bound).
+    # The issue's bound: the build time plus 3 s (nodes ask for the two ops in different orders, so the two
+    # builds run at once on two nodes). Redis and file://: 2.4-2.8 s measured with 16 nodes on this shared
+    # 2-core machine at load 5-8. moto: 3.3-3.8 s at load 4-5, 4.7-6.0 s at load 5-8: its server (one
+    # Python process, concurrent requests answered one after another: doctor's "polling" row measures it)
+    # and the 16 node processes' S3 clients share the 2 cores, so there it gets 6 s of slack.
     last = max(r["value"]["done"] for r in replies) - out["start"]
-    # +5 s: 16 processes on 2 shared cores. moto (one Python process answering 16 pollers) is slower than
-    # S3; there the bound is only "no node hangs".
-    bound = 2 * build_s + 3 + 5 if kind != "s3" else 90
+    bound = build_s + 3 + (6 if kind == "s3" else 0)
     assert last < bound, f"every node had every op after {last:.1f}s"
 
 
@@ -136,7 +138,13 @@ def _blob_path(shared: Path) -> Path:
 
 
 def _forge(kind: str, blob: bytes, tmp: Path, marker: Path, other: bytes) -> bytes:
-    """A forged remote entry of ``kind`` made from a genuine ``blob`` of fakeadd."""
+    """A forged or damaged remote entry of ``kind`` made from a genuine ``blob`` of fakeadd.
+
+    other-library: the genuine signed manifest, another library; untrusted: manifest and library replaced,
+    signed by a key nobody trusts; bad-signature: the same, keeping the trusted signer's name and old
+    signature; other-key: another op's genuine entry under this key; truncated: cut in the archive;
+    not-an-entry: random bytes.
+    """
     import io
     import tarfile
 
@@ -149,6 +157,8 @@ def _forge(kind: str, blob: bytes, tmp: Path, marker: Path, other: bytes) -> byt
     header, archive = envelope.unpack(blob)
     if kind == "truncated":
         return blob[: len(blob) - len(archive) // 2]
+    if kind == "not-an-entry":
+        return os.urandom(len(blob))
     if kind == "other-key":  # fakemul's genuine, validly signed entry, stored (and labelled) as fakeadd's
         oh, oarch = envelope.unpack(other)
         return envelope.pack(header["key"], oh["signer"], oh["signature"], oarch)
@@ -160,12 +170,13 @@ def _forge(kind: str, blob: bytes, tmp: Path, marker: Path, other: bytes) -> byt
     (lname,) = [n for n in members if n.endswith(".so")]
     evil = tattletale_library(tmp, marker).read_bytes()
     manifest_raw = members[mname][1]
-    if kind == "untrusted":
+    if kind in ("untrusted", "bad-signature"):
         import dataclasses
         import hashlib
 
         m = Manifest.parse(manifest_raw)
         manifest_raw = dataclasses.replace(m, sha256=hashlib.sha256(evil).hexdigest(), size=len(evil)).to_json()
+    if kind == "untrusted":  # signed, by a key nobody trusts
         settings = RemoteSettings("file:///x", "write", None, None, str(tmp / "attacker"))
         _keygen(settings)
         signer, _ = load_signer(settings)
@@ -182,24 +193,46 @@ def _forge(kind: str, blob: bytes, tmp: Path, marker: Path, other: bytes) -> byt
     return envelope.pack(header["key"], header["signer"], header["signature"], buf.getvalue())
 
 
-@pytest.mark.parametrize("kind", ["other-library", "untrusted", "other-key", "truncated"])
-def test_forged_entries_are_rejected_before_loading(tmp_path: Path, kind: str) -> None:
+FORGERIES = {  # kind: why the node rejects it
+    "other-library": "does not match its manifest's size and sha256",
+    "untrusted": "which this node does not trust",
+    "bad-signature": "its signature does not verify against the trusted key",
+    "other-key": "(stored under another key)",
+    "truncated": "cannot import the archive",
+    "not-an-entry": "it is not a jitops remote entry",
+}
+
+
+def _open_store(url: str):  # type: ignore[no-untyped-def]
+    from jitops.remote.backends import open_store
+    from jitops.remote.config import RemoteSettings
+
+    return open_store(RemoteSettings(url, "read", None, None, None, connect_timeout=5.0, op_timeout=30.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", list(FORGERIES))
+def test_forged_entries_are_rejected_before_loading(tmp_path: Path, kind: str, backend: str) -> None:
+    """Every forgery on every backend: rejected before dlopen (the tattletale never runs), the node builds its own."""
     cfg = tmp_path / "cfg"
     keygen(cfg)
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    url = f"file://{shared}"
-    get_ops(node_env(tmp_path / "a", url, cfg), ("fakeadd", "fakemul"))
-    path = _blob_path(shared)
-    (other,) = [p for p in (shared / "v1" / "entries").rglob("*") if p.is_file() and p.parent.parent.name == "fakemul"]
     marker = tmp_path / "LOADED"
-    path.write_bytes(_forge(kind, path.read_bytes(), tmp_path, marker, other.read_bytes()))
-    b, err = get_ops(node_env(tmp_path / "b", url, cfg, JITOPS_REMOTE_CACHE_MODE="read"))
+    with store(backend, tmp_path) as url:
+        get_ops(node_env(tmp_path / "a", url, cfg), ("fakeadd", "fakemul"))
+        st = _open_store(url)
+        try:
+            (name,) = st.list_blobs("entries/fakeadd/")
+            (other,) = st.list_blobs("entries/fakemul/")
+            st.put_blob(name, _forge(kind, st.get_blob(name), tmp_path, marker, st.get_blob(other)))
+        finally:
+            st.close()
+        b, err = get_ops(node_env(tmp_path / "b", url, cfg, JITOPS_REMOTE_CACHE_MODE="read"))
     assert not marker.exists(), "the forged library's code ran"
-    assert b["stats"]["rejected"] == 1 and b["stats"]["hits"] == 0
+    assert b["stats"]["rejected"] == 1 and b["stats"]["hits"] == 0, (b["stats"], err)
     r = b["ops"]["fakeadd"]
     assert r["built"] and r["works"], "the node built its own instead"
     assert "rejected the remote entry for fakeadd" in err
+    assert FORGERIES[kind] in err, err  # rejected for its own reason, not another
     if kind == "untrusted":
         fp = json.loads(run_py(f"""
 import json
@@ -219,18 +252,33 @@ def stopped_server() -> Iterator[str]:
     yield f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
 
 
-@pytest.mark.parametrize("server", [silent_server, stopped_server], ids=["silent", "stopped"])
-def test_unanswering_server_costs_the_connect_timeout_once(tmp_path: Path, server) -> None:  # type: ignore[no-untyped-def]
+@contextlib.contextmanager
+def unanswering(server: str, scheme: str) -> Iterator[str]:
+    """A store URL of ``scheme`` whose server is silent (accepts, never answers) or stopped (nothing listens)."""
+    with (silent_server() if server == "silent" else stopped_server()) as url:
+        if scheme == "redis":
+            yield url
+            return
+        pytest.importorskip("s3fs")
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        with environ(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+                     AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}"):
+            yield "s3://jitops-test/cache"
+
+
+@pytest.mark.parametrize("scheme", ["redis", "s3"])
+@pytest.mark.parametrize("server", ["silent", "stopped"])
+def test_unanswering_server_costs_the_connect_timeout_once(tmp_path: Path, server: str, scheme: str) -> None:
     cfg = tmp_path / "cfg"
     keygen(cfg)
-    with server() as url:
+    with unanswering(server, scheme) as url:
         t0 = time.monotonic()
         out, err = get_ops(node_env(tmp_path / "c", url, cfg, JITOPS_REMOTE_CONNECT_TIMEOUT="1"), ("fakeadd", "fakemul"))
         elapsed = time.monotonic() - t0
     assert all(r["built"] and r["works"] for r in out["ops"].values())
     assert len([w for w in out["warnings"] if "remote cache" in w]) == 1, (out, err)
     assert out["stats"]["errors"] == 1 and out["stats"]["seconds"] < 1.8, out["stats"]
-    assert out["stats"]["timeouts"] == (1 if server is silent_server else 0)
+    assert out["stats"]["timeouts"] == (1 if server == "silent" else 0), (out, err)
     assert elapsed < 30
 
 
@@ -350,10 +398,18 @@ def test_cli_keygen_warm_push_ls_pull_stats(tmp_path: Path) -> None:
     assert ls.returncode == 0 and "1 entries in" in ls.stdout and ls.stdout.startswith("add ")
     node = {"JITOPS_CACHE_DIR": str(tmp_path / "node"), "JITOPS_CONFIG_DIR": str(tmp_path / "nodecfg"),
             "JITOPS_REMOTE_TRUSTED_KEYS": public}
+    offline = jitops("cache", "pull", "add", **node, JITOPS_OFFLINE="1")  # refused before any download
+    assert offline.returncode != 0 and "JITOPS_OFFLINE=1 forbids" in offline.stderr, offline.stdout + offline.stderr
+    assert "Fix: run the pull without JITOPS_OFFLINE" in offline.stderr
+    assert not (tmp_path / "node" / "v1" / "entries").exists(), "an offline pull wrote the cache"
     pull = jitops("cache", "pull", "add", **node)
     assert pull.returncode == 0 and "1 fetched" in pull.stdout, pull.stdout + pull.stderr
     stats = jitops("cache", "stats", **node)
     assert "1 hits" in stats.stdout, stats.stdout
+    assert (tmp_path / "node" / "v1" / "remote-stats.json").exists()
+    assert jitops("cache", "clear", **node).returncode == 0
+    assert not (tmp_path / "node" / "v1" / "remote-stats.json").exists(), "cache clear left the remote counters"
+    assert "0 hits" in jitops("cache", "stats", **node).stdout
     stranger = {**node, "JITOPS_CACHE_DIR": str(tmp_path / "stranger"), "JITOPS_REMOTE_TRUSTED_KEYS": ""}
     refused = jitops("cache", "pull", "add", **stranger)
     assert refused.returncode == 1 and "1 rejected" in refused.stdout, refused.stdout + refused.stderr
@@ -384,6 +440,9 @@ def test_doctor_checks_the_remote(tmp_path: Path, kind: str) -> None:
     assert rows["remote"].startswith("OK") and " ms" in rows["remote"], out.stdout
     assert rows["trust"].startswith("OK") and "(your own key)" in rows["trust"]
     assert rows["upload"].startswith("OK") and "signed by SHA256:" in rows["upload"]
+    assert "ms (median of 5), 16 at once" in rows["polling"] and "after its build" in rows["polling"], out.stdout
+    if kind != "s3":  # moto's server may be slow to answer 16 at once on a loaded machine: then it says so
+        assert rows["polling"].startswith("OK"), out.stdout
     if kind == "s3":
         assert rows["leases"].startswith("OK") and "conditional create works" in rows["leases"]
     with silent_server() as url:
@@ -391,6 +450,28 @@ def test_doctor_checks_the_remote(tmp_path: Path, kind: str) -> None:
         out = subprocess.run([sys.executable, "-m", "jitops", "doctor"], env=env, cwd=REPO, capture_output=True,
                              text=True, timeout=120)
     assert "WARN  remote" in out.stdout and "unreachable" in out.stdout, out.stdout
+
+
+def test_doctor_polling_row_says_why_a_store_is_slow(tmp_path: Path) -> None:
+    """The row measures: a store answering concurrent requests one after another (as moto's server does)
+    is reported as the reason the build-plus-3-s bound cannot hold; a fast store passes."""
+    import threading
+
+    from jitops.remote.commands import polling
+    from jitops.remote.fs_store import FileStore
+
+    class OneAtATime(FileStore):  # a real shared dir behind a server that serves one request at a time
+        lock = threading.Lock()
+
+        def get_blob(self, name: str) -> bytes | None:
+            with self.lock:
+                time.sleep(0.03)
+                return super().get_blob(name)
+
+    name, status, detail, fix = polling(OneAtATime(f"file://{tmp_path}"), 0.1)
+    assert status == "warn" and "one after another" in detail and "16 at once" in detail, detail
+    assert "Redis, S3" in fix
+    assert polling(FileStore(f"file://{tmp_path}"), 0.0)[1] == "ok"
 
 
 def test_node_without_a_key_reads_quietly(tmp_path: Path) -> None:

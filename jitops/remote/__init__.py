@@ -17,16 +17,23 @@ dependency:
 - ``session``  the process's one tier (made on first use)
 - ``commands`` what ``jitops cache keygen/push/pull/ls --remote/stats`` and doctor do
 
-This file imports ``jitops.settings``, and the session when the tier is on.
+- ``c10d_store``, ``digest``, ``job``  the job's own store as a tier (issue 16)
+
+This file imports ``jitops.settings``, the session when the tier is on, and
+``.job`` only inside a torchrun job (``DistributedSettings.in_job``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..settings import Settings
 
 if TYPE_CHECKING:
+    from ..cache import Cache
+    from ..manifest import Manifest
+    from ..plan import Plan
     from .tier import Tier
 
 
@@ -38,3 +45,35 @@ def active_tier(settings: Settings | None = None) -> Tier | None:
     from .session import tier_for
 
     return tier_for(settings.remote)
+
+
+def obtain(plan: Plan, cache: Cache, build: Callable[[], Manifest], settings: Settings,
+           job: bool) -> tuple[Manifest, bool]:
+    """The entry through the tiers: the remote tier first, then the job's store (``job``), then ``build``.
+
+    (manifest, built by this process?). A tier uploads only what this process
+    built: an entry fetched from the job's store is never re-signed into the remote tier.
+    """
+    tiers = [t for t in (active_tier(settings),) if t is not None]
+    if job:
+        from .job import job_tier
+
+        jt = job_tier(settings)
+        if jt is not None:
+            tiers.append(jt)
+    built = [False]
+
+    def innermost() -> Manifest:
+        manifest = build()
+        built[0] = True
+        return manifest
+
+    step: Callable[[], Manifest] = innermost
+    for tier in reversed(tiers):
+        step = _through(tier, plan, cache, step, settings.lock_timeout, built)
+    return step(), built[0]
+
+
+def _through(tier: Tier, plan: Plan, cache: Cache, inner: Callable[[], Manifest], limit: float | None,
+             built: list[bool]) -> Callable[[], Manifest]:
+    return lambda: tier.obtain(plan, cache, inner, limit, built_here=lambda: built[0])[0]

@@ -10,8 +10,18 @@ its holder and its expiry; taking a lapsed lease means creating generation
 (two nodes may then build one key; what they publish stays correct).
 
 Timeouts go to botocore where the filesystem is s3fs (connect and read
-timeouts, no retries). S3 endpoints other than AWS's come from botocore's own
-``AWS_ENDPOINT_URL``; credentials from its usual chain.
+timeouts, one attempt: botocore's retries and s3fs's own retry loop are both
+off, so a stopped server costs one refused connection, not five with
+backoff). The first contact (:meth:`ObjectStore.ping`) must answer within the
+connect timeout as a whole: a server that accepts and never answers costs
+that, not the read timeout. Making the client (botocore parses its models:
+CPU, no network) comes before that deadline. S3 endpoints other than AWS's
+come from botocore's own ``AWS_ENDPOINT_URL``; credentials from its usual chain.
+
+botocore parses its JSON models (S3's API, the endpoint rules: about 0.15 s of
+CPU) once per data loader. Every S3 store of a process shares one loader
+(:func:`_s3_session`), and :func:`warm` fills it before a process forks
+workers that each open the store.
 """
 
 from __future__ import annotations
@@ -24,25 +34,55 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import fsspec
+import fsspec.asyn
 
 from .store import Holder, Store, StoreError, StoreTimeout
 
 T = TypeVar("T")
+_loader: Any = None  # botocore's data loader: parsed models only, no connections or credentials
+
+
+def _s3_session() -> Any:
+    """A new aiobotocore session (its own credentials and connections) on this process's one data loader."""
+    global _loader
+    from aiobotocore.session import AioSession
+
+    session = AioSession()
+    if _loader is None:
+        _loader = session.get_component("data_loader")
+    else:
+        session.register_component("data_loader", _loader)
+    return session
+
+
+def warm() -> None:
+    """Parse botocore's S3 models now, so that stores opened later, also in forked children, skip it."""
+    import asyncio
+
+    async def make_client() -> None:  # explicit dummy credentials: no credential lookup, no network
+        async with _s3_session().create_client("s3", region_name="us-east-1", aws_access_key_id="-",
+                                               aws_secret_access_key="-"):
+            pass
+
+    asyncio.run(make_client())
 
 
 class ObjectStore(Store):
     def __init__(self, url: str, connect_timeout: float, op_timeout: float) -> None:
-        self.url = url
+        self.url, self.connect_timeout = url, connect_timeout
         opts: dict[str, Any] = {"skip_instance_cache": True}
         if url.startswith(("s3://", "s3a://")):
             opts["config_kwargs"] = {"connect_timeout": connect_timeout, "read_timeout": op_timeout,
                                      "retries": {"max_attempts": 1}}
             opts["use_listings_cache"] = False  # other nodes write: never answer a listing from memory
+            opts["session"] = _s3_session()
         try:
             self.fs, root = fsspec.url_to_fs(url, **opts)
         except (ImportError, ValueError) as e:
             raise StoreError(f"cannot use {url}: {e}. Fix: pip install 'jitops[s3]' (or the fsspec backend "
                              "for this URL)") from e
+        if hasattr(self.fs, "retries"):
+            self.fs.retries = 1  # s3fs retries timeouts and refused connections 5 times with backoff by itself
         self.root = root.rstrip("/") + "/v1"
 
     def _p(self, name: str) -> str:
@@ -61,8 +101,18 @@ class ObjectStore(Store):
 
     def ping(self) -> None:
         bucket = self.root.split("/", 1)[0]
+        fs = self.fs
+        if isinstance(fs, fsspec.asyn.AsyncFileSystem):
+            if self.url.startswith(("s3://", "s3a://")):  # s3fs: make the client now, outside the deadline below
+                self._call("setting up its client", fs.connect)
+
+            def listing() -> Any:  # the whole round trip within the connect timeout
+                return fsspec.asyn.sync(fs.loop, fs._ls, bucket, detail=False, timeout=self.connect_timeout)
+        else:
+            def listing() -> Any:
+                return fs.ls(bucket, detail=False)
         try:
-            self._call("a listing", lambda: self.fs.ls(bucket, detail=False))
+            self._call("a listing", listing)
         except FileNotFoundError as e:
             raise StoreError(f"{self.url}: {bucket} does not exist. Fix: create it, or fix JITOPS_REMOTE_CACHE") from e
 

@@ -42,10 +42,16 @@ from .store import Holder, Store, StoreError, StoreTimeout
 
 if TYPE_CHECKING:
     from ..plan import Plan
+    from .digest import DigestSigner, JobTrust
     from .signing import Signer, Trust
 
 log = logging.getLogger("jitops")
 PROGRESS_EVERY = 30.0
+# A waiter polls the entry and the failure record, first after POLL_FIRST s, backing off by 1.5x to
+# POLL_MAX s: a finished build is seen within about POLL_MAX s plus two round trips. It looks at the
+# lease (to take it over when it lapses) at most every LEASE_EVERY s (or a third of its ttl): for an
+# object store that is a listing and a GET that 16 waiters need not repeat on every poll.
+POLL_FIRST, POLL_MAX, LEASE_EVERY = 0.05, 1.0, 2.0
 
 
 def entry_name(library: str, target: str, key: str) -> str:
@@ -53,8 +59,10 @@ def entry_name(library: str, target: str, key: str) -> str:
 
 
 class Tier:
-    def __init__(self, settings: RemoteSettings, store: Store | None, trust: Trust | None, signer: Signer | None) -> None:
+    def __init__(self, settings: RemoteSettings, store: Store | None, trust: Trust | JobTrust | None,
+                 signer: Signer | DigestSigner | None, *, fail_open: bool = True) -> None:
         self.settings, self.store, self.trust, self.signer = settings, store, trust, signer
+        self.fail_open = fail_open  # False for the job's store: its failure is the job's, raised, not hidden
         self.stats = Counters()
         self.off = False  # True once the store failed: the process builds locally from then on
         self._rejected: set[str] = set()
@@ -69,6 +77,10 @@ class Tier:
     def switch_off(self, e: Exception) -> None:
         self.stats.errors += 1
         self.stats.timeouts += isinstance(e, StoreTimeout)
+        if not self.fail_open:
+            raise CacheError(f"the job's store {self.settings.url} failed: {e}. This is torch.distributed's failure "
+                             "(the store's host went away or stalls); jitops does not hide it. Fix: see why the "
+                             "job's rank 0 / agent died, or set JITOPS_DISTRIBUTED=0 to build without the store") from e
         if self.off:
             return
         self.off = True
@@ -85,10 +97,12 @@ class Tier:
 
     # ---- the flow
     def obtain(self, plan: Plan, cache: Cache, build: Callable[[], Manifest],
-               wait_limit: float | None = None) -> tuple[Manifest, bool]:
+               wait_limit: float | None = None, built_here: Callable[[], bool] = lambda: True) -> tuple[Manifest, bool]:
         """The plan's entry: (manifest, built here?). Fetched, waited for, or built by ``build``.
 
         ``wait_limit``: seconds to wait for another node's build (``JITOPS_LOCK_TIMEOUT``; None: as long as it takes).
+        ``built_here``: asked after ``build`` returns; False when ``build`` fetched from a tier behind this one
+        (the job's store), so this tier never re-signs and uploads what it did not build.
         """
         self._caches.add(str(cache.root))
         if self.off or self.store is None:
@@ -112,7 +126,7 @@ class Tier:
                 if lease is not None:
                     self._guard(self._record_failure, plan, e)
                 raise
-            if self.writes:  # before the lease goes: a waiter that sees it free must find the entry
+            if self.writes and built_here():  # before the lease goes: a waiter that sees it free must find the entry
                 self._guard(self.upload, plan, cache, manifest)
             return manifest, True
         finally:
@@ -209,22 +223,26 @@ class Tier:
         store, ttl = self.store, self.settings.lease_seconds
         name = f"leases/{plan.spec.name}/{plan.key}"
         start, last_note = time.monotonic(), None
-        delay = 0.05
+        delay, lease_due = POLL_FIRST, 0.0
+        holder: Holder | None = None
         while True:
             self._raise_recorded_failure(plan)
-            if self.writes:
-                me = Holder.me()
-                holder = self._timed(store.acquire_lease, name, me, ttl)
-                if holder is None:
-                    found = self.fetch(plan, cache)  # uploaded between our first look and the lease?
-                    if found is not None:
-                        self._timed(store.release_lease, name, me)
-                        return found, None
-                    return None, Lease(store, name, me, ttl)
-            else:
-                holder = self._timed(store.lease_holder, name, ttl)
-                if holder is None:
-                    return None, None  # nobody builds it; a read-only node builds for itself
+            if time.monotonic() >= lease_due:  # a lease changes hands only when it lapses: look now and then
+                lease_due = time.monotonic() + min(ttl / 3, LEASE_EVERY)
+                if self.writes:
+                    me = Holder.me()
+                    holder = self._timed(store.acquire_lease, name, me, ttl)
+                    if holder is None:
+                        found = self.fetch(plan, cache)  # uploaded between our first look and the lease?
+                        if found is not None:
+                            self._timed(store.release_lease, name, me)
+                            return found, None
+                        return None, Lease(store, name, me, ttl)
+                else:
+                    holder = self._timed(store.lease_holder, name, ttl)
+                    if holder is None:
+                        return None, None  # nobody builds it; a read-only node builds for itself
+            assert holder is not None
             now = time.monotonic()
             if limit is not None and now - start > limit:
                 raise LockTimeout(f"gave up after {limit:g}s (JITOPS_LOCK_TIMEOUT) waiting for {plan.what} from "
@@ -235,7 +253,7 @@ class Tier:
                 log.warning("waiting for the build of %s on another node (%s); lease in %s",
                             plan.what, holder.describe(), self.settings.url)
             time.sleep(delay)
-            delay = min(delay * 1.5, 1.0)
+            delay = min(delay * 1.5, POLL_MAX)
             found = self.fetch(plan, cache)
             if found is not None:
                 return found, None
