@@ -9,8 +9,7 @@ platformdirs' user cache dir for ``jitops``)::
     v1/logs/                               logs of failed builds
     v1/toolchains/                         remembered compiler identities
     v1/inline/<name>-<digest>/             load_inline's sources, by content
-    v1/objects/<tu>.json, <sha256>.o       per-TU objects: a record (headers + object digest) and the object
-    v1/pch/<key>/, <key>.seen, <key>.h     precompiled header prefixes: the PCH, "built before", clang's input
+    v1/objects/, v1/pch/                   per-file objects and precompiled headers (objcache.py, pch.py)
     v1/trash/                              entries set aside as damaged
     v1/remote-stats.json                   the remote tier's counters (+ .lock)
 
@@ -79,20 +78,16 @@ class Cache:
     def inline_dir(self, name: str, digest: str) -> Path:
         return self.folders["inline"] / f"{name}-{digest}"
 
-    def object_record(self, key: str) -> Path:  # a TU's compile: its headers' digests, its object's sha256
-        return self.objects / f"{key[:KEY_CHARS]}.json"
-
-    def object_file(self, sha256: str) -> Path:  # by content: racing writers write the same bytes
-        return self.objects / f"{sha256[:KEY_CHARS]}.o"
-
-    def pch_path(self, key: str, suffix: str = "") -> Path:  # "<key>": a PCH; ".seen", ".h": see pch.py
-        return self.pch / f"{key[:KEY_CHARS]}{suffix}"
+    def build_path(self, folder: str, digest: str, suffix: str = "") -> Path:
+        """objects/: ``<key>.json`` (a file's record), ``<sha256>.o``; pch/: ``<key>/``, ``.seen``, ``.h`` (pch.py)."""
+        return self.folders[folder] / f"{digest[:KEY_CHARS]}{suffix}"
 
     def log_file(self, library: str, target: str) -> Path:
         return self.logs / f"{library}-{target}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
 
     def archive_name(self, path: Path) -> str:  # a path under the root as an archive member (v1/...)
         return path.relative_to(self.root).as_posix()
+
     @property
     def owned_dirs(self) -> tuple[Path, ...]:
         """What ``cache clear`` may remove wholesale, besides entries and staging."""

@@ -101,12 +101,12 @@ def headers_unchanged(deps: Mapping[str, str], root: Path) -> bool:
 def lookup(cache: Cache, key: str, root: Path, into: Path) -> bool:
     """Copy the verified object for ``key`` to ``into``; False (a miss) if there is none usable."""
     try:
-        record = json.loads(cache.object_record(key).read_bytes())
+        record = json.loads(cache.build_path("objects", key, ".json").read_bytes())
         if record.get("format") != FORMAT or record.get("key") != key:
             return False
         if not headers_unchanged(record["deps"], root):
             return False
-        obj = cache.object_file(record["object"])
+        obj = cache.build_path("objects", record["object"], ".o")
         if fsutil.insecure_reason(obj, want_dir=False) is not None or os.lstat(obj).st_size != record["size"]:
             return False
         shutil.copyfile(obj, into)
@@ -126,10 +126,10 @@ def store(cache: Cache, key: str, obj: Path, depfile: Path, root: Path, skip: tu
         deps.update(extra_deps or {})
         digest = fsutil.sha256_file(obj)
         fsutil.makedirs(cache.objects)
-        target = cache.object_file(digest)
+        target = cache.build_path("objects", digest, ".o")
         if not os.path.exists(target):
             fsutil.atomic_write(target, obj.read_bytes())
         record = {"format": FORMAT, "key": key, "deps": deps, "object": digest, "size": obj.stat().st_size}
-        fsutil.atomic_write(cache.object_record(key), json.dumps(record, sort_keys=True).encode())
+        fsutil.atomic_write(cache.build_path("objects", key, ".json"), json.dumps(record, sort_keys=True).encode())
     except OSError as e:
         log.debug("could not cache the object %s: %s", obj, e)

@@ -3,7 +3,7 @@
 A TU's header prefix is the leading run of ``#include <...>`` lines (blank and
 comment lines between them allowed) before anything else: the part that takes
 ~90 % of a compile to parse and that an edit rarely touches. Its PCH lives in
-the cache (``Cache.pch_path``), never beside torch or the sources. Its key
+the cache (``Cache.build_path("pch", key)``), never beside torch or the sources. Its key
 covers the compiler and torch identity, the TU's exact flags (less
 ``-DTORCH_EXTENSION_NAME``, which torch's headers do not read, so libraries of
 other names share it, and less the library's own folder) and the prefix's text; its manifest lists the non-system
@@ -134,7 +134,7 @@ def _verify(directory: Path, key: str) -> dict[str, object]:
 
 def find(cache: Cache, key: str, kind: str) -> Use | None:
     """The verified PCH of ``key``, or None; one that fails verification is set aside (one note)."""
-    final = cache.pch_path(key)
+    final = cache.build_path("pch", key)
     if not os.path.lexists(final):
         return None
     try:
@@ -146,7 +146,7 @@ def find(cache: Cache, key: str, kind: str) -> Use | None:
 
 def seen_before(cache: Cache, key: str) -> bool:
     """Whether a build has compiled a file with this prefix before; records this one (best effort)."""
-    mark = cache.pch_path(key, ".seen")
+    mark = cache.build_path("pch", key, ".seen")
     if os.path.isfile(mark):
         return True
     try:
@@ -193,7 +193,7 @@ def start(cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], pref
         (out / HEADER).write_text(text)
         header = HEADER
         if kind == "clang":  # clang's PCH names its input header by path and needs it later: one outside staging
-            stable = cache.pch_path(key, ".h")
+            stable = cache.build_path("pch", key, ".h")
             if not stable.is_file() or stable.read_text() != text:
                 fsutil.makedirs(stable.parent)
                 fsutil.atomic_write(stable, text.encode())
@@ -229,7 +229,7 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
         manifest = {"format": FORMAT, "key": p.key, "file": p.file, "size": pch.stat().st_size,
                     "sha256": fsutil.sha256_file(pch), "deps": deps, "root": str(p.root), "seconds": round(seconds, 3)}
         fsutil.atomic_write(p.out / "manifest.json", json.dumps(manifest, sort_keys=True).encode())  # last
-        final = cache.pch_path(p.key)
+        final = cache.build_path("pch", p.key)
         fsutil.makedirs(final.parent)
         try:
             os.rename(p.out, final)
