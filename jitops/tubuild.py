@@ -40,13 +40,15 @@ _PCH_ERROR = re.compile(r"^.*error: .*(PCH|[Pp]recompiled|AST file|\.gch\b|\.pch
 _REJECTED = re.compile(r"[^\n]*\.(gch|pch)\b[^\n]*\[-Winvalid-pch\]")
 
 
-def _names_namespace(job: BuildJob, text: str) -> bool:
-    """Whether a file (or a header of the library's folder) spells JITOPS_NS: then it gets -DJITOPS_NS."""
-    if "JITOPS_NS" in text:
+def _names_namespace(job: BuildJob, text: str, rule_flags: str) -> bool:
+    """Whether a file needs -DJITOPS_NS: it (or a header of the library's folder) spells JITOPS_NS, or
+    TORCH_EXTENSION_NAME where the flags define that as JITOPS_NS (the drop-in's pybind11 modules)."""
+    tokens = ("JITOPS_NS", "TORCH_EXTENSION_NAME") if "=JITOPS_NS" in rule_flags else ("JITOPS_NS",)
+    if any(t in text for t in tokens):
         return True
     root = job.root
-    return root is not None and any("JITOPS_NS" in p.read_text(errors="replace")
-                                    for p in sorted(root.rglob("*")) if p.suffix in (".h", ".hpp", ".cuh", ".inc"))
+    return root is not None and any(t in p.read_text(errors="replace") for p in sorted(root.rglob("*"))
+                                    if p.suffix in (".h", ".hpp", ".cuh", ".inc") for t in tokens)
 
 
 def _ninja_times(build_dir: Path) -> dict[str, float]:
@@ -83,7 +85,7 @@ def build_tus(job: BuildJob, run: Run, on_line: Callable[[str], None] | None = N
         text = Path(src).read_text(errors="replace")
         words = cuda if is_cuda else cflags
         rule_flags = registration_cflags(" ".join(words)) if not is_cuda and is_registration(src) else " ".join(words)
-        extra = (ns_flag,) if _names_namespace(job, text) else ()
+        extra = (ns_flag,) if _names_namespace(job, text, rule_flags) else ()
         tool = job.nvcc if is_cuda else job.cxx
         key = objcache.tu_key(job.identity, f"{tool} {rule_flags} {' '.join(extra)}", fsutil.sha256_file(Path(src)), root)
         keys[obj] = key
@@ -92,8 +94,9 @@ def build_tus(job: BuildJob, run: Run, on_line: Callable[[str], None] | None = N
             info[label] = {"object": "cached", "seconds": 0.0, "pch": "-"}
             continue
         state = "off" if not job.pch else "nvcc" if is_cuda else "no prefix"  # nvcc: no PCH (see pch.py)
-        # A file given -DJITOPS_NS would not match a PCH of op.h built without it (gcc would refuse it).
-        usable = job.pch and not is_cuda and not extra and src.endswith(pch.CXX_SUFFIXES)
+        # A file given -DJITOPS_NS uses the PCH built without it: torch's headers never read it (op.h
+        # does: gcc then refuses the PCH with a warning and parses the text, clang is rerun without it).
+        usable = job.pch and not is_cuda and src.endswith(pch.CXX_SUFFIXES)
         prefix = pch.header_prefix(text) if usable else []
         use = None
         if prefix:
