@@ -86,7 +86,8 @@ def pch_flags(words: list[str], root: Path) -> list[str]:
     torch's headers) and without the library's own folder (a new one per load_inline edit), so the
     prefix can only read headers outside the library, which its manifest then covers."""
     own = f"-I{shlex.quote(str(root))}"
-    return [w for w in words if not w.startswith("-DTORCH_EXTENSION_NAME=") and w != own]
+    # Not even -U: gcc refuses a PCH built with -UTORCH_EXTENSION_NAME in a file that defines it (the drop-in's).
+    return [w for w in words if not w.startswith("-DTORCH_EXTENSION_NAME=") and w not in (own, "-UTORCH_EXTENSION_NAME")]
 
 
 def key_of(identity: str, kind: str, flags: str, prefix: list[str]) -> str:

@@ -42,7 +42,7 @@ def test_header_prefix_is_the_leading_angle_includes() -> None:
 
 
 def test_pch_flags_leave_out_only_the_library_name_and_folder(tmp_path: Path) -> None:
-    words = ["-DTORCH_EXTENSION_NAME=x", f"-I{tmp_path}", "-I/other", "-O3"]
+    words = ["-UTORCH_EXTENSION_NAME", "-DTORCH_EXTENSION_NAME=x", f"-I{tmp_path}", "-I/other", "-O3"]
     assert pch.pch_flags(words, tmp_path) == ["-I/other", "-O3"]
 
 
