@@ -9,7 +9,10 @@ shared directory whose lock file outlives a killed build.
 C library with ``cc`` in milliseconds. It is a real, loadable library; tests
 pair it with specs whose kernels are registered from Python.
 
-Imports: build_errors, errors, fsutil, ninja (the last two lazily, on a build).
+A job that carries a cache (``publish`` gives one to every real build) is built file by file by
+:mod:`jitops.tubuild`: cached objects, precompiled headers, and timings (``BuildResult.timings``).
+
+Imports: build_errors, errors, fsutil, ninja, tubuild (the last three lazily, on a build).
 """
 
 from __future__ import annotations
@@ -24,8 +27,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .errors import BuildError, BuildInterrupted, ConfigError, ToolchainError
+
+if TYPE_CHECKING:
+    from .cache import Cache
 
 log = logging.getLogger("jitops")
 
@@ -54,6 +61,13 @@ class BuildJob:
     jobs: int = 1
     builder: str = "real"  # settings.builder: "fake" is the test seam
     fake_seconds: float = 0.0  # settings.fake_build_seconds
+    # Per-file builds (tubuild): the cache holding objects and PCHs (None: one plain ninja build).
+    cache: Cache | None = field(default=None, repr=False)
+    root: Path | None = None  # the library's own folder (``<root>`` in object keys)
+    identity: str = ""  # compiler, torch, target...: the key's ingredients other than sources and flags
+    pch: str = ""  # "gcc" / "clang": precompile header prefixes with that compiler; "" off
+    pch_build: bool = False  # build missing PCHs beside the compiles (user libraries; builtin ops only use them)
+    lock_timeout: float | None = None
 
     @property
     def library_file(self) -> str:
@@ -65,6 +79,7 @@ class BuildResult:
     library: Path
     log: str
     seconds: float
+    timings: dict[str, Any] = field(default_factory=dict)  # per file, PCH, link (tubuild.build_tus)
 
 
 def default_jobs(max_jobs: int | None = None) -> int:
@@ -149,6 +164,13 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 def real_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
     from .ninja import unalias, write_ninja_file
 
+    if job.cache is not None:
+        from .tubuild import build_tus
+
+        rc, out, lib, timings = build_tus(job, run_supervised, on_line)
+        _TIMINGS[id(job)] = timings
+        return rc, out, lib
+
     _, aliases = write_ninja_file(job)
     rc, out = run_supervised([job.ninja, "-v", "-j", str(job.jobs)], cwd=job.build_dir, env=job.env, on_line=on_line)
     return rc, unalias(out, aliases), job.build_dir / f"{job.library}.so"
@@ -184,6 +206,8 @@ def fake_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> t
     return rc, text, out
 
 
+_TIMINGS: dict[int, dict[str, Any]] = {}  # id(job) -> timings of its per-file build, until build() takes them
+
 BUILDERS: dict[str, Callable[..., tuple[int, str, Path]]] = {"real": real_build, "fake": fake_build}
 
 
@@ -203,13 +227,14 @@ def build(job: BuildJob, log_path: Path | None, on_line: Callable[[str], None] |
             f"build of {job.library!r} for {job.target} interrupted; the compiler was stopped and nothing was cached"
         ) from e
     seconds = time.monotonic() - start
+    timings = _TIMINGS.pop(id(job), {})
     if rc != 0 or not lib.is_file():
         from .build_errors import format_build_error
 
         kept = _keep_log(log_path, out)
         raise BuildError(format_build_error(job, rc, out, kept), op=job.library, target=job.target,
                          log=out, log_path=kept)
-    return BuildResult(lib, out, seconds)
+    return BuildResult(lib, out, seconds, timings)
 
 
 def _keep_log(path: Path | None, text: str) -> Path | None:

@@ -9,6 +9,7 @@ platformdirs' user cache dir for ``jitops``)::
     v1/logs/                               logs of failed builds
     v1/toolchains/                         remembered compiler identities
     v1/inline/<name>-<digest>/             load_inline's sources, by content
+    v1/objects/, v1/pch/                   per-file objects and precompiled headers (objcache.py, pch.py)
     v1/trash/                              entries set aside as damaged
     v1/remote-stats.json                   the remote tier's counters (+ .lock)
     v1/origins/<library>/<target>/<key>    where a tier got an entry it may not re-sign (the job's store)
@@ -51,13 +52,14 @@ def _safe_host() -> str:
 class Cache:
     """Paths and operations on one cache root."""
 
-    FOLDERS = ("entries", "staging", "locks", "logs", "toolchains", "trash", "inline")  # obstruct.scan walks them
+    FOLDERS = ("entries", "staging", "locks", "logs", "toolchains", "trash", "inline", "objects", "pch")  # obstruct.scan
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.base = self.root / LAYOUT
         self.folders = {name: self.base / name for name in self.FOLDERS}
-        self.entries, self.staging, self.locks, self.logs, self.toolchains, self.trash, _ = self.folders.values()
+        self.entries, self.staging, self.locks, self.logs, self.toolchains, self.trash, _, self.objects, self.pch = (
+            self.folders.values())
         self.remote_stats = self.base / "remote-stats.json"  # the remote tier's counters (`jitops cache stats`)
         self.origins = self.base / "origins"  # entries installed from the job's store (never re-signed by push)
 
@@ -78,8 +80,16 @@ class Cache:
     def target_dir(self, library: str, target: str) -> Path:
         return self.entries / library / target
 
+    @staticmethod
+    def library_path(entry: Path, manifest: Manifest) -> Path:  # an entry's shared library
+        return entry / manifest.library_file
+
     def inline_dir(self, name: str, digest: str) -> Path:
         return self.folders["inline"] / f"{name}-{digest}"
+
+    def build_path(self, folder: str, digest: str, suffix: str = "") -> Path:
+        """objects/: ``<key>.json`` (a file's record), ``<sha256>.o``; pch/: ``<key>/``, ``.seen``, ``.h`` (pch.py)."""
+        return self.folders[folder] / f"{digest[:KEY_CHARS]}{suffix}"
 
     def log_file(self, library: str, target: str) -> Path:
         return self.logs / f"{library}-{target}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
@@ -88,13 +98,11 @@ class Cache:
         return path.relative_to(self.root).as_posix()
 
     @property
-    def owned_dirs(self) -> tuple[Path, ...]:
-        """What ``cache clear`` may remove wholesale, besides entries and staging."""
-        return (self.logs, self.toolchains, self.trash, self.origins)
+    def owned_dirs(self) -> tuple[Path, ...]:  # what `cache clear` may remove wholesale, besides entries and staging
+        return (self.logs, self.toolchains, self.trash, self.origins, self.objects, self.pch)
 
     @property
-    def owned_files(self) -> tuple[Path, ...]:
-        """Files ``cache clear`` removes: the remote tier's counters."""
+    def owned_files(self) -> tuple[Path, ...]:  # files `cache clear` removes: the remote tier's counters
         return (self.remote_stats,)
 
     def lock_path(self, library: str, key: str) -> Path:
@@ -155,10 +163,7 @@ class Cache:
 
     # ---- the tier interface
     def lookup(self, address: Address) -> Hit | Miss:
-        """The verified entry at ``address``, or a Miss saying why not (None: nothing there).
-
-        An unreachable cache is a miss, never a PermissionError.
-        """
+        """The verified entry at ``address``, or a Miss saying why not (None: nothing there; never a PermissionError)."""
         entry = self.path_of(address)
         if not os.path.lexists(entry):
             return Miss()
@@ -171,11 +176,7 @@ class Cache:
             return Miss(str(e))
 
     def publish_entry(self, staged: Path, address: Address) -> tuple[Hit | Miss, bool]:
-        """Rename a finished staging directory into place and verify what is there.
-
-        Returns (what is in place now, whether it is ours); a racing process
-        may have published first, then its entry is verified and returned.
-        """
+        """Rename a finished staging dir into place; (what is in place now, verified: ours or a racing winner's, ours?)."""
         ours = self.publish(staged, address.library, address.target, address.key)
         return self.lookup(address), ours
 
@@ -258,12 +259,8 @@ class Cache:
 
     # ---- last use (for LRU pruning)
     def record_use(self, entry: Path) -> None:
-        """Mark ``entry`` as used now: the manifest's mtime is its last use.
-
-        Best effort, one syscall, no subprocess. Skipped where the cache is
-        read-only (the manifest lacks its owner write bit, as after
-        ``chmod -R a-w``, even for root); errors are ignored.
-        """
+        """Mark ``entry`` as used now (the manifest's mtime): best effort, one syscall, errors ignored; skipped where
+        the cache is read-only (the manifest lacks its owner write bit, as after ``chmod -R a-w``, even for root)."""
         mpath = entry / MANIFEST
         try:
             st = os.lstat(mpath)

@@ -174,7 +174,7 @@ def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifes
     names = sorted(p.name for p in entry.iterdir())
     if names != sorted([MANIFEST, m.library_file]):
         raise EntryProblem(f"it holds {names}, expected {MANIFEST} and {m.library_file}")
-    lib_path = entry / m.library_file
+    lib_path = Cache.library_path(entry, m)
     if lib_path.stat().st_size != m.size or fsutil.sha256_file(lib_path) != m.sha256:
         raise EntryProblem(f"{m.library_file} does not match its manifest's size and sha256")
     return m

@@ -5,7 +5,7 @@ messages on stderr: 0 success, 1 a failure (a failed build, a failed check, a
 damaged entry), 2 bad usage. ``--help``, ``list`` and the cache commands
 (except ``cache fingerprint``) answer without importing torch.
 
-Imports: cache, cli_cache, errors, settings; diagnose, entry, explain, plan, progress, target, warm and build lazily per command;
+Imports: cache, cli_cache, errors, settings; diagnose, entry, explain, manifest, plan, progress, target, tubuild, warm and build lazily per command;
 remote.commands for ``warm --push``.
 """
 
@@ -16,12 +16,15 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import cli_cache
 from .cache import Cache
 from .errors import JitopsError
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .manifest import Manifest
 
 def _out(*lines: str) -> None:
     for line in lines:
@@ -64,9 +67,18 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_time(manifest: Manifest) -> str:
+    """How long the cached entry took to build, and where the time went (per file, PCH, link)."""
+    from .tubuild import summary
+
+    where = summary(manifest.timings)
+    return f"{manifest.build_seconds:.1f}s" + (f" ({where})" if where else "")
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from . import diagnose
     from .entry import Damaged, Miss, entry_status
+    from .manifest import Hit
     from .plan import make_plan
 
     settings = Settings.from_env()
@@ -85,6 +97,7 @@ def cmd_info(args: argparse.Namespace) -> int:
          f"target       {plan.target.name}",
          f"key          {plan.key}",
          f"entry        {plan.entry} ({state})",
+         *([f"build time   {_build_time(status.manifest)}"] if isinstance(status, Hit) else []),
          f"built        {', '.join(built) or '-'}",
          f"fingerprint  {diagnose.fingerprint([spec], [plan.target.device], args.arch, settings)}")
     if plan.toolchain_error is not None:

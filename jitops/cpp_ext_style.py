@@ -214,7 +214,7 @@ def load(spec: OpSpec, texts: Sequence[str], *, display: str, functions: Mapping
             raise e.with_traceback(None) from None  # the compiler's story, not jitops's frames
         for ns in namespaces:
             _fixed.setdefault(ns, lib.key)
-    path = lib.entry / lib.manifest.library_file
+    path = lib.library_path
     with _lock:
         hit = _results.get((lib.key, is_python_module))
         if hit is not None:

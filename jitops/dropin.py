@@ -80,7 +80,7 @@ def _describe(lib: LoadedLibrary) -> str:
     m = lib.manifest
     if lib.built:
         return (f"jitops: built {lib.spec.name} for {lib.target} in {m.build_seconds:.1f}s (key {lib.key[:12]}, "
-                f"library {lib.entry / m.library_file}); compiler commands and output:\n{m.build_log}")
+                f"library {lib.library_path}); compiler commands and output:\n{m.build_log}")
     return (f"jitops: loaded {lib.spec.name} for {lib.target} from the cache entry {lib.entry} (key {lib.key[:12]}, "
             f"built in {m.build_seconds:.1f}s by an earlier run); nothing was compiled")
 
@@ -121,7 +121,7 @@ def _finish(result: Any, lib: LoadedLibrary, verbose: bool, is_python_module: bo
     if verbose:
         _show(_describe(lib))
     if isinstance(result, user.UserLibrary) and not is_python_module:
-        return str(lib.entry / lib.manifest.library_file)  # as torch's is_python_module=False: the path
+        return str(lib.library_path)  # as torch's is_python_module=False: the path
     return result
 
 

@@ -5,7 +5,7 @@ and dlopens it: no ninja, no compiler, no subprocess, no import of
 ``torch.utils.cpp_extension``. Settings are read once per public call here
 and passed down.
 
-Imports: entry, errors, functionalize (lazily), key, ops, plan, registry,
+Imports: cache (an entry's library path), entry, errors, functionalize (lazily), key, ops, plan, registry,
 settings, spec.
 """
 
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import registry as _registry
+from .cache import Cache
 from .entry import ensure_entry
 from .errors import ConfigError, JitopsError, KernelSourceError, OfflineMiss, ToolchainError
 from .key import source_stamp
@@ -52,7 +53,7 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Any, built: bool) 
     ns = manifest.namespace
     if plan.spec.schemas and ns not in _torch_libs:
         _define_schemas(ns, plan.spec)
-    torch.ops.load_library(str(entry / manifest.library_file))
+    torch.ops.load_library(str(Cache.library_path(entry, manifest)))
     if plan.spec.python:
         importlib.import_module(plan.spec.python).register(ns)
     ops = plan.spec.exports or tuple(ops_in_namespace(ns))  # a user library's ops: from the dispatcher

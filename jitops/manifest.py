@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,15 @@ class Manifest:
     built_at: float
     ingredients: dict[str, Any]
     build_log: str
+    # Where the build's time went: per file (seconds, cached object, PCH hit/built/...), link. Not in the key.
+    # Left out of the bytes when empty, so manifests written before it existed still parse.
+    timings: dict[str, Any] = field(default_factory=dict)
 
     def _body(self) -> dict[str, Any]:
-        return {"format": MANIFEST_FORMAT, **self.__dict__}
+        body = {"format": MANIFEST_FORMAT, **self.__dict__}
+        if not self.timings:
+            del body["timings"]
+        return body
 
     def to_json(self) -> bytes:
         """Canonical JSON (sorted keys, no spaces) carrying the sha256 of its own body.
@@ -54,12 +60,12 @@ class Manifest:
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
             raise ValueError("unknown manifest format")
         fields = cls.__dataclass_fields__
-        missing = [f for f in fields if f not in data]
+        missing = [f for f in fields if f not in data and f != "timings"]
         if missing:
             raise ValueError(f"manifest lacks {missing}")
-        m = cls(**{f: data[f] for f in fields})
+        m = cls(**{f: data[f] for f in fields if f in data})
         types = {"key": str, "library": str, "target": str, "namespace": str, "library_file": str,
-                 "sha256": str, "size": int, "ingredients": dict, "build_log": str}
+                 "sha256": str, "size": int, "ingredients": dict, "build_log": str, "timings": dict}
         for f, t in types.items():
             if not isinstance(getattr(m, f), t):
                 raise ValueError(f"manifest field {f!r} has the wrong type")

@@ -150,3 +150,7 @@ class LoadedLibrary:
     manifest: Manifest
     built: bool  # True if this process compiled it
     ops: tuple[str, ...] = ()  # the op names it defines: the spec's exports, else found in the dispatcher
+
+    @property
+    def library_path(self) -> Path:  # the loaded shared library, in its cache entry
+        return Cache.library_path(self.entry, self.manifest)

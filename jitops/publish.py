@@ -3,12 +3,13 @@
 The miss path only: the loader imports this module after a cache miss, under
 the key's lock, so the warm path never pays for it.
 
-Imports: build, cache, compilers, errors, fsutil, key, manifest, plan, progress, settings, toolchain.
+Imports: build, cache, compilers, errors, fsutil, key, manifest, plan, progress, settings, toolchain, tubuild.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import shutil
@@ -23,8 +24,11 @@ from .key import INCLUDE_DIR, SCRUBBED_ENV_VARS
 from .manifest import Hit, Manifest
 from .plan import Plan
 from .settings import Settings
+from .tubuild import summary
 
 log = logging.getLogger("jitops")
+# Ingredients an object or PCH key holds in other forms (the source's digest, the exact flags) or not at all.
+_NOT_IDENTITY = ("library", "schemas", "sources", "build_sources", "cflags", "cuda_cflags", "ldflags")
 
 
 def build_env(tmp: Path) -> dict[str, str]:
@@ -37,6 +41,12 @@ def build_env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV_VARS}
     env["TMPDIR"] = env["TMP"] = env["TEMP"] = str(tmp)
     return env
+
+
+def _pch_kind(plan: Plan, settings: Settings) -> str:
+    """"gcc" / "clang" when the build precompiles its header prefixes (JITOPS_PCH, on by default), else ""."""
+    kind = compilers.kind_of(plan.compiler.version)[0] if settings.pch and plan.compiler else ""
+    return kind if kind in ("gcc", "clang") else ""
 
 
 def _work_dir(staging: Path, device: str) -> Path:
@@ -87,6 +97,12 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             jobs=jobs or _build.default_jobs(settings.jobs),
             builder=plan.builder,  # the builder its key names
             fake_seconds=settings.fake_build_seconds,
+            cache=cache,  # per-file objects and precompiled headers (tubuild)
+            root=spec.root,
+            identity=json.dumps({k: v for k, v in plan.ingredients.items() if k not in _NOT_IDENTITY}, sort_keys=True),
+            pch=_pch_kind(plan, settings),
+            pch_build=spec.origin != "builtin" and not spec.origin.startswith("package "),  # edited by users
+            lock_timeout=settings.lock_timeout,
         )
         log.info("building %s (first use; cached afterwards)", plan.what)
         with BuildProgress(plan.what, forced=settings.progress):
@@ -114,6 +130,7 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             built_at=time.time(),
             ingredients=plan.ingredients,
             build_log=result.log[-65536:],
+            timings=result.timings,
         )
         fsutil.atomic_write(out_dir / "manifest.json", manifest.to_json())  # written last
         found, ours = cache.publish_entry(out_dir, plan.address)
@@ -125,7 +142,8 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
                 )
             log.info("another process published %s first; using its entry", plan.what)
             return found.manifest
-        log.info("built %s in %.1fs", plan.what, result.seconds)
+        where = summary(result.timings)
+        log.info("built %s in %.1fs%s", plan.what, result.seconds, f" ({where})" if where else "")
         if not isinstance(found, Hit):  # e.g. a directory above the entry belongs to another user
             raise CacheError(f"built {plan.what} but cannot trust where it was published: {found.reason}. "
                              "Fix: set JITOPS_CACHE_DIR to a cache directory you own")

@@ -294,3 +294,19 @@ def load_inline_cuda(name: str, cpp: str, cu: str) -> dict[str, Any]:
     lib = jitops.load_inline(name, cpp, cu, device="cuda")
     return {"ok": True, "built": lib.library.built, "entry": str(lib.library.entry), "target": lib.library.target,
             "ops": sorted(lib.ops)}
+
+
+def load_inline_and_run(name: str, sources: list[str]) -> dict[str, Any]:
+    """``jitops.load_inline`` of each source in turn, then one call of the last on fixed inputs; what the
+    builds recorded (issue 17: PCH parity)."""
+    import torch
+
+    libs = [jitops.load_inline(name, source) for source in sources]
+    lib = libs[-1]
+    states = [[i.get("pch") for i in x.library.manifest.timings.get("files", {}).values()] for x in libs]
+    x = torch.linspace(-3, 3, 13, dtype=torch.float64)
+    op = getattr(lib, sorted(lib.ops)[0])
+    m = lib.library.manifest
+    return {"ok": True, "built": lib.library.built, "out": op(x).tolist(), "out32": op(x.float()).tolist(),
+            "key": lib.library.key, "library": str(lib.library.library_path), "timings": m.timings,
+            "states": states}

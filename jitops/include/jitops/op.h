@@ -1,9 +1,9 @@
 // jitops registration helpers.
 //
-// jitops compiles every build of a kernel library with -DJITOPS_NS=<namespace>,
-// a namespace derived from the cache key, so that a rebuilt library can be
-// loaded next to an older one in the same process. Kernel sources never spell
-// a namespace themselves; they register through these macros:
+// Every build of a kernel library registers its ops in a namespace derived
+// from the cache key, so that a rebuilt library can be loaded next to an older
+// one in the same process. Kernel sources never spell a namespace themselves;
+// they register through these macros:
 //
 //   JITOPS_LIBRARY(m) { m.def("my_relu(Tensor x) -> Tensor", &my_relu); }
 //   JITOPS_LIBRARY_IMPL(CPU, m) { m.impl("softmax", &softmax_cpu); }
@@ -41,14 +41,42 @@
 
 #include <string>
 
-#ifndef JITOPS_NS
-#error "JITOPS_NS is not defined: build this file through jitops (jitops.get / jitops.load), which supplies the op namespace."
-#endif
-
+// The namespace is a string that jitops defines in one small generated
+// translation unit per build (jitops::detail::library_namespace), not a macro:
+// so a kernel file's object does not depend on the build's key, and a library
+// whose one file was edited recompiles that file only (the per-file object
+// cache). -DJITOPS_NS=<namespace> is still passed to a file that names
+// JITOPS_NS itself (and to every file of a build without that cache); the
+// macros then use it, which registers under the same namespace.
+#ifdef JITOPS_NS
 #define JITOPS_LIBRARY_EXPAND_(ns, m) TORCH_LIBRARY(ns, m)
 #define JITOPS_LIBRARY_IMPL_EXPAND_(ns, k, m) TORCH_LIBRARY_IMPL(ns, k, m)
 #define JITOPS_LIBRARY(m) JITOPS_LIBRARY_EXPAND_(JITOPS_NS, m)
 #define JITOPS_LIBRARY_IMPL(k, m) JITOPS_LIBRARY_IMPL_EXPAND_(JITOPS_NS, k, m)
+#else
+namespace jitops {
+namespace detail {
+__attribute__((visibility("hidden"))) extern const char library_namespace[];
+} // namespace detail
+} // namespace jitops
+
+#define JITOPS_LIBRARY_UID_(m, uid)                                                            \
+  static void C10_CONCATENATE(jitops_library_init_, uid)(torch::Library&);                    \
+  static const torch::detail::TorchLibraryInit C10_CONCATENATE(jitops_library_static_init_, uid)( \
+      torch::Library::DEF, &C10_CONCATENATE(jitops_library_init_, uid),                        \
+      ::jitops::detail::library_namespace, std::nullopt, __FILE__, __LINE__);                  \
+  void C10_CONCATENATE(jitops_library_init_, uid)(torch::Library & m)
+#define JITOPS_LIBRARY_IMPL_UID_(k, m, uid)                                                    \
+  static void C10_CONCATENATE(jitops_library_impl_init_##k##_, uid)(torch::Library&);        \
+  static const torch::detail::TorchLibraryInit C10_CONCATENATE(                              \
+      jitops_library_impl_static_init_##k##_, uid)(                                           \
+      torch::Library::IMPL, &C10_CONCATENATE(jitops_library_impl_init_##k##_, uid),          \
+      ::jitops::detail::library_namespace, std::make_optional(c10::DispatchKey::k), __FILE__, \
+      __LINE__);                                                                              \
+  void C10_CONCATENATE(jitops_library_impl_init_##k##_, uid)(torch::Library & m)
+#define JITOPS_LIBRARY(m) JITOPS_LIBRARY_UID_(m, C10_UID)
+#define JITOPS_LIBRARY_IMPL(k, m) JITOPS_LIBRARY_IMPL_UID_(k, m, C10_UID)
+#endif
 
 namespace jitops {
 
