@@ -184,8 +184,11 @@ def _python_module(lib: LoadedLibrary, path: Path, pybind_names: Sequence[str], 
 
 
 def _eager_in_compile(overload: Any) -> Any:
-    """``overload`` as torch's pybind11 binding behaves under torch.compile: a graph break and an eager call."""
-    import torch
+    """``overload`` as torch's pybind11 binding behaves under torch.compile: a graph break and an eager call.
+
+    Without importing torch._dynamo (1.2 s: a warm load must not pay it): dynamo breaks the graph at a
+    function marked ``_torchdynamo_disable`` (what torch.compiler.disable marks), and never compiles a frame
+    of this code, skipped through torch's C API; where that API is missing, torch.compiler.disable itself."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
         return overload(*args, **kwargs)
@@ -193,7 +196,23 @@ def _eager_in_compile(overload: Any) -> Any:
     call.__name__ = call.__qualname__ = overload._schema.name.split("::")[-1]
     call.__doc__ = f"{overload._schema} (the op itself: module.ops)"
     call.op = overload  # type: ignore[attr-defined]
+    call._torchdynamo_disable = True  # type: ignore[attr-defined]
+    if _skip_frames(call.__code__):
+        return call
+    import torch
+
     return torch.compiler.disable(call)
+
+
+def _skip_frames(code: types.CodeType) -> bool:
+    """Tell torch.compile never to compile frames of ``code`` (one code object for every ``call``)."""
+    try:
+        from torch._C._dynamo import eval_frame as ef
+
+        ef.set_code_exec_strategy(code, ef._FrameExecStrategy(ef._FrameAction.SKIP, ef._FrameAction.DEFAULT))
+        return True
+    except (ImportError, AttributeError, TypeError, RuntimeError):
+        return False
 
 
 def load(spec: OpSpec, texts: Sequence[str], *, display: str, functions: Mapping[str, str], is_python_module: bool,

@@ -340,3 +340,17 @@ def tcp_store_server(port: int, seconds: float) -> None:
     s = d.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # noqa: F841 - kept alive
     print("up", flush=True)
     time.sleep(seconds)
+
+
+def dropin_warm_load(name: str, source: str, functions: list[str], call: str) -> dict[str, Any]:
+    """A cached torch-style ``load_inline`` in a fresh process: one call's result, and whether the
+    load imported torch._dynamo (its 1.2 s belong to torch.compile, not to a warm load)."""
+    import torch
+
+    import jitops
+
+    before = "torch._dynamo" in sys.modules
+    module = jitops.load_inline(name, source, functions=functions, extra_cflags=["-O1"])
+    x = torch.linspace(-1, 1, 5)
+    return {"dynamo_before": before, "dynamo_after": "torch._dynamo" in sys.modules,
+            "out": getattr(module, call)(x, x).tolist(), "want": (x.sin() + x.sin()).tolist()}

@@ -22,6 +22,7 @@ import jitops
 from jitops import cpp_ext_style, dropin
 from jitops import load as jit_load
 from jitops import load_inline as jit_load_inline
+from tests.helpers import run_scenario
 
 pytestmark = [pytest.mark.compile, pytest.mark.timeout(600)]
 
@@ -253,6 +254,14 @@ def test_functions_compile_as_torchs_bindings_do(sin_add_module: Any) -> None:
     torch.testing.assert_close(compiled(x), 2 * x.sin() + 1)
     with pytest.raises(Exception, match="data"):  # what the helper's wrapper spares a user
         torch.compile(lambda t: m.ops.raw_double(t) + 1, backend="aot_eager")(x)
+
+
+def test_a_warm_load_in_a_fresh_process_does_not_import_dynamo(sin_add_module: Any) -> None:
+    """module.f's graph-break marking costs no torch._dynamo import (1.2 s) on a warm load."""
+    reply = run_scenario("scenarios_inert.dropin_warm_load", name="sin_add_ext", source=SIN_ADD,
+                         functions=SIN_ADD_FUNCTIONS, call="sin_add", timeout=300)
+    assert not reply["dynamo_before"] and not reply["dynamo_after"], reply
+    assert reply["out"] == pytest.approx(reply["want"]), reply
 
 
 def test_same_source_same_module_and_no_rebuild(sin_add_module: Any) -> None:
