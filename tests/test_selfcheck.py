@@ -106,7 +106,8 @@ def test_the_self_check_runs_before_a_local_build_but_not_for_a_remote_hit(
         def __init__(self, hit: bool) -> None:
             self.hit = hit
 
-        def obtain(self, plan: object, cache: object, build: object, timeout: object) -> tuple[object, bool]:
+        def obtain(self, plan: object, cache: object, build: object, wait_limit: object = None,
+                   built_here: object = None) -> tuple[object, bool]:  # Tier.obtain's parameters
             return ("remote manifest", False) if self.hit else (build(), True)  # type: ignore[operator]
 
     remote = Settings.from_env({"JITOPS_CACHE_DIR": str(tmp_path / "c"), "JITOPS_REMOTE_CACHE": f"file://{tmp_path}/r"})
