@@ -181,8 +181,8 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
                 extra_ldflags: StrOrSeq | None = None, extra_include_paths: StrOrSeq | None = None,
                 build_directory: str | None = None, verbose: bool = False, with_cuda: bool | None = None,
                 with_sycl: bool | None = None, is_python_module: bool = True, with_pytorch_error_handling: bool = True,
-                keep_intermediates: bool = True, use_pch: bool = False, no_implicit_headers: bool = False, *,
-                schemas: StrOrSeq | None = None, device: str | None = None) -> Any:
+                keep_intermediates: bool = True, use_pch: bool = False, no_implicit_headers: bool = False,
+                gil_not_used: bool = False, *, schemas: StrOrSeq | None = None, device: str | None = None) -> Any:
     """Build (once per content) and load a library from C++/CUDA strings; torch's ``load_inline``, cached by jitops.
 
     A list of strings is joined with newlines. jitops-style sources (``JITOPS_LIBRARY``)
@@ -204,6 +204,9 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
         _note("use_pch", "use_pch=True is not used: jitops never writes a precompiled header into the torch "
               "installation, as torch's use_pch does (extension.h.gch, shared and unlocked); precompiled headers "
               "jitops uses are keyed and kept in its own cache")
+    if gil_not_used:  # torch 2.15's parameter (free-threaded Python); accepted under every torch
+        _note("gil_not_used", "gil_not_used=True is not used: the pybind11 module jitops generates for functions= "
+              "does not declare itself free of the GIL (it runs as under a GIL-enabled Python)")
     cpp = _as_list(cpp_sources, "cpp_sources")
     cuda = _as_list(cuda_sources, "cuda_sources")
     table = cs.function_table(functions)

@@ -163,7 +163,10 @@ def test_every_torch_parameter_is_accepted_in_torchs_order(ours: Any, theirs: An
     mine = inspect.signature(ours).parameters
     torch_params = inspect.signature(theirs).parameters
     positional = [n for n, p in mine.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
-    assert positional == list(torch_params)  # the same names in the same order: positional calls work too
+    # The same names in the same order, so positional calls work too; later torch versions' parameters after
+    # them (torch 2.15's load_inline adds gil_not_used), accepted under every supported torch.
+    assert positional[:len(torch_params)] == list(torch_params)
+    assert set(positional[len(torch_params):]) <= {"gil_not_used"}, positional
     for n, p in torch_params.items():
         assert mine[n].default == p.default, n
     assert {n for n, p in mine.items() if p.kind is p.KEYWORD_ONLY} == {"schemas", "device"}
@@ -381,11 +384,13 @@ def test_use_pch_is_accepted_with_one_note(caplog: pytest.LogCaptureFixture, mon
     with caplog.at_level(logging.INFO, logger="jitops"):
         for _ in range(2):
             m = jit_load_inline("lean_fns", LEAN_FUNCTIONS, functions="squared_relu", no_implicit_headers=True,
-                                use_pch=True, keep_intermediates=False)
+                                use_pch=True, keep_intermediates=False, gil_not_used=True)
     x = torch.randn(4)
     torch.testing.assert_close(m.squared_relu(x), torch.relu(x) ** 2)
     notes = [r.getMessage() for r in caplog.records if "use_pch" in r.getMessage()]
     assert len(notes) == 1 and "never writes a precompiled header into the torch installation" in notes[0]
+    gil = [r.getMessage() for r in caplog.records if "gil_not_used" in r.getMessage()]  # torch 2.15's parameter
+    assert len(gil) == 1 and "does not declare itself free of the GIL" in gil[0]
 
 
 def test_verbose_puts_a_failed_builds_log_on_stderr(capsys: pytest.CaptureFixture[str],
