@@ -67,6 +67,7 @@ class BuildJob:
     identity: str = ""  # compiler, torch, target...: the key's ingredients other than sources and flags
     pch: str = ""  # "gcc" / "clang": precompile header prefixes with that compiler; "" off
     pch_build: bool = False  # build missing PCHs beside the compiles (user libraries; builtin ops only use them)
+    lean_extension: bool = False  # try the stand-in for <torch/extension.h> first (user libraries; tubuild)
     lock_timeout: float | None = None
 
     @property

@@ -50,6 +50,7 @@ CUDA_HEADERS = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda
 
 _FIXED_NS = re.compile(r"\bTORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*([A-Za-z_]\w*)\s*,")
 _PYBIND = re.compile(r"\bPYBIND11_MODULE\s*\(\s*([A-Za-z_]\w*)\s*,")
+_EXTENSION_H = re.compile(r"^\s*#\s*include\s*[<\"]torch/extension\.h[>\"]", re.MULTILINE)
 _IDENT = re.compile(r"[A-Za-z_]\w*", re.ASCII)
 
 _lock = threading.Lock()
@@ -152,8 +153,12 @@ def _check_fixed(spec: OpSpec, key: str, namespaces: Sequence[str]) -> None:
             "namespace), or use load_inline(..., functions=[...])")
 
 
-def _python_module(lib: LoadedLibrary, path: Path, pybind_names: Sequence[str], display: str) -> types.ModuleType:
-    """The module the library defines (pybind11), or a new one; with the library's ops as attributes."""
+def _python_module(lib: LoadedLibrary, path: Path, pybind_names: Sequence[str], display: str,
+                   binding: bool) -> types.ModuleType:
+    """The module the library defines (pybind11), or a new one; with the library's ops as attributes.
+
+    ``binding``: functions= with <torch/extension.h>, which torch binds with pybind11 (jitops too when the
+    file is compiled with the real header; with its lean stand-in there is no pybind11 module)."""
     import torch
 
     literal = [n for n in pybind_names if n != "TORCH_EXTENSION_NAME"]  # PYBIND11_MODULE(my_ext, m)
@@ -179,7 +184,7 @@ def _python_module(lib: LoadedLibrary, path: Path, pybind_names: Sequence[str], 
             # With pybind11 (torch's own load_inline), torch.compile meets these functions as pybind11 bindings: a
             # graph break, then an eager call. A function reading data_ptr() cannot run on fake tensors, so the op
             # would fail under torch.compile where torch's binding works; the attribute keeps torch's behaviour.
-            setattr(module, op, _eager_in_compile(overload) if found is not None else overload)
+            setattr(module, op, _eager_in_compile(overload) if found is not None or binding else overload)
     return module
 
 
@@ -239,7 +244,8 @@ def load(spec: OpSpec, texts: Sequence[str], *, display: str, functions: Mapping
         if hit is not None:
             return hit  # type: ignore[no-any-return]
         if is_python_module:
-            module = _python_module(lib, path, [m.group(1) for t in texts for m in _PYBIND.finditer(t)], display)
+            binding = bool(functions) and any(_EXTENSION_H.search(t) for t in texts)
+            module = _python_module(lib, path, [m.group(1) for t in texts for m in _PYBIND.finditer(t)], display, binding)
             result = Loaded(module, lib)
         else:
             result = Loaded(str(path), lib)  # as torch: the library is loaded; its path comes back

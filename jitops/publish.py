@@ -79,6 +79,7 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             fsutil.makedirs(d)
         spec, target = plan.spec, plan.target
         omp = compilers.ingredient(plan.compiler) if plan.compiler else None
+        edited = spec.origin != "builtin" and not spec.origin.startswith("package ")  # a user's library
         job = _build.BuildJob(
             library=spec.name,
             target=target.name,
@@ -101,7 +102,8 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             root=spec.root,
             identity=json.dumps({k: v for k, v in plan.ingredients.items() if k not in _NOT_IDENTITY}, sort_keys=True),
             pch=_pch_kind(plan, settings),
-            pch_build=spec.origin != "builtin" and not spec.origin.startswith("package "),  # edited by users
+            pch_build=edited,
+            lean_extension=edited and settings.lean_extension_h,
             lock_timeout=settings.lock_timeout,
         )
         log.info("building %s (first use; cached afterwards)", plan.what)

@@ -26,6 +26,7 @@ from .errors import ConfigError
 # The variables Settings reads, in display order (doctor shows the ones set).
 VARIABLES = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
              "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_FAKE_BUILD_SECONDS", "MAX_JOBS", "JITOPS_PCH",
+             "JITOPS_LEAN_EXTENSION_H",
              "JITOPS_REMOTE_CACHE", "JITOPS_REMOTE_CACHE_MODE", "JITOPS_REMOTE_TRUSTED_KEYS", "JITOPS_REMOTE_SIGNING_KEY",
              "JITOPS_CONFIG_DIR", "JITOPS_REMOTE_CONNECT_TIMEOUT", "JITOPS_REMOTE_TIMEOUT",
              "JITOPS_REMOTE_LEASE_SECONDS", "JITOPS_REMOTE_FAILURE_SECONDS", "JITOPS_DISTRIBUTED", "JITOPS_HOST_ID")
@@ -216,6 +217,7 @@ class Settings:
     config_dir: str | None = None  # JITOPS_CONFIG_DIR: where `jitops cache keygen` keeps the key pair
     distributed: DistributedSettings | None = NOT_IN_A_JOB  # JITOPS_DISTRIBUTED: the job's c10d store as a tier (issue 16)
     pch: bool = True  # JITOPS_PCH (on unless 0): precompile each file's header prefix into the cache
+    lean_extension_h: bool = True  # JITOPS_LEAN_EXTENSION_H (on unless 0): torch/extension.h's stand-in (tubuild)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -244,6 +246,7 @@ class Settings:
             config_dir=env.get("JITOPS_CONFIG_DIR") or None,
             distributed=distributed_settings(env),
             pch=_flag(env, "JITOPS_PCH") if env.get("JITOPS_PCH", "").strip() else True,
+            lean_extension_h=_flag(env, "JITOPS_LEAN_EXTENSION_H") if env.get("JITOPS_LEAN_EXTENSION_H", "").strip() else True,
         )
 
     def cache_root(self) -> Path:

@@ -310,3 +310,20 @@ def load_inline_and_run(name: str, sources: list[str]) -> dict[str, Any]:
     return {"ok": True, "built": lib.library.built, "out": op(x).tolist(), "out32": op(x.float()).tolist(),
             "key": lib.library.key, "library": str(lib.library.library_path), "timings": m.timings,
             "states": states}
+
+
+def dropin_functions(name: str, source: str, functions: list[str], inputs: list[float]) -> dict[str, Any]:
+    """A torch-style ``load_inline(functions=)`` (issue 17): each function's result on ``inputs``, the
+    build's key and per-file records, and how torch.compile meets ``module.<f>`` (an eager call)."""
+    import torch
+
+    from jitops import cpp_ext_style
+
+    module = jitops.load_inline(name, source, functions=functions, extra_cflags=["-O1"])
+    lib = next(r.library for r in cpp_ext_style._results.values() if r.value is module)
+    x = torch.tensor(inputs)
+    out = {f: getattr(module, f)(x).tolist() for f in functions}
+    compiled = {f: torch.compile(lambda t, f=f: getattr(module, f)(t) + 1, backend="aot_eager")(x).tolist()
+                for f in functions}
+    return {"ok": True, "key": lib.key, "out": out, "compiled": compiled, "timings": lib.manifest.timings,
+            "pybind_module": hasattr(module, "__loader__") and module.__loader__ is not None}
