@@ -292,8 +292,9 @@ def load_inline_cuda(name: str, cpp: str, cu: str) -> dict[str, Any]:
     """``jitops.load_inline`` of a CPU+CUDA library for CUDA (archs from TORCH_CUDA_ARCH_LIST; no GPU
     is needed to build it or to load it)."""
     lib = jitops.load_inline(name, cpp, cu, device="cuda")
+    files = lib.library.manifest.timings.get("files", {})
     return {"ok": True, "built": lib.library.built, "entry": str(lib.library.entry), "target": lib.library.target,
-            "ops": sorted(lib.ops)}
+            "ops": sorted(lib.ops), "headers": {f: i.get("header") for f, i in files.items()}}
 
 
 def load_inline_and_run(name: str, sources: list[str]) -> dict[str, Any]:

@@ -71,3 +71,25 @@ def test_cuda_build_in_a_cache_path_with_shell_syntax_runs_nothing(tmp_path: Pat
     assert r.get("ok"), r
     assert r["built"] and r["entry"].startswith(str(odd)) and r["target"] == "cuda-sm80" and r["ops"] == ["odd_twice"]
     assert sorted(os.listdir(marks)) == []  # nothing in the path was executed
+
+
+EXT_CU = CU.replace("#include <jitops/op.h>\n#include <ATen/core/Tensor.h>\n#include <ATen/ops/empty_like.h>\n",
+                    "#include <jitops/op.h>\n#include <torch/extension.h>\n").replace("at::empty_like", "torch::empty_like")
+
+
+@pytest.mark.timeout(600)
+def test_a_cu_file_with_torch_extension_h_is_compiled_against_the_lean_stand_in(tmp_path: Path) -> None:
+    """nvcc parses <torch/extension.h> with its own front end (67 s for a small kernel here, 27 s with
+    <torch/types.h>): a .cu file that spells no Python API gets the stand-in too (issue 17)."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("needs a CUDA build of torch and nvcc (the CUDA CI leg: .ci/cuda-leg.sh)")
+    assert "<torch/extension.h>" in EXT_CU and "torch::empty_like" in EXT_CU
+    env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_BUILDER=None, TORCH_CUDA_ARCH_LIST="9.0",
+                    CUDA_HOME=os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), MAX_JOBS="2")
+    r = run_scenario("load_inline_cuda", env=env, timeout=580, name="odd_ext", cpp=CPP.replace("odd_twice", "odd_ext"),
+                     cu=EXT_CU.replace("odd_twice", "odd_ext"))
+    assert r.get("ok"), r
+    assert r["ops"] == ["odd_ext"] and r["target"] == "cuda-sm90"
+    cu = [f for f in r["headers"] if f.endswith(".cu")]
+    assert cu and all(r["headers"][f] == "lean torch/extension.h" for f in cu), r["headers"]
