@@ -24,7 +24,7 @@ from .key import INCLUDE_DIR, SCRUBBED_ENV_VARS
 from .manifest import Hit, Manifest
 from .plan import Plan
 from .settings import Settings
-from .tubuild import summary
+from .tubuild import compiler_hint, summary
 
 log = logging.getLogger("jitops")
 # Ingredients an object or PCH key holds in other forms (the source's digest, the exact flags) or not at all.
@@ -146,6 +146,9 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             return found.manifest
         where = summary(result.timings)
         log.info("built %s in %.1fs%s", plan.what, result.seconds, f" ({where})" if where else "")
+        hint = compiler_hint(result.timings, job.pch)
+        if hint:
+            log.info(hint)
         if not isinstance(found, Hit):  # e.g. a directory above the entry belongs to another user
             raise CacheError(f"built {plan.what} but cannot trust where it was published: {found.reason}. "
                              "Fix: set JITOPS_CACHE_DIR to a cache directory you own")

@@ -125,3 +125,16 @@ def test_a_file_needing_the_whole_header_builds_with_it_and_stays_on_it(caplog: 
                                     extra_cflags=["-O1"], verbose=True)
     torch.testing.assert_close(edited.leaky(x), torch.nn.functional.leaky_relu(x, 0.2))
     assert not any("stand-in" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_an_edit_compiled_by_gcc_hints_once_at_clang(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(tubuild, "_hinted", [])
+    clang = tmp_path / "clang++"
+    clang.write_text("#!/bin/sh\n")
+    clang.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    edit = {"files": {"k.cpp": {"object": "compiled", "pch": "hit"}}}
+    assert tubuild.compiler_hint(edit, "clang") is None
+    assert tubuild.compiler_hint({"files": {"k.cpp": {"pch": "first use"}}}, "gcc") is None  # not an edit yet
+    assert "CXX=clang++" in (tubuild.compiler_hint(edit, "gcc") or "")
+    assert tubuild.compiler_hint(edit, "gcc") is None  # once per process
