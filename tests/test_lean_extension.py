@@ -63,6 +63,9 @@ def test_a_stand_in_is_tried_only_for_the_users_own_text() -> None:
     assert not tubuild.wants_standin("#include <ATen/ATen.h>\nint f();")  # nothing to stand in for
     for python in ("py::object f();", "PYBIND11_MODULE(x, m) {}", "PyObject* f();", "namespace py = pybind11;"):
         assert not tubuild.wants_standin("#include <torch/extension.h>\n" + python), python
+    assert tubuild.wants_standin("// A PyTorch extension, as torch's tutorial writes it\n" + KERNEL)
+    for python in ("PyErr_SetString(PyExc_ValueError, s);", "Py_INCREF(o);", "THPVariable_Wrap(t);"):
+        assert not tubuild.wants_standin("#include <torch/extension.h>\n" + python), python
     assert "types.h" in (tubuild.STANDIN / "torch" / "extension.h").read_text()
 
 
