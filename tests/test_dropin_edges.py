@@ -63,7 +63,7 @@ def test_verbose_streams_the_build_and_a_library_without_a_module_is_an_import_e
             jit_load_inline("edge_no_module", source, no_implicit_headers=True, verbose=True)
     finally:
         logging.getLogger("jitops.verbose").removeHandler(watch)
-    assert isinstance(info.value, jitops.KernelSourceError)  # a JitopsError too
+    assert isinstance(info.value, jitops.NoPythonModuleError) and isinstance(info.value, jitops.KernelSourceError)
     commands = [(m, n) for m, n in seen if " -c " in m]
     assert commands, seen
     after = len(cache.iter_entries())
