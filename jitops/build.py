@@ -17,6 +17,7 @@ Imports: build_errors, errors, fsutil, ninja, tubuild (the last three lazily, on
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import shutil
@@ -207,6 +208,8 @@ def fake_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> t
     return rc, text, out
 
 
+# Where this context's builds also send each line of output as it comes (the drop-in's verbose=True), or None.
+LIVE: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("jitops_live", default=None)
 _TIMINGS: dict[int, dict[str, Any]] = {}  # id(job) -> timings of its per-file build, until build() takes them
 
 BUILDERS: dict[str, Callable[..., tuple[int, str, Path]]] = {"real": real_build, "fake": fake_build}
@@ -221,6 +224,7 @@ def build(job: BuildJob, log_path: Path | None, on_line: Callable[[str], None] |
             f"{sorted(BUILDERS)} or unset it"
         )
     start = time.monotonic()
+    on_line = on_line if on_line is not None else LIVE.get()
     try:
         rc, out, lib = builder(job, on_line)
     except KeyboardInterrupt as e:

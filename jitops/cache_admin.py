@@ -1,12 +1,18 @@
 """Managing a cache root: list, verify, prune (LRU) and clear (export and import: cache_archive).
 
+Prune bounds everything the cache holds that it can rebuild: entries, per-file
+objects and precompiled headers (cache_parts), as one least-recently-used list
+ordered by last use, whatever the kind (unusable ones first: damaged entries,
+dangling object records). A PCH saves seconds per edit while it is in use and
+costs hundreds of MB when it is not, so it is judged by its use like the rest.
+
 Used by ``jitops cache ...``; imports no torch. Verification and removal are
 the cache's own (``Cache.verify``, ``Cache.discard``). Nothing here removes an entry
 whose key lock is held (a build or re-check is under way): the lock is tried
 without blocking and busy entries are skipped. Removal renames an entry out
 of ``entries/`` first, so no reader ever sees half of one.
 
-Imports: cache, fsutil, key, manifest, obstruct (filelock lazily).
+Imports: cache, cache_parts, fsutil, key, manifest, obstruct (filelock lazily).
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import fsutil, obstruct
+from . import cache_parts, fsutil, obstruct
 from .cache import Cache
+from .cache_parts import Part
 from .key import KEY_CHARS
 from .manifest import MANIFEST, EntryProblem, Manifest
 
@@ -107,6 +114,8 @@ class Removal:
     removed: list[EntryInfo] = field(default_factory=list)
     busy: list[EntryInfo] = field(default_factory=list)
     kept_bytes: int = 0
+    parts_removed: list[Part] = field(default_factory=list)  # objects and PCHs
+    parts_busy: list[Part] = field(default_factory=list)  # PCHs being built or just used
 
 
 def _try_remove(cache: Cache, info: EntryInfo, result: Removal) -> bool:
@@ -119,25 +128,49 @@ def _try_remove(cache: Cache, info: EntryInfo, result: Removal) -> bool:
     return True
 
 
+def _try_remove_part(cache: Cache, part: Part, now: float, result: Removal) -> bool:
+    if part.kind == "pch":
+        if now - part.last_use < cache_parts.GRACE:  # a build that found it may not have opened it yet
+            result.parts_busy.append(part)
+            return False
+        with unless_building(cache, "pch", part.name) as free:  # pch.start holds it while building
+            if not free:
+                result.parts_busy.append(part)
+                return False
+            cache_parts.remove(cache, part)
+    else:
+        cache_parts.remove(cache, part)  # no lock: a vanished object is a miss (objcache)
+    result.parts_removed.append(part)
+    return True
+
+
 def prune(cache: Cache, *, max_size: int | None = None, older_than: float | None = None,
           now: float | None = None) -> Removal:
-    """Evict least-recently-used entries first until the entries fit ``max_size`` bytes.
+    """Evict least-recently-used entries, objects and PCHs first until all fit ``max_size`` bytes.
 
-    ``older_than`` (seconds) also evicts every entry unused for that long.
-    Unreadable entries go first. Entries being built are skipped.
+    ``older_than`` (seconds) also evicts everything unused for that long.
+    Unusable things go first (damaged entries, dangling object records). Entries and
+    PCHs being built are skipped, and so are PCHs used in the last ``cache_parts.GRACE`` seconds.
     """
     now = time.time() if now is None else now
-    infos = sorted(entries(cache), key=lambda e: (e.manifest is not None, e.last_use))
-    total = sum(e.size for e in infos)
+    items: list[EntryInfo | Part] = [*entries(cache), *cache_parts.all_parts(cache, now)]
+    items.sort(key=lambda x: (not _unusable(x), x.last_use))
+    total = sum(x.size for x in items)
     result = Removal()
-    for info in infos:
-        stale = info.manifest is None or (older_than is not None and now - info.last_use > older_than)
+    for x in items:
+        stale = _unusable(x) or (older_than is not None and now - x.last_use > older_than)
         too_big = max_size is not None and total > max_size
-        if (stale or too_big) and _try_remove(cache, info, result):
-            total -= info.size
+        if not (stale or too_big):
+            continue
+        gone = _try_remove(cache, x, result) if isinstance(x, EntryInfo) else _try_remove_part(cache, x, now, result)
+        total -= x.size if gone else 0
     cache.sweep_staging()
     result.kept_bytes = total
     return result
+
+
+def _unusable(x: EntryInfo | Part) -> bool:
+    return x.manifest is None if isinstance(x, EntryInfo) else x.unusable
 
 
 def clear(cache: Cache) -> Removal:

@@ -97,6 +97,10 @@ def _ls(cache: Cache, args: argparse.Namespace) -> int:
         _out(f"{e.library:<14} {e.target:<18} {e.key[:12]:<12} {human_size(e.size):>10} {age:>9} "
              f"{human_age(now - e.last_use):>9}")
     _out(f"{len(infos)} entries, {human_size(sum(e.size for e in infos))} in {cache.root}")
+    use = admin.cache_parts.usage(admin.cache_parts.all_parts(cache, now))
+    (n_obj, b_obj), (n_pch, b_pch) = use["object"], use["pch"]
+    _out(f"{n_obj} per-file objects, {human_size(b_obj)}; {n_pch} precompiled headers, {human_size(b_pch)} "
+         f"(rebuildable; `jitops cache prune` bounds them with the entries)")
     return 0
 
 
@@ -134,10 +138,15 @@ def _prune_or_clear(cache: Cache, args: argparse.Namespace) -> int:
         _out(f"removed {e.library}/{e.target}/{e.key[:12]} ({human_size(e.size)})")
     for e in result.busy:
         _out(f"kept    {e.library}/{e.target}/{e.key[:12]}: being built by another process")
-    _out(f"{sub}: removed {len(result.removed)} entries ({human_size(sum(e.size for e in result.removed))}); "
-         f"{human_size(result.kept_bytes)} kept")
+    for p in result.parts_removed:
+        _out(f"removed {p.label} ({human_size(p.size)})")
+    for p in result.parts_busy:
+        _out(f"kept    {p.label}: being built or used by a build (in the last {admin.cache_parts.GRACE / 60:.0f} min)")
+    parts = f"{len(result.parts_removed)} objects and PCHs ({human_size(sum(p.size for p in result.parts_removed))}); "
+    _out(f"{sub}: removed {len(result.removed)} entries ({human_size(sum(e.size for e in result.removed))}), "
+         f"{parts if sub == 'prune' else ''}{human_size(result.kept_bytes)} kept")
     if sub == "prune" and args.max_size is not None and result.kept_bytes > args.max_size:
-        print(f"jitops cache prune: still above {human_size(args.max_size)}: entries being built were kept",
+        print(f"jitops cache prune: still above {human_size(args.max_size)}: what is being built or used was kept",
               file=sys.stderr)
     return 0
 
@@ -205,13 +214,13 @@ def add_parser(sub: Any, target_args: Callable[..., None]) -> None:
     cs = p.add_subparsers(dest="cache_cmd", required=True, metavar="ACTION")
     cs.add_parser("path", help="print the cache root")
     target_args(cs.add_parser("fingerprint", help="hash of every key ingredient, for keying a CI cache"), many=True)
-    cs.add_parser("ls", help="entries: op, target, key, size, age, last use").add_argument(
+    cs.add_parser("ls", help="entries: op, target, key, size, age, last use; bytes of objects and PCHs").add_argument(
         "--remote", action="store_true", help="list the remote cache's entries (JITOPS_REMOTE_CACHE)")
     cs.add_parser("verify", help="re-check every entry's sha256").add_argument(
         "--remove", action="store_true", help="remove damaged entries")
-    q = cs.add_parser("prune", help="evict least-recently-used entries")
-    q.add_argument("--max-size", type=parse_size, metavar="SIZE", help="keep at most this much, e.g. 2G")
-    q.add_argument("--older-than", type=parse_age, metavar="AGE", help="evict entries unused for this long, e.g. 30d")
+    q = cs.add_parser("prune", help="evict least-recently-used entries, per-file objects and precompiled headers")
+    q.add_argument("--max-size", type=parse_size, metavar="SIZE", help="keep at most this much in all, e.g. 2G")
+    q.add_argument("--older-than", type=parse_age, metavar="AGE", help="evict what was unused for this long, e.g. 30d")
     cs.add_parser("clear", help="remove everything jitops put in the cache (not entries being built)")
     cs.add_parser("repair", help="clear folders, files or links that stand where the cache keeps something else")
     q = cs.add_parser("export", help="write entries to a portable archive (tar.gz)")

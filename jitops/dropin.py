@@ -17,11 +17,15 @@ Two kinds of source arrive here:
 What each torch parameter does here:
 
 * ``functions``: dispatcher ops where the signature allows, else pybind11 (see cpp_ext_style).
-* ``verbose``: after the call, the compiler commands and output of the build (or where
-  the cached build came from) go to the ``jitops.verbose`` logger, shown on stderr when
-  no logging is configured; a failed build's full log too.
-* ``with_cuda``: ``True`` builds for CUDA, ``False`` for the CPU, ``None`` decides as
-  ``device`` does (jitops's default target).
+* ``verbose``: the compiler commands and output, line by line as the build runs (as torch
+  streams ninja's), then where the library came from (built, or a cache entry), go to the
+  ``jitops.verbose`` logger, shown on stderr when no logging is configured.
+* ``with_cuda``: ``True`` builds for CUDA, ``False`` for the CPU. ``None``, as torch: sources
+  written for torch build for CUDA when there are CUDA files (``.cu`` / ``.cuh``,
+  ``cuda_sources``), a ``TargetError`` naming the cause and the fix where CUDA cannot be
+  built; otherwise, and for jitops-style sources, ``device`` decides (jitops's default target).
+* ``is_python_module=True`` for a library with no Python module and no op: a
+  ``NoPythonModuleError`` (an ``ImportError``, as torch's), naming ``is_python_module=False``.
 * ``build_directory`` and ``use_pch=True``: accepted; one logged note per process says
   what jitops does instead (its content-addressed cache; no ``.gch`` written into torch).
 * ``keep_intermediates``: torch keeps hipified sources with it (ROCm only); jitops has no
@@ -29,20 +33,22 @@ What each torch parameter does here:
 * ``is_standalone=True`` (an executable) and SYCL sources: a clear ``KernelSourceError``;
   jitops builds shared libraries for torch only.
 
-Imports: checks, cpp_ext_style, errors, settings, user, user_spec (plan for annotations only).
+Imports: build (LIVE, lazily), checks, cpp_ext_style, errors, settings, user, user_spec (plan for annotations only).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sys
+import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import checks, user
 from . import cpp_ext_style as cs
-from .errors import BuildError, KernelSourceError
+from .errors import BuildError, KernelSourceError, NoPythonModuleError, TargetError
 from .settings import Settings
 from .user_spec import BuildOptions, StrOrSeq, _as_list, _spec
 
@@ -52,6 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jitops")
 verbose_log = logging.getLogger("jitops.verbose")
 _JITOPS_STYLE = re.compile(r"\bJITOPS_LIBRARY(?:_IMPL)?\s*\(")
+_REGISTERS = re.compile(r"\bTORCH_LIBRARY\w*\s*\(|\bRegisterOperators\b")  # registrations: loading is the point
 _noted: set[str] = set()  # parameters already noted in this process
 
 
@@ -76,11 +83,20 @@ def _show(text: str) -> None:
         verbose_log.removeHandler(handler)
 
 
-def _describe(lib: LoadedLibrary) -> str:
+def _live(lines: list[str], line: str) -> None:
+    """One line of a verbose build's output, as it comes (clearing the progress line on a terminal)."""
+    lines.append(line)
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
+    _show(line.rstrip("\n"))
+
+
+def _describe(lib: LoadedLibrary, streamed: bool) -> str:
     m = lib.manifest
-    if lib.built:
+    if lib.built:  # by this call (its output streamed above), or earlier in this process
         return (f"jitops: built {lib.spec.name} for {lib.target} in {m.build_seconds:.1f}s (key {lib.key[:12]}, "
-                f"library {lib.library_path}); compiler commands and output:\n{m.build_log}")
+                f"library {lib.library_path}); " + ("its compiler commands and output are above" if streamed else
+                                                    f"compiler commands and output:\n{m.build_log}"))
     return (f"jitops: loaded {lib.spec.name} for {lib.target} from the cache entry {lib.entry} (key {lib.key[:12]}, "
             f"built in {m.build_seconds:.1f}s by an earlier run); nothing was compiled")
 
@@ -117,21 +133,50 @@ def _check(func: str, name: object, device: object, flags: dict[str, object], **
         checks.strings(func, arg, value, optional=arg not in ("sources", "cpp_sources"))
 
 
-def _finish(result: Any, lib: LoadedLibrary, verbose: bool, is_python_module: bool) -> Any:
+def _finish(result: Any, lib: LoadedLibrary, verbose: bool, is_python_module: bool, streamed: bool) -> Any:
     if verbose:
-        _show(_describe(lib))
+        _show(_describe(lib, streamed))
     if isinstance(result, user.UserLibrary) and not is_python_module:
         return str(lib.library_path)  # as torch's is_python_module=False: the path
     return result
 
 
-def _run(verbose: bool, build: Any) -> Any:
+def _run(verbose: bool, build: Any, implicit_cuda: str = "") -> tuple[Any, bool]:
+    """``build()`` and whether it showed output; its output shown live when verbose; ``implicit_cuda``: why
+    with_cuda=None meant CUDA."""
+    from .build import LIVE
+
+    lines: list[str] = []
+    token = LIVE.set(functools.partial(_live, lines)) if verbose else None
     try:
-        return build()
+        return build(), bool(lines)
     except BuildError as e:
         if verbose:
-            _show(f"jitops: the build failed; its full log ({e.log_path}):\n{e.log}")
+            _show(f"jitops: the build failed (its output is above; kept in {e.log_path})")
         raise e.with_traceback(None) from None
+    except TargetError as e:
+        if not implicit_cuda:
+            raise
+        raise TargetError(f"{implicit_cuda} and with_cuda=None, so torch's loader builds with CUDA, and so does jitops; "
+                          f"but {e}. Fix: run where a CUDA build of torch and nvcc are installed, or pass with_cuda=False "
+                          "to build only the C++ sources, for the CPU (the CUDA sources are then not compiled)") from None
+    finally:
+        if token is not None:
+            LIVE.reset(token)
+
+
+def _python_module_or_raise(loaded: cs.Loaded, texts: list[str], func: str, display: str, is_python_module: bool) -> Any:
+    """What a torch-style load returns; torch's ImportError where it would import a module that is not there."""
+    value = loaded.value
+    if (is_python_module and isinstance(value, types.ModuleType) and value.__spec__ is None
+            and not loaded.library.ops and not any(_REGISTERS.search(t) for t in texts)):
+        raise NoPythonModuleError(
+            f"{func}({display!r}): is_python_module=True, but the library defines no Python module (no "
+            "PYBIND11_MODULE) and registers no op, so there is nothing to import (torch's loader raises ImportError: "
+            "dynamic module does not define module export function). Fix: add PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) "
+            "{ m.def(...); } to the source (with load_inline: functions=[...]), or pass is_python_module=False to "
+            "load the library only, for its side effects")
+    return value
 
 
 def _torch_options(extra_cflags: StrOrSeq | None, extra_cuda_cflags: StrOrSeq | None, extra_ldflags: StrOrSeq | None,
@@ -162,17 +207,22 @@ def load(name: str, sources: StrOrSeq, extra_cflags: StrOrSeq | None = None, ext
                      is_standalone, device)
     texts = _texts(sources)
     if texts is None or _is_jitops_style(texts, None, schemas):  # unreadable: user.load names the problem
-        lib = _run(verbose, lambda: user.load(name, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+        lib, streamed = _run(verbose, lambda: user.load(name, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                                               extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
                                               schemas=schemas, device=device))
-        return _finish(lib, lib.library, verbose, is_python_module)
+        return _finish(lib, lib.library, verbose, is_python_module, streamed)
     cache_name = cs.spec_name(name)
     root, rel = user.source_files(cache_name, sources)
     spec = _spec(cache_name, root, rel, _torch_options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths),
                  origin=f"jitops.load (torch style) from {root}")
-    loaded = _run(verbose, lambda: cs.load(spec, texts, display=name, functions={}, is_python_module=is_python_module,
-                                           device=device, settings=Settings.from_env()))
-    return _finish(loaded.value, loaded.library, verbose, is_python_module)
+    cuda_files = [Path(s).name for s in _as_list(sources, "sources") if s.endswith((".cu", ".cuh"))]
+    implicit = f"jitops.load({name!r}): the sources include CUDA files ({', '.join(cuda_files)})" if (
+        with_cuda is None and device is None and cuda_files) else ""
+    device = "cuda" if implicit else device  # as torch: with_cuda=None means "if there are CUDA files"
+    loaded, streamed = _run(verbose, lambda: cs.load(spec, texts, display=name, functions={}, is_python_module=is_python_module,
+                                           device=device, settings=Settings.from_env()), implicit)
+    value = _python_module_or_raise(loaded, texts, "jitops.load", name, is_python_module)
+    return _finish(value, loaded.library, verbose, is_python_module, streamed)
 
 
 def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None = None,
@@ -211,10 +261,10 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
     cuda = _as_list(cuda_sources, "cuda_sources")
     table = cs.function_table(functions)
     if _is_jitops_style(cpp + cuda, functions, schemas):
-        lib = _run(verbose, lambda: user.load_inline(
+        lib, streamed = _run(verbose, lambda: user.load_inline(
             name, cpp_sources, cuda_sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
             extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas, device=device))
-        return _finish(lib, lib.library, verbose, is_python_module)
+        return _finish(lib, lib.library, verbose, is_python_module, streamed)
     cache_name = cs.spec_name(name)
     settings = Settings.from_env()
     files = cs.inline_files(cache_name, cpp, cuda, table, implicit_headers=not no_implicit_headers,
@@ -222,9 +272,12 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
     root = user.inline_dir(cache_name, files, settings)
     spec = _spec(cache_name, root, list(files), _torch_options(extra_cflags, extra_cuda_cflags, extra_ldflags,
                                                                extra_include_paths), origin="jitops.load_inline (torch style)")
-    loaded = _run(verbose, lambda: cs.load(spec, list(files.values()), display=name, functions=table,
-                                           is_python_module=is_python_module, device=device, settings=settings))
-    return _finish(loaded.value, loaded.library, verbose, is_python_module)
+    implicit = f"jitops.load_inline({name!r}): cuda_sources were given" if with_cuda is None and device is None and cuda else ""
+    device = "cuda" if implicit else device  # as torch: with_cuda=None means "if there are cuda_sources"
+    loaded, streamed = _run(verbose, lambda: cs.load(spec, list(files.values()), display=name, functions=table,
+                                           is_python_module=is_python_module, device=device, settings=settings), implicit)
+    value = _python_module_or_raise(loaded, list(files.values()), "jitops.load_inline", name, is_python_module)
+    return _finish(value, loaded.library, verbose, is_python_module, streamed)
 
 
 def _texts(sources: StrOrSeq) -> list[str] | None:

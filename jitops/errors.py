@@ -79,3 +79,7 @@ class TargetError(JitopsError, RuntimeError):
 
 class KernelSourceError(JitopsError, ValueError):
     """User kernel sources that jitops cannot use (missing, wrong kind, or defining no op)."""
+
+
+class NoPythonModuleError(KernelSourceError, ImportError):
+    """``is_python_module=True`` for a library that defines no Python module and no op (torch: ImportError)."""

@@ -14,7 +14,9 @@ relative to it, and re-hashed in the folder of the build asking.
 Objects are stored by their own sha256 and verified (size, digest, owner,
 mode) before use; anything wrong is a miss, never an error. The record is
 written after the object, both atomically, so a racing writer or a killed
-one leaves either nothing usable or a complete pair.
+one leaves either nothing usable or a complete pair. A hit touches its record
+(its last use, for ``jitops cache prune``, which may delete either half at any
+time: a record without its object is a miss).
 
 Imports: fsutil (the Cache is passed in).
 """
@@ -101,7 +103,8 @@ def headers_unchanged(deps: Mapping[str, str], root: Path) -> bool:
 def lookup(cache: Cache, key: str, root: Path, into: Path) -> bool:
     """Copy the verified object for ``key`` to ``into``; False (a miss) if there is none usable."""
     try:
-        record = json.loads(cache.build_path("objects", key, ".json").read_bytes())
+        path = cache.build_path("objects", key, ".json")
+        record = json.loads(path.read_bytes())
         if record.get("format") != FORMAT or record.get("key") != key:
             return False
         if not headers_unchanged(record["deps"], root):
@@ -113,9 +116,19 @@ def lookup(cache: Cache, key: str, root: Path, into: Path) -> bool:
         if fsutil.sha256_file(into) != record["object"]:  # the copy is what gets linked: check that
             into.unlink()
             return False
+        _record_use(path)
         return True
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
+
+
+def _record_use(record: Path) -> None:
+    """The record's mtime is the object's last use, for ``jitops cache prune`` (best effort; not where read-only)."""
+    try:
+        if os.lstat(record).st_mode & 0o200 and os.access(record, os.W_OK):
+            os.utime(record, follow_symlinks=False)
+    except OSError:
+        pass
 
 
 def store(cache: Cache, key: str, obj: Path, depfile: Path, root: Path, skip: tuple[str, ...] = (),
