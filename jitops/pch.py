@@ -139,7 +139,9 @@ def find(cache: Cache, key: str, kind: str) -> Use | None:
     if not os.path.lexists(final):
         return None
     try:
-        return Use(key, pch_words(kind, final), "hit", deps=_verify(final, key)["deps"])  # type: ignore[arg-type]
+        use = Use(key, pch_words(kind, final), "hit", deps=_verify(final, key)["deps"])  # type: ignore[arg-type]
+        cache.record_use(final)  # its last use, which `cache prune` reads (a PCH used within 10 minutes is kept)
+        return use
     except (OSError, ValueError, KeyError, TypeError) as e:
         _set_aside(cache, final, str(e))
         return None

@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("jitops")
 Run = Callable[..., tuple[int, str]]
 # An error caused by a PCH (a compiler refusing one hard: clang's -include-pch, a gcc that cannot read one).
-_PCH_ERROR = re.compile(r"^.*error: .*(PCH|[Pp]recompiled|AST file|\.gch\b|\.pch\b).*$", re.MULTILINE)
+# Or a PCH pruned between find() and the compile: gcc then cannot open its prefix.h.
+_PCH_ERROR = re.compile(r"^.*error: .*(PCH|[Pp]recompiled|AST file|\.gch\b|\.pch\b|/pch/\w+/prefix\.h\b).*$", re.MULTILINE)
 _REJECTED = re.compile(r"[^\n]*\.(gch|pch)\b[^\n]*\[-Winvalid-pch\]")
 STANDIN = Path(__file__).parent / "include" / "jitops" / "standin"
 _EXTENSION_H = re.compile(r"^\s*#\s*include\s*[<\"]torch/extension\.h[>\"]", re.MULTILINE)

@@ -245,6 +245,37 @@ def test_a_pch_the_compiler_rejects_falls_back_to_a_normal_compile(
     assert len(notes) == 1, [r.getMessage() for r in notes]
 
 
+def test_a_pch_pruned_between_lookup_and_compile_costs_a_compile_without_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """`jitops cache prune` in another process may remove a PCH after a build found it and before gcc opens
+    it (prune keeps one used in the last 10 minutes, so this needs a PCH idle longer): one note, a rerun
+    without it, the right result."""
+    from jitops import tubuild
+
+    store = cache.Cache(tmp_path / "cache")
+    cxx, _ = _wrapper(tmp_path, "gcc")
+    root = _library(tmp_path / "lib", {"f0.cpp": FILES["f0.cpp"]})
+    build.build(_job(tmp_path, root, cxx, "gcc", store, 1), None)
+    shutil.rmtree(store.objects)
+    assert build.build(_job(tmp_path, root, cxx, "gcc", store, 11), None).timings["files"]["f0.cpp"]["pch"] == "built"
+    (pch_dir,) = [p for p in store.pch.iterdir() if p.is_dir()]
+    (root / "f0.cpp").write_text(FILES["f0.cpp"].replace("return v[0]", "return 5 + v[0]"))
+    calls: list[list[str]] = []
+
+    def prune_then_run(argv: list[str], **kw: object) -> tuple[int, str]:
+        if not calls:
+            shutil.rmtree(pch_dir)  # after find(), before the compile
+        calls.append(argv)
+        return build.run_supervised(argv, **kw)  # type: ignore[arg-type]
+
+    job = _job(tmp_path, root, cxx, "gcc", store, 2)
+    with caplog.at_level(logging.INFO, logger="jitops"):
+        rc, out, lib, timings = tubuild.build_tus(job, prune_then_run)
+    assert rc == 0 and len(calls) == 2, out
+    assert ctypes.CDLL(str(lib)).f0() == 17 and timings["files"]["f0.cpp"]["pch"] == "rejected"
+    assert "refused a precompiled header" in caplog.text
+
+
 # ------------------------------------------------------------------ a torch kernel, with and without the PCH
 
 TORCH_KERNEL = """// an elementwise kernel in jitops's lean style
