@@ -193,6 +193,9 @@ def build_tus(job: BuildJob, run: Run, on_line: Callable[[str], None] | None = N
         for t in failed:
             del files.info[os.path.relpath(t.source, files.root) if t.source.startswith(str(files.root)) else t.source]
         tus = [files.tu(t.source, False) if t in failed else t for t in tus]
+        if on_line is not None:  # verbose / progress: say why the same files compile again
+            on_line(f"jitops: compiling {', '.join(os.path.basename(t.source) for t in failed)} again with the real "
+                    "<torch/extension.h> (the lean stand-in was not enough)\n")
         rc, out, aliases = files.ninja(tus, run, on_line)
         if rc == 0:
             _needs_full_header.add(job.library)
