@@ -261,11 +261,8 @@ class Cache:
     def record_use(self, entry: Path) -> None:
         """Mark ``entry`` as used now (the manifest's mtime): best effort, one syscall, errors ignored; skipped where
         the cache is read-only (the manifest lacks its owner write bit, as after ``chmod -R a-w``, even for root)."""
-        mpath = entry / MANIFEST
         try:
-            st = os.lstat(mpath)
-            if st.st_mode & 0o200 and os.access(mpath, os.W_OK):
-                os.utime(mpath, follow_symlinks=False)
+            fsutil.mark_used(entry / MANIFEST)
         except OSError as e:
             log.debug("could not record the use of %s: %s", entry, e)
 

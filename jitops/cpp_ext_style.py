@@ -19,7 +19,7 @@ edited pybind11 module loads next to the old one in the same process. A fixed
 different build of one that is loaded already is refused before anything is
 built or loaded (loading it would abort the process).
 
-Imports: errors, spec; loader, ops and plan lazily (plan and settings for annotations).
+Imports: errors, spec; loader, ops, plan and tubuild (EXTENSION_H) lazily (plan and settings for annotations).
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ CUDA_HEADERS = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda
 
 _FIXED_NS = re.compile(r"\bTORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*([A-Za-z_]\w*)\s*,")
 _PYBIND = re.compile(r"\bPYBIND11_MODULE\s*\(\s*([A-Za-z_]\w*)\s*,")
-_EXTENSION_H = re.compile(r"^\s*#\s*include\s*[<\"]torch/extension\.h[>\"]", re.MULTILINE)
 _IDENT = re.compile(r"[A-Za-z_]\w*", re.ASCII)
 
 _lock = threading.Lock()
@@ -244,7 +243,9 @@ def load(spec: OpSpec, texts: Sequence[str], *, display: str, functions: Mapping
         if hit is not None:
             return hit  # type: ignore[no-any-return]
         if is_python_module:
-            binding = bool(functions) and any(_EXTENSION_H.search(t) for t in texts)
+            from .tubuild import EXTENSION_H
+
+            binding = bool(functions) and any(EXTENSION_H.search(t) for t in texts)
             module = _python_module(lib, path, [m.group(1) for t in texts for m in _PYBIND.finditer(t)], display, binding)
             result = Loaded(module, lib)
         else:

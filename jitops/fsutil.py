@@ -65,6 +65,13 @@ def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
         raise
 
 
+def mark_used(path: Path) -> None:
+    """Set ``path``'s mtime to now (a last use, for LRU pruning): best effort, errors raised as OSError;
+    skipped where the file lacks its owner write bit (a cache made read-only with ``chmod -R a-w``, even for root)."""
+    if os.lstat(path).st_mode & 0o200 and os.access(path, os.W_OK):
+        os.utime(path, follow_symlinks=False)
+
+
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb", buffering=0) as f:

@@ -23,6 +23,7 @@ Imports: fsutil (the Cache is passed in).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -116,19 +117,11 @@ def lookup(cache: Cache, key: str, root: Path, into: Path) -> bool:
         if fsutil.sha256_file(into) != record["object"]:  # the copy is what gets linked: check that
             into.unlink()
             return False
-        _record_use(path)
+        with contextlib.suppress(OSError):
+            fsutil.mark_used(path)  # the object's last use, for `jitops cache prune`
         return True
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
-
-
-def _record_use(record: Path) -> None:
-    """The record's mtime is the object's last use, for ``jitops cache prune`` (best effort; not where read-only)."""
-    try:
-        if os.lstat(record).st_mode & 0o200 and os.access(record, os.W_OK):
-            os.utime(record, follow_symlinks=False)
-    except OSError:
-        pass
 
 
 def store(cache: Cache, key: str, obj: Path, depfile: Path, root: Path, skip: tuple[str, ...] = (),

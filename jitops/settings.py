@@ -245,8 +245,8 @@ class Settings:
             remote=remote_settings(env),
             config_dir=env.get("JITOPS_CONFIG_DIR") or None,
             distributed=distributed_settings(env),
-            pch=_flag(env, "JITOPS_PCH") if env.get("JITOPS_PCH", "").strip() else True,
-            lean_extension_h=_flag(env, "JITOPS_LEAN_EXTENSION_H") if env.get("JITOPS_LEAN_EXTENSION_H", "").strip() else True,
+            pch=_on_unless_off(env, "JITOPS_PCH"),
+            lean_extension_h=_on_unless_off(env, "JITOPS_LEAN_EXTENSION_H"),
         )
 
     def cache_root(self) -> Path:
@@ -261,6 +261,11 @@ class Settings:
         """``NAME=value`` for each variable of :data:`VARIABLES` that is set (for ``doctor``)."""
         env = os.environ if environ is None else environ
         return [f"{k}={env[k]}" for k in VARIABLES if env.get(k)]
+
+
+def _on_unless_off(env: Mapping[str, str], name: str) -> bool:
+    """A flag that is on when unset or empty (``0``/``false``/... turn it off)."""
+    return _flag(env, name) if env.get(name, "").strip() else True
 
 
 def _cache_dir(raw: str) -> Path | None:

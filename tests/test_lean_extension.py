@@ -69,10 +69,11 @@ def test_a_stand_in_is_tried_only_for_the_users_own_text() -> None:
     assert "types.h" in (tubuild.STANDIN / "torch" / "extension.h").read_text()
 
 
-def test_jitops_lean_extension_h_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jitops_lean_extension_h_setting() -> None:
     from jitops.settings import Settings
 
     assert Settings.from_env({}).lean_extension_h
+    assert Settings.from_env({"JITOPS_LEAN_EXTENSION_H": ""}).lean_extension_h
     assert not Settings.from_env({"JITOPS_LEAN_EXTENSION_H": "0"}).lean_extension_h
 
 
