@@ -12,8 +12,18 @@ from typing import Any
 
 from ..cache import Cache
 from ..manifest import Address, EntryProblem
-from .config import Settings, for_keys
+from .config import RemoteSettings, Settings, for_keys
 from .origin import installed_from, note
+
+
+def _keys(settings: Settings) -> RemoteSettings:
+    """Where the key pair and the trusted keys are, also without JITOPS_REMOTE_CACHE: ``Settings`` reads
+    JITOPS_REMOTE_TRUSTED_KEYS / _SIGNING_KEY into the job store's settings then (unless JITOPS_DISTRIBUTED=0)."""
+    job = settings.distributed.tier if settings.remote is None and settings.distributed is not None else None
+    if job is None:
+        return for_keys(settings)
+    return RemoteSettings(url="", mode="read", trusted_keys=job.trusted_keys, signing_key=job.signing_key,
+                          config_dir=settings.config_dir)
 
 
 def archive_signer(settings: Settings, cache: Cache) -> Any:
@@ -22,7 +32,7 @@ def archive_signer(settings: Settings, cache: Cache) -> Any:
         from .signing import load_signer
     except ImportError:  # cryptography is optional: the archive goes out unsigned
         return None
-    signer, _why = load_signer(for_keys(settings))
+    signer, _why = load_signer(_keys(settings))
     if signer is None:
         return None
 
@@ -45,7 +55,7 @@ def archive_trust(settings: Settings) -> Any:
         except ImportError as e:
             raise EntryProblem("it is signed, and checking signatures needs the `cryptography` package. "
                                "Fix: pip install cryptography") from e
-        trust = trusts[0] if trusts else load_trust(for_keys(settings))
+        trust = trusts[0] if trusts else load_trust(_keys(settings))
         trusts[:] = [trust]  # read once per command
         if not trust.keys:
             raise EntryProblem(f"it is signed by key {signature[0]}, and this machine trusts no key. Fix: add the "
