@@ -300,17 +300,18 @@ def test_push_refuses_to_sign_an_imported_swapped_library(tmp_path: Path, backen
     with _store(backend, tmp_path) as url:
         signer = {"JITOPS_CACHE_DIR": str(tmp_path / "signer"), "JITOPS_CONFIG_DIR": str(cfg), "JITOPS_REMOTE_CACHE": url,
                   "JITOPS_REMOTE_CACHE_MODE": "write"}
-        rc, out, err = _cli(monkeypatch, capsys, "cache", "import", str(forged), **signer)
-        assert rc == 0 and "1 imported" in out, out + err
-        assert "unsigned" in out and "code you chose to trust" in out, out
-        rc, out, err = _cli(monkeypatch, capsys, "cache", "push", "fakeadd", **signer)
-        assert rc == 0 and "push: 0 uploaded" in out and "imported from" in out, out + err
-        assert _tier(url, cfg, "read").store.list_blobs("entries/") == []
+        rc, imported, err = _cli(monkeypatch, capsys, "cache", "import", str(forged), **signer)
+        assert rc == 0 and "1 imported" in imported, imported + err
+        rc, pushed, err = _cli(monkeypatch, capsys, "cache", "push", "fakeadd", **signer)
+        assert rc == 0, pushed + err
+        in_store = _tier(url, cfg, "read").store.list_blobs("entries/")
         env = node_env(tmp_path / "node", url, tmp_path / "nodecfg", JITOPS_REMOTE_CACHE_MODE="read",
                        JITOPS_REMOTE_TRUSTED_KEYS=public)
         node = last_json(run_scenario_proc("remote_scenarios.get_node", ops=["fakeadd"], env=env, timeout=120).stdout)
-    assert node["ops"]["fakeadd"]["built"] and node["ops"]["fakeadd"]["works"], node
     assert not marker.exists(), "the planted library's constructor ran on a read-only node"
+    assert node["ops"]["fakeadd"]["built"] and node["ops"]["fakeadd"]["works"], node
+    assert in_store == [] and "push: 0 uploaded" in pushed and "imported from" in pushed, pushed
+    assert "unsigned" in imported and "code you chose to trust" in imported, imported
 
 
 def test_resign_foreign_pushes_an_imported_entry_only_when_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
