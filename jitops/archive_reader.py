@@ -12,7 +12,8 @@ Every archive reader in jitops goes through :func:`read` (issue 28, audit defect
   of the member that would pass the cap, before that member is decompressed;
 - ``want`` takes only that entry's members; the others are skipped (read past, never written);
 - an entry's manifest is checked (``verify``: its signature) before its library is taken, and the
-  library is taken only when its size is what that manifest says.
+  library is taken only when its size is what that manifest says (with ``want``, the remote tier's
+  one-entry archives, a library before its manifest is refused; a hand-made tar may order them either way).
 
 What lands in ``staging`` is still unverified: ``cache_archive`` checks it like a build before publishing.
 
@@ -127,12 +128,13 @@ def _copy_out(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, mode: i
 def _take_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo, entry: Staged, verify: Verify | None) -> None:
     src = tar.extractfile(member)
     assert src is not None
+    if entry.manifest is not None:  # a later manifest replaces the earlier one, and so does its verdict:
+        for stale in entry.dir.iterdir():  # a library taken against the earlier one is not kept
+            stale.unlink()
     entry.manifest = src.read(MAX_MANIFEST_BYTES + 1)
     signer, sig = member.pax_headers.get(SIGNER), member.pax_headers.get(SIGNATURE)
     entry.signature = (signer, sig) if signer and sig else None
-    entry.problem = None  # a later manifest replaces the earlier one, and so does its verdict
-    for stale in entry.dir.iterdir():
-        stale.unlink()  # a library taken against the earlier manifest is judged again against this one
+    entry.problem = None
     try:
         if verify is not None:
             verify(entry.manifest, entry.signature)
@@ -141,11 +143,11 @@ def _take_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo, entry: Staged,
     fsutil.atomic_write(entry.dir / MANIFEST, entry.manifest)
 
 
-def _library_problem(member: tarfile.TarInfo, entry: Staged) -> str | None:
+def _library_problem(member: tarfile.TarInfo, entry: Staged, strict: bool) -> str | None:
     if entry.problem is not None:
         return entry.problem
-    if entry.manifest is None:
-        return "its library comes before its manifest (not as `jitops cache export` writes it)"
+    if entry.manifest is None:  # a hand-made tar (``tar czf``): taken within the budget, judged once complete
+        return "its library comes before its manifest (not as `jitops cache export` writes it)" if strict else None
     try:
         m = Manifest.parse(entry.manifest)
     except (ValueError, TypeError, UnicodeDecodeError) as e:
@@ -193,7 +195,7 @@ def read(src: Path, staging: Path, *, want: Ident | None = None, with_records: b
                 if m.group("file") == MANIFEST:
                     _take_manifest(tar, member, entry, verify)
                     continue
-                entry.problem = _library_problem(member, entry)
+                entry.problem = _library_problem(member, entry, strict=want is not None)
                 if entry.problem is None:
                     _copy_out(tar, member, entry.dir / m.group("file"), fsutil.LIB_MODE)
         return staged, records
