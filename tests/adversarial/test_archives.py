@@ -379,3 +379,17 @@ def test_export_signs_what_was_built_here_and_import_verifies_it(tmp_path: Path,
     keygen(tmp_path / "bcfg")
     rc, out, err = _cli(monkeypatch, capsys, "cache", "export", str(tmp_path / "b.tar.gz"), **trusting)
     assert rc == 0 and "0 signed with your key, 1 unsigned" in out, out + err
+
+
+def test_an_archive_of_too_many_members_is_refused_at_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Empty members cost no bytes, so the size budget alone would let millions through: their number is bounded."""
+    from jitops.archive_reader import MAX_MEMBERS
+
+    info = tarfile.TarInfo("v1/entries")
+    info.type = tarfile.DIRTYPE
+    head = info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape")  # a directory member's header, repeated
+    path = tmp_path / "many.tar.gz"
+    path.write_bytes(gzip.compress(head * (MAX_MEMBERS + 10) + bytes(1024), 1))
+    rc, out, err = _cli(monkeypatch, capsys, "cache", "import", str(path), JITOPS_CACHE_DIR=str(tmp_path / "b"))
+    assert rc == 1 and f"more than {MAX_MEMBERS} members" in err and "Traceback" not in err, out + err
