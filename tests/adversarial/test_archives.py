@@ -393,3 +393,25 @@ def test_an_archive_of_too_many_members_is_refused_at_the_bound(tmp_path: Path, 
     path.write_bytes(gzip.compress(head * (MAX_MEMBERS + 10) + bytes(1024), 1))
     rc, out, err = _cli(monkeypatch, capsys, "cache", "import", str(path), JITOPS_CACHE_DIR=str(tmp_path / "b"))
     assert rc == 1 and f"more than {MAX_MEMBERS} members" in err and "Traceback" not in err, out + err
+
+
+def test_remote_fetch_takes_only_the_requested_entry(tmp_path: Path) -> None:
+    """Another entry riding in a genuine blob is read past: the requested one is fetched, the other not published."""
+    cfg = tmp_path / "cfg"
+    keygen(cfg)
+    cache, plan = _built(tmp_path, "ci")
+    _built(tmp_path, "ci", fakelib.FAKEMUL)
+    with _store("file", tmp_path) as url:
+        writer = _tier(url, cfg, "write")
+        assert writer.upload(plan, cache)
+        name = entry_name("fakeadd", plan.target.name, plan.key)
+        header, _archive = envelope.unpack(writer.store.get_blob(name))
+        both = tmp_path / "both.tar.gz"
+        exported, _ = cache_archive.export(cache, both, {"fakeadd", "fakemul"}, with_records=False)
+        assert len(exported) == 2
+        writer.store.put_blob(name, envelope.pack(header["key"], header["signer"], header["signature"], both.read_bytes()))
+        node_cache, node_plan = _plan_in(tmp_path, "node")
+        node = _tier(url, cfg, "read")
+        got = node.fetch(node_plan, node_cache)
+    assert got is not None and got.key == plan.key and node.stats.rejected == 0
+    assert [p.parent.parent.name for p in node_cache.iter_entries()] == ["fakeadd"]
