@@ -1,10 +1,12 @@
 """Portable archives of a cache: ``jitops cache export`` and ``import``.
 
 An archive holds entries and toolchain records under the cache's own layout
-(``v1/entries/...``); its member patterns are derived from that layout. An
-import checks every entry like a build before publishing it.
+(``v1/entries/...``). ``export`` signs each entry's manifest (a pax header on its
+member) when given a signer; ``import`` takes members through ``archive_reader``
+(limits, signature before library) and checks every entry like a build before
+publishing it, noting its origin first when asked to.
 
-Imports: cache, cache_admin (entries, check), errors, fsutil, key, manifest.
+Imports: archive_reader, cache, cache_admin (entries, check), errors, fsutil, key, manifest.
 """
 
 from __future__ import annotations
@@ -14,45 +16,38 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 import secrets
 import shutil
 import sys
 import sysconfig
 import tarfile
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import archive_reader as reader
 from . import fsutil
 from ._version import __version__
-from .cache import LAYOUT, Cache
+from .cache import Cache
 from .cache_admin import EntryInfo, check, entries
 from .errors import CacheError
 from .key import KEY_CHARS, compute_key
-from .manifest import MANIFEST, EntryProblem, Manifest
+from .manifest import MANIFEST, Address, EntryProblem, Manifest
 
-# Archive members, relative to the root: derived from the cache's layout.
-_LIB = r"[a-z][a-z0-9_]{0,63}"
-_TARGET = r"[a-z0-9][a-z0-9-]{0,127}"
-_KEY = r"[0-9a-f]{%d}" % KEY_CHARS
-_ENTRY_MEMBER = re.compile(
-    rf"{LAYOUT}/entries/(?P<lib>{_LIB})/(?P<target>{_TARGET})/(?P<key>{_KEY})"
-    r"/(?P<file>manifest\.json|lib[a-z0-9_]{1,64}\.so)"
-)
-_TOOL_MEMBER = re.compile(rf"{LAYOUT}/toolchains/[0-9a-f]{{32}}\.json")
-_DIR_MEMBER = re.compile(rf"{LAYOUT}(/toolchains|/entries(/{_LIB}(/{_TARGET}(/{_KEY})?)?)?)?")
-MAX_MEMBER_BYTES = 4 << 30
-MAX_RECORD_BYTES = 64 << 10
+# An entry's signature for an archive: (signer, signature) over its manifest bytes, or None to leave it unsigned.
+Sign = Callable[[EntryInfo, bytes], "reader.Signature | None"]
+# Called with each entry about to be published (its manifest and raw manifest bytes, its signature if any).
+Note = Callable[[Manifest, bytes, "reader.Signature | None"], None]
 
 
 # ------------------------------------------------------------------ export / import
 
 
-def _add_file(tar: tarfile.TarFile, path: Path, arcname: str, mode: int, mtime: float) -> None:
+def _add_file(tar: tarfile.TarFile, path: Path, arcname: str, mode: int, mtime: float,
+              pax: dict[str, str] | None = None) -> None:
     info = tarfile.TarInfo(arcname)
+    info.pax_headers = pax or {}
     info.size = os.lstat(path).st_size
     info.mode = mode
     info.mtime = int(mtime)
@@ -61,11 +56,12 @@ def _add_file(tar: tarfile.TarFile, path: Path, arcname: str, mode: int, mtime: 
 
 
 def export(cache: Cache, dest: Path, libraries: set[str] | None = None, *, keys: set[str] | None = None,
-           with_records: bool = True) -> tuple[list[EntryInfo], list[tuple[EntryInfo, str]]]:
+           with_records: bool = True, sign: Sign | None = None) -> tuple[list[EntryInfo], list[tuple[EntryInfo, str]]]:
     """Write a portable archive (tar.gz) of every sound entry and the toolchain records.
 
     ``keys`` limits it to those entries, ``with_records=False`` leaves the toolchain
-    records out (the remote tier ships one entry per archive this way).
+    records out (the remote tier ships one entry per archive this way). ``sign`` signs
+    an entry's manifest (its member carries the signature); each manifest precedes its library.
     Returns (exported, skipped with why). Written atomically.
     """
     exported, skipped = [], []
@@ -82,14 +78,16 @@ def export(cache: Cache, dest: Path, libraries: set[str] | None = None, *, keys:
                     continue
                 assert info.manifest is not None
                 rel = cache.archive_name(info.path)
-                _add_file(tar, info.path / MANIFEST, f"{rel}/{MANIFEST}", fsutil.FILE_MODE, info.manifest.built_at)
+                signed = sign(info, (info.path / MANIFEST).read_bytes()) if sign is not None else None
+                pax = {reader.SIGNER: signed[0], reader.SIGNATURE: signed[1]} if signed else None
+                _add_file(tar, info.path / MANIFEST, f"{rel}/{MANIFEST}", fsutil.FILE_MODE, info.manifest.built_at, pax)
                 lib = info.manifest.library_file
                 _add_file(tar, info.path / lib, f"{rel}/{lib}", fsutil.LIB_MODE, info.manifest.built_at)
                 exported.append(info)
             if with_records and cache.toolchains.is_dir():
                 for rec in sorted(cache.toolchains.glob("*.json")):
                     name = cache.archive_name(rec)
-                    if _TOOL_MEMBER.fullmatch(name) and rec.is_file() and not rec.is_symlink():
+                    if reader.TOOL_MEMBER.fullmatch(name) and rec.is_file() and not rec.is_symlink():
                         _add_file(tar, rec, name, fsutil.FILE_MODE, time.time())
         os.replace(tmp, dest)
     except OSError as e:  # the archive's folder, not its private temporary name (issue 20)
@@ -109,6 +107,7 @@ class ImportResult:
     present: list[Manifest] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)  # (entry, why)
     foreign: list[tuple[Manifest, str]] = field(default_factory=list)  # imported, but not for this machine
+    unsigned: list[Manifest] = field(default_factory=list)  # imported without a signature: trusted by the user alone
     records: int = 0
 
 
@@ -127,37 +126,6 @@ def foreign_reason(ingredients: dict[str, object]) -> str | None:
         here["torch_version"] = importlib.metadata.version("torch")
     diffs = [f"{k} {ingredients.get(k)!r} (here {v!r})" for k, v in here.items() if ingredients.get(k) != v]
     return "built for " + ", ".join(diffs) if diffs else None
-
-
-def _check_member(member: tarfile.TarInfo) -> re.Match[str] | None:
-    """The entry-file match for a member; None for a directory or a toolchain record. Raises otherwise."""
-    name = member.name.rstrip("/") if member.isdir() else member.name
-    m = _ENTRY_MEMBER.fullmatch(name) if member.isfile() else None
-    if name.startswith("/") or ".." in name.split("/") or "\\" in name:
-        why = "points outside the cache"
-    elif not (member.isfile() or member.isdir()):
-        why = "is a link or a special file"
-    elif member.isdir() and not _DIR_MEMBER.fullmatch(name):
-        why = "is not part of a jitops cache"
-    elif member.isfile() and m is None and not _TOOL_MEMBER.fullmatch(name):
-        why = "is not part of a jitops cache"
-    elif member.size > (MAX_MEMBER_BYTES if m is not None and m.group("file") != MANIFEST else MAX_RECORD_BYTES):
-        why = f"is implausibly large ({member.size} bytes)"
-    else:
-        return m
-    raise CacheError(f"refusing the archive: member {member.name!r} {why}; nothing was imported. "
-                     "Fix: use an archive written by `jitops cache export`")
-
-
-def _copy_out(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, mode: int) -> None:
-    src = tar.extractfile(member)
-    assert src is not None
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    with os.fdopen(fd, "wb") as f, src:
-        shutil.copyfileobj(src, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(dest, mode)
 
 
 def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifest:
@@ -180,88 +148,76 @@ def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifes
     return m
 
 
-def _last_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    """Every member checked before anything is written; of duplicates the last wins, as with ``tar -x``.
-
-    Archives with duplicate members are legal (``tar -r`` appends, some CI
-    artifact tools write them); the later copy replaces the earlier one (issue 20).
-    """
-    last: dict[str, tarfile.TarInfo] = {}
-    for member in tar.getmembers():
-        _check_member(member)
-        name = member.name.rstrip("/")
-        last.pop(name, None)  # re-insert: the order of last appearance
-        last[name] = member
-    return [m for m in last.values() if m.isfile()]
-
-
 def import_archive(cache: Cache, src: Path, check: Callable[[Path, Manifest], None] | None = None, *,
-                   with_records: bool = True) -> ImportResult:
+                   with_records: bool = True, want: reader.Ident | None = None, verify: reader.Verify | None = None,
+                   note: Note | None = None) -> ImportResult:
     """Add the entries of an archive written by :func:`export`, each checked like a build.
 
-    An archive with any member outside the layout, a link or a special file is
-    refused whole, before anything is written. An entry with a bad manifest
-    or digest is rejected alone, and so is one that ``check(staged entry dir,
-    manifest)`` refuses by raising EntryProblem (the remote tier checks the
-    signature and the expected key there). Entries already present are left as
-    they are. ``with_records=False`` ignores toolchain records. A damaged archive
-    raises CacheError naming the archive and the cause (never an errno or a staging path).
+    Members are taken by ``archive_reader.read`` (``want``: that entry only; ``verify(manifest bytes,
+    signature or None)`` judges each manifest before its library is taken). An archive with any member
+    outside the layout, a link, a special file, or over the limits is refused whole (CacheError naming the
+    archive and the cause), before anything is published. An entry with a bad manifest or digest is rejected
+    alone, and so is one that ``verify`` or ``check(staged entry dir, manifest)`` refuses by raising
+    EntryProblem. Entries already present are left as they are. ``note`` is called before an entry is published.
     """
+    staging: Path | None = None
     try:
-        return _import(cache, src, check, with_records)
-    except CacheError:
-        raise
-    except (OSError, tarfile.TarError, EOFError, zlib.error) as e:
-        why = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__
-        raise CacheError(f"cannot import the archive {src} into {cache.root}: {why}; nothing more was imported. "
-                         "Fix: check that the archive is complete (written by `jitops cache export`) and that the "
-                         "cache is writable (`jitops doctor`)") from e
-
-
-def _import(cache: Cache, src: Path, check: Callable[[Path, Manifest], None] | None,
-            with_records: bool) -> ImportResult:
-    result = ImportResult()
-    try:
-        tar = tarfile.open(src, "r:*")
-    except (OSError, tarfile.TarError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise CacheError(f"cannot read the archive {src}: {why}. Fix: pass a file written by `jitops cache export`") from e
-    with tar:
-        members = _last_members(tar)  # the whole member list is validated before anything is extracted
-        cache.ensure_base()
         staging = cache.new_staging("import", secrets.token_hex(16))
-        try:
-            staged: dict[tuple[str, str, str], Path] = {}
-            records: list[tuple[str, Path]] = []
-            for member in members:
-                m = _ENTRY_MEMBER.fullmatch(member.name)
-                if m is None:
-                    if not with_records:
-                        continue  # the remote tier takes entries only, never toolchain records
-                    dest = staging / f"record-{len(records)}.json"
-                    _copy_out(tar, member, dest, fsutil.FILE_MODE)
-                    records.append((member.name.rsplit("/", 1)[1], dest))
-                    continue
-                ident = (m.group("lib"), m.group("target"), m.group("key"))
-                if ident not in staged:
-                    staged[ident] = staging / f"e{len(staged)}"
-                    os.mkdir(staged[ident], fsutil.DIR_MODE)
-                mode = fsutil.FILE_MODE if m.group("file") == MANIFEST else fsutil.LIB_MODE
-                _copy_out(tar, member, staged[ident] / m.group("file"), mode)
-            _publish_staged(cache, staged, result, check)
-            for name, path in records:
-                result.records += _import_record(cache, name, path)
-        finally:
+        staged, records = reader.read(src, staging, want=want, with_records=with_records and want is None, verify=verify)
+        result = ImportResult()
+        _publish_staged(cache, staged, result, check, verify, note)
+        for name, path in records:
+            result.records += _import_record(cache, name, path)
+        return result
+    except OSError as e:  # publishing: the cache, not the archive (CacheError is one too)
+        if isinstance(e, CacheError):
+            raise
+        raise CacheError(f"cannot import the archive {src} into {cache.root}: {e.strerror or e}; nothing more was "
+                         "imported. Fix: check that the cache is writable (`jitops doctor`)") from e
+    finally:
+        if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-    return result
 
 
-def _publish_staged(cache: Cache, staged: dict[tuple[str, str, str], Path], result: ImportResult,
-                    check: Callable[[Path, Manifest], None] | None) -> None:
-    for (lib, target, keydir), entry in sorted(staged.items()):
-        where = f"{lib}/{target}/{keydir[:12]}"
+def import_entry(cache: Cache, archive: bytes, address: Address, verify: reader.Verify, note: Note | None) -> Manifest:
+    """Publish the entry at ``address`` from a one-entry ``archive`` (the remote tier's); EntryProblem if refused.
+
+    Only that entry's members are read out, its library only after ``verify`` accepts its manifest.
+    """
+    lib, target, key = address.library, address.target, address.key
+
+    def check(entry: Path, m: Manifest) -> None:
+        if (m.key, m.library, m.target) != (key, lib, target):
+            raise EntryProblem(f"it holds the entry of {m.library}/{m.target} key {m.key[:12]}, "
+                               f"not {lib}/{target} key {key[:12]} (stored under another key)")
+
+    staging = cache.new_staging(lib, key)
+    try:
+        path = staging / "entry.tar.gz"
+        path.write_bytes(archive)
         try:
+            result = import_archive(cache, path, check, with_records=False, want=(lib, target, key[:KEY_CHARS]),
+                                    verify=verify, note=note)
+        except CacheError as e:
+            raise EntryProblem(str(e)) from e
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if result.rejected or not (result.imported or result.present):
+        raise EntryProblem("; ".join(why for _, why in result.rejected) or
+                           f"its archive holds nothing of {lib}/{target} key {key[:12]} (stored under another key)")
+    return cache.verify(cache.path_of(address), key, lib, target)
+
+
+def _publish_staged(cache: Cache, staged: dict[reader.Ident, reader.Staged], result: ImportResult,
+                    check: Callable[[Path, Manifest], None] | None, verify: reader.Verify | None, note: Note | None) -> None:
+    for (lib, target, keydir), st in sorted(staged.items()):
+        where, entry = f"{lib}/{target}/{keydir[:12]}", st.dir
+        try:
+            if st.problem is not None:
+                raise EntryProblem(st.problem)
             manifest = _validate_staged(entry, lib, target, keydir)
+            if verify is not None:  # again on the manifest that stays (a later duplicate may have replaced one)
+                verify((entry / MANIFEST).read_bytes(), st.signature)
             if check is not None:
                 check(entry, manifest)
         except EntryProblem as e:
@@ -275,8 +231,12 @@ def _publish_staged(cache: Cache, staged: dict[tuple[str, str, str], Path], resu
                 continue
             except EntryProblem as e:
                 cache.set_aside(final, str(e))
+        if note is not None:  # before it is in place: nothing may find it without its origin
+            note(manifest, (entry / MANIFEST).read_bytes(), st.signature)
         if cache.publish(entry, lib, target, manifest.key):
             result.imported.append(manifest)
+            if st.signature is None:
+                result.unsigned.append(manifest)
             why = foreign_reason(manifest.ingredients)
             if why is not None:
                 result.foreign.append((manifest, why))

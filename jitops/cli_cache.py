@@ -4,7 +4,7 @@ Answers without importing torch, except ``fingerprint``.
 
 Imports: cache, cache_admin, cache_archive, diagnose and target (fingerprint only, lazily), errors,
 obstruct (repair, lazily), registry, settings; remote.commands (its sub-commands keygen, push, pull, stats and
-``ls --remote``).
+``ls --remote``); remote.archive_trust (export signs, import verifies and notes origins; lazily).
 """
 
 from __future__ import annotations
@@ -153,25 +153,40 @@ def _prune_or_clear(cache: Cache, args: argparse.Namespace) -> int:
 
 def _export(cache: Cache, args: argparse.Namespace) -> int:
     from . import cache_archive as archive
+    from .remote.archive_trust import archive_signer
 
     libs = {_registry().lookup(op).name for op in args.ops} if args.ops else None
-    exported, skipped = archive.export(cache, Path(args.file), libs)
+    sign, signed = archive_signer(Settings.from_env(), cache), []
+    if sign is not None:
+        def sign_built(info: Any, raw: bytes) -> Any:  # counts what was signed: entries built here
+            done = sign(info, raw)
+            signed.extend([info] if done else [])
+            return done
+
+    exported, skipped = archive.export(cache, Path(args.file), libs, sign=sign_built if sign is not None else None)
     for e, why in skipped:
         print(f"skipped {e.library}/{e.target}/{e.key[:12]}: {why}", file=sys.stderr)
-    _out(f"exported {len(exported)} entries to {args.file}")
+    how = ("unsigned (no signing key here: `jitops cache keygen` makes one)" if sign is None else
+           f"{len(signed)} signed with your key, {len(exported) - len(signed)} unsigned (not built here)")
+    _out(f"exported {len(exported)} entries to {args.file}: {how}")
     return 0
 
 
 def _import(cache: Cache, args: argparse.Namespace) -> int:
     from . import cache_archive as archive
+    from .remote.archive_trust import archive_trust, origin_noter
 
-    res = archive.import_archive(cache, Path(args.file))
+    res = archive.import_archive(cache, Path(args.file), verify=archive_trust(Settings.from_env()),
+                                 note=origin_noter(cache, str(Path(args.file).resolve())))
     for m in res.imported:
         _out(f"imported {m.library}/{m.target}/{m.key[:12]}")
     for m, why in res.foreign:
         _out(f"note     {m.library}/{m.target}/{m.key[:12]} is {why}: kept, but never loaded here")
     for where, why in res.rejected:
         print(f"rejected {where}: {why}", file=sys.stderr)
+    if res.unsigned:
+        _out(f"unsigned {len(res.unsigned)} entr{'y' if len(res.unsigned) == 1 else 'ies'} of {args.file} came unsigned: "
+             "that is code you chose to trust (noted as imported; `jitops cache push` will not sign it)")
     _out(f"import: {len(res.imported)} imported, {len(res.present)} already present, "
          f"{len(res.rejected)} rejected, {res.records} toolchain records")
     return 1 if res.rejected else 0

@@ -35,6 +35,10 @@ def add_cache_parsers(cs: Any) -> None:
         p = cs.add_parser(name, help=what)
         p.add_argument("ops", nargs="*", metavar="OP", help="these ops (default: every known op)")
         p.add_argument("--device", action="append", choices=("cpu", "cuda"), help="device (repeatable; default cpu)")
+        if name == "push":
+            p.add_argument("--resign-foreign", action="append", default=[], metavar="OP",
+                           help="also sign OP's entries that were imported or pulled, not built here: you vouch for "
+                                "code someone else built (repeatable)")
         p.set_defaults(fn=fn)
     cs.add_parser("stats", help="remote cache counters summed over this cache's processes").set_defaults(fn=cmd_stats)
 
@@ -83,8 +87,9 @@ def cmd_push(args: argparse.Namespace) -> int:
                           "Fix: run `jitops cache keygen` here (or set JITOPS_REMOTE_SIGNING_KEY) in write mode")
     from .origin import installed_from
 
+    resign = set(getattr(args, "resign_foreign", None) or ())
     pushed = missing = foreign = 0
-    for plan in _plans(args.ops, args.device, settings):
+    for plan in _plans(list(dict.fromkeys([*args.ops, *resign])) if args.ops else args.ops, args.device, settings):
         try:
             plan.cache.verify(plan.entry, plan.key, plan.spec.name, plan.target.name)
         except EntryProblem:
@@ -92,16 +97,25 @@ def cmd_push(args: argparse.Namespace) -> int:
             print(f"skipped {plan.what}: no sound local entry (run `jitops warm` first)")
             continue
         source = installed_from(plan.cache, plan.address)
-        if source is not None:  # trusted by a digest only: signing it would vouch for what this node never built
+        if source is not None and plan.spec.name not in resign:  # signing it would vouch for what this node never built
             foreign += 1
-            print(f"skipped {plan.what}: installed from the job's store {source}, not built here; jitops never "
-                  "re-signs it (build it on a node you trust, e.g. CI, and push from there)")
+            print(f"skipped {plan.what}: {_origin_text(source)}, not built here; jitops never re-signs foreign code "
+                  f"unasked (build it on a node you trust, or pass --resign-foreign {plan.spec.name} to vouch for it)")
             continue
+        if source is not None:
+            print(f"re-signing foreign code: {plan.what} is {_origin_text(source)}; your key now vouches for it")
         if tier.upload(plan, plan.cache):
             pushed += 1
             print(f"pushed  {plan.what} ({plan.key[:12]})")
-    print(f"push: {pushed} uploaded to {tier.settings.url}, {missing} not built here, {foreign} from a job's store")
+    print(f"push: {pushed} uploaded to {tier.settings.url}, {missing} not built here, {foreign} not built here "
+          "(imported, pulled or from a job's store)")
     return 0
+
+
+def _origin_text(source: tuple[str, str]) -> str:
+    kind, where = source
+    return {"imported": f"imported from {where}", "pulled": f"pulled from {where}",
+            "job-store": f"installed from the job's store {where}"}.get(kind, f"of unknown origin: {where}")
 
 
 def cmd_pull(args: argparse.Namespace) -> int:

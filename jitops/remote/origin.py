@@ -1,11 +1,13 @@
-"""An entry's origin, noted when a tier installs one it must never vouch for: the job's store (issue 16).
+"""An entry's provenance: the note written beside it when it was not built here (issues 16, 28).
 
-Imports ``jitops.cache`` (the note's path, ``Cache.origin_path``), ``jitops.fsutil``
-and ``jitops.manifest``. The job tier trusts an entry by its digest only (anyone
-who can write the job's store could have put it there), so ``jitops cache push``
-and ``jitops warm --push`` must not sign it into the remote tier. The note holds
-the store it came from and the sha256 of the entry's manifest: an entry rebuilt
-here since has another manifest, so its stale note no longer applies.
+Imports ``jitops.cache`` (the note's path, ``Cache.origin_path``) and ``jitops.fsutil``.
+Whatever installs an entry that this machine did not build writes the note *before*
+publishing it: ``cache import`` ("imported", the archive and its signer), a remote fetch
+or ``cache pull`` ("pulled", the store), the job's store ("job-store"). Builds publish
+without one, so an entry with no note (or a note for another manifest: rebuilt here
+since) was built here. ``cache push`` and ``cache export`` sign only those, unless the
+user names a foreign entry with ``--resign-foreign``. The note holds the sha256 of the
+entry's manifest, so it follows that exact entry.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from .. import fsutil
 from ..cache import Cache
 from ..manifest import MANIFEST, Address
 
+KINDS = ("imported", "pulled", "job-store")
+
 
 def _digest(cache: Cache, address: Address) -> str | None:
     try:
@@ -25,19 +29,33 @@ def _digest(cache: Cache, address: Address) -> str | None:
         return None
 
 
-def note(cache: Cache, address: Address, source: str) -> None:
-    """Record that the entry at ``address`` (just installed) came from ``source``, not from a build here."""
+def note(cache: Cache, address: Address, kind: str, source: str, manifest: bytes) -> None:
+    """Record that the entry with these ``manifest`` bytes at ``address`` came from ``source`` (a ``kind``)."""
+    assert kind in KINDS, kind
     path = cache.origin_path(address)
     fsutil.makedirs(path.parent)
-    fsutil.atomic_write(path, json.dumps({"from": source, "manifest": _digest(cache, address)}).encode())
+    body = {"kind": kind, "from": source, "manifest": hashlib.sha256(manifest).hexdigest()}
+    fsutil.atomic_write(path, json.dumps(body).encode())
 
 
-def installed_from(cache: Cache, address: Address) -> str | None:
-    """The store the entry at ``address`` was installed from, or None when it was built here (or the note is stale)."""
+def installed_from(cache: Cache, address: Address) -> tuple[str, str] | None:
+    """(kind, source) of a foreign entry at ``address``; None when it was built here (or the note is stale).
+
+    A note that cannot be read or names no known kind is ("unknown", why): never taken for a build here.
+    """
     try:
-        rec = json.loads(cache.origin_path(address).read_bytes())
-    except (OSError, ValueError):
+        raw = cache.origin_path(address).read_bytes()
+    except FileNotFoundError:
         return None
-    if not isinstance(rec, dict) or rec.get("manifest") != _digest(cache, address):
+    except OSError as e:
+        return "unknown", f"its origin note cannot be read ({e.strerror})"
+    try:
+        rec = json.loads(raw)
+    except ValueError:
+        return "unknown", "its origin note is damaged"
+    if not isinstance(rec, dict):
+        return "unknown", "its origin note is damaged"
+    if rec.get("manifest") != _digest(cache, address):
         return None
-    return str(rec.get("from"))
+    kind = rec.get("kind", "job-store")  # notes before issue 28 came from the job's store only
+    return (kind, str(rec.get("from"))) if kind in KINDS else ("unknown", f"its origin note names {kind!r}")

@@ -15,8 +15,9 @@ under the local key lock, so one process per node talks to the store:
    holder, polling with backoff and naming it, and take over when it lapses.
 
 A configured remote tier fails open: a store error switches it off for the process with one warning, and
-the build goes on locally. The job's store (``fail_open=False``) raises it instead, and notes each entry it
-installs (``.origin``) so ``cache push`` never re-signs it. Counters are logged at exit.
+the build goes on locally. The job's store (``fail_open=False``) raises it instead. Each entry a tier installs
+is noted as pulled (or from the job store) before it is published (``.origin``), so ``cache push`` never
+re-signs it. Counters are logged at exit.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import cache_archive
 from ..cache import Cache
-from ..manifest import MANIFEST, EntryProblem, Manifest
+from ..manifest import MANIFEST, Address, EntryProblem, Manifest
 from ..errors import BuildError, CacheError, LockTimeout
 from . import envelope, origin
 from .config import RemoteSettings
@@ -165,41 +166,26 @@ class Tier:
             self.stats.rejected += 1
             log.warning("rejected the remote entry for %s from %s: %s; it was not loaded", what, self.settings.url, e)
             return None
-        if not self.fail_open:  # the job's store: trusted by its digest only, so never to be re-signed
-            origin.note(cache, plan.address, self.settings.url)
         self.stats.hits += 1
         log.info("fetched %s from the remote cache %s", what, self.settings.url)
         return manifest
 
     def install(self, library: str, target: str, key: str, cache: Cache, blob: bytes) -> Manifest:
-        """Check ``blob`` as the entry for ``key`` and publish it locally; EntryProblem if it is refused."""
+        """Check ``blob`` as the entry for ``key`` and publish it locally, noted as pulled; EntryProblem if refused.
+
+        Only that entry's members are taken, and its library only after the signature over its manifest verifies.
+        """
         header, archive = envelope.unpack(blob)
         if header["key"] != key:
             raise EntryProblem(f"it was stored for key {header['key'][:12]}, not {key[:12]}")
-        trust = self.trust
+        trust, kind = self.trust, "pulled" if self.fail_open else "job-store"
         if trust is None or not trust.keys:
             raise EntryProblem("this node trusts no signing key. Fix: set JITOPS_REMOTE_TRUSTED_KEYS to the public "
                                "key(s) of whoever uploads (see `jitops cache keygen`)")
-
-        def check(entry: Any, m: Manifest) -> None:
-            if (m.key, m.library, m.target) != (key, library, target):
-                raise EntryProblem(f"it holds the entry of {m.library}/{m.target} key {m.key[:12]}, "
-                                   f"not {library}/{target} key {key[:12]} (stored under another key)")
-            trust.verify((entry / MANIFEST).read_bytes(), header["signer"], header["signature"])
-
-        staging = cache.new_staging(library, key)
-        try:
-            path = staging / "entry.tar.gz"
-            path.write_bytes(archive)
-            try:
-                result = cache_archive.import_archive(cache, path, check, with_records=False)
-            except CacheError as e:
-                raise EntryProblem(str(e)) from e
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        if result.rejected:
-            raise EntryProblem("; ".join(why for _, why in result.rejected))
-        return cache.verify(cache.entry_dir(library, target, key), key, library, target)
+        address = Address(library, target, key)
+        return cache_archive.import_entry(
+            cache, archive, address, verify=lambda raw, _sig: trust.verify(raw, header["signer"], header["signature"]),
+            note=lambda _m, raw, _sig: origin.note(cache, address, kind, self.settings.url, raw))
 
     def upload(self, plan: Plan, cache: Cache, manifest: Manifest | None = None) -> bool:
         """Sign and upload the plan's local entry. False if there is nothing sound to upload."""
