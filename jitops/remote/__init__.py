@@ -9,7 +9,8 @@ dependency:
 
 - ``config``   the settings type (read by ``jitops.settings``) and the key pair's dir
 - ``stats``, ``envelope``  counters; the signed wire format of one entry
-- ``origin``   the note that an entry came from the job's store (``cache push`` skips it)
+- ``origin``   an entry's provenance note (imported, pulled, job store); ``cache push`` and
+               ``cache export`` sign only entries without one (built here)
 - ``store``    the small store interface (blobs, leases, failure records) + errors
 - ``signing``  Ed25519 keys, fingerprints, trust (``cryptography``)
 - ``redis_store`` / ``fs_store`` / ``object_store``  backends (``redis`` / the filesystem / ``fsspec``)
@@ -17,6 +18,7 @@ dependency:
 - ``lease``    a held lease and its renewal thread
 - ``tier``     the flow: fetch, verify, publish; lease, build, upload; fail open (the job's store: raise)
 - ``session``  the process's one tier (made on first use)
+- ``archive_trust``  the hooks that sign exports and verify and note imports
 - ``commands`` what ``jitops cache keygen/push/pull/ls --remote/stats`` and doctor do
 
 - ``c10d_store``, ``digest``, ``job``  the job's own store as a tier (issue 16)
