@@ -226,8 +226,9 @@ def _fingerprint_check(specs: Sequence[OpSpec], system: System, settings: Settin
         return Check("fingerprint", "warn", f"cannot compute: {_split_fix(str(e))[0]}")
 
 
-def doctor(specs: Sequence[OpSpec], settings: Settings | None = None) -> list[Check]:
-    """Every check, in display order. Any ``fail`` means a build (or offline load) would fail."""
+def doctor(specs: Sequence[OpSpec], settings: Settings | None = None, *, recheck: bool = False) -> list[Check]:
+    """Every check, in display order. Any ``fail`` means a build (or offline load) would fail.
+    ``recheck``: run the toolchain self-check even if a fresh verdict is remembered."""
     settings = Settings.from_env() if settings is None else settings
     system = probe()
     offline = settings.offline
@@ -238,7 +239,7 @@ def doctor(specs: Sequence[OpSpec], settings: Settings | None = None) -> list[Ch
         Check("torch", "info", f"{system.torch_version}, CUDA {system.torch_cuda or 'none (CPU-only build)'}"),
         _compiler(system, offline, tool_dir),
         _ninja(offline),
-        Check("self-check", *selfcheck.doctor(system, tool_dir, settings, offline=offline)),
+        Check("self-check", *selfcheck.doctor(system, tool_dir, settings, offline=offline, recheck=recheck)),
         _nvcc(system, offline, tool_dir),
         _cache(root, offline, settings.strict),
         _obstructions(root),

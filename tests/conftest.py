@@ -22,6 +22,9 @@ import pytest
 # import would make a second cache.
 _SESSION_CACHE = os.environ.get("JITOPS_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="jitops-test-cache-")
 os.environ["JITOPS_CACHE_DIR"] = _SESSION_CACHE
+# The state dir (toolchain self-check verdicts) is the session's too: no test reads or writes the real home's.
+_SESSION_STATE = tempfile.mkdtemp(prefix="jitops-test-state-")
+os.environ["JITOPS_STATE_DIR"] = _SESSION_STATE
 # torch.compile's on-disk caches, private to the session too: a compiled graph from another run, checkout
 # or torch (same op names, same graph code) is never what a test gets back.
 _SESSION_INDUCTOR = tempfile.mkdtemp(prefix="jitops-test-inductor-")
@@ -53,6 +56,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not os.environ.get("JITOPS_TEST_CACHE_DIR"):
         shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
     shutil.rmtree(_SESSION_INDUCTOR, ignore_errors=True)
+    shutil.rmtree(_SESSION_STATE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
