@@ -99,7 +99,8 @@ def cmd_info(args: argparse.Namespace) -> int:
          f"entry        {plan.entry} ({state})",
          *([f"build time   {_build_time(status.manifest)}"] if isinstance(status, Hit) else []),
          f"built        {', '.join(built) or '-'}",
-         f"fingerprint  {diagnose.fingerprint([spec], [plan.target.device], args.arch, settings)}")
+         f"fingerprint  {diagnose.fingerprint([spec], [plan.target.device], args.arch, settings)} (this library on "
+         f"{plan.target.device}, compiler left out; the machine's, every op: `jitops cache fingerprint`)")
     if plan.toolchain_error is not None:
         _out(f"toolchain    missing: {plan.toolchain_error}")
     _out("ingredients  " + json.dumps(plan.ingredients, indent=2, sort_keys=True).replace("\n", "\n             "))

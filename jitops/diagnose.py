@@ -221,7 +221,9 @@ def _ops(specs: Sequence[OpSpec], settings: Settings) -> list[Check]:
 
 def _fingerprint_check(specs: Sequence[OpSpec], system: System, settings: Settings) -> Check:
     try:
-        return Check("fingerprint", "info", fingerprint(specs, default_devices(system, None), settings=settings))
+        devices = default_devices(system, None)
+        return Check("fingerprint", "info", f"{fingerprint(specs, devices, settings=settings)} (this machine: every op, "
+                     f"{', '.join(devices)}; = `jitops cache fingerprint`, a CI cache key; `jitops info OP` has one op's)")
     except ConfigError as e:  # reported by the settings check; doctor still prints every other check
         return Check("fingerprint", "warn", f"cannot compute: {_split_fix(str(e))[0]}")
 
