@@ -27,6 +27,7 @@ Imports: cache, compilers, errors, selfprobe, target, toolchain, verdicts; manif
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -143,13 +144,15 @@ def check(system: System, compiler: dict[str, Any], cxx: str, state: Path | None
             log.info("not using the state dir %s for self-check verdicts: %s", state, verdicts.problem(state))
         return _probe_now(system, compiler, cxx, ident, None)
     since = time.time()
-    try:
-        with verdicts.probing(state, ident, wait):
-            found = None if recheck else _recalled(state, ident, cxx, since)
-            return found if found is not None else _probe_now(system, compiler, cxx, ident, state)
-    except (LockTimeout, CacheError) as e:  # bounded: after `wait`, or with no usable lock, probe here
-        log.warning("running the toolchain self-check without waiting for another process's: %s", str(e).split(" Fix: ")[0])
-        return _probe_now(system, compiler, cxx, ident, state)
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(verdicts.probing(state, ident, wait))
+        except (LockTimeout, CacheError, OSError) as e:  # bounded: after `wait`, or with no usable lock, probe here
+            log.warning("running the toolchain self-check without waiting for another process's: %s",
+                        str(e).split(" Fix: ")[0])
+            return _probe_now(system, compiler, cxx, ident, state)
+        found = None if recheck else _recalled(state, ident, cxx, since)
+        return found if found is not None else _probe_now(system, compiler, cxx, ident, state)
 
 
 class Pending:

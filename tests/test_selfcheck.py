@@ -268,6 +268,32 @@ def test_a_failure_is_reused_only_by_those_who_waited_for_it(tmp_path: Path, mon
     assert not selfcheck.check(system, compiler, "g++", state).ok and len(runs) == 2  # a later process checks again
 
 
+def test_a_waiter_waits_a_bounded_time_and_an_unusable_state_dir_only_costs_a_probe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from jitops import verdicts
+
+    runs = _counting_probe(monkeypatch)
+    system, compiler, state = probe({}), _compiler(path="/bin/sh"), tmp_path / "state"
+    ident = selfcheck.identity(system, compiler)
+    got: list[selfcheck.Result] = []
+    with verdicts.probing(state, ident, 10):  # another prober holds the lock and never finishes
+        waiter = threading.Thread(target=lambda: got.append(selfcheck.check(system, compiler, "g++", state, wait=0.5)))
+        t = time.monotonic()
+        waiter.start()
+        waiter.join(30)
+        assert not waiter.is_alive() and time.monotonic() - t < 20
+    assert got and got[0].ok and not got[0].cached and len(runs) == 1  # gave up waiting, probed itself
+
+    blocked = tmp_path / "state-file"
+    blocked.write_text("not a folder")
+    for _ in range(2):
+        selfcheck._passed.clear()
+        assert selfcheck.check(system, compiler, "g++", blocked).ok
+    assert len(runs) == 3 and blocked.read_text() == "not a folder"
+
+
 def test_the_state_dir_is_a_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import platformdirs
 
