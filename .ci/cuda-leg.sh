@@ -85,7 +85,7 @@ checks_s=$(( $(date +%s) - t ))
 
 # --- the pure CUDA tests, against torch 2.14.1's own arch parsing; its ninja writer; one odd-path build
 t=$(date +%s)
-timeout --kill-after=10 "$(left)" "$py" -m pytest -q -p no:cacheprovider tests/test_cuda_target.py tests/test_cuda_toolchain.py tests/test_ninja.py tests/test_cuda_build.py
+timeout --kill-after=10 "$(left)" "$py" -m pytest --full -q -p no:cacheprovider tests/test_cuda_target.py tests/test_cuda_toolchain.py tests/test_ninja.py tests/test_cuda_build.py
 tests_s=$(( $(date +%s) - t ))
 
 echo "cuda-leg: PASSED in $(elapsed)s (venv ${setup_s}s, build + checks ${checks_s}s, pure tests ${tests_s}s)"

@@ -49,7 +49,7 @@ for v in "${versions[@]}"; do
   t=$(date +%s)
   log="$venv/pytest.log"
   # A fresh session cache per version (conftest makes one); the default jobs; no GPU tests.
-  PYTHONPATH="$PWD" JITOPS_PROGRESS=0 timeout --kill-after=10 "$(left)" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+  PYTHONPATH="$PWD" JITOPS_PROGRESS=0 timeout --kill-after=10 "$(left)" "$venv/bin/python" -m pytest --full -q -p no:cacheprovider \
       -m "not process and not slow and not cuda" > "$log" 2>&1
   rc=$?
   summary=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)" "$log" | tail -1 | tr -d '=' | xargs)

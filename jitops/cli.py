@@ -99,7 +99,8 @@ def cmd_info(args: argparse.Namespace) -> int:
          f"entry        {plan.entry} ({state})",
          *([f"build time   {_build_time(status.manifest)}"] if isinstance(status, Hit) else []),
          f"built        {', '.join(built) or '-'}",
-         f"fingerprint  {diagnose.fingerprint([spec], [plan.target.device], args.arch, settings)}")
+         f"fingerprint  {diagnose.fingerprint([spec], [plan.target.device], args.arch, settings)} (this library on "
+         f"{plan.target.device}, compiler left out; the machine's, every op: `jitops cache fingerprint`)")
     if plan.toolchain_error is not None:
         _out(f"toolchain    missing: {plan.toolchain_error}")
     _out("ingredients  " + json.dumps(plan.ingredients, indent=2, sort_keys=True).replace("\n", "\n             "))
@@ -145,7 +146,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from . import diagnose
 
-    checks = diagnose.doctor(_registry().specs())
+    checks = diagnose.doctor(_registry().specs(), recheck=args.recheck)
     for c in checks:
         _out(f"{c.status.upper():<5} {c.name:<12} {c.detail}")
         if c.fix and c.status in ("warn", "fail"):
@@ -224,7 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="exit non-zero if any CUDA entry had to be skipped")
     p.add_argument("--push", action="store_true", help="then sign and upload the entries to JITOPS_REMOTE_CACHE")
     p.set_defaults(fn=cmd_warm)
-    sub.add_parser("doctor", help="check that builds work here; exit 1 with the fix if not").set_defaults(fn=cmd_doctor)
+    p = sub.add_parser("doctor", help="check that builds work here; exit 1 with the fix if not")
+    p.add_argument("--recheck", action="store_true", help="run the toolchain self-check again even if a fresh verdict "
+                   "is remembered")
+    p.set_defaults(fn=cmd_doctor)
     p = sub.add_parser("explain", help="why this machine would build or rebuild an op")
     p.add_argument("op")
     _target_args(p)

@@ -49,9 +49,20 @@ def kind_of(version: str) -> tuple[str, tuple[int, ...]]:
     return "unknown", ()
 
 
-def check_supported(tool: toolchain.Tool, op: str) -> None:
-    """ToolchainError for a compiler known not to build torch extensions."""
+_TRIPLE = re.compile(r"^[A-Za-z0-9_]+(-[A-Za-z0-9_.]+)+$")  # what `-dumpmachine` prints: x86_64-linux-gnu
+
+
+def check_supported(tool: toolchain.Tool, op: str, cache_dir: Path | None = None, *, record: bool = True) -> None:
+    """ToolchainError for a compiler known not to build torch extensions, or a program that is not a compiler
+    (``CXX=/bin/true``): one that neither GCC nor clang identifies must answer ``-dumpmachine`` with a target
+    triple (asked once and remembered like the identity)."""
     kind, numbers = kind_of(tool.version)
+    if kind == "unknown" and not _TRIPLE.match(toolchain.ask(tool.run, ("-dumpmachine",), cache_dir, record=record)):
+        raise ToolchainError(
+            f"cannot build op {op!r}: {tool.run} ({tool.version[:120]!r}) does not behave like a C++ compiler "
+            f"(`{tool.run} -dumpmachine` named no target). Fix: set CXX to a C++ compiler such as g++ or clang++, "
+            "or unset CXX to use the system c++"
+        )
     floor = MINIMUM.get(kind)
     if floor is not None and numbers and numbers[:2] < floor:
         have = ".".join(map(str, numbers))
@@ -82,7 +93,7 @@ def openmp_flags(tool: toolchain.Tool, cache_dir: Path | None, *, record: bool =
 def cxx(system: System, op: str, cache_dir: Path | None, *, record: bool = True) -> toolchain.Tool:
     """The C++ compiler for ``op``: found, identified, checked, with its OpenMP flags."""
     tool = toolchain.tool("cxx", toolchain.find_cxx(system, op), cache_dir, record=record)
-    check_supported(tool, op)
+    check_supported(tool, op, cache_dir, record=record)
     omp = openmp_flags(tool, cache_dir, record=record) if system.openmp else ()
     return dataclasses.replace(tool, openmp=omp)
 

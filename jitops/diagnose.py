@@ -221,13 +221,16 @@ def _ops(specs: Sequence[OpSpec], settings: Settings) -> list[Check]:
 
 def _fingerprint_check(specs: Sequence[OpSpec], system: System, settings: Settings) -> Check:
     try:
-        return Check("fingerprint", "info", fingerprint(specs, default_devices(system, None), settings=settings))
+        devices = default_devices(system, None)
+        return Check("fingerprint", "info", f"{fingerprint(specs, devices, settings=settings)} (this machine: every op, "
+                     f"{', '.join(devices)}; = `jitops cache fingerprint`, a CI cache key; `jitops info OP` has one op's)")
     except ConfigError as e:  # reported by the settings check; doctor still prints every other check
         return Check("fingerprint", "warn", f"cannot compute: {_split_fix(str(e))[0]}")
 
 
-def doctor(specs: Sequence[OpSpec], settings: Settings | None = None) -> list[Check]:
-    """Every check, in display order. Any ``fail`` means a build (or offline load) would fail."""
+def doctor(specs: Sequence[OpSpec], settings: Settings | None = None, *, recheck: bool = False) -> list[Check]:
+    """Every check, in display order. Any ``fail`` means a build (or offline load) would fail.
+    ``recheck``: run the toolchain self-check even if a fresh verdict is remembered."""
     settings = Settings.from_env() if settings is None else settings
     system = probe()
     offline = settings.offline
@@ -238,7 +241,7 @@ def doctor(specs: Sequence[OpSpec], settings: Settings | None = None) -> list[Ch
         Check("torch", "info", f"{system.torch_version}, CUDA {system.torch_cuda or 'none (CPU-only build)'}"),
         _compiler(system, offline, tool_dir),
         _ninja(offline),
-        Check("self-check", *selfcheck.doctor(system, tool_dir, settings, offline=offline)),
+        Check("self-check", *selfcheck.doctor(system, tool_dir, settings, offline=offline, recheck=recheck)),
         _nvcc(system, offline, tool_dir),
         _cache(root, offline, settings.strict),
         _obstructions(root),

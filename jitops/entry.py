@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import toolchain
 from .errors import OfflineMiss
@@ -22,6 +24,10 @@ from .manifest import EntryProblem, Hit, Manifest
 from .plan import Plan
 from .roots import writable_cache
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .cache import Cache
+    from .selfcheck import Pending
 
 
 @dataclass(frozen=True)
@@ -92,19 +98,22 @@ class Entry:
     built: bool  # True if this call compiled it
 
 
-def before_first_build(plan: Plan, settings: Settings, *, check_toolchain: bool = True) -> None:
+def before_first_build(plan: Plan, settings: Settings, *, check_toolchain: bool = True) -> Pending | None:
     """The one place that runs before this process builds anything for ``plan``.
 
-    The toolchain self-check (C++ exceptions from the binaries it builds must
-    reach Python as RuntimeError, not crash it) runs here, before any lock: the
-    warm path never reaches it. ``check_toolchain=False`` defers it to the
-    build itself (the remote tier: a remote hit builds nothing, so needs no check).
+    Starts the toolchain self-check (C++ exceptions from the binaries it builds
+    must reach Python as RuntimeError, not crash it) beside the build: the
+    build publishes, and the loader loads, only after its pass (``Pending``).
+    Only the miss path gets here: the warm path never runs it.
+    ``check_toolchain=False`` defers it to the build itself (the remote tier: a
+    remote hit builds nothing, so needs no check).
     """
     toolchain.find_ninja(plan.spec.name)  # a missing tool fails here, before any lock
-    if check_toolchain:
-        from .selfcheck import ensure_sound  # miss path only
+    if not check_toolchain:
+        return None
+    from .selfcheck import start  # miss path only
 
-        ensure_sound(plan, settings)
+    return start(plan, settings)
 
 
 def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = None,
@@ -133,20 +142,36 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
         )
     job = settings.distributed is not None and settings.distributed.in_job()  # the job's store (issue 16)
     remote = settings.remote is not None or job
-    before_first_build(plan, settings, check_toolchain=not remote)
-    from .lock import key_lock  # miss path only: keeps the warm path's imports small
-    from .publish import build_and_publish
+    pending = before_first_build(plan, settings, check_toolchain=not remote)
+    from .publish import build_and_publish  # miss path only: keeps the warm path's imports small
 
     cache = writable_cache(plan.cache, plan.what, settings)
     if cache is not plan.cache:
         plan = dataclasses.replace(plan, cache=cache)
 
     def build() -> Manifest:
+        nonlocal pending
         if remote:  # deferred from before_first_build: only a build needs a sound toolchain
-            from .selfcheck import ensure_sound
+            from .selfcheck import start
 
-            ensure_sound(plan, settings)
-        return build_and_publish(plan, cache, jobs, settings)
+            pending = start(plan, settings)
+        # the self-check's verdict gates the publish: a refusal publishes (and so loads) nothing
+        return build_and_publish(plan, pending.gate(cache) if pending is not None else cache, jobs, settings)
+
+    try:
+        entry = _locked(plan, cache, build, remote, job, settings)
+    except Exception:
+        if pending is not None and pending.done():  # a refusal known by now says more than the build's error
+            pending.result()
+        raise
+    if pending is not None:
+        pending.result()  # nothing is returned for loading before the verdict (an entry another process built too)
+    return entry
+
+
+def _locked(plan: Plan, cache: Cache, build: Callable[[], Manifest], remote: bool, job: bool,
+            settings: Settings) -> Entry:
+    from .lock import key_lock
 
     with key_lock(cache.lock_path(plan.spec.name, plan.key), plan.what, settings.lock_timeout):
         found = cache.lookup(plan.address)

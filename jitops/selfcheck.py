@@ -3,81 +3,56 @@
 Some toolchains build extensions that load and run, but kill the process the
 first time a kernel throws (a ``TORCH_CHECK`` on a bad shape): the exception
 cannot unwind through the extension's frames, so the user sees a segfault or
-an abort instead of a ``RuntimeError``. jitops finds out before it builds
-anything with a new toolchain: it compiles a tiny probe op whose kernel throws
-(lean dispatcher header, -O0, one command that compiles and links), loads it
-in a CHILD process and checks that the error arrives as ``RuntimeError``.
+an abort instead of a ``RuntimeError``. jitops finds out with the first build
+of a new toolchain: it compiles a tiny probe op whose kernel throws (lean
+dispatcher header, -O0, one command that compiles and links), loads it in a
+CHILD process and checks that the error arrives as ``RuntimeError``.
 
-A pass is remembered under the cache's ``v1/toolchains/`` (like the compiler
-identity), keyed by everything that shapes the probe's binary: the compiler's
-canonical path, file stamp, identity and driver, its OpenMP flags,
-CFLAGS/CXXFLAGS/LDFLAGS, and the torch and Python ABI. A failure is not
-remembered: it is re-checked, so a fixed setup is seen at once. A probe that
-does not even build gives no verdict: the real build goes on and reports its
-own error (file:line, an OOM-killed compiler), which says more. Only cache
-misses reach :func:`ensure_sound`, so the warm path never runs it. Offline
-mode never builds, and the fake builder (``settings.builder == "fake"``, a test
-seam that runs no C++ compiler) skips it. Settings come in as a value (only
-settings.py reads the environment).
+The probe runs in a thread beside the first build (:class:`Pending`); the
+build publishes its entry, and the loader loads it, only after a pass. A
+refusal publishes and loads nothing. The verdict is remembered per user, across
+cache roots, in the state directory (verdicts.py), keyed by everything that
+shapes the probe's binary: the compiler's canonical path, file stamp, identity
+and driver, its OpenMP flags, CFLAGS/CXXFLAGS/LDFLAGS, and the torch and Python
+ABI. Concurrent processes probe once per identity (one lock; the others wait a
+bounded time and reuse its verdict). A probe that does not even build gives no
+verdict: the real build goes on and reports its own error (file:line, an
+OOM-killed compiler), which says more. Only cache misses reach :func:`start`,
+so the warm path never runs it. Offline mode never builds, and the fake builder
+(``settings.builder == "fake"``, a test seam that runs no C++ compiler) skips
+it. Settings come in as a value (only settings.py reads the environment).
 
-Imports: build (lazily), compilers, errors, fsutil (lazily), key, settings (types), target, toolchain.
+Imports: cache, compilers, errors, selfprobe, target, toolchain, verdicts; manifest, plan, settings (types only).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
-import shlex
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import compilers, toolchain
-from .errors import BuildInterrupted, ConfigError, ToolchainError
-from .key import extra_env_flags
+from . import compilers, toolchain, verdicts
+from .cache import Cache
+from .errors import CacheError, ConfigError, LockTimeout, ToolchainError
+from .selfprobe import NAMESPACE, PROBE_VERSION, Result, run_probe
 from .target import System
 
+__all__ = ["NAMESPACE", "PROBE_VERSION", "Pending", "Result", "check", "doctor", "ensure_sound", "identity", "refusal",
+           "run_probe", "start"]
+
 if TYPE_CHECKING:
+    from .manifest import Address, Hit, Miss
     from .plan import Plan
     from .settings import Settings
 
 log = logging.getLogger("jitops")
-
-PROBE_VERSION = 1  # bump when the probe's source or command line changes
-NAMESPACE = "jitops_selfcheck"
-_PROBE_CPP = """\
-// jitops toolchain self-check: a kernel that throws a c10::Error (TORCH_CHECK).
-#include <torch/library.h>
-static void jitops_probe(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) {
-  const int64_t x = stack->back().toInt();
-  TORCH_CHECK(x < 0, "jitops self-check: expected error for ", x);
-  stack->back() = c10::IValue(x);
-}
-TORCH_LIBRARY(NAMESPACE, m) {
-  m.def("probe(int x) -> int", torch::CppFunction::makeFromBoxedFunction<&jitops_probe>());
-}
-""".replace("NAMESPACE", NAMESPACE)
-_CHILD = f"""\
-import sys, torch
-torch.ops.load_library(sys.argv[1])
-try:
-    torch.ops.{NAMESPACE}.probe(7)
-except RuntimeError as e:
-    ok = "jitops self-check: expected error for 7" in str(e)
-    print("JITOPS_SELFCHECK " + ("ok" if ok else "wrong message: " + str(e).splitlines()[0][:200]), flush=True)
-    sys.exit(0 if ok else 3)
-print("JITOPS_SELFCHECK no error raised", flush=True)
-sys.exit(4)
-"""
 
 _passed: set[str] = set()  # identities that passed in this process
 _lock = threading.Lock()
@@ -91,16 +66,6 @@ def _reset_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-@dataclass(frozen=True)
-class Result:
-    ok: bool
-    detail: str  # what happened, one line
-    seconds: float
-    compiler: str  # the command run, with its identity
-    cached: bool = False
-    built: bool = True  # False: the probe did not even compile and link
-
-
 def identity(system: System, compiler: dict[str, Any]) -> str:
     """Hash of everything that shapes the probe's binary. Pure, apart from the compiler's file stamp."""
     try:
@@ -111,10 +76,6 @@ def identity(system: System, compiler: dict[str, Any]) -> str:
     parts = [PROBE_VERSION, compiler, stamp, env, system.torch_version, system.torch_git_version,
              system.cxx11_abi, system.python_abi, system.machine]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def _record_path(tool_dir: Path, ident: str) -> Path:
-    return tool_dir / f"selfcheck-{ident}.json"
 
 
 def _torch_compiler() -> str:
@@ -131,75 +92,6 @@ def _torch_compiler() -> str:
     return f"{words} ({path.group(1)})" if path else words
 
 
-def _cxx_standard(torch_root: Path) -> str:
-    """The -std= that torch's cpp_extension compiles with (c++17 up to torch 2.9ish, c++20 since), read
-    from its source so the probe parses torch's headers as real builds do; importing it costs ~33 ms more."""
-    try:
-        text = (torch_root / "utils" / "cpp_extension.py").read_text()
-    except OSError:
-        return "-std=c++17"
-    m = re.search(r"common_cflags \+= \['-std=(c\+\+\d+)'", text)
-    return f"-std={m.group(1)}" if m else "-std=c++17"
-
-
-def _probe_command(system: System, cxx: str, compiler: dict[str, Any], src: Path, out: Path) -> list[str]:
-    import torch
-
-    root = Path(torch.__file__).parent
-    env_cflags, env_ldflags = extra_env_flags(system)
-    omp = compilers.build_flags(["-fopenmp"], compiler) if compiler.get("openmp") else []
-    return [cxx, "-shared", "-fPIC", _cxx_standard(root), "-O0", f"-D_GLIBCXX_USE_CXX11_ABI={int(system.cxx11_abi)}",
-            "-isystem", str(root / "include"), "-isystem", str(root / "include" / "torch" / "csrc" / "api" / "include"),
-            *omp, *env_cflags, str(src), "-o", str(out), f"-L{root / 'lib'}", "-lc10", "-ltorch_cpu", *omp,
-            *env_ldflags]
-
-
-def run_probe(system: System, cxx: str, compiler: dict[str, Any]) -> Result:
-    """Build the probe with ``cxx`` and check it in a child process. Writes nothing outside a temp dir."""
-    from .build import run_supervised  # miss path only
-
-    start = time.monotonic()
-    who = f"{cxx} ({compiler.get('version', '?')})"
-    with tempfile.TemporaryDirectory(prefix="jitops-selfcheck-") as tmp:
-        src, lib = Path(tmp) / "probe.cpp", Path(tmp) / "libjitops_selfcheck.so"
-        src.write_text(_PROBE_CPP)
-        env = dict(os.environ, TMPDIR=tmp)
-        cmd = _probe_command(system, cxx, compiler, src, lib)
-        try:
-            rc, out = run_supervised(cmd, cwd=Path(tmp), env=env)
-        except KeyboardInterrupt as e:  # the supervisor already stopped the compiler
-            raise BuildInterrupted("toolchain self-check interrupted; the compiler was stopped and nothing was "
-                                   "cached") from e
-        if rc != 0 or not lib.is_file():
-            first = next((ln for ln in out.splitlines() if "error" in ln), out.strip().splitlines()[-1:] or [""])
-            first = first if isinstance(first, str) else first[0]
-            return Result(False, f"cannot build the probe op (exit {rc}): {first[:300]}  [command: "
-                          f"{shlex.join(cmd)}]", time.monotonic() - start, who, built=False)
-        loaded: int | None
-        try:
-            child = subprocess.run([sys.executable, "-c", _CHILD, str(lib)], capture_output=True, text=True,
-                                   timeout=180, stdin=subprocess.DEVNULL, env=env, cwd=tmp, check=False)
-            loaded, text = child.returncode, (child.stdout + child.stderr)
-        except subprocess.TimeoutExpired:
-            loaded, text = None, "timed out after 180 s"
-        except KeyboardInterrupt as e:  # subprocess.run killed the child
-            raise BuildInterrupted("toolchain self-check interrupted; nothing was cached") from e
-    seconds = time.monotonic() - start
-    if loaded == 0:
-        return Result(True, "a C++ error thrown by the probe op arrived as RuntimeError", seconds, who)
-    if loaded is not None and loaded < 0:
-        try:
-            sig = signal.Signals(-loaded).name
-        except ValueError:
-            sig = f"signal {-loaded}"
-        why = f"the process was killed by {sig} when the probe op threw a C++ error"
-    else:
-        said = [ln for ln in text.splitlines() if ln.strip()]
-        mark = next((ln for ln in said if ln.startswith("JITOPS_SELFCHECK")), said[-1] if said else "")
-        why = f"the probe op did not raise RuntimeError (exit {loaded}): {mark[:300]}"
-    return Result(False, why, seconds, who)
-
-
 def refusal(result: Result, op: str) -> ToolchainError:
     return ToolchainError(
         f"cannot build op {op!r}: the C++ compiler {result.compiler} fails the toolchain self-check: {result.detail}. "
@@ -209,64 +101,128 @@ def refusal(result: Result, op: str) -> ToolchainError:
     )
 
 
-def check(system: System, compiler: dict[str, Any], cxx: str, tool_dir: Path | None, *, record: bool) -> Result:
-    """The self-check's result for this toolchain: remembered if it passed before, else run now."""
-    ident = identity(system, compiler)
-    if ident in _passed:
-        return Result(True, "passed earlier in this process", 0.0, cxx, cached=True)
-    if tool_dir is not None:
-        try:
-            data = json.loads(_record_path(tool_dir, ident).read_text())
-            if data.get("ok") is True:
-                _passed.add(ident)
-                return Result(True, f"passed before (recorded {data.get('when', '?')})", 0.0, cxx, cached=True)
-        except (OSError, ValueError):
-            pass
+PROBE_WAIT = 300.0  # seconds a process waits for another's probe of the same toolchain before running its own
+
+
+def _recalled(state: Path, ident: str, cxx: str, since: float | None) -> Result | None:
+    data = verdicts.read(state, ident, since=since)
+    if data is None:
+        return None
+    if data["ok"]:
+        _passed.add(ident)
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(data["when"]))
+        return Result(True, f"passed on {when} (remembered in {verdicts.folder(state)})", 0.0, cxx, cached=True)
+    return Result(False, data["detail"], data["seconds"], data["compiler"], cached=True)
+
+
+def _probe_now(system: System, compiler: dict[str, Any], cxx: str, ident: str, state: Path | None) -> Result:
     result = run_probe(system, cxx, compiler)
     log.info("toolchain self-check of %s: %s (%.1f s)", cxx, "passed" if result.ok else result.detail, result.seconds)
     if result.ok:
         _passed.add(ident)
-        if record and tool_dir is not None:
-            _remember(tool_dir, ident, result)
+    if state is not None and result.built:  # a probe that did not build is no verdict
+        verdicts.write(state, ident, ok=result.ok, detail=result.detail, compiler=result.compiler, seconds=result.seconds)
     return result
 
 
-def _remember(tool_dir: Path, ident: str, result: Result) -> None:
-    from .fsutil import atomic_write, makedirs
+def check(system: System, compiler: dict[str, Any], cxx: str, state: Path | None, *, recheck: bool = False,
+          wait: float = PROBE_WAIT) -> Result:
+    """This toolchain's verdict: remembered (this process, then ``state``) unless ``recheck``, else probed now.
 
-    try:
-        makedirs(tool_dir)
-        body = {"ok": True, "compiler": result.compiler, "seconds": round(result.seconds, 2),
-                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        atomic_write(_record_path(tool_dir, ident), json.dumps(body).encode())
-    except OSError as e:  # read-only or unusable cache: check again next process
-        log.debug("could not record the toolchain self-check in %s: %s", tool_dir, e)
+    Concurrent processes probe one at a time under one lock per identity; one that waited reuses the
+    verdict the probe it waited for recorded (a pass, or a failure found while it waited).
+    """
+    ident = identity(system, compiler)
+    if not recheck:
+        if ident in _passed:
+            return Result(True, "passed earlier in this process", 0.0, cxx, cached=True)
+        found = _recalled(state, ident, cxx, None) if state is not None else None
+        if found is not None:
+            return found
+    if state is None or verdicts.problem(state) is not None:
+        if state is not None:
+            log.info("not using the state dir %s for self-check verdicts: %s", state, verdicts.problem(state))
+        return _probe_now(system, compiler, cxx, ident, None)
+    since = time.time()
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(verdicts.probing(state, ident, wait))
+        except (LockTimeout, CacheError, OSError) as e:  # bounded: after `wait`, or with no usable lock, probe here
+            log.warning("running the toolchain self-check without waiting for another process's: %s",
+                        str(e).split(" Fix: ")[0])
+            return _probe_now(system, compiler, cxx, ident, state)
+        found = None if recheck else _recalled(state, ident, cxx, since)
+        return found if found is not None else _probe_now(system, compiler, cxx, ident, state)
+
+
+class Pending:
+    """A self-check running beside the first build (a thread). ``result()`` waits for it; ``gate(cache)``
+    is the cache to build into: it publishes an entry only after a pass, and refuses otherwise."""
+
+    def __init__(self, plan: Plan, settings: Settings) -> None:
+        compiler = plan.ingredients["compiler"]
+        self.op = plan.spec.name
+        self._outcome: Result | BaseException | None = None
+        args = (plan.system, compiler, plan.compiler.run if plan.compiler else compiler["path"], settings.state_root())
+        self._thread = threading.Thread(target=self._run, args=args, name="jitops-selfcheck", daemon=True)
+        self._thread.start()
+
+    def _run(self, *args: Any) -> None:
+        try:
+            with _lock:  # threads of one process probe one at a time (then reuse the verdict in memory)
+                self._outcome = check(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that waits
+            self._outcome = e
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self) -> Result:
+        """The verdict (waits for it); raises the refusal if C++ errors would crash the process."""
+        self._thread.join()
+        outcome = self._outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is not None
+        if not outcome.ok and outcome.built:
+            raise refusal(outcome, self.op)
+        if not outcome.built:  # no verdict: the real build reports its own error (file:line, OOM, ...) better
+            log.info("toolchain self-check could not build its probe (%s); going on with %s", outcome.detail, self.op)
+        return outcome
+
+    def gate(self, cache: Cache) -> Cache:
+        return _Gated(cache.root, self)
+
+
+class _Gated(Cache):
+    """The same cache root; publishing waits for the self-check's verdict first (a refusal publishes nothing)."""
+
+    def __init__(self, root: Path, pending: Pending) -> None:
+        super().__init__(root)
+        self._pending = pending
+
+    def publish_entry(self, staged: Path, address: Address) -> tuple[Hit | Miss, bool]:
+        self._pending.result()
+        return super().publish_entry(staged, address)
+
+
+def start(plan: Plan, settings: Settings) -> Pending | None:
+    """Start the self-check beside the first build (None: nothing to check: no C++ compiler, or the fake
+    builder). Called on a cache miss only: the warm path never runs it."""
+    if plan.ingredients.get("compiler") is None or settings.builder == "fake":
+        return None
+    return Pending(plan, settings)
 
 
 def ensure_sound(plan: Plan, settings: Settings) -> None:
-    """Before the first build with a toolchain: refuse (ToolchainError) if C++ errors would crash.
-
-    Called on a cache miss only, before any lock or staging dir. Skipped for the
-    fake builder, which compiles no C++.
-    """
-    compiler = plan.ingredients.get("compiler")
-    if compiler is None or settings.builder == "fake":
-        return
-    from .fsutil import insecure_reason
-
-    cache = plan.cache
-    usable = not os.path.lexists(cache.root) or insecure_reason(cache.root, want_dir=True) is None
-    with _lock:  # threads of one process run the probe once
-        result = check(plan.system, compiler, plan.compiler.run if plan.compiler else compiler["path"],
-                       cache.toolchains if usable else None, record=True)
-    if not result.ok and result.built:
-        raise refusal(result, plan.spec.name)
-    if not result.built:  # no verdict: the real build reports its own error (file:line, OOM, ...) better
-        log.info("toolchain self-check could not build its probe (%s); building %s anyway", result.detail, plan.what)
+    """The self-check, waited for now: ToolchainError if C++ errors from this toolchain would crash."""
+    pending = start(plan, settings)
+    if pending is not None:
+        pending.result()
 
 
-def doctor(system: System, tool_dir: Path, settings: Settings, *, offline: bool) -> tuple[str, str, str]:
-    """(status, detail, fix) for ``jitops doctor``: runs the probe every time (and records a pass)."""
+def doctor(system: System, tool_dir: Path, settings: Settings, *, offline: bool, recheck: bool = False) -> tuple[str, str, str]:
+    """(status, detail, fix) for ``jitops doctor``: a remembered verdict unless ``recheck``, else the probe now."""
     if offline:
         return "info", "skipped: JITOPS_OFFLINE=1 never builds", ""
     if settings.builder == "fake":
@@ -275,13 +231,12 @@ def doctor(system: System, tool_dir: Path, settings: Settings, *, offline: bool)
         tool = compilers.cxx(system, "<any>", tool_dir)
         compiler = compilers.ingredient(tool)
         cxx = tool.run
-        result = run_probe(system, cxx, compiler)
+        result = check(system, compiler, cxx, settings.state_root(), recheck=recheck)
     except (ToolchainError, ConfigError) as e:  # no compiler, or unusable flag variables (the settings row says which)
         return "warn", f"not run: {str(e).split(' Fix: ')[0]}", ""
     if result.ok:
-        _passed.add(identity(system, compiler))
-        if os.path.isdir(tool_dir.parent):  # doctor never creates a cache root
-            _remember(tool_dir, identity(system, compiler), result)
+        if result.cached:
+            return "ok", f"{result.detail} ({cxx}; `jitops doctor --recheck` runs it again)", ""
         return "ok", f"{result.detail} ({cxx}; {result.seconds:.1f} s)", ""
     if not result.built:
         return "warn", f"could not build the probe op: {result.detail} ({result.seconds:.1f} s)", \

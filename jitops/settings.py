@@ -10,7 +10,7 @@ To add a setting: one field, one line in :meth:`Settings.from_env` using the
 parsers below (each names the variable, its value and the fix on bad input),
 and one entry in :data:`VARIABLES` so ``jitops doctor`` shows it.
 
-Imports: errors only (and platformdirs, lazily, for the default cache root).
+Imports: errors only (and platformdirs, lazily, for the default cache and state roots).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .errors import ConfigError
 VARIABLES = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
              "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_FAKE_BUILD_SECONDS", "MAX_JOBS", "JITOPS_PCH",
              "JITOPS_LEAN_EXTENSION_H",
+             "JITOPS_STATE_DIR",
              "JITOPS_REMOTE_CACHE", "JITOPS_REMOTE_CACHE_MODE", "JITOPS_REMOTE_TRUSTED_KEYS", "JITOPS_REMOTE_SIGNING_KEY",
              "JITOPS_CONFIG_DIR", "JITOPS_REMOTE_CONNECT_TIMEOUT", "JITOPS_REMOTE_TIMEOUT",
              "JITOPS_REMOTE_LEASE_SECONDS", "JITOPS_REMOTE_FAILURE_SECONDS", "JITOPS_DISTRIBUTED", "JITOPS_HOST_ID")
@@ -218,6 +219,7 @@ class Settings:
     distributed: DistributedSettings | None = NOT_IN_A_JOB  # JITOPS_DISTRIBUTED: the job's c10d store as a tier (issue 16)
     pch: bool = True  # JITOPS_PCH (on unless 0): precompile each file's header prefix into the cache
     lean_extension_h: bool = True  # JITOPS_LEAN_EXTENSION_H (on unless 0): torch/extension.h's stand-in (tubuild)
+    state_dir: Path | None = None  # JITOPS_STATE_DIR, absolute; None: platformdirs' user state dir (self-check verdicts)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -247,6 +249,7 @@ class Settings:
             distributed=distributed_settings(env),
             pch=_on_unless_off(env, "JITOPS_PCH"),
             lean_extension_h=_on_unless_off(env, "JITOPS_LEAN_EXTENSION_H"),
+            state_dir=_cache_dir(env.get("JITOPS_STATE_DIR", "")),
         )
 
     def cache_root(self) -> Path:
@@ -256,6 +259,15 @@ class Settings:
         import platformdirs
 
         return Path(platformdirs.user_cache_dir("jitops", appauthor=False))
+
+    def state_root(self) -> Path:
+        """Per-user state that outlives cache roots (toolchain self-check verdicts): JITOPS_STATE_DIR, else
+        the user state dir."""
+        if self.state_dir is not None:
+            return self.state_dir
+        import platformdirs
+
+        return Path(platformdirs.user_state_dir("jitops", appauthor=False))
 
     def shown(self, environ: Mapping[str, str] | None = None) -> list[str]:
         """``NAME=value`` for each variable of :data:`VARIABLES` that is set (for ``doctor``)."""

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import threading
@@ -73,6 +74,13 @@ def find_cxx(system: System, op: str) -> str:
     cxx = system.env("CXX") or "c++"
     found = shutil.which(cxx)
     path = os.path.abspath(found) if found else None
+    words = cxx.split()
+    if path is None and len(words) > 1 and shutil.which(words[0]):  # CXX="g++ -O2": a compiler and its flags
+        raise ToolchainError(
+            f"cannot build op {op!r}: CXX={shown(cxx)} holds flags as well as the compiler; jitops runs CXX as one "
+            f"program. Fix: set CXX={shlex.quote(words[0])} and put the flags in CXXFLAGS "
+            f"(CXXFLAGS={shlex.quote(' '.join(words[1:]))})"
+        )
     if path is None:
         how = f"CXX={shown(cxx)} does not name an executable" if system.env("CXX") else "'c++' is not on PATH"
         raise ToolchainError(
@@ -183,7 +191,8 @@ def _ask_version(path: str) -> str:
         raise ToolchainError(f"cannot run {path} --version: {e}. Fix: check that the compiler works.") from e
     lines = [ln.strip() for ln in (out.stdout or out.stderr).splitlines() if ln.strip()]
     if out.returncode != 0 or not lines:
-        raise ToolchainError(f"{path} --version failed (exit {out.returncode}); is it a working compiler?")
+        raise ToolchainError(f"{path} --version failed (exit {out.returncode}), so it is not a working compiler. Fix: "
+                             "set CXX (or CUDA_HOME, for nvcc) to a working one, or unset CXX to use the system c++")
     if "nvcc" in os.path.basename(path):  # "..., release 13.0, V13.0.88" then "Build cuda_13.0.r13.0/..."
         return "; ".join(ln for ln in lines if "release" in ln or ln.startswith("Build")) or lines[-1]
     return lines[0]

@@ -1,9 +1,15 @@
-"""Shared fixtures.
+"""Shared fixtures, and the fast tier.
 
-Tiers (see README "Tests"): pure tests need no compiler; ``compile`` tests
+Marks (see README "Tests"): pure tests need no compiler; ``compile`` tests
 build real kernels into one session-wide cache, each op at most once per
 session; ``process`` tests run scenarios in subprocesses with hard timeouts;
 ``cuda`` tests need a GPU and are skipped without one.
+
+Tiers: a bare ``python -m pytest`` runs the fast tier, an allow-list in
+tests/tiers.py; ``--full`` runs everything (what CI runs). Naming test paths,
+``-m`` or ``-k`` also selects from everything. A test that is not
+allow-listed (every new file, e.g. tests/adversarial/) is full-only, and the
+run's summary says how many were left to ``--full``.
 """
 
 from __future__ import annotations
@@ -16,12 +22,17 @@ from pathlib import Path
 
 import pytest
 
+from tests import tiers
+
 # One cache for the whole session, resolved before anything imports jitops's
 # loader: every compile test shares it, so each op is built once. Never import
 # this module from a test (shared helpers live in tests/helpers.py): a second
 # import would make a second cache.
 _SESSION_CACHE = os.environ.get("JITOPS_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="jitops-test-cache-")
 os.environ["JITOPS_CACHE_DIR"] = _SESSION_CACHE
+# The state dir (toolchain self-check verdicts) is the session's too: no test reads or writes the real home's.
+_SESSION_STATE = tempfile.mkdtemp(prefix="jitops-test-state-")
+os.environ["JITOPS_STATE_DIR"] = _SESSION_STATE
 # torch.compile's on-disk caches, private to the session too: a compiled graph from another run, checkout
 # or torch (same op names, same graph code) is never what a test gets back.
 _SESSION_INDUCTOR = tempfile.mkdtemp(prefix="jitops-test-inductor-")
@@ -39,7 +50,42 @@ def _cuda_available() -> bool:
         return False
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true", default=False,
+                     help="run the whole suite (what CI runs); without it a bare run is the fast tier (README: Tests)")
+
+
+def _fast_tier(config: pytest.Config) -> bool:
+    """The bare command: no --full, no test paths, no -m, no -k."""
+    named = config.args_source == pytest.Config.ArgsSource.ARGS
+    return not (config.getoption("--full") or named or config.getoption("markexpr") or config.getoption("keyword"))
+
+
+def _select_fast_tier(config: pytest.Config, items: list[pytest.Item]) -> None:
+    stale = tiers.stale([i.nodeid for i in items])
+    if stale:  # a renamed test must not drop out of the fast tier unnoticed
+        raise pytest.UsageError(f"tests/tiers.py FAST_TESTS names tests that do not exist: {stale}")
+    fast = {i.nodeid for i in items if tiers.is_fast(i.nodeid, {m.name for m in i.iter_markers()})}
+    keep = [i for i in items if i.nodeid in fast]
+    left = [i for i in items if i.nodeid not in fast]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = keep
+    config.stash[_LEFT] = len(left)
+
+
+_LEFT = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    left = config.stash.get(_LEFT, None)
+    if left:
+        terminalreporter.write_line(f"fast tier: {left} more tests run with `python -m pytest --full` (what CI runs)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _fast_tier(config):
+        _select_fast_tier(config, items)
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -53,6 +99,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not os.environ.get("JITOPS_TEST_CACHE_DIR"):
         shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
     shutil.rmtree(_SESSION_INDUCTOR, ignore_errors=True)
+    shutil.rmtree(_SESSION_STATE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

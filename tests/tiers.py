@@ -1,0 +1,58 @@
+"""The fast tier: what a bare ``python -m pytest`` runs (tests/conftest.py applies it; ``--full`` runs all).
+
+An allow-list: pure files (their tests without a heavy mark) and named tests (one real build of each builtin
+library, a smoke test of each public entry point). Anything not listed, every new file included (e.g.
+tests/adversarial/), runs only in the full tier, which is what CI runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# Files whose tests without a compile, process or slow mark are all fast (pure: seconds in all).
+FAST_FILES = frozenset({
+    "tests/test_bench.py", "tests/test_build_errors.py", "tests/test_cache_parts.py", "tests/test_cli.py",
+    "tests/test_compilers.py", "tests/test_cuda_target.py", "tests/test_cuda_toolchain.py", "tests/test_errors.py", "tests/test_first_minutes.py", "tests/test_functionalize.py",
+    "tests/test_gpu_safe.py", "tests/test_ninja.py", "tests/test_pure_core.py", "tests/test_selfcheck.py", "tests/test_tiers.py",
+    "tests/test_torch_versions.py",
+})
+# Named tests, whatever their marks: one real build of each builtin library, and a smoke test of each public
+# entry point. "file::test" takes every parametrization; "file::test[id]" just that one.
+FAST_TESTS = frozenset({
+    # get() of each builtin library, built for real once (the session cache), checked against torch
+    "tests/test_kernels.py::test_softmax_matches_reference",  # softmax, log_softmax
+    "tests/test_kernels.py::test_add_matches_reference_and_torch",
+    "tests/test_kernels.py::test_nms_matches_reference",
+    "tests/test_kernels.py::test_gradcheck",  # autograd through the built kernels
+    # load / load_inline (jitops style) and register_kernel_dir
+    "tests/test_user.py::test_load_from_files_and_register_kernel_dir",
+    # the drop-in load / load_inline (torch's style: <torch/extension.h>, functions=)
+    "tests/test_dropin.py::test_functions_become_module_attributes_and_run",
+    "tests/test_dropin.py::test_every_torch_parameter_is_accepted_in_torchs_order",
+    # the `jitops` console script and `jitops explain` on a real entry (test_cli.py: list, info, warm, cache *
+    # with the fake builder; test_selfcheck.py and test_bench.py: doctor, bench)
+    "tests/test_cli_process.py::test_console_script_is_main",
+    "tests/test_cli_process.py::test_explain_names_the_changed_ingredient",
+    # jitops.distributed: get outside a job, warm's rank and world from a process group
+    "tests/test_distributed.py::test_without_torch_distributed_nothing_changes",
+    "tests/test_distributed.py::test_warm_takes_rank_and_world_from_an_initialized_process_group",
+    # the jitops.kernels entry-point group
+    "tests/test_entrypoints.py::test_broken_packages_are_skipped_with_a_warning",
+})
+HEAVY = frozenset({"compile", "process", "slow", "cuda"})
+
+
+def is_fast(nodeid: str, marks: Iterable[str]) -> bool:
+    """Whether the test ``nodeid`` (``tests/x.py::test[id]``) with these mark names is in the fast tier."""
+    path, _, name = nodeid.partition("::")
+    if nodeid in FAST_TESTS or f"{path}::{name.split('[')[0]}" in FAST_TESTS:
+        return True
+    return path in FAST_FILES and not HEAVY.intersection(marks)
+
+
+def stale(nodeids: Iterable[str]) -> list[str]:
+    """Entries of FAST_TESTS that name no collected test (a rename must not drop a test from the tier unseen)."""
+    seen = set()
+    for n in nodeids:
+        seen.update((n, n.split("[")[0]))
+    return sorted(t for t in FAST_TESTS if t not in seen)
