@@ -39,9 +39,12 @@ def validate_name(name: object, what: str = "op name") -> str:
     if isinstance(name, str) and _NAME_RE.fullmatch(name):
         return name
     shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
+    # A name that differs from a valid one only in case, padding or '-' gets that name as the fix.
+    near = name.strip().lower().replace("-", "_") if isinstance(name, str) else ""
+    hint = f". Did you mean {near!r}?" if near and near != name and _NAME_RE.fullmatch(near) else ""
     raise InvalidNameError(
         f"invalid {what} {shown}: names must match {NAME_PATTERN} "
-        "(ASCII lowercase letters, digits and '_', starting with a letter, at most 64 characters)"
+        f"(ASCII lowercase letters, digits and '_', starting with a letter, at most 64 characters){hint}"
     )
 
 

@@ -86,6 +86,18 @@ def test_invalid_name_is_still_invalid_name_error() -> None:
         jitops.get("../etc")
 
 
+@pytest.mark.parametrize(("typed", "meant"), [("Softmax", "softmax"), (" log_softmax ", "log_softmax"), ("my-kernels", "my_kernels")])
+def test_a_near_valid_name_suggests_the_valid_one(typed: str, meant: str) -> None:
+    with pytest.raises(InvalidNameError, match=f"Did you mean '{meant}'"):
+        jitops.get(typed)
+
+
+def test_a_hopeless_name_suggests_nothing() -> None:
+    with pytest.raises(InvalidNameError) as info:
+        jitops.get("../etc")
+    assert "Did you mean" not in str(info.value)
+
+
 # ------------------------------------------------------------------ 2. settings
 
 
