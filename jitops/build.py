@@ -164,30 +164,24 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 class _Checked:
-    """``run_supervised`` that asks the job, after each run, whether its sources changed meanwhile.
-
-    A change is reported as a failed run (exit 1), so tubuild caches no object from it, and every run
-    after it is skipped; ``build`` then raises SourcesChanged."""
+    """``run_supervised`` that asks the job, after each run, whether its sources changed meanwhile, and
+    raises SourcesChanged if so: out of the per-file build, so no object or PCH of that run is cached."""
 
     def __init__(self, job: BuildJob) -> None:
         self.job = job
-        self.why: str | None = None
         self.asked = False
 
     def __call__(self, cmd: Sequence[str], *, cwd: Path, env: dict[str, str],
                  on_line: Callable[[str], None] | None = None) -> tuple[int, str]:
-        if self.why is not None:
-            return 1, ""
         rc, out = run_supervised(cmd, cwd=cwd, env=env, on_line=on_line)
-        if self.ask() is not None:
-            return 1, out + f"\njitops: {self.why} during the build; its result is discarded\n"
+        self.check()
         return rc, out
 
-    def ask(self) -> str | None:
+    def check(self) -> None:
         self.asked = True
-        if self.job.sources_changed is not None:
-            self.why = self.job.sources_changed()
-        return self.why
+        why = self.job.sources_changed() if self.job.sources_changed is not None else None
+        if why is not None:
+            raise SourcesChanged(f"library {self.job.library!r}: {why} while it was compiled; nothing was published")
 
 
 # What the builders run their commands with (``build`` sets a _Checked for each job).
@@ -272,8 +266,8 @@ def build(job: BuildJob, log_path: Path | None, on_line: Callable[[str], None] |
         _RUN.reset(token)
         timings = _TIMINGS.pop(id(job), {})
     seconds = time.monotonic() - start
-    if (run.why if run.asked else run.ask()) is not None:  # a builder that ran nothing through ``run``: ask now
-        raise SourcesChanged(f"library {job.library!r}: {run.why} while it was compiled; nothing was published")
+    if not run.asked:  # a builder that ran nothing through ``run`` (a test's): ask now
+        run.check()
     if rc != 0 or not lib.is_file():
         from .build_errors import format_build_error
 

@@ -44,7 +44,7 @@ at::Tensor bump(const at::Tensor& x) {{
   at::Tensor out = at::empty_like(xc);
   const float* in = xc.data_ptr<float>();
   float* o = out.data_ptr<float>();
-  float add = {add}f;
+  float add = {add}.0f;
 #ifdef NAME
   add += std::strcmp(JSTR(NAME), "a b") == 0 ? 1000.0f : 0.0f;  // -DNAME="a b" reached the compiler as one word
 #endif
@@ -65,13 +65,16 @@ def _write(path: Path, text: str) -> None:
 
 
 def _hostile(marker_dir: Path) -> tuple[list[str], list[str], str]:
-    """(extra_cflags, extra_ldflags, CXXFLAGS): each would run `touch` through sh if a flag were not one word."""
+    """(extra_cflags, extra_ldflags, CXXFLAGS): each would run `touch` through sh if a flag were not one word.
+
+    One shell word each (``${IFS}`` is sh's space), so a real compile with them succeeds."""
     m = str(marker_dir)
-    cflags = [f"-DX1=1;touch {m}/semicolon;#", f"-DX2=$(touch {m}/dollar)", f"-DX3=`touch {m}/backtick`",
-              f"-DX4=1>{m}/redirect", f"-DX5=1|touch {m}/pipe", f"-DX6=1&touch {m}/amp", '-DNAME="a b"', "-O0 -Wall"]
-    ldflags = [f"-Wl,-rpath,;touch {m}/ld_semicolon;#", f"-Wl,-rpath,$(touch {m}/ld_dollar)",
-               f"-Wl,-rpath,`touch {m}/ld_backtick`", f"-Wl,-rpath,>{m}/ld_redirect"]
-    return cflags, ldflags, f"'-DY=$(touch {m}/cxxflags)'"
+    cflags = [f"-DJT_A=1;touch${{IFS}}{m}/semicolon;#", f"-DJT_B=$(touch${{IFS}}{m}/dollar)",
+              f"-DJT_C=`touch${{IFS}}{m}/backtick`", f"-DJT_D=1>{m}/redirect", f"-DJT_E=1|touch${{IFS}}{m}/pipe",
+              f"-DJT_F=1&touch${{IFS}}{m}/amp", '-DNAME="a b"', "-O0 -Wall"]
+    ldflags = [f"-Wl,-rpath,;touch${{IFS}}{m}/ld_semicolon;#", f"-Wl,-rpath,$(touch${{IFS}}{m}/ld_dollar)",
+               f"-Wl,-rpath,`touch${{IFS}}{m}/ld_backtick`", f"-Wl,-rpath,>{m}/ld_redirect"]
+    return cflags, ldflags, f"'-DJT_Y=$(touch {m}/cxxflags)'"
 
 
 # ---------------------------------------------------------------- scenarios (run in children)
@@ -316,8 +319,8 @@ def test_build_ninja_gives_each_flag_word_as_one_argument(tmp_path: Path, monkey
     for command in [*compiles, link]:
         tokens = _sh_tokens(command)
         assert not OPERATORS & set(tokens), command
-    want_c = [w for item in cflags for w in shlex.split(item)] + [f"-DY=$(touch {marks}/cxxflags)"]
-    assert {"-DX3=`touch", f"{marks}/dollar)", "-DNAME=a b", "-O0", "-Wall"} <= set(want_c)
+    want_c = [w for item in cflags for w in shlex.split(item)] + [f"-DJT_Y=$(touch {marks}/cxxflags)"]
+    assert {f"-DJT_C=`touch${{IFS}}{marks}/backtick`", "-DNAME=a b", "-O0", "-Wall"} <= set(want_c)
     for command in compiles:
         tokens = _sh_tokens(command)
         assert all(tokens.count(w) == 1 for w in want_c), (want_c, tokens)
@@ -349,11 +352,10 @@ def test_ninja_runs_hostile_flags_through_sh_and_sh_runs_nothing(tmp_path: Path,
     compiles = [a for a in calls if "-c" in a]
     assert len(compiles) == 2 and len(calls) == 3  # two files, the link
     for argv in compiles:
-        for word in ("-DX2=$(touch", f"{marks}/dollar)", "-DX6=1&touch", "-DNAME=a b", "-O0", "-Wall",
-                     f"-DY=$(touch {marks}/cxxflags)"):
+        for word in (*cflags[:6], "-DNAME=a b", "-O0", "-Wall", f"-DJT_Y=$(touch {marks}/cxxflags)"):
             assert argv.count(word) == 1, (word, argv)
     link = next(a for a in calls if "-shared" in a)
-    assert "-Wl,-rpath,`touch" in link and f"-Wl,-rpath,>{marks}/ld_redirect" in link
+    assert all(link.count(word) == 1 for word in ldflags), link
 
 
 @pytest.mark.process
@@ -374,7 +376,8 @@ def test_a_real_build_with_hostile_flags_runs_nothing(tmp_path: Path) -> None:
     assert sorted(p.name for p in marks.iterdir()) == [], proc.stderr[-3000:]
     got = last_json(proc.stdout)
     assert got.get("value") == 1001.0, (got, proc.stderr[-3000:])  # x + 1, + 1000 for NAME == "a b"
-    assert {"-DNAME=a b", "-O0", "-Wall", f"-DY=$(touch {marks}/cxxflags)"} <= set(got["cflags"])
+    assert {*cflags[:6], "-DNAME=a b", "-O0", "-Wall", f"-DJT_Y=$(touch {marks}/cxxflags)"} <= set(got["cflags"])
+    assert set(ldflags) <= set(got["ldflags"])
 
 
 @pytest.mark.parametrize(("arg", "flag", "match"), [
