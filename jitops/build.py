@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import BuildError, BuildInterrupted, ConfigError, ToolchainError
+from .errors import BuildError, BuildInterrupted, ConfigError, SourcesChanged, ToolchainError
 
 if TYPE_CHECKING:
     from .cache import Cache
@@ -70,6 +70,9 @@ class BuildJob:
     pch_build: bool = False  # build missing PCHs beside the compiles (user libraries; builtin ops only use them)
     lean_extension: bool = False  # try the stand-in for <torch/extension.h> first (user libraries; tubuild)
     lock_timeout: float | None = None
+    # None if every file the key covers still holds the bytes digested for it, else what changed (publish: the
+    # plan's re-digest). Asked after each ninja run, before objects are cached or anything is published.
+    sources_changed: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def library_file(self) -> str:
@@ -160,21 +163,47 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.stdout.close()
 
 
+class _Checked:
+    """``run_supervised`` that asks the job, after each run, whether its sources changed meanwhile, and
+    raises SourcesChanged if so: out of the per-file build, so no object or PCH of that run is cached."""
+
+    def __init__(self, job: BuildJob) -> None:
+        self.job = job
+        self.asked = False
+
+    def __call__(self, cmd: Sequence[str], *, cwd: Path, env: dict[str, str],
+                 on_line: Callable[[str], None] | None = None) -> tuple[int, str]:
+        rc, out = run_supervised(cmd, cwd=cwd, env=env, on_line=on_line)
+        self.check()
+        return rc, out
+
+    def check(self) -> None:
+        self.asked = True
+        why = self.job.sources_changed() if self.job.sources_changed is not None else None
+        if why is not None:
+            raise SourcesChanged(f"library {self.job.library!r}: {why} while it was compiled; nothing was published")
+
+
+# What the builders run their commands with (``build`` sets a _Checked for each job).
+_RUN: contextvars.ContextVar[Callable[..., tuple[int, str]]] = contextvars.ContextVar("jitops_run", default=run_supervised)
+
+
 # ---------------------------------------------------------------- builders
 
 
 def real_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
     from .ninja import unalias, write_ninja_file
 
+    run = _RUN.get()
     if job.cache is not None:
         from .tubuild import build_tus
 
-        rc, out, lib, timings = build_tus(job, run_supervised, on_line)
+        rc, out, lib, timings = build_tus(job, run, on_line)
         _TIMINGS[id(job)] = timings
         return rc, out, lib
 
     _, aliases = write_ninja_file(job)
-    rc, out = run_supervised([job.ninja, "-v", "-j", str(job.jobs)], cwd=job.build_dir, env=job.env, on_line=on_line)
+    rc, out = run([job.ninja, "-v", "-j", str(job.jobs)], cwd=job.build_dir, env=job.env, on_line=on_line)
     return rc, unalias(out, aliases), job.build_dir / f"{job.library}.so"
 
 
@@ -204,7 +233,7 @@ def fake_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> t
         f"time.sleep({delay!r});"
         f"sys.exit(subprocess.call([{cc!r},'-shared','-fPIC','-O0','-o',{str(out)!r},{str(src)!r}]))"
     )
-    rc, text = run_supervised([sys.executable, "-I", "-S", "-c", code], cwd=job.build_dir, env=job.env, on_line=on_line)
+    rc, text = _RUN.get()([sys.executable, "-I", "-S", "-c", code], cwd=job.build_dir, env=job.env, on_line=on_line)
     return rc, text, out
 
 
@@ -225,14 +254,20 @@ def build(job: BuildJob, log_path: Path | None, on_line: Callable[[str], None] |
         )
     start = time.monotonic()
     on_line = on_line if on_line is not None else LIVE.get()
+    run = _Checked(job)
+    token = _RUN.set(run)
     try:
         rc, out, lib = builder(job, on_line)
     except KeyboardInterrupt as e:
         raise BuildInterrupted(
             f"build of {job.library!r} for {job.target} interrupted; the compiler was stopped and nothing was cached"
         ) from e
+    finally:
+        _RUN.reset(token)
+        timings = _TIMINGS.pop(id(job), {})
     seconds = time.monotonic() - start
-    timings = _TIMINGS.pop(id(job), {})
+    if not run.asked:  # a builder that ran nothing through ``run`` (a test's): ask now
+        run.check()
     if rc != 0 or not lib.is_file():
         from .build_errors import format_build_error
 

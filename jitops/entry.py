@@ -10,7 +10,9 @@ too, and only when ``settings.remote`` is set or this process is in a torchrun j
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import toolchain
-from .errors import OfflineMiss
+from .errors import BuildError, OfflineMiss, SourcesChanged
 from .key import without_tools
 from .manifest import EntryProblem, Hit, Manifest
 from .plan import Plan
@@ -28,6 +30,8 @@ from .settings import Settings
 if TYPE_CHECKING:
     from .cache import Cache
     from .selfcheck import Pending
+
+log = logging.getLogger("jitops")
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,17 @@ def before_first_build(plan: Plan, settings: Settings, *, check_toolchain: bool 
     return start(plan, settings)
 
 
+def _warm_hint(plan: Plan) -> str:
+    """How to fill the cache for ``plan`` ahead of time: ``jitops warm`` for a registered op, else one online call."""
+    if plan.spec.exports:
+        return f"run `jitops warm {plan.spec.exports[0]}`"
+    return (f"call the same jitops.load / load_inline for {plan.spec.name!r} once without JITOPS_OFFLINE=1 "
+            "(e.g. in the step that fills the cache)")
+
+
+SOURCE_ATTEMPTS = 3  # builds of one call whose sources keep changing under them, before BuildError
+
+
 def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = None,
                  settings: Settings | None = None) -> Entry:
     """Make sure a verified entry exists for ``plan``, building it if needed. Loads nothing.
@@ -137,8 +152,8 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
         why = f" ({status.reason})" if isinstance(status, Damaged) else ""
         raise OfflineMiss(
             f"JITOPS_OFFLINE=1 and the cache {plan.cache.root} has no usable entry for op library "
-            f"{plan.spec.name!r} ({plan.target.name}, key {plan.key[:12]}){why}. Fix: run "
-            f"`jitops warm {plan.spec.exports[0]}` with the same torch, compiler and flags, or unset JITOPS_OFFLINE"
+            f"{plan.spec.name!r} ({plan.target.name}, key {plan.key[:12]}){why}. Fix: {_warm_hint(plan)} "
+            "with the same torch, compiler and flags, or unset JITOPS_OFFLINE"
         )
     job = settings.distributed is not None and settings.distributed.in_job()  # the job's store (issue 16)
     remote = settings.remote is not None or job
@@ -159,7 +174,10 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
         return build_and_publish(plan, pending.gate(cache) if pending is not None else cache, jobs, settings)
 
     try:
-        entry = _locked(plan, cache, build, remote, job, settings)
+        try:
+            entry = _locked(plan, cache, build, remote, job, settings)
+        except SourcesChanged as e:
+            entry = _build_again(plan, e, jobs, settings)
     except Exception:
         if pending is not None and pending.done():  # a refusal known by now says more than the build's error
             pending.result()
@@ -185,3 +203,23 @@ def _locked(plan: Plan, cache: Cache, build: Callable[[], Manifest], remote: boo
             manifest, built = obtain(plan, cache, build, settings, job)
             return Entry(plan, plan.entry, manifest, built=built)
         return Entry(plan, plan.entry, build(), built=True)
+
+
+def _build_again(plan: Plan, changed: SourcesChanged, jobs: int | None, settings: Settings) -> Entry:
+    """A build whose sources changed under it published nothing; build the sources as they are now, with
+    their own key (a few times at most: then BuildError). The caller gets the edited library."""
+    attempts = _ATTEMPTS.get() + 1
+    if attempts >= SOURCE_ATTEMPTS:
+        raise BuildError(
+            f"the sources of {plan.what} changed during each of {attempts} builds ({changed}); nothing was published. "
+            "Fix: let a build finish before saving again, or stop whatever keeps rewriting that file",
+            op=plan.spec.name, target=plan.target.name, log="", log_path=None) from None
+    log.info("%s; building it again from the sources as they are now", changed)
+    token = _ATTEMPTS.set(attempts)
+    try:
+        return ensure_entry(plan.redigested(), offline=False, jobs=jobs, settings=settings)
+    finally:
+        _ATTEMPTS.reset(token)
+
+
+_ATTEMPTS: contextvars.ContextVar[int] = contextvars.ContextVar("jitops_source_attempts", default=0)

@@ -53,6 +53,11 @@ class BuildError(JitopsError, RuntimeError):
         self.log_path = log_path
 
 
+class SourcesChanged(JitopsError, RuntimeError):
+    """A file the key covers changed while it was compiled: the build was discarded, nothing published.
+    ``entry.ensure_entry`` builds again from fresh digests (a few times) and raises BuildError after that."""
+
+
 class BuildInterrupted(JitopsError, KeyboardInterrupt):
     """A build was interrupted (Ctrl-C); the compiler was stopped and nothing was published."""
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -96,15 +97,38 @@ def key_env(build_env: tuple[tuple[str, str], ...], device: str, builder: str = 
     return env
 
 
+# Characters that make sh run or redirect something. nvcc passes its -D values to sh inside double
+# quotes and -Xcompiler values bare (it re-parses what ninja quoted), so no word nvcc gets may hold one.
+NVCC_UNSAFE = re.compile(r"[$`;&|<>\n\r]")
+LINE_BREAK = re.compile(r"[\n\r]")  # no flag needs one, and ninja cannot express one in a variable
+
+
 def split_flags(var: str, value: str) -> tuple[str, ...]:
     """A flag variable (``CXXFLAGS``, ``LDFLAGS``, ...) split as a shell would; ConfigError if it cannot be."""
     try:
-        return tuple(shlex.split(value))
+        words = tuple(shlex.split(value))
     except ValueError as e:
         raise ConfigError(
             f"{var}={shown(value)} cannot be split into compiler flags ({str(e).lower()}). "
             f"Fix: balance its quotes (e.g. {var}='-O2 -DNAME=\"x\"'), or unset {var}"
         ) from None
+    if any(LINE_BREAK.search(w) for w in words):
+        raise ConfigError(f"{var}={shown(value)} holds a line break inside quotes, which no compiler flag needs and "
+                          f"a build file cannot carry. Fix: remove it from {var}")
+    return words
+
+
+def flag_words(items: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """Flag strings split once into the words a shell makes of them, quotes honoured: ``"-O0 -Wall"`` is two
+    flags, ``-DNAME="a b"`` one (``-DNAME=a b``). Each word then reaches the compiler as one argument."""
+    return tuple(w for item in items for w in split_flags(what, item))
+
+
+def check_nvcc_words(words: tuple[str, ...], what: str) -> None:
+    """ConfigError for a word nvcc would hand to sh unquoted (see NVCC_UNSAFE)."""
+    for w in (w for w in words if NVCC_UNSAFE.search(w)):
+        raise ConfigError(f"{what} holds the flag {shown(w)}, which nvcc would pass on to a shell, where $, `, ;, &, |, "
+                          "<, > or a line break act. Fix: leave those out of CUDA flags (define such values in a header)")
 
 
 def extra_env_flags(system: System, device: str = "cpu") -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -119,7 +143,8 @@ def extra_env_flags(system: System, device: str = "cpu") -> tuple[tuple[str, ...
         return split_flags(var, system.env(var) or "")
 
     if device == "cuda":
-        flags("NVCC_PREPEND_FLAGS"), flags("NVCC_APPEND_FLAGS")
+        for var in ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "CC"):  # nvcc reads these itself (-ccbin: CC)
+            check_nvcc_words(flags(var), var)
     return flags("CFLAGS") + flags("CXXFLAGS"), flags("LDFLAGS")
 
 
@@ -151,20 +176,49 @@ def source_stamp(spec: OpSpec) -> tuple[tuple[str, int, int], ...]:
     return tuple(stamp)
 
 
-def source_digests(spec: OpSpec) -> dict[str, str]:
-    """sha256 of every source and header shipped with the op, by relative path.
+Stamp = tuple[int, int, int, int]  # (inode, ctime_ns, mtime_ns, size), taken before the bytes are read
+
+
+def source_state(spec: OpSpec) -> tuple[dict[str, str], dict[str, Stamp]]:
+    """sha256 of every source and header shipped with the op, by relative path; and each file's stamp.
 
     Covers the op's folder, its include dirs and jitops's own headers. Paths
-    are relative, so the install prefix does not reach the key; mtimes are
-    never read.
+    are relative, so the install prefix does not reach the key. The stamps
+    are not in the key: :func:`changed_source` compares them after a build.
     """
-    out = {label: fsutil.sha256_file(p) for label, p in source_files(spec)}
-    for p in _files_under(INCLUDE_DIR):
-        out[f"<jitops>/{p.relative_to(INCLUDE_DIR).as_posix()}"] = fsutil.sha256_file(p)
+    files = [*source_files(spec), *((f"<jitops>/{p.relative_to(INCLUDE_DIR).as_posix()}", p) for p in _files_under(INCLUDE_DIR))]
+    digests: dict[str, str] = {}
+    stamps: dict[str, Stamp] = {}
+    for label, p in files:
+        st = p.stat()  # before the read: an edit in between shows in the stamp
+        stamps[label] = (st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size)
+        digests[label] = fsutil.sha256_file(p)
     for rel in spec.cpu_sources + spec.cuda_sources:
-        if rel not in out:
+        if rel not in digests:
             raise FileNotFoundError(f"op {spec.name!r}: source {rel!r} not found under {spec.root}")
-    return out
+    return digests, stamps
+
+
+def source_digests(spec: OpSpec) -> dict[str, str]:
+    """sha256 of every source and header the key covers, by label (see :func:`source_state`)."""
+    return source_state(spec)[0]
+
+
+def changed_source(spec: OpSpec, digests: Mapping[str, str], stamps: Mapping[str, Stamp]) -> str | None:
+    """After a build: None if every file the key covers still holds the bytes it was digested with, else which
+    changed: its bytes, its inode or ctime (written again: the compiler may have read other bytes meanwhile), added, removed."""
+    try:
+        now, now_stamps = source_state(spec)
+    except OSError as e:
+        return f"a source could not be read again ({e})"
+    for label in sorted(set(now) | set(digests)):
+        if label not in now or label not in digests:
+            return f"{label} was {'added' if label in now else 'removed'}"
+        if now[label] != digests[label]:
+            return f"{label} was edited"
+        if stamps and now_stamps[label][:3] != stamps.get(label, now_stamps[label])[:3]:
+            return f"{label} was written again"
+    return None
 
 
 # ------------------------------------------------------------------ the key
@@ -173,8 +227,13 @@ def source_digests(spec: OpSpec) -> dict[str, str]:
 def build_flags(spec: OpSpec, target: Target, system: System) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(cflags, cuda_cflags, ldflags) of one build: the target's, the spec's, then the environment's."""
     env_cflags, env_ldflags = extra_env_flags(system, target.device)
-    cuda = (*target.cuda_cflags(), *spec.cuda_cflags) if target.device == "cuda" else ()
-    return (*target.cflags(), *spec.cflags, *env_cflags), cuda, (*target.ldflags(), *spec.ldflags, *env_ldflags)
+    what = f"library {spec.name!r}"
+    cuda: tuple[str, ...] = ()
+    if target.device == "cuda":
+        cuda = (*target.cuda_cflags(), *flag_words(spec.cuda_cflags, f"{what}'s CUDA flag"))
+        check_nvcc_words(cuda, f"the CUDA flags of {what}")
+    return ((*target.cflags(), *flag_words(spec.cflags, f"{what}'s flag"), *env_cflags), cuda,
+            (*target.ldflags(), *flag_words(spec.ldflags, f"{what}'s link flag"), *env_ldflags))
 
 
 def ingredients(

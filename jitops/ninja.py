@@ -59,6 +59,32 @@ def _var(words: list[str]) -> str:
     return " ".join(w.strip() for w in words).replace("$", "$$")
 
 
+def words(flags: Sequence[str]) -> list[str]:
+    """Flag words (each one argument) quoted for ``sh``, which ninja runs every command through:
+    ``;``, ``$(...)``, backticks and redirections inside a flag are the compiler's text, never sh's."""
+    return [shlex.quote(f) for f in flags]
+
+
+_NINJA_UNSAFE = re.compile(r"[|\n\r]")  # ninja has no escape for these in a path (| starts implicit inputs)
+
+
+def check_expressible(job: BuildJob, lines: Sequence[str], paths: Sequence[str]) -> None:
+    """BuildError, before anything runs, for a path or a flag the ninja file cannot carry as it is."""
+    from .errors import BuildError
+
+    bad = next((p for p in paths if _NINJA_UNSAFE.search(p)), None)
+    if bad is not None:
+        why = f"the source path {bad!r} holds {'|' if '|' in bad else 'a line break'}, which a ninja build file cannot express"
+    elif any("\n" in ln or "\r" in ln for ln in lines):
+        bad = next(ln for ln in lines if "\n" in ln or "\r" in ln)
+        why = f"a flag or path holds a line break ({bad.strip()[:120]!r}), which a ninja build file cannot carry"
+    else:
+        return
+    raise BuildError(f"cannot build {job.library!r} for {job.target}: {why}; nothing was compiled. "
+                     "Fix: rename the file or folder (or drop the line break from the flag)",
+                     op=job.library, target=job.target, log="", log_path=None)
+
+
 def cuda_library_includes() -> tuple[str, ...]:
     """Header dirs of the CUDA libraries torch's wheel installs (``site-packages/nvidia/*/include``).
 
@@ -150,18 +176,18 @@ def flags(job: BuildJob, aliases: _Aliases | None = None, *, namespace: bool = T
                 + [f"-I{shlex.quote(fix(d))}" for d in user] + [f"-isystem {shlex.quote(fix(d))}" for d in system])
 
     ns = [f"-DJITOPS_NS={job.namespace}"] if namespace else []
-    extra = [*job.cflags, *ns] + (["-DJITOPS_WITH_CUDA", *libs] if with_cuda else [])
+    extra = [*words(job.cflags), *ns] + (["-DJITOPS_WITH_CUDA", *libs] if with_cuda else [])
     cflags = [*common(None), "-fPIC", std, *extra]
     cuda: list[str] = []
     if with_cuda:
         # jitops's -gencode flags are in job.cuda_cflags, so torch's arch flags (none when present) add nothing.
-        extra_cuda = [*job.cuda_cflags, *ns, "-DJITOPS_WITH_CUDA", *libs]
+        extra_cuda = [*words(job.cuda_cflags), *ns, "-DJITOPS_WITH_CUDA", *libs]
         cuda = [*common(aliases), *ce.COMMON_NVCC_FLAGS, "--compiler-options", "'-fPIC'", *extra_cuda]
         if not any(f.startswith("-std=") for f in cuda):
             cuda.append(std)
         if os.environ.get("CC"):  # as cpp_extension does (CC is in the key)
-            cuda = ["-ccbin", os.environ["CC"], *cuda]
-    ldflags = ["-shared", *job.ldflags, *(f"-L{d}" for d in ce.library_paths("cpu")), "-lc10"]
+            cuda = ["-ccbin", shlex.quote(os.environ["CC"]), *cuda]
+    ldflags = ["-shared", *words(job.ldflags), *(f"-L{d}" for d in ce.library_paths("cpu")), "-lc10"]
     ldflags += ["-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda", "-ltorch"] if with_cuda else ["-ltorch_cpu", "-ltorch"]
     if toolkit is not None:
         lib_dir = "lib" if not os.path.exists(os.path.join(toolkit, "lib64")) and os.path.exists(
@@ -178,9 +204,12 @@ def registration_cflags(cflags: str) -> str:
     slowest to optimise; nothing in these files is hot and nothing needs the
     ISA. -O1 without the ISA flags takes ~2 s off every cold build here.
     """
-    words = cflags.split(" ")
-    kept = [w for w in words if not (w.startswith("-mavx") or w in ("-mfma", "-mf16c") or w.startswith("-DCPU_CAPABILITY"))]
+    tokens = _SH_WORD.findall(cflags)  # quoted words stay whole
+    kept = [w for w in tokens if not (w.startswith("-mavx") or w in ("-mfma", "-mf16c") or w.startswith("-DCPU_CAPABILITY"))]
     return " ".join("-O1" if w == "-O3" else w for w in kept)
+
+
+_SH_WORD = re.compile(r"""(?:[^\s'"\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*")+""")  # one shell word as written
 
 
 def is_registration(src: str) -> bool:
@@ -248,6 +277,7 @@ def write_ninja_file(job: BuildJob, tus: Sequence[TU] | None = None,
         lines += [f"build {name}: side", f"  side_command = {_var([command])}"]
     lines += ["", f"build {job.library}.so: link {' '.join(escape_path(o) for o in objects)}", "",
               f"default {job.library}.so{''.join(' ' + name for name, _ in side)}", ""]
+    check_expressible(job, lines, [tu.source for tu in tus])
     path = job.build_dir / "build.ninja"
     path.write_text("\n".join(lines))
     return path, aliases.made

@@ -24,7 +24,7 @@ from . import compilers, toolchain
 from .archs import check_runnable, default_arch, runnable_code
 from .cache import Cache
 from .errors import ToolchainError
-from .key import build_flags, compute_key, ingredients, namespace_for, source_digests
+from .key import Stamp, build_flags, changed_source, compute_key, ingredients, namespace_for, source_state
 from .manifest import Address, Manifest
 from .roots import cache_for_reading
 from .settings import Settings
@@ -52,6 +52,7 @@ class Plan:
     cache: Cache
     toolchain_error: ToolchainError | None = None
     builder: str = "real"  # Settings.builder: which builder makes the entry (keyed unless "real")
+    stamps: tuple[tuple[str, Stamp], ...] = ()  # each digested file's stamp when it was read (not in the key)
 
     @functools.cached_property
     def ingredients(self) -> dict[str, Any]:
@@ -73,6 +74,18 @@ class Plan:
     @property
     def what(self) -> str:
         return f"{self.spec.name} for {self.target.name}"
+
+    def sources_changed(self) -> str | None:
+        """None if every file the key covers still holds the bytes digested for it; else what changed."""
+        return changed_source(self.spec, dict(self.digests), dict(self.stamps))
+
+    def redigested(self) -> Plan:
+        """This plan for the sources as they are now: fresh digests, stamps and key; the rest as it was."""
+        digests, stamps = source_state(self.spec)
+        ordered = tuple(sorted(digests.items()))
+        key = compute_key(ingredients(self.spec, self.target, self.system, self.compiler, self.nvcc, dict(ordered),
+                                      self.builder))
+        return dataclasses.replace(self, digests=ordered, stamps=tuple(sorted(stamps.items())), key=key)
 
     def with_tools_of(self, manifest: Manifest) -> Plan:
         """This plan with the toolchain an entry equal in every other ingredient was built with."""
@@ -111,11 +124,12 @@ def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None,
             check_nvcc_matches_torch(nvcc.version, system.torch_cuda, spec.name)
     except ToolchainError as e:
         missing = e
-    digests = tuple(sorted(source_digests(spec).items()))
+    found, stamps = source_state(spec)
+    digests = tuple(sorted(found.items()))
     cflags, cuda_cflags, ldflags = build_flags(spec, target, system)
     key = compute_key(ingredients(spec, target, system, compiler, nvcc, dict(digests), settings.builder))
     return Plan(spec, target, system, compiler, nvcc, digests, cflags, cuda_cflags, ldflags, key, cache, missing,
-                builder=settings.builder)
+                builder=settings.builder, stamps=tuple(sorted(stamps.items())))
 
 
 def runnable_here(plan: Plan, archs: str | None, settings: Settings | None = None) -> Plan:

@@ -105,6 +105,7 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             pch_build=edited,
             lean_extension=edited and settings.lean_extension_h,
             lock_timeout=settings.lock_timeout,
+            sources_changed=plan.sources_changed,  # the key's files re-digested after each ninja run
         )
         log.info("building %s (first use; cached afterwards)", plan.what)
         with BuildProgress(plan.what, forced=settings.progress):

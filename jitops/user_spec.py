@@ -4,19 +4,23 @@
 keywords (``extra_cflags``, ...); each turns them into a :class:`BuildOptions`
 right away, and only that value travels on.
 
-Imports: errors, spec.
+Imports: errors, key (what a flag word may hold), spec.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import KernelSourceError
+from .errors import ArgumentError, KernelSourceError
+from .key import LINE_BREAK, NVCC_UNSAFE
 from .spec import OpSpec
 
+_NINJA_UNSAFE = re.compile(r"[|\n\r]")  # no escape for these in a ninja path (ninja.check_expressible)
 MAX_TREE_FILES = 2000  # a source folder bigger than this is not a kernel folder
 
 StrOrSeq = str | Sequence[str]
@@ -59,14 +63,46 @@ class BuildOptions:
     def of(cls, *, extra_cflags: StrOrSeq | None = None, extra_cuda_cflags: StrOrSeq | None = None,
            extra_ldflags: StrOrSeq | None = None, extra_include_paths: StrOrSeq | None = None,
            schemas: StrOrSeq | None = None) -> BuildOptions:
-        return cls(tuple(_as_list(extra_cflags, "extra_cflags")), tuple(_as_list(extra_cuda_cflags, "extra_cuda_cflags")),
-                   tuple(_as_list(extra_ldflags, "extra_ldflags")),
+        flags = {arg: tuple(_as_list(value, arg)) for arg, value in (
+            ("extra_cflags", extra_cflags), ("extra_cuda_cflags", extra_cuda_cflags), ("extra_ldflags", extra_ldflags))}
+        for arg, items in flags.items():
+            for item in items:
+                _check_flag(arg, item)
+        return cls(flags["extra_cflags"], flags["extra_cuda_cflags"], flags["extra_ldflags"],
                    tuple(_as_list(extra_include_paths, "extra_include_paths")), tuple(_as_list(schemas, "schemas")))
+
+
+def _check_flag(arg: str, item: str) -> None:
+    """ArgumentError for a flag string the key (which splits it into words as a shell would) cannot take.
+
+    Items stay as given: ``key.build_flags`` splits them, once."""
+    try:
+        words = shlex.split(item)
+    except ValueError as e:
+        raise ArgumentError(
+            f"{arg} item {item[:200]!r} cannot be split into words as a shell would ({str(e).lower()}). Fix: balance "
+            "its quotes: '-DNAME=\"a b\"' is one flag (NAME is a b), '-O0 -Wall' two"
+        ) from None
+    for w in words:
+        if LINE_BREAK.search(w):
+            raise ArgumentError(f"{arg} item {item[:200]!r} holds a line break inside quotes, which no compiler flag "
+                                "needs and a build file cannot carry. Fix: remove it")
+        if arg == "extra_cuda_cflags" and NVCC_UNSAFE.search(w):
+            raise ArgumentError(
+                f"extra_cuda_cflags holds the flag {w[:200]!r}: nvcc passes its flags on to a shell (-D values in "
+                "double quotes, -Xcompiler values bare), where $, `, ;, &, |, <, > or a line break would act. "
+                "Fix: leave those characters out of CUDA flags (define such values in a header instead)")
 
 
 def _spec(name: str, root: Path, sources: Sequence[str], options: BuildOptions, *, exports: Sequence[str] = (),
           origin: str) -> OpSpec:
     includes = [Path(os.path.abspath(p)) for p in options.include_paths]
+    for path in (*(root / s for s in sources), *includes):
+        if _NINJA_UNSAFE.search(str(path)):
+            raise KernelSourceError(
+                f"library {name!r}: the path {str(path)!r} holds {'|' if '|' in str(path) else 'a line break'}, "
+                "which a ninja build file cannot express, so jitops cannot build from it. "
+                "Fix: rename that file or folder (or copy the sources to a folder whose path has neither)")
     for inc in includes:
         if not inc.is_dir():
             raise KernelSourceError(f"library {name!r}: include path {inc} is not a directory. Fix: pass existing folders")
