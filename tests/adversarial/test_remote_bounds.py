@@ -44,7 +44,12 @@ def _plan_and_store() -> tuple[Any, Any]:
 
     s = Settings.from_env()
     plan = make_plan(fakelib.FAKEADD, "cpu", settings=s, cache=Cache(s.cache_root()))
-    assert s.remote is not None
+    if s.remote is None:  # the job's store
+        from jitops.remote.c10d_store import C10dStore
+
+        d = s.distributed
+        assert d is not None and d.master_addr and d.master_port
+        return plan, C10dStore.connect(d.master_addr, d.master_port, 5, 5)
     return plan, open_store(s.remote)
 
 
@@ -57,7 +62,10 @@ def forge_then_get(what: str, kind: str, age: float = 0.0, message: str = "") ->
     plan, store = _plan_and_store()
     holder = {"host": "evil" + ESC, "pid": 4242, "since": time.time(), "token": "f" * 16}
     lease = f"leases/{plan.spec.name}/{plan.key}"
-    if what == "lease-no-expiry":  # redis: SET without PX; file: a lease touched in 2100; s3: expires 1e300
+    if what.startswith("lease") and kind == "c10d":  # compare_set, as a holder takes it; never renewed
+        rec = {**holder, "ttl": 1e300} if what == "lease-absurd-ttl" else holder
+        store._cas(lease, b"", json.dumps(rec).encode() + b"\n0")
+    elif what == "lease-no-expiry":  # redis: SET without PX; file: a lease touched in 2100; s3: expires 1e300
         if kind == "redis":
             store.put_blob(lease, json.dumps(holder).encode())
         elif kind == "file":
@@ -83,6 +91,8 @@ def forge_then_get(what: str, kind: str, age: float = 0.0, message: str = "") ->
         name = f"failures/{plan.spec.name}/{plan.target.name}/{plan.key}"
         if kind == "redis":
             store.put_blob(name, body)
+        elif kind == "c10d":
+            store._s.set(f"jitops/v1/records/{name}", b"1e300\n" + body)
         elif kind == "file":
             import base64
 
@@ -102,14 +112,33 @@ def forge_then_get(what: str, kind: str, age: float = 0.0, message: str = "") ->
     return got
 
 
+def get_with_wait_default(seconds: float) -> dict[str, Any]:
+    """get_node with the tier's default wait bound (30 min) shortened to ``seconds``, to see what follows it."""
+    from jitops.remote import tier
+    from tests import remote_scenarios
+
+    tier.WAIT_DEFAULT = seconds
+    t0 = time.monotonic()
+    out = remote_scenarios.get_node(["fakeadd"])
+    out["seconds"] = time.monotonic() - t0
+    return out
+
+
 # ------------------------------------------------------------------ helpers
 
 @contextlib.contextmanager
-def store(kind: str, tmp: Path) -> Iterator[tuple[str, dict[str, str]]]:
+def store(kind: str, tmp: Path) -> Iterator[tuple[str, dict[str, str | None]]]:
     """A fresh store: (URL, the variables that reach it)."""
     if kind == "redis":
         with redis_server(tmp) as (url, _):
             yield url, {}
+    elif kind == "c10d":  # the job's store: a TCPStore server here, the node a rank of a 2-rank job
+        import torch.distributed as dist
+
+        server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        yield "unused", {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port), "WORLD_SIZE": "2",
+                         "JITOPS_REMOTE_CACHE": None}  # type: ignore[dict-item]
+        del server
     elif kind == "s3":
         with moto_s3(tmp) as (url, env):
             yield url, env
@@ -118,7 +147,7 @@ def store(kind: str, tmp: Path) -> Iterator[tuple[str, dict[str, str]]]:
         yield f"file://{tmp / 'shared'}", {}
 
 
-def node(tmp: Path, name: str, url: str, extra: dict[str, str], scenario: str = "remote_scenarios.get_node",
+def node(tmp: Path, name: str, url: str, extra: dict[str, str | None], scenario: str = "remote_scenarios.get_node",
          timeout: float = 60, **kwargs: Any) -> dict[str, Any]:
     cfg = tmp / "cfg"
     if not cfg.exists():
@@ -128,7 +157,7 @@ def node(tmp: Path, name: str, url: str, extra: dict[str, str], scenario: str = 
     return last_json(run_scenario_proc(scenario, env=env, timeout=timeout, **args).stdout)
 
 
-BACKENDS = ["redis", "file", "s3"]
+BACKENDS = ["redis", "file", "s3", "c10d"]
 
 
 # ------------------------------------------------------------------ 5(a): leases without a believable expiry
@@ -156,6 +185,33 @@ def test_endless_lease_is_bounded_under_default_settings(tmp_path: Path) -> None
                    what="lease-no-expiry", kind="file", timeout=100)
     assert out.get("built") and out["works"], out
     assert 25 < out["seconds"] < 75, out
+
+
+@pytest.mark.timeout(120)
+def test_live_lease_is_waited_for_a_bounded_time_then_the_node_builds(tmp_path: Path) -> None:
+    """A holder that keeps renewing (a build that hangs) is waited for at most the tier's default bound
+    (30 min; 3 s here), then the node builds itself with a warning naming the holder and the fix.
+    On 309e589 a node without JITOPS_LOCK_TIMEOUT waited for as long as the holder renewed."""
+    from tests.helpers import scenario_argv
+
+    keygen(tmp_path / "cfg")
+    (tmp_path / "shared").mkdir()
+    url = f"file://{tmp_path / 'shared'}"
+    a = subprocess.Popen(scenario_argv("remote_scenarios.get_node", ops=["fakeadd"]), cwd=REPO, text=True,
+                         env=node_env(tmp_path / "a", url, tmp_path / "cfg", JITOPS_REMOTE_LEASE_SECONDS="3",
+                                      JITOPS_FAKE_BUILD_SECONDS="40"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for(lambda: any(p.name.endswith(".lease") for p in (tmp_path / "shared").rglob("*")), "node a's lease")
+        b = run_scenario_proc("adversarial.test_remote_bounds.get_with_wait_default", seconds=3, timeout=60,
+                              env=node_env(tmp_path / "b", url, tmp_path / "cfg", JITOPS_REMOTE_LEASE_SECONDS="3"))
+    finally:
+        a.kill()
+        a.communicate(timeout=30)
+    out = last_json(b.stdout)
+    assert out["ops"]["fakeadd"]["built"] and out["ops"]["fakeadd"]["works"], b.stderr[-3000:]
+    assert out["seconds"] < 25, out  # 3 s, plus start-up; the holder's build needs 40
+    assert "building it here" in b.stderr and "JITOPS_LOCK_TIMEOUT" in b.stderr, b.stderr[-3000:]
 
 
 # ------------------------------------------------------------------ 13: the holder's stated ttl, not the reader's
