@@ -226,8 +226,9 @@ def _wait_for(cond: Any, what: str, limit: float = 60) -> None:
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("kind", ["file", "c10d"])
 def test_reader_with_a_shorter_lease_setting_does_not_take_a_live_lease(tmp_path: Path, kind: str) -> None:
-    """Holder: lease 30 s (renewed every 10 s) and a 12 s build. Reader: lease 3 s. One build, the reader
-    fetches it; on 309e589 the reader judged the lease by its own 3 s and built too (file, job store)."""
+    """Holder: lease 20 s (renewed every 6.7 s) and a 30 s build. Reader: lease 3 s (so it believes up to
+    12 s unrenewed). One build, the reader fetches it; on 309e589 the reader judged the lease by its own 3 s
+    and built too (file, job store)."""
     keygen(tmp_path / "cfg")
     server = None
     if kind == "file":
@@ -258,10 +259,12 @@ def test_reader_with_a_shorter_lease_setting_does_not_take_a_live_lease(tmp_path
     from tests.helpers import scenario_argv
 
     a = subprocess.Popen(scenario_argv("remote_scenarios.get_node", ops=["fakeadd"]), cwd=REPO, text=True,
-                         env=env("a", "30", JITOPS_FAKE_BUILD_SECONDS="12"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         env=env("a", "20", JITOPS_FAKE_BUILD_SECONDS="30"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         _wait_for(leased, "node a's lease")
+        t0 = time.monotonic()
         b = run_scenario_proc("remote_scenarios.get_node", env=env("b", "3"), ops=["fakeadd"], timeout=100)
+        b_seconds = time.monotonic() - t0
         a_out, a_err = a.communicate(timeout=100)
     finally:
         if a.poll() is None:
@@ -271,6 +274,7 @@ def test_reader_with_a_shorter_lease_setting_does_not_take_a_live_lease(tmp_path
     assert ra["built"] and ra["works"], a_err
     assert not rb["built"] and rb["works"], f"the reader built a key whose lease was live\n{b.stderr[-3000:]}"
     assert ra["sha256"] == rb["sha256"]
+    assert b_seconds < 60, b_seconds
 
 
 # ------------------------------------------------------------------ 5(b): a store that drips its answer
