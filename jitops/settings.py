@@ -76,6 +76,23 @@ def _seconds(text: str) -> float:
     return value
 
 
+# Every wait and every timeout is bounded (SECURITY.md): a seconds setting is finite, positive and at most a day.
+MAX_SECONDS = 86400.0
+
+
+def _bounded_seconds(env: Mapping[str, str], name: str, default: float | None, *, zero: bool = False) -> float | None:
+    """The one parser of a seconds setting: ``default`` when unset; ConfigError naming variable, value, range, fix."""
+    low = "0" if zero else "more than 0"
+    expected = f"a number of seconds ({low} to {MAX_SECONDS:g})"
+    fix = f"set e.g. {default:g}, or unset it" if default is not None else "set e.g. 600, or unset it"
+    value = _optional(env, name, _seconds, expected, fix)
+    if value is None:
+        return default
+    if not (value >= 0 if zero else value > 0) or value > MAX_SECONDS:  # also inf
+        raise _bad(name, env[name], expected, fix)
+    return value
+
+
 def _jobs(text: str) -> int:
     # A whole number of parallel compiles; junk is a ConfigError rather than silently ignored (issue 20).
     if not (text.isascii() and text.isdigit() and 0 < int(text) <= 4096):
@@ -108,10 +125,9 @@ class RemoteSettings:
 
 
 def _positive(env: Mapping[str, str], name: str, default: float) -> float:
-    value = _optional(env, name, _seconds, "a positive number of seconds", f"set e.g. {default:g}, or unset it")
-    if value is not None and value <= 0:
-        raise _bad(name, env[name], "a positive number of seconds", f"set e.g. {default:g}, or unset it")
-    return default if value is None else value
+    value = _bounded_seconds(env, name, default)
+    assert value is not None
+    return value
 
 
 def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings | None:
@@ -181,6 +197,8 @@ def distributed_settings(env: Mapping[str, str]) -> DistributedSettings | None:
         raise _bad("JITOPS_DISTRIBUTED", raw, "an on/off value or `signed`",
                    "unset it (on under torchrun), set 0 to turn the job store tier off, or `signed` to require signatures")
     port, world = _whole(env.get("MASTER_PORT", "")), _whole(env.get("WORLD_SIZE", "")) or 1
+    if port is not None and not 0 < port < 65536:
+        port = None  # no TCP port: not a job's store (torch.distributed would refuse it with a raw TypeError)
     addr = env.get("MASTER_ADDR", "").strip() or None
     d = RemoteSettings
     tier = RemoteSettings(
@@ -225,8 +243,7 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Parse the variables; a value jitops cannot use raises ConfigError naming it and the fix."""
         env = os.environ if environ is None else environ
-        timeout = _optional(env, "JITOPS_LOCK_TIMEOUT", _seconds, "a number of seconds",
-                            "set it to e.g. 600, or unset it to wait as long as the build takes")
+        timeout = _bounded_seconds(env, "JITOPS_LOCK_TIMEOUT", None, zero=True)
         builder = env.get("JITOPS_BUILDER", "").strip() or "real"
         if builder not in BUILDERS:
             raise _bad("JITOPS_BUILDER", env["JITOPS_BUILDER"], "a builder",
@@ -236,14 +253,13 @@ class Settings:
             offline=_flag(env, "JITOPS_OFFLINE"),
             fallback=_flag(env, "JITOPS_FALLBACK"),
             strict=_flag(env, "JITOPS_STRICT"),
-            lock_timeout=timeout if timeout is None or timeout >= 0 else None,
+            lock_timeout=timeout,
             progress=_optional(env, "JITOPS_PROGRESS", _progress, "0 or 1",
                                "set JITOPS_PROGRESS=0 to hide the build progress line, 1 to force it, or unset it"),
             jobs=_optional(env, "MAX_JOBS", _jobs, "a number of parallel compiles (1 to 4096)",
                            "set e.g. MAX_JOBS=4, or unset it to size builds from cores and free memory"),
             builder=builder,
-            fake_build_seconds=_optional(env, "JITOPS_FAKE_BUILD_SECONDS", _seconds, "a number of seconds",
-                                         "set it to e.g. 0.5, or unset it") or 0.0,
+            fake_build_seconds=_bounded_seconds(env, "JITOPS_FAKE_BUILD_SECONDS", 0.0, zero=True) or 0.0,
             remote=remote_settings(env),
             config_dir=env.get("JITOPS_CONFIG_DIR") or None,
             distributed=distributed_settings(env),

@@ -246,7 +246,11 @@ def test_list_ops_and_arguments_leave_get_working(world) -> None:  # type: ignor
 
 ENV_VARS = ("CXX", "CC", "CFLAGS", "CXXFLAGS", "LDFLAGS", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "NVCC_PREPEND_FLAGS",
             "NVCC_APPEND_FLAGS", "MAX_JOBS", "JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT",
-            "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_BUILDER")
+            "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_BUILDER",
+            # issue 28: the remote tier's variables (a file:// store in the sandbox is set for the others)
+            "JITOPS_REMOTE_CACHE", "JITOPS_REMOTE_CACHE_MODE", "JITOPS_REMOTE_TRUSTED_KEYS", "JITOPS_REMOTE_CONNECT_TIMEOUT",
+            "JITOPS_REMOTE_TIMEOUT", "JITOPS_REMOTE_LEASE_SECONDS", "JITOPS_REMOTE_FAILURE_SECONDS", "JITOPS_DISTRIBUTED",
+            "JITOPS_HOST_ID")
 _no_nul = st.characters(blacklist_characters="\0", blacklist_categories=("Cs",))
 VALUES = st.one_of(
     st.just(""),
@@ -255,7 +259,9 @@ VALUES = st.one_of(
              max_size=8).map("".join),
     st.binary(max_size=20).map(lambda b: os.fsdecode(b.replace(b"\0", b""))),
     st.sampled_from(["x" * 5000, "/bin/false", "/bin/true", "/etc/passwd", "cc -m32", "nan", "inf", "-1", "0", "²",
-                     "1e9", "native", "Hopper+PTX", "fake", "~", "~nobody/x", ".", "/", "1", "yes", "off"]),
+                     "1e9", "native", "Hopper+PTX", "fake", "~", "~nobody/x", ".", "/", "1", "yes", "off",
+                     "1e300", "-5", "-inf", "0.001", "zip://x", "tar://x", "reference://x", "/dev/zero", "/bin/sh",
+                     "signed", "read", "write", "ed25519:AAAA"]),
 )
 ENV_ACTIONS = ("get", "get", "get", "explain", "info", "ls", "fingerprint")
 
@@ -271,6 +277,10 @@ def test_every_environment_value_gives_a_named_error(world, capsys, var: str, va
               "HOME": str(sandbox), "XDG_CACHE_HOME": str(sandbox)}
     if var == "JITOPS_CACHE_DIR" and value.strip() and not value.startswith("/"):
         value = str(sandbox / value.lstrip("~"))  # relative or ~ paths: inside the sandbox, never the checkout
+    if var.startswith(("JITOPS_REMOTE_", "JITOPS_DISTRIBUTED", "JITOPS_HOST_ID")):
+        if var != "JITOPS_REMOTE_CACHE":
+            values["JITOPS_REMOTE_CACHE"] = f"file://{root.parent / 'shared'}"  # so the remote settings are used
+        shutil.rmtree(root / world["entry"])  # a local miss: `get` goes through the remote tier
     values[var] = value
     cwd = os.getcwd()
     try:

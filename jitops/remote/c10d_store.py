@@ -17,9 +17,10 @@ timeout), ``wait`` is never used, and no collective is ever issued.
 - **Leases** are ``compare_set`` on one key holding the holder and a renewal
   counter. Taking a free lease is ``compare_set(key, "", mine)``; releasing
   is ``compare_set(key, mine, "")``, so a lapsed holder never frees its
-  successor's lease. A lease lapses when its value has not changed for ``ttl``
-  seconds *as this process observes it* (monotonic clock): the holder
-  rewrites it every ``ttl/3``, so no clock needs to agree across nodes.
+  successor's lease. A lease lapses when its value has not changed for the
+  holder's stated ``ttl`` (in the value; at most ``LEASE_CAP`` times the
+  reader's own) *as this process observes it* (monotonic clock, ``LeaseJudge``):
+  the holder rewrites it every ``ttl/3``, so no clock needs to agree across nodes.
   Taking a lapsed lease over is ``compare_set(key, old, mine)``: one winner.
 - **Records** hold their writer's expiry time (wall clock; failure records
   last minutes, so small clock skew does not matter).
@@ -35,7 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .store import Holder, Store, StoreError, StoreTimeout
+from .store import Holder, Store, StoreError, StoreTimeout, parse_lease
 
 T = TypeVar("T")
 PREFIX = "jitops/v1/"
@@ -47,7 +48,6 @@ class C10dStore(Store):
 
     def __init__(self, store: Any, url: str) -> None:
         self._s, self.url = store, url
-        self._seen: dict[str, tuple[bytes, float]] = {}  # lease key -> (value, when first seen unchanged)
         self._mine: dict[str, bytes] = {}  # lease key -> the value we last wrote
         self._guard = threading.Lock()  # the lease thread renews while the main thread polls
 
@@ -63,7 +63,7 @@ class C10dStore(Store):
             s = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=connect_timeout),
                               wait_for_workers=False)
             s.set_timeout(timedelta(seconds=op_timeout))
-        except (RuntimeError, OSError, ValueError) as e:
+        except (RuntimeError, OSError, ValueError, TypeError, OverflowError) as e:  # TypeError: a port pybind11 refuses
             raise StoreError(f"cannot connect to the job's store {url}: {e}") from e
         return cls(s, url)
 
@@ -124,12 +124,7 @@ class C10dStore(Store):
 
     # ---- leases
     def _lapsed(self, key: str, value: bytes, ttl: float) -> bool:
-        now = time.monotonic()
-        seen = self._seen.get(key)
-        if seen is None or seen[0] != value:
-            self._seen[key] = (value, now)
-            return False
-        return now - seen[1] >= ttl
+        return not self.judge.live(key, value, self._holder(value), None, ttl)
 
     @staticmethod
     def _value(holder: Holder, count: int) -> bytes:
@@ -137,7 +132,7 @@ class C10dStore(Store):
 
     @staticmethod
     def _holder(value: bytes) -> Holder:
-        return Holder.from_bytes(value.split(b"\n", 1)[0])
+        return parse_lease(value.split(b"\n", 1)[0])[0]
 
     def acquire_lease(self, name: str, holder: Holder, ttl: float) -> Holder | None:
         key, mine = name, self._value(holder, 0)

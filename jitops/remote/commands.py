@@ -145,11 +145,15 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 def cmd_ls_remote(settings: Settings) -> int:
     tier = _tier(settings)
+    from .store import clean_text
+
     names = tier.store.list_blobs("entries/")
-    for n in names:
-        _, lib, target, key = n.split("/", 3)
-        print(f"{lib:<14} {target:<18} {key[:12]}")
-    print(f"{len(names)} entries in {tier.settings.url}")
+    entries = [parts[1:] for parts in (n.split("/") for n in names) if len(parts) == 4 and all(parts)]
+    for lib, target, key in entries:  # store text: shown cleaned
+        print(f"{clean_text(lib, 64):<14} {clean_text(target, 64):<18} {clean_text(key, 12)}")
+    stray = len(names) - len(entries)
+    print(f"{len(entries)} entries in {tier.settings.url}" + (f"; {stray} other keys under entries/ skipped "
+          "(not entries/<library>/<target>/<key>: not written by jitops)" if stray else ""))
     return 0
 
 

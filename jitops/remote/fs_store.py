@@ -2,8 +2,10 @@
 
 Imports only the stdlib and ``.store``. Blobs are written to a temporary
 name and renamed into place. A lease is a file made with exclusive create
-(``O_EXCL``) holding the holder; its holder renews it by touching it (a
-heartbeat), and it has lapsed when its mtime is older than the ttl. Taking
+(``O_EXCL``) holding the holder and its stated ttl; its holder renews it by
+touching it (a heartbeat), and it has lapsed when its mtime is older than the
+holder's stated ttl (``LeaseJudge``: an mtime in the future counts from when
+this reader first saw it, at most ``LEASE_CAP`` times its own lease). Taking
 over a lapsed lease renames it away first: a rename succeeds for one process
 only, so one waiter takes over. Records carry their expiry inside.
 
@@ -22,7 +24,7 @@ import secrets
 import time
 from pathlib import Path
 
-from .store import Holder, Store, StoreError
+from .store import Holder, Store, StoreError, parse_lease
 
 _FULL = {errno.ENOSPC, errno.EDQUOT}
 
@@ -98,6 +100,12 @@ class FileStore(Store):
         p = self._path(name)
         return p.with_name(p.name + ".lease")
 
+    def _live(self, name: str, found: tuple[bytes, float], ttl: float) -> Holder | None:
+        raw, mtime = found
+        holder, _ = parse_lease(raw)
+        observed = raw + b"@%r" % mtime
+        return holder if self.judge.live(name, observed, holder, mtime + (holder.ttl or ttl), ttl) else None
+
     @staticmethod
     def _read_live(path: Path) -> tuple[bytes, float] | None:
         try:
@@ -119,10 +127,10 @@ class FileStore(Store):
                     found = self._read_live(path)
                     if found is None:
                         continue
-                    raw, mtime = found
-                    if time.time() - mtime <= ttl:
-                        return Holder.from_bytes(raw)
-                    self._break(path, ttl)  # lapsed: whoever renames it away first clears the way
+                    live = self._live(name, found, ttl)
+                    if live is not None:
+                        return live
+                    self._break(path, found)  # lapsed: whoever renames it away first clears the way
                     continue
                 with os.fdopen(fd, "wb") as f:
                     f.write(holder.to_bytes())
@@ -131,14 +139,14 @@ class FileStore(Store):
             raise self._fail(f"taking the lease {name} in {self.url}", e) from e
         return self.lease_holder(name, ttl) or Holder("?", 0, time.time(), "")
 
-    def _break(self, path: Path, ttl: float) -> None:
+    def _break(self, path: Path, judged: tuple[bytes, float]) -> None:
         stale = path.with_name(f".{path.name}.{secrets.token_hex(4)}.stale")
         try:
             os.rename(path, stale)
         except FileNotFoundError:
             return  # another waiter took it away first
         try:
-            if time.time() - os.lstat(stale).st_mtime <= ttl:  # renewed just before our rename: give it back
+            if self._read_live(stale) != judged:  # renewed (or replaced) just before our rename: give it back
                 try:
                     os.link(stale, path)
                 except FileExistsError:
@@ -150,7 +158,7 @@ class FileStore(Store):
         path = self._lease_path(name)
         try:
             found = self._read_live(path)
-            if found is None or found[0] != holder.to_bytes():
+            if found is None or not parse_lease(found[0])[0].same(holder):
                 return False
             os.utime(path)
             return True
@@ -161,7 +169,7 @@ class FileStore(Store):
         path = self._lease_path(name)
         try:
             found = self._read_live(path)
-            if found is not None and found[0] == holder.to_bytes():
+            if found is not None and parse_lease(found[0])[0].same(holder):
                 os.unlink(path)
         except FileNotFoundError:
             pass
@@ -173,9 +181,7 @@ class FileStore(Store):
             found = self._read_live(self._lease_path(name))
         except OSError as e:
             raise self._fail(f"reading the lease {name} in {self.url}", e) from e
-        if found is None or time.time() - found[1] > ttl:
-            return None
-        return Holder.from_bytes(found[0])
+        return None if found is None else self._live(name, found, ttl)
 
     # ---- records
     def put_record(self, name: str, data: bytes, ttl: float) -> None:

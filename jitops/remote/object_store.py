@@ -36,9 +36,12 @@ from typing import Any, TypeVar
 import fsspec
 import fsspec.asyn
 
-from .store import Holder, Store, StoreError, StoreTimeout
+from .store import Holder, Store, StoreError, StoreTimeout, parse_lease, within
 
 T = TypeVar("T")
+# fsspec protocols that read archives or wrap another filesystem: never a store nodes can share and write.
+NOT_STORES = frozenset({"zip", "tar", "reference", "libarchive", "cached", "simplecache", "filecache", "blockcache",
+                        "dir"})
 _loader: Any = None  # botocore's data loader: parsed models only, no connections or credentials
 
 
@@ -69,18 +72,25 @@ def warm() -> None:
 
 class ObjectStore(Store):
     def __init__(self, url: str, connect_timeout: float, op_timeout: float) -> None:
-        self.url, self.connect_timeout = url, connect_timeout
+        self.url, self.connect_timeout, self.op_timeout = url, connect_timeout, op_timeout
         opts: dict[str, Any] = {"skip_instance_cache": True}
         if url.startswith(("s3://", "s3a://")):
             opts["config_kwargs"] = {"connect_timeout": connect_timeout, "read_timeout": op_timeout,
                                      "retries": {"max_attempts": 1}}
             opts["use_listings_cache"] = False  # other nodes write: never answer a listing from memory
             opts["session"] = _s3_session()
+        scheme = url.split("://", 1)[0].lower()
+        if scheme in NOT_STORES:
+            raise StoreError(f"{url} is not a store jitops can write to (fsspec's {scheme}:// reads an archive or "
+                             "wraps another filesystem). Fix: set JITOPS_REMOTE_CACHE to redis://, file:// or an "
+                             "object store such as s3://bucket/prefix")
         try:
             self.fs, root = fsspec.url_to_fs(url, **opts)
-        except (ImportError, ValueError) as e:
+        except ImportError as e:
             raise StoreError(f"cannot use {url}: {e}. Fix: pip install 'jitops[s3]' (or the fsspec backend "
                              "for this URL)") from e
+        except Exception as e:  # noqa: BLE001 - each fsspec filesystem raises its own on a URL it cannot open
+            raise StoreError(f"cannot use {url}: {type(e).__name__}: {e}. Fix: check JITOPS_REMOTE_CACHE") from e
         if hasattr(self.fs, "retries"):
             self.fs.retries = 1  # s3fs retries timeouts and refused connections 5 times with backoff by itself
         self.root = root.rstrip("/") + "/v1"
@@ -90,10 +100,10 @@ class ObjectStore(Store):
             raise StoreError(f"invalid store name {name!r}")
         return f"{self.root}/{name}"
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
-        try:
-            return fn()
-        except (FileNotFoundError, FileExistsError):
+    def _call(self, what: str, fn: Callable[[], T], deadline: float | None = None) -> T:
+        try:  # a wall clock for the whole operation: botocore's read timeout is per socket read
+            return within(deadline or self.op_timeout, f"{self.url}: {what}", fn)
+        except (FileNotFoundError, FileExistsError, StoreTimeout):
             raise
         except Exception as e:  # noqa: BLE001 - botocore, aiohttp, gcsfs... each raises its own
             kind = StoreTimeout if "timeout" in type(e).__name__.lower() else StoreError
@@ -112,7 +122,7 @@ class ObjectStore(Store):
             def listing() -> Any:
                 return fs.ls(bucket, detail=False)
         try:
-            self._call("a listing", listing)
+            self._call("a listing", listing, self.connect_timeout + 1)
         except FileNotFoundError as e:
             raise StoreError(f"{self.url}: {bucket} does not exist. Fix: create it, or fix JITOPS_REMOTE_CACHE") from e
 
@@ -152,15 +162,22 @@ class ObjectStore(Store):
         gens = [p.rsplit("/", 1)[1] for p in self.list_blobs(f"leases/{name}/")]
         return sorted(int(g) for g in gens if g.isdigit())
 
-    def _read_gen(self, name: str, gen: int) -> tuple[Holder, float] | None:
+    def _read_gen(self, name: str, gen: int) -> tuple[Holder, float, bytes] | None:
         raw = self.get_blob(f"leases/{name}/{gen}")
         if raw is None:
             return None
         try:
             d = json.loads(raw)
-            return Holder.from_bytes(json.dumps(d["holder"]).encode()), float(d["expires"])
-        except (ValueError, KeyError, TypeError):
-            return Holder("?", 0, 0.0, ""), 0.0
+            holder, _ = parse_lease(json.dumps(d["holder"]).encode())
+            return holder, float(d["expires"]), raw
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+            return Holder("?", 0, 0.0, ""), 0.0, raw
+
+    def _live(self, name: str, cur: tuple[Holder, float, bytes] | None, ttl: float) -> Holder | None:
+        if cur is None:
+            return None
+        holder, expires, raw = cur
+        return holder if self.judge.live(name, raw, holder, expires, ttl) else None
 
     @staticmethod
     def _body(holder: Holder, ttl: float) -> bytes:
@@ -170,9 +187,9 @@ class ObjectStore(Store):
         gens = self._generations(name)
         nxt = 0
         if gens:
-            cur = self._read_gen(name, gens[-1])
-            if cur is not None and cur[1] > time.time():
-                return cur[0]
+            live = self._live(name, self._read_gen(name, gens[-1]), ttl)
+            if live is not None:
+                return live
             nxt = gens[-1] + 1
         if self._create(f"leases/{name}/{nxt}", self._body(holder, ttl)):
             for old in gens[:-1]:
@@ -186,7 +203,7 @@ class ObjectStore(Store):
         if not gens:
             return None
         cur = self._read_gen(name, gens[-1])
-        return gens[-1] if cur is not None and cur[0] == holder else None
+        return gens[-1] if cur is not None and cur[0].same(holder) else None
 
     def renew_lease(self, name: str, holder: Holder, ttl: float) -> bool:
         gen = self._mine(name, holder)
@@ -203,8 +220,7 @@ class ObjectStore(Store):
 
     def lease_holder(self, name: str, ttl: float) -> Holder | None:
         gens = self._generations(name)
-        cur = self._read_gen(name, gens[-1]) if gens else None
-        return cur[0] if cur is not None and cur[1] > time.time() else None
+        return self._live(name, self._read_gen(name, gens[-1]), ttl) if gens else None
 
     # ---- records
     def put_record(self, name: str, data: bytes, ttl: float) -> None:

@@ -86,6 +86,9 @@ def key_paths(settings: RemoteSettings | None) -> tuple[Path, Path]:
     return d / PRIVATE_NAME, d / PUBLIC_NAME
 
 
+MAX_TRUST_FILE = 1 << 20  # bytes of one JITOPS_REMOTE_TRUSTED_KEYS file
+
+
 def load_trust(settings: RemoteSettings) -> Trust:
     trust = Trust()
     for item in (settings.trusted_keys or "").replace(",", " ").split():
@@ -94,9 +97,17 @@ def load_trust(settings: RemoteSettings) -> Trust:
             continue
         path = Path(os.path.expanduser(item))
         try:
-            lines = path.read_text().splitlines()
+            with open(path, "rb") as f:  # bounded: a list of keys, never /dev/zero or a disk image
+                raw = f.read(MAX_TRUST_FILE + 1)
+            if len(raw) > MAX_TRUST_FILE:
+                raise ValueError(f"it is larger than {MAX_TRUST_FILE // 1024} KiB")
+            lines = raw.decode("utf-8").splitlines()
         except OSError as e:
             raise ConfigError(f"JITOPS_REMOTE_TRUSTED_KEYS names {path}, which cannot be read ({e.strerror}). "
+                              "Fix: point it at a file of public keys, one per line, or list the keys themselves") from None
+        except ValueError as e:  # also UnicodeDecodeError: a binary file
+            why = "it is not UTF-8 text" if isinstance(e, UnicodeDecodeError) else str(e)
+            raise ConfigError(f"JITOPS_REMOTE_TRUSTED_KEYS names {path}, which is not a list of public keys ({why}). "
                               "Fix: point it at a file of public keys, one per line, or list the keys themselves") from None
         for line in lines:
             token = line.split("#", 1)[0].strip().split(" ")[0]

@@ -23,7 +23,6 @@ re-signs it. Counters are logged at exit.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -40,7 +39,7 @@ from . import envelope, origin
 from .config import RemoteSettings
 from .stats import Counters, add_to_totals
 from .lease import Lease
-from .store import Holder, Store, StoreError, StoreTimeout
+from .store import Failure, Holder, Store, StoreError, StoreTimeout
 
 if TYPE_CHECKING:
     from ..plan import Plan
@@ -54,6 +53,7 @@ PROGRESS_EVERY = 30.0
 # lease (to take it over when it lapses) at most every LEASE_EVERY s (or a third of its ttl): for an
 # object store that is a listing and a GET that 16 waiters need not repeat on every poll.
 POLL_FIRST, POLL_MAX, LEASE_EVERY = 0.05, 1.0, 2.0
+WAIT_DEFAULT = 1800.0  # no JITOPS_LOCK_TIMEOUT: a live lease is waited for this long, then the node builds itself
 
 
 def entry_name(library: str, target: str, key: str) -> str:
@@ -219,7 +219,7 @@ class Tier:
             if time.monotonic() >= lease_due:  # a lease changes hands only when it lapses: look now and then
                 lease_due = time.monotonic() + min(ttl / 3, LEASE_EVERY)
                 if self.writes:
-                    me = Holder.me()
+                    me = Holder.me(ttl)
                     holder = self._timed(store.acquire_lease, name, me, ttl)
                     if holder is None:
                         found = self.fetch(plan, cache)  # uploaded between our first look and the lease?
@@ -233,6 +233,11 @@ class Tier:
                         return None, None  # nobody builds it; a read-only node builds for itself
             assert holder is not None
             now = time.monotonic()
+            if limit is None and now - start > WAIT_DEFAULT:
+                log.warning("waited %gs for the build of %s on another node (%s) through %s; building it here. "
+                            "Fix: stop that build if it hangs, or set JITOPS_LOCK_TIMEOUT", WAIT_DEFAULT, plan.what,
+                            holder.describe(), self.settings.url)
+                return None, None
             if limit is not None and now - start > limit:
                 raise LockTimeout(f"gave up after {limit:g}s (JITOPS_LOCK_TIMEOUT) waiting for {plan.what} from "
                                   f"another node ({holder.describe()}) through {self.settings.url}. Fix: wait for "
@@ -252,24 +257,22 @@ class Tier:
 
     def _record_failure(self, plan: Plan, e: BuildError) -> None:
         assert self.store is not None
-        body = {"host": os.uname().nodename, "pid": os.getpid(), "at": time.time(), "message": str(e)[:8000]}
-        self.store.put_record(self._failure_name(plan), json.dumps(body).encode(), self.settings.failure_seconds)
+        record = Failure(os.uname().nodename, os.getpid(), time.time(), str(e)[:8000])
+        self.store.put_record(self._failure_name(plan), record.to_bytes(), self.settings.failure_seconds)
 
     def _raise_recorded_failure(self, plan: Plan) -> None:
         assert self.store is not None
         raw = self._timed(self.store.get_record, self._failure_name(plan))
-        if raw is None:
+        keep = self.settings.failure_seconds
+        rec = None if raw is None else Failure.parse(raw, keep)
+        if rec is None:
             return
-        try:
-            rec = json.loads(raw)
-            msg, host, pid, age = str(rec["message"]), rec["host"], rec["pid"], time.time() - float(rec["at"])
-        except (ValueError, KeyError, TypeError):
-            return
+        age = time.time() - rec.at
         raise BuildError(
-            f"the build of {plan.what} failed on {host} (pid {pid}) {age:.0f}s ago; its error, shared through "
-            f"{self.settings.url}:\n{msg}\n(jitops retries the build once this record lapses, "
-            f"{self.settings.failure_seconds:g}s after the failure.)",
-            op=plan.spec.name, target=plan.target.name, log=msg, log_path=None)
+            f"the build of {plan.what} failed on {rec.host} (pid {rec.pid}) {max(age, 0.0):.0f}s ago; its error, "
+            f"shared through {self.settings.url}:\n{rec.message}\n(jitops retries the build once this record "
+            f"lapses, in {keep - age:.0f}s: JITOPS_REMOTE_FAILURE_SECONDS={keep:g} after the failure.)",
+            op=plan.spec.name, target=plan.target.name, log=rec.message, log_path=None)
 
     def at_exit(self) -> None:
         if self.stats.any() and os.getpid() == self._pid:
