@@ -215,13 +215,13 @@ def check(system: System, compiler: dict[str, Any], cxx: str, tool_dir: Path | N
     if ident in _passed:
         return Result(True, "passed earlier in this process", 0.0, cxx, cached=True)
     if tool_dir is not None:
-        try:
-            data = json.loads(_record_path(tool_dir, ident).read_text())
-            if data.get("ok") is True:
-                _passed.add(ident)
-                return Result(True, f"passed before (recorded {data.get('when', '?')})", 0.0, cxx, cached=True)
-        except (OSError, ValueError):
-            pass
+        from .fsutil import read_record
+
+        data = read_record(_record_path(tool_dir, ident)) or {}  # damaged: checked again and rewritten
+        if data.get("ok") is True:
+            _passed.add(ident)
+            when = data.get("when") if isinstance(data.get("when"), str) else "?"
+            return Result(True, f"passed before (recorded {when})", 0.0, cxx, cached=True)
     result = run_probe(system, cxx, compiler)
     log.info("toolchain self-check of %s: %s (%.1f s)", cxx, "passed" if result.ok else result.detail, result.seconds)
     if result.ok:

@@ -213,12 +213,11 @@ def _identify(path: str, name: str, question: tuple[str, ...], cache_dir: Path |
     version = None
     record_file = cache_dir / f"{name}.json" if cache_dir is not None else None
     if record_file is not None:
-        try:
-            data = json.loads(record_file.read_text())
-            if data.get("path") == path and isinstance(data.get("version"), str):
-                version = data["version"]
-        except (OSError, ValueError):
-            pass
+        from .fsutil import read_record
+
+        data = read_record(record_file) or {}  # damaged: asked again and rewritten
+        if data.get("path") == path and isinstance(data.get("version"), str):
+            version = data["version"]
     asked = version is None
     if version is None:
         version = _ask_version(path) if question == ("--version",) else _ask_other(path, question)
