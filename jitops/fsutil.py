@@ -121,6 +121,12 @@ def is_real_dir(path: Path) -> bool:
         return False
 
 
+def may_hold(folder: Path) -> bool:
+    """``folder`` may be made or written in without going through a link: its parent is a real folder and it is
+    one too, or absent (for records jitops keeps in ``v1/<folder>``)."""
+    return is_real_dir(folder.parent) and (is_real_dir(folder) or not os.path.lexists(folder))
+
+
 def children(folder: Path, *, dirs_only: bool = False) -> list[Path]:
     """What a real folder holds (sorted; only real sub-folders with ``dirs_only``); nothing when ``folder``
     is a link, a file or unreadable. A link inside is listed as itself, never entered."""

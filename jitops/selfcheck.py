@@ -232,8 +232,10 @@ def check(system: System, compiler: dict[str, Any], cxx: str, tool_dir: Path | N
 
 
 def _remember(tool_dir: Path, ident: str, result: Result) -> None:
-    from .fsutil import atomic_write, makedirs
+    from .fsutil import atomic_write, makedirs, may_hold
 
+    if not may_hold(tool_dir):  # a link at v1 or v1/toolchains: never written through
+        return
     try:
         makedirs(tool_dir)
         body = {"ok": True, "compiler": result.compiler, "seconds": round(result.seconds, 2),

@@ -240,8 +240,10 @@ def _ask_other(path: str, question: tuple[str, ...]) -> str:
 
 
 def _record(cache_dir: Path, name: str, path: str, version: str) -> None:
-    from .fsutil import atomic_write, makedirs
+    from .fsutil import atomic_write, makedirs, may_hold
 
+    if not may_hold(cache_dir):  # a link at v1 or v1/toolchains: never written through (`jitops cache repair`)
+        return
     try:
         makedirs(cache_dir)
         atomic_write(cache_dir / f"{name}.json", json.dumps({"path": path, "version": version}).encode())

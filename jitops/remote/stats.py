@@ -57,7 +57,7 @@ def read_totals(path: Path) -> Counters:
 
 def add_to_totals(path: Path, c: Counters) -> None:
     """Add this process's counters to the totals at ``path`` (best effort, under a file lock beside it)."""
-    if not c.any() or not path.parent.is_dir():
+    if not c.any() or not fsutil.is_real_dir(path.parent):  # never through a link at v1
         return
     with contextlib.suppress(OSError):
         fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, fsutil.FILE_MODE)
