@@ -204,3 +204,93 @@ def test_damaged_pch_manifest_is_set_aside(damage: str, tmp_path: Path) -> None:
     (folder / "prefix.h.gch").write_bytes(b"garbage")
     assert pch.find(cache, key, "gcc") is None
     assert not os.path.lexists(folder)
+
+
+# ------------------------------------------------------------ keygen and the config dir (audit defect 14)
+
+
+def _keygen(config: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+    env = child_env(JITOPS_CONFIG_DIR=str(config), JITOPS_CACHE_DIR=str(tmp / "cache"), JITOPS_REMOTE_CACHE=None)
+    return subprocess.run([sys.executable, "-m", "jitops", "cache", "keygen"], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+
+
+def test_keygen_never_re_modes_a_shared_folder(tmp_path: Path) -> None:
+    """JITOPS_CONFIG_DIR at an existing 1777 folder (a /tmp): left 1777, and no key is written where jitops
+    would refuse it; a named error instead."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    proc = _keygen(shared, tmp_path)
+    assert oct(os.lstat(shared).st_mode & 0o7777) == oct(0o1777)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "JITOPS_CONFIG_DIR" in proc.stderr, proc.stderr
+    assert not (shared / "signing.key").exists()
+
+
+def test_keygen_at_a_file_leaves_it(tmp_path: Path) -> None:
+    target = tmp_path / "config-file"
+    target.write_text("mine\n")
+    os.chmod(target, 0o644)
+    proc = _keygen(target, tmp_path)
+    assert os.lstat(target).st_mode & 0o7777 == 0o644 and target.read_text() == "mine\n"
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "not a directory" in proc.stderr, proc.stderr
+
+
+def test_keygen_makes_only_its_own_folders_private(tmp_path: Path) -> None:
+    parent = tmp_path / "home"
+    parent.mkdir()
+    os.chmod(parent, 0o755)
+    proc = _keygen(parent / "a" / "jitops", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert os.lstat(parent).st_mode & 0o7777 == 0o755  # existing: kept
+    assert os.lstat(parent / "a").st_mode & 0o7777 == 0o700 == os.lstat(parent / "a" / "jitops").st_mode & 0o7777
+    assert (parent / "a" / "jitops" / "signing.key").is_file()
+
+
+# ------------------------------------------------------------ the PCH check (audit defect 15)
+
+CONSTRUCTOR = '\n#include <cstdio>\n__attribute__((constructor)) static void tattle() {{ std::fopen("{}", "w"); }}\n'
+
+
+def _gcc_pch(cache: Cache, root: Path) -> tuple[str, Path]:
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    key = pch.key_of("identity", "gcc", "-O0", ["#include <cstddef>"])
+    p = pch.start(cache, key=key, kind="gcc", cxx="g++", flags=["-O0"], prefix=["#include <cstddef>"], root=root)
+    assert p is not None
+    subprocess.run(p.command, shell=True, check=True, timeout=120)
+    assert pch.finish(cache, p, 0.5) is not None
+    return key, cache.build_path("pch", key)
+
+
+def _compile_and_run(words: list[str], tmp: Path) -> None:
+    (tmp / "main.cpp").write_text("#include <cstddef>\nint main() { return sizeof(std::size_t) == 0; }\n")
+    cmd = f"g++ -O0 {' '.join(words)} {tmp / 'main.cpp'} -o {tmp / 'prog'} && {tmp / 'prog'}"
+    subprocess.run(cmd, shell=True, check=True, timeout=120, capture_output=True)
+
+
+@pytest.mark.parametrize("forgery", ["file-is-prefix.h", "honest-file-edited-header"])
+def test_pch_check_covers_what_gcc_reads(forgery: str, tmp_path: Path) -> None:
+    """The audit's case: a garbage .gch (gcc rejects it under -Winvalid-pch and parses prefix.h instead) beside an
+    edited prefix.h whose constructor writes a marker, with a manifest made to agree (its file set to prefix.h,
+    or the .gch's new size and sha256). The PCH is set aside, never used; the edited header never runs; a new
+    PCH is built in its place and used."""
+    cache = Cache(tmp_path / "cache")
+    key, folder = _gcc_pch(cache, tmp_path)
+    marker = tmp_path / "MARKER"
+    with open(folder / "prefix.h", "a") as f:
+        f.write(CONSTRUCTOR.format(marker))
+    (folder / "prefix.h.gch").write_bytes(b"not a precompiled header")
+    m = json.loads((folder / "manifest.json").read_bytes())
+    forged = folder / ("prefix.h" if forgery == "file-is-prefix.h" else "prefix.h.gch")
+    m.update(file=forged.name, size=forged.stat().st_size, sha256=hashlib.sha256(forged.read_bytes()).hexdigest())
+    (folder / "manifest.json").write_text(json.dumps(m, sort_keys=True))
+    use = pch.find(cache, key, "gcc")
+    _compile_and_run(use.words if use is not None else [], tmp_path)  # what a build would compile with
+    assert not marker.exists(), "the edited prefix.h was compiled in"
+    assert use is None and not os.path.lexists(folder)  # set aside
+    key2, _ = _gcc_pch(cache, tmp_path)  # rebuilt
+    use = pch.find(cache, key2, "gcc")
+    assert use is not None
+    _compile_and_run(use.words, tmp_path)
+    assert not marker.exists()
