@@ -170,3 +170,35 @@ def test_removing_commands_alone(command: tuple[str, ...], place: str, template:
     proc = _jitops(root, *command)
     assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr
     assert _snapshot(data) == before, f"`jitops {' '.join(command)}` changed the user's files through the {place} link"
+
+
+# ------------------------------------------------------------ messages never name the private staging folder (audit 16)
+
+
+def test_publish_failure_names_the_entry_not_the_staging_folder(tmp_path: Path) -> None:
+    from jitops.cache import Cache
+    from jitops.errors import CacheError
+
+    cache = Cache(tmp_path / "cache")
+    staging = cache.new_staging("mylib", "ab" * 16)
+    with pytest.raises(CacheError) as e:
+        cache.publish(staging / "entry", "mylib", "cpu-x", "ab" * 16)  # nothing was staged there
+    assert staging.name not in str(e.value) and "mylib/cpu-x key abababababab" in str(e.value), str(e.value)
+
+
+def test_pch_notes_name_the_pch_not_the_staging_folder(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from jitops import pch
+    from jitops.cache import Cache
+
+    cache = Cache(tmp_path / "cache")
+    key = pch.key_of("identity", "gcc", "", ["#include <cstddef>"])
+    p = pch.start(cache, key=key, kind="gcc", cxx="false", flags=[], prefix=["#include <cstddef>"], root=tmp_path)
+    assert p is not None
+    subprocess.run(p.command, shell=True, check=True, timeout=60)  # `false`: no PCH made
+    with caplog.at_level(logging.INFO, logger="jitops"):
+        assert pch.finish(cache, p, 0.1) is None
+    notes = [r.getMessage() for r in caplog.records]
+    assert any(key[:12] in n for n in notes), notes
+    assert not any(str(cache.staging) in n for n in notes), notes
