@@ -156,7 +156,7 @@ def _verify(directory: Path, key: str, kind: str) -> dict[str, object]:
 def find(cache: Cache, key: str, kind: str) -> Use | None:
     """The verified PCH of ``key``, or None; one that fails verification is set aside (one note)."""
     final = cache.build_path("pch", key)
-    if not os.path.lexists(final):
+    if not fsutil.may_hold(cache.pch) or not os.path.lexists(final):  # a link at v1/pch: never used, never entered
         return None
     try:
         use = Use(key, pch_words(kind, final), "hit", deps=_verify(final, key, kind)["deps"])  # type: ignore[arg-type]
@@ -170,6 +170,8 @@ def find(cache: Cache, key: str, kind: str) -> Use | None:
 def seen_before(cache: Cache, key: str) -> bool:
     """Whether a build has compiled a file with this prefix before; records this one (best effort)."""
     mark = cache.build_path("pch", key, ".seen")
+    if not fsutil.may_hold(cache.pch):  # a link at v1/pch (`jitops cache repair`): no PCH, nothing written through it
+        return False
     if os.path.isfile(mark):
         return True
     try:
@@ -200,6 +202,8 @@ def start(cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], pref
     from .errors import LockTimeout
     from .lock import key_lock
 
+    if not fsutil.may_hold(cache.pch):
+        return None
     hold = contextlib.ExitStack()
     try:
         hold.enter_context(key_lock(cache.lock_path("pch", key), "a precompiled header", 0))

@@ -202,3 +202,22 @@ def test_pch_notes_name_the_pch_not_the_staging_folder(tmp_path: Path, caplog: p
     notes = [r.getMessage() for r in caplog.records]
     assert any(key[:12] in n for n in notes), notes
     assert not any(str(cache.staging) in n for n in notes), notes
+
+
+def test_a_build_never_writes_a_pch_through_a_link(tmp_path: Path) -> None:
+    """A link at v1/pch: a build makes no PCH there (no `.seen` mark, no staging rename into it), finds none
+    through it, and the user's folder stays as it was."""
+    from jitops import pch
+    from jitops.cache import Cache
+
+    cache = Cache(tmp_path / "cache")
+    cache.ensure_base()
+    data = _user_folder(tmp_path)
+    key = pch.key_of("identity", "gcc", "", ["#include <cstddef>"])
+    (data / key).mkdir()  # a folder of the user's that happens to carry a PCH key's name
+    before = _snapshot(data)
+    cache.pch.symlink_to(data, target_is_directory=True)
+    assert not pch.seen_before(cache, key) and not pch.seen_before(cache, key)
+    assert pch.start(cache, key=key, kind="gcc", cxx="g++", flags=[], prefix=["#include <cstddef>"], root=tmp_path) is None
+    assert pch.find(cache, key, "gcc") is None
+    assert _snapshot(data) == before
