@@ -122,9 +122,9 @@ def is_real_dir(path: Path) -> bool:
 
 
 def may_hold(folder: Path) -> bool:
-    """``folder`` may be made or written in without going through a link: its parent is a real folder and it is
-    one too, or absent (for records jitops keeps in ``v1/<folder>``)."""
-    return is_real_dir(folder.parent) and (is_real_dir(folder) or not os.path.lexists(folder))
+    """``folder`` may be made or written in without going through a link: it and its parent are each a real
+    folder or absent (for what jitops keeps in ``v1/<folder>``; the root above is the user's)."""
+    return all(is_real_dir(p) or not os.path.lexists(p) for p in (folder.parent, folder))
 
 
 def children(folder: Path, *, dirs_only: bool = False) -> list[Path]:
