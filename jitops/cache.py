@@ -18,9 +18,10 @@ A tier is two calls: ``lookup(address) -> Hit | Miss(reason)`` (verified) and
 ``publish_entry(staged, address)`` (a finished staging dir -> what is in place now, ours or a
 racing winner's). A remote hit is imported into local staging and published here, so only verified
 local entries are loaded. Loading needs manifest, key, size and sha256 to agree, and refuses
-symlinks, other owners and group/world-writable paths.
+symlinks, other owners and group/world-writable paths. Every walk of the tree (``iter_entries``,
+``sweep_staging``, ``walkable``) is by lstat: a link where a folder belongs is never entered.
 
-Imports: fsutil, key (KEY_CHARS, compute_key), manifest (entry data types), obstruct.
+Imports: errors (CacheError), fsutil, key (KEY_CHARS, compute_key), manifest (entry data types), obstruct.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ import logging
 import os
 import re
 import secrets
-import shutil
 import socket
 import time
 from pathlib import Path
 
 from . import fsutil, obstruct
+from .errors import CacheError
 from .key import KEY_CHARS, compute_key
 from .manifest import MANIFEST, Address, EntryProblem, Hit, Manifest, Miss
 
@@ -73,8 +74,7 @@ class Cache:
     def origin_path(self, address: Address) -> Path:  # the job tier's note that it installed this entry
         return self.origins / address.library / address.target / address.key[:KEY_CHARS]
 
-    def library_dir(self, library: str) -> Path:
-        """Where every target's entries of ``library`` live (``<target>/<key>`` below)."""
+    def library_dir(self, library: str) -> Path:  # every target's entries of ``library`` (<target>/<key> below)
         return self.entries / library
 
     def target_dir(self, library: str, target: str) -> Path:
@@ -107,6 +107,11 @@ class Cache:
 
     def lock_path(self, library: str, key: str) -> Path:
         return self.locks / f"{library}-{key[:KEY_CHARS]}.lock"
+
+    def walkable(self, folder: Path) -> bool:
+        """Every folder from ``v1`` down to ``folder`` (one under it) is a real folder: none is a link."""
+        parts = folder.relative_to(self.base).parts
+        return all(fsutil.is_real_dir(self.base.joinpath(*parts[:i])) for i in range(len(parts) + 1))
 
     # ---- checks
     def root_problem(self) -> str | None:
@@ -190,8 +195,11 @@ class Cache:
     def new_staging(self, library: str, key: str) -> Path:
         self.ensure_base()
         d = self.staging / f"{library}-{key[:KEY_CHARS]}.{_safe_host()}.{os.getpid()}.{secrets.token_hex(4)}"
-        os.mkdir(d, fsutil.DIR_MODE)
-        os.chmod(d, fsutil.DIR_MODE)
+        try:
+            os.mkdir(d, fsutil.DIR_MODE)
+            os.chmod(d, fsutil.DIR_MODE)
+        except OSError as e:
+            raise _cache_error(e, f"cannot make a private build folder for {library} in {self.staging}") from e
         return d
 
     def publish(self, staged_entry: Path, library: str, target: str, key: str) -> bool:
@@ -206,7 +214,7 @@ class Cache:
         except OSError as e:
             if os.path.lexists(final):
                 return False
-            raise e
+            raise _cache_error(e, f"cannot publish {library}/{target} key {key[:12]} at {final}") from e
         fsutil.fsync_dir(final.parent)
         return True
 
@@ -217,11 +225,8 @@ class Cache:
         if in_trash:
             fsutil.makedirs(self.trash)
         dest = (self.trash if in_trash else self.base) / f".{entry.name}.{time.time():.0f}.{os.getpid()}.{secrets.token_hex(3)}"
-        os.rename(entry, dest)
-        if os.path.isdir(dest) and not os.path.islink(dest):
-            shutil.rmtree(dest, ignore_errors=True)
-        else:
-            os.unlink(dest)
+        os.rename(entry, dest)  # a link is renamed as itself
+        fsutil.remove_path(dest)
 
     def set_aside(self, entry: Path, why: str) -> None:
         """Move a damaged entry out of the way (never loaded, never deleted blindly)."""
@@ -238,13 +243,10 @@ class Cache:
         removed = 0
         now = time.time()
         host = _safe_host()
-        try:
-            names = os.listdir(self.staging)
-        except OSError:
+        if not self.walkable(self.staging):  # a link there is never entered (the next build heals it)
             return 0
-        for name in names:
-            path = self.staging / name
-            parts = name.rsplit(".", 3)
+        for path in fsutil.children(self.staging):
+            parts = path.name.rsplit(".", 3)
             try:
                 age = now - os.lstat(path).st_mtime
             except OSError:
@@ -253,7 +255,7 @@ class Cache:
             if len(parts) == 4 and parts[1] == host and parts[2].isdigit():
                 dead = not _pid_alive(int(parts[2]))
             if (dead and age > 2.0) or age > max_age:
-                shutil.rmtree(path, ignore_errors=True)
+                fsutil.remove_path(path)  # a link: unlinked, never followed
                 removed += 1
         return removed
 
@@ -274,13 +276,18 @@ class Cache:
             return 0.0
 
     def iter_entries(self) -> list[Path]:
-        base, out = self.entries, list[Path]()
-        if not os.path.isdir(base):
-            return out
-        for lib in sorted(p for p in base.iterdir() if p.is_dir()):
-            for tgt in sorted(p for p in lib.iterdir() if p.is_dir()):
-                out.extend(sorted(p for p in tgt.iterdir() if p.is_dir()))
-        return out
+        """Every entry folder, by lstat: a link anywhere in ``entries/`` is never entered (nor listed)."""
+        if not self.walkable(self.entries):
+            return []
+        libs = fsutil.children(self.entries, dirs_only=True)
+        tgts = [t for lib in libs for t in fsutil.children(lib, dirs_only=True)]
+        return [e for t in tgts for e in fsutil.children(t, dirs_only=True)]
+
+
+def _cache_error(e: OSError, what: str) -> CacheError:  # strerror, never the paths (a private staging name)
+    err = CacheError(f"{what}: {e.strerror or type(e).__name__}")
+    err.errno = e.errno  # ENOSPC stays ENOSPC for the caller
+    return err
 
 
 def _pid_alive(pid: int) -> bool:

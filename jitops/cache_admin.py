@@ -10,7 +10,10 @@ Used by ``jitops cache ...``; imports no torch. Verification and removal are
 the cache's own (``Cache.verify``, ``Cache.discard``). Nothing here removes an entry
 whose key lock is held (a build or re-check is under way): the lock is tried
 without blocking and busy entries are skipped. Removal renames an entry out
-of ``entries/`` first, so no reader ever sees half of one.
+of ``entries/`` first, so no reader ever sees half of one. Every walk is by
+lstat (``Cache.iter_entries``, ``fsutil.children``): a link where the layout
+keeps a folder is never entered; ``clear`` unlinks one that stands for an
+owned folder (``logs/``, ``objects/``...), never what it points at.
 
 Imports: cache, cache_parts, fsutil, key, manifest, obstruct (filelock lazily).
 """
@@ -20,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,10 +47,9 @@ class EntryInfo:
 
 def entry_size(path: Path) -> int:
     total = 0
-    with contextlib.suppress(OSError):
-        for p in path.iterdir():
-            with contextlib.suppress(OSError):
-                total += os.lstat(p).st_size
+    for p in fsutil.children(path):
+        with contextlib.suppress(OSError):
+            total += os.lstat(p).st_size
     return total
 
 
@@ -84,7 +85,8 @@ def unless_building(cache: Cache, library: str, key: str) -> Iterator[bool]:
     import filelock
 
     path = cache.lock_path(library, key)
-    if not path.parent.is_dir():
+    obstruct.heal(path.parent, want_dir=True, what="the locks folder")  # a link there: unlinked, never written through
+    if not cache.walkable(path.parent):
         yield True  # no lock was ever taken here
         return
     obstruct.heal(path, want_dir=False, what="a build lock file")  # a stray folder there (issue 20)
@@ -179,10 +181,9 @@ def clear(cache: Cache) -> Removal:
     result = Removal()
     for info in entries(cache):
         _try_remove(cache, info, result)
-    for d in cache.owned_dirs:
-        shutil.rmtree(d, ignore_errors=True)
-    for f in cache.owned_files:
-        f.unlink(missing_ok=True)
+    if cache.walkable(cache.base):  # v1 itself a link: nothing through it (`jitops cache repair` unlinks it)
+        for p in (*cache.owned_dirs, *cache.owned_files):
+            fsutil.remove_path(p)  # a link is unlinked as itself
     cache.sweep_staging()
     result.kept_bytes = sum(e.size for e in result.busy)
     return result

@@ -18,18 +18,21 @@ held (``pch.start`` holds it while building: taken here without waiting, busy
 ones kept) and only when unused for ``GRACE`` seconds, since a build that found
 it may not yet have opened it; its folder is renamed out of ``pch/`` first.
 
-Imports: cache (the Cache is passed in).
+Every listing is by lstat (``fsutil.children``): a link is never entered.
+
+Imports: fsutil; cache (the Cache is passed in).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from . import fsutil
 
 if TYPE_CHECKING:
     from .cache import Cache
@@ -60,8 +63,10 @@ def _stat(path: Path) -> os.stat_result | None:
 
 def _tree_size(path: Path) -> int:
     total = 0
+    if not fsutil.is_real_dir(path):
+        return 0
     with contextlib.suppress(OSError):
-        for dirpath, _, files in os.walk(path):
+        for dirpath, _, files in os.walk(path):  # never follows a link inside
             for f in files:
                 with contextlib.suppress(OSError):
                     total += os.lstat(os.path.join(dirpath, f)).st_size
@@ -77,29 +82,23 @@ def _add(part: Part, path: Path, atime: bool = False, size: int | None = None) -
     part.last_use = max(part.last_use, st.st_mtime, st.st_atime if atime else 0.0)
 
 
-def _listdir(folder: Path) -> list[str]:
-    if os.path.islink(folder):  # never through a link (issue 20: `jitops cache repair` clears it)
+def _listdir(cache: Cache, folder: Path) -> list[str]:
+    if not cache.walkable(folder):  # never through a link (issue 20: `jitops cache repair` clears it)
         return []
-    try:
-        return sorted(os.listdir(folder))
-    except OSError:
-        return []
+    return [p.name for p in fsutil.children(folder)]
 
 
 def objects(cache: Cache, now: float) -> list[Part]:
     """Each object with its records; dangling records and unnamed objects as unusable parts."""
     parts: dict[str, Part] = {}
     records: list[tuple[str, Path, str]] = []  # (record name, path, object digest)
-    for fname in _listdir(cache.objects):
+    for fname in _listdir(cache, cache.objects):
         path = cache.objects / fname
         if fname.endswith(".o"):
             parts[fname[:-2]] = Part("object", fname[:-2])
         elif fname.endswith(".json"):
-            try:
-                digest = str(json.loads(path.read_bytes())["object"])
-            except (OSError, ValueError, KeyError, TypeError):
-                digest = ""
-            records.append((fname[:-5], path, digest))
+            digest = (fsutil.read_record(path) or {}).get("object")
+            records.append((fname[:-5], path, digest if isinstance(digest, str) and digest.isalnum() else ""))
     out: list[Part] = []
     for name, path, digest in records:  # records first: removing one turns a later lookup into a miss
         part = parts.get(cache.build_path("objects", digest, ".o").name[:-2]) if digest else None
@@ -121,7 +120,7 @@ def objects(cache: Cache, now: float) -> list[Part]:
 def pchs(cache: Cache, now: float) -> list[Part]:
     """Each PCH key's folder, ``.seen`` and ``.h`` files (any of them may be there without the others)."""
     parts: dict[str, Part] = {}
-    for fname in _listdir(cache.pch):
+    for fname in _listdir(cache, cache.pch):
         key, _, suffix = fname.partition(".")
         if suffix not in ("", "seen", "h"):
             continue
@@ -131,7 +130,7 @@ def pchs(cache: Cache, now: float) -> list[Part]:
             _add(part, path, atime=True)
             continue
         _add(part, path, size=_tree_size(path))
-        for inner in _listdir(path):
+        for inner in _listdir(cache, path):
             st = _stat(path / inner)
             if st is not None:
                 part.last_use = max(part.last_use, st.st_mtime, st.st_atime)
@@ -158,7 +157,7 @@ def usage(parts: Iterable[Part]) -> dict[str, tuple[int, int]]:
 def remove(cache: Cache, part: Part) -> None:
     """Delete a part's files (the PCH folder renamed out of the way first). Raises OSError."""
     for path in part.paths:
-        if path.is_dir() and not path.is_symlink():
+        if fsutil.is_real_dir(path):  # a link is unlinked as itself
             cache.discard(path)
         else:
             with contextlib.suppress(FileNotFoundError):

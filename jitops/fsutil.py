@@ -6,10 +6,14 @@ Imports: nothing of jitops.
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
 import secrets
+import shutil
 import stat
 from pathlib import Path
+from typing import Any
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -106,3 +110,96 @@ def insecure_reason(path: Path, *, want_dir: bool) -> str | None:
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"{path} is group- or world-writable (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+# ---- walking a tree jitops owns: never through a link (SECURITY.md)
+def is_real_dir(path: Path) -> bool:
+    """``path`` itself is a folder (a link to one is not)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def may_hold(folder: Path) -> bool:
+    """``folder`` may be made or written in without going through a link: it and its parent are each a real
+    folder or absent (for what jitops keeps in ``v1/<folder>``; the root above is the user's)."""
+    return all(is_real_dir(p) or not os.path.lexists(p) for p in (folder.parent, folder))
+
+
+def children(folder: Path, *, dirs_only: bool = False) -> list[Path]:
+    """What a real folder holds (sorted; only real sub-folders with ``dirs_only``); nothing when ``folder``
+    is a link, a file or unreadable. A link inside is listed as itself, never entered."""
+    if not is_real_dir(folder):
+        return []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [folder / n for n in names if not dirs_only or is_real_dir(folder / n)]
+
+
+def remove_path(path: Path) -> None:
+    """Remove ``path`` as what it is: a link or a file is unlinked (never what it points at), a real folder
+    is deleted with everything in it (``shutil.rmtree`` never follows a link inside). Gone already: fine."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+# ---- records: small JSON files jitops wrote into the cache or the config dir
+MAX_RECORD_BYTES = 1 << 20
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} out of range")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"{text} is not a number a record holds")
+
+
+def read_record(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> dict[str, Any] | None:
+    """The JSON object in the file at ``path`` (not through a link), or None when it is missing, unreadable
+    or damaged: too large, not UTF-8, not JSON, not an object, nested too deep, or holding a number
+    that is not finite (``1e999``, ``NaN``). Callers check each field's type before use."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(max_bytes + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) > max_bytes:
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_float=_finite, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def is_number(value: object, kind: type = float) -> bool:
+    """``value`` is a JSON number of ``kind`` (int: an int; float: an int or a finite float), never a bool."""
+    if isinstance(value, bool):
+        return False
+    if kind is int:
+        return isinstance(value, int)
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))

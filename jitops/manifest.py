@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,24 +57,49 @@ class Manifest:
 
     @classmethod
     def parse(cls, raw: bytes) -> Manifest:
-        data = json.loads(raw)
+        """The manifest in ``raw``; ValueError (only) for anything else: every field's type is checked, so a
+        manifest the cache accepts is one ``ls``, ``export`` and ``explain`` can print."""
+        try:
+            data = json.loads(raw)
+        except RecursionError:
+            raise ValueError("manifest nested too deep") from None  # JSONDecodeError, UnicodeDecodeError: ValueErrors
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
             raise ValueError("unknown manifest format")
         fields = cls.__dataclass_fields__
         missing = [f for f in fields if f not in data and f != "timings"]
         if missing:
             raise ValueError(f"manifest lacks {missing}")
+        if set(data) - set(fields) - {"format", "digest"}:
+            raise ValueError(f"manifest has unknown fields {sorted(set(data) - set(fields) - {'format', 'digest'})}")
+        for f, t in _TYPES.items():
+            v = data.get(f, {}) if f == "timings" else data[f]
+            if isinstance(v, bool) or not isinstance(v, t) or (isinstance(v, float) and not math.isfinite(v)):
+                raise ValueError(f"manifest field {f!r} has the wrong type ({type(v).__name__})")
+        if not _timings_ok(data.get("timings", {})):
+            raise ValueError("manifest field 'timings' has the wrong shape")
         m = cls(**{f: data[f] for f in fields if f in data})
-        types = {"key": str, "library": str, "target": str, "namespace": str, "library_file": str,
-                 "sha256": str, "size": int, "ingredients": dict, "build_log": str, "timings": dict}
-        for f, t in types.items():
-            if not isinstance(getattr(m, f), t):
-                raise ValueError(f"manifest field {f!r} has the wrong type")
         if not re.fullmatch(r"lib[a-z0-9_]+\.so", m.library_file):
             raise ValueError(f"manifest names an unexpected library file {m.library_file!r}")
         if raw != m.to_json():
             raise ValueError("manifest bytes do not match their digest (damaged or edited)")
         return m
+
+
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "key": str, "library": str, "target": str, "namespace": str, "library_file": str, "sha256": str, "size": int,
+    "build_seconds": (int, float), "built_at": (int, float), "ingredients": dict, "build_log": str, "timings": dict}
+
+
+def _num(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _timings_ok(t: dict[str, Any]) -> bool:
+    """The shape ``tubuild.summary`` reads: {files: {label: {seconds: number, ...}}, pch_built: {key: number},
+    link_seconds: number}, each part optional."""
+    files, built = t.get("files") or {}, t.get("pch_built") or {}
+    return (isinstance(files, dict) and all(isinstance(i, dict) and _num(i.get("seconds", 0.0)) for i in files.values())
+            and isinstance(built, dict) and all(_num(v) for v in built.values()) and _num(t.get("link_seconds", 0.0)))
 
 
 def _canonical(data: Mapping[str, Any]) -> bytes:

@@ -127,13 +127,8 @@ def scan(cache: Cache) -> list[Obstruction]:
     return out
 
 
-def _children(folder: Path) -> list[Path]:
-    if _found(folder, True) not in (None, "a read-only folder") or not os.path.isdir(folder):
-        return []
-    try:
-        return sorted(folder / n for n in os.listdir(folder) if not n.startswith("."))
-    except OSError:
-        return []
+def _children(folder: Path) -> list[Path]:  # by lstat: a link is listed as itself, never entered
+    return [p for p in fsutil.children(folder) if not p.name.startswith(".")]
 
 
 def repair(cache: Cache) -> list[tuple[Obstruction, str]]:

@@ -17,8 +17,9 @@ under the key's lock (taken without waiting: if another process
 holds it, this build goes without), in a private staging dir, beside the
 build's compiles (one more ninja job, so a cold build costs about what it
 did: its files compile without the PCH, the next build uses it); manifest
-last, renamed into place; verified (size, sha256 once per process, owner,
-mode) before use. Anything wrong is set aside and built again. GCC uses it through
+last, renamed into place; verified before use: owner, mode, and exactly the
+files the compiler reads (the ``.gch``/``.pch`` that ``pch_words`` names, and
+``prefix.h``: size and sha256, hashed once per process). Anything wrong is set aside and built again. GCC uses it through
 ``-include prefix.h`` with ``prefix.h.gch`` beside it and ``-Winvalid-pch``:
 a PCH gcc rejects is ignored by gcc itself, which then parses the text (one
 note, never a wrong result). clang uses ``-include-pch``; a build that fails
@@ -105,44 +106,63 @@ class Use:
     deps: dict[str, str] = field(default_factory=dict)
 
 
-def _verify(directory: Path, key: str) -> dict[str, object]:
-    """The manifest of a usable PCH in ``directory``, or ValueError / OSError saying why not."""
-    from .objcache import headers_unchanged
+def pch_file(kind: str) -> str:
+    """The name of the PCH that :func:`pch_words` makes the compiler read (beside ``prefix.h``)."""
+    return HEADER + (".pch" if kind == "clang" else ".gch")
 
-    for p in (directory, directory / "manifest.json"):
-        reason = fsutil.insecure_reason(p, want_dir=p == directory)
-        if reason is not None:
-            raise ValueError(reason)
-    m = json.loads((directory / "manifest.json").read_bytes())
-    if m.get("format") != FORMAT or m.get("key") != key:
-        raise ValueError("its manifest describes another PCH")
-    pch = directory / str(m["file"])
-    reason = fsutil.insecure_reason(pch, want_dir=False)
+
+def _hash_once(path: Path, want: object) -> None:
+    """ValueError unless the regular file ``path`` has the sha256 ``want`` (hashed once per process per version)."""
+    reason = fsutil.insecure_reason(path, want_dir=False)
     if reason is not None:
         raise ValueError(reason)
-    st = os.lstat(pch)
-    if st.st_size != m["size"]:
-        raise ValueError(f"{pch} has {st.st_size} bytes, its manifest says {m['size']}")
-    memo = (str(pch), st.st_size, st.st_mtime_ns, st.st_ino)
-    if _verified.get(memo) != m["sha256"]:
-        if fsutil.sha256_file(pch) != m["sha256"]:
-            raise ValueError(f"{pch} does not match its manifest's sha256")
-        _verified[memo] = str(m["sha256"])
-    if not headers_unchanged(m["deps"], Path(str(m["root"]))):
+    st = os.lstat(path)
+    memo = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if _verified.get(memo) != want:
+        if not isinstance(want, str) or fsutil.sha256_file(path) != want:
+            raise ValueError(f"{path} does not match its manifest's sha256")
+        _verified[memo] = want
+
+
+def _verify(directory: Path, key: str, kind: str) -> dict[str, object]:
+    """The manifest of a usable PCH in ``directory``, or ValueError / OSError saying why not.
+
+    Checked is exactly what the compiler reads: the PCH file :func:`pch_words` names (``prefix.h.gch`` /
+    ``.pch``) and ``prefix.h`` (gcc parses it when it rejects the ``.gch``), each against its sha256."""
+    from .objcache import headers_unchanged
+
+    reason = fsutil.insecure_reason(directory, want_dir=True)
+    if reason is not None:
+        raise ValueError(reason)
+    m = fsutil.read_record(directory / "manifest.json")
+    if m is None or m.get("format") != FORMAT or m.get("key") != key:
+        raise ValueError("its manifest is missing, damaged or describes another PCH")
+    deps, root = m.get("deps"), m.get("root")
+    if not (isinstance(deps, dict) and all(isinstance(v, str) for v in deps.values()) and isinstance(root, str)):
+        raise ValueError("its manifest's header list is damaged")
+    if m.get("file") != pch_file(kind):
+        raise ValueError(f"its manifest names {str(m.get('file'))[:40]!r}, not the {pch_file(kind)} the compiler reads")
+    pch = directory / pch_file(kind)
+    size = os.lstat(pch).st_size
+    if size != m.get("size"):
+        raise ValueError(f"{pch} has {size} bytes, its manifest says {m.get('size')}")
+    _hash_once(pch, m.get("sha256"))
+    _hash_once(directory / HEADER, m.get("header_sha256"))
+    if not headers_unchanged(deps, Path(root)):
         raise ValueError("a header it was built from has changed")
-    return dict(m)
+    return m
 
 
 def find(cache: Cache, key: str, kind: str) -> Use | None:
     """The verified PCH of ``key``, or None; one that fails verification is set aside (one note)."""
     final = cache.build_path("pch", key)
-    if not os.path.lexists(final):
+    if not fsutil.may_hold(cache.pch) or not os.path.lexists(final):  # a link at v1/pch: never used, never entered
         return None
     try:
-        use = Use(key, pch_words(kind, final), "hit", deps=_verify(final, key)["deps"])  # type: ignore[arg-type]
+        use = Use(key, pch_words(kind, final), "hit", deps=_verify(final, key, kind)["deps"])  # type: ignore[arg-type]
         cache.record_use(final)  # its last use, which `cache prune` reads (a PCH used within 10 minutes is kept)
         return use
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError) as e:
         _set_aside(cache, final, str(e))
         return None
 
@@ -150,6 +170,8 @@ def find(cache: Cache, key: str, kind: str) -> Use | None:
 def seen_before(cache: Cache, key: str) -> bool:
     """Whether a build has compiled a file with this prefix before; records this one (best effort)."""
     mark = cache.build_path("pch", key, ".seen")
+    if not fsutil.may_hold(cache.pch):  # a link at v1/pch (`jitops cache repair`): no PCH, nothing written through it
+        return False
     if os.path.isfile(mark):
         return True
     try:
@@ -180,6 +202,8 @@ def start(cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], pref
     from .errors import LockTimeout
     from .lock import key_lock
 
+    if not fsutil.may_hold(cache.pch):
+        return None
     hold = contextlib.ExitStack()
     try:
         hold.enter_context(key_lock(cache.lock_path("pch", key), "a precompiled header", 0))
@@ -201,7 +225,7 @@ def start(cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], pref
                 fsutil.makedirs(stable.parent)
                 fsutil.atomic_write(stable, text.encode())
             header = str(stable)
-        file = HEADER + (".pch" if kind == "clang" else ".gch")
+        file = pch_file(kind)
         # clang can instantiate the headers' templates into the PCH; gcc leaves them to every file (~1 s each here).
         more = ["-fpch-instantiate-templates", "-Xclang", "-fno-pch-timestamp"] if kind == "clang" else []
         words = [shlex.quote(cxx), *flags, *more, "-x", "c++-header", shlex.quote(header), "-o", f"{file}.part",
@@ -224,13 +248,14 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
             return None
         if not pch.is_file() or not (p.out / "prefix.d").is_file():
             why = (p.out / "pch.log").read_text(errors="replace").strip().splitlines()[-1:] if (p.out / "pch.log").is_file() else []
-            log.info("note: could not precompile %s (%s); its files compile without a PCH", p.out / HEADER,
-                     why[0] if why else "no output")
+            log.info("note: could not precompile the header prefix of PCH %s (%s); its files compile without a PCH",
+                     p.key[:12], why[0] if why else "no output")
             return None
         ours = (str(p.out) + "/", str(cache.pch) + "/")  # the prefix header itself
         deps = header_digests([f for f in read_depfile(p.out / "prefix.d") if f != HEADER], p.root, ours)
         manifest = {"format": FORMAT, "key": p.key, "file": p.file, "size": pch.stat().st_size,
-                    "sha256": fsutil.sha256_file(pch), "deps": deps, "root": str(p.root), "seconds": round(seconds, 3)}
+                    "sha256": fsutil.sha256_file(pch), "header_sha256": fsutil.sha256_file(p.out / HEADER),
+                    "deps": deps, "root": str(p.root), "seconds": round(seconds, 3)}
         fsutil.atomic_write(p.out / "manifest.json", json.dumps(manifest, sort_keys=True).encode())  # last
         final = cache.build_path("pch", p.key)
         fsutil.makedirs(final.parent)
@@ -240,8 +265,9 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
             if not os.path.lexists(final):
                 raise
         return find(cache, p.key, p.kind)
-    except OSError as e:
-        log.info("note: could not publish a precompiled header (%s); the files compile without one", e)
+    except OSError as e:  # its strerror only: never the private staging path
+        log.info("note: could not publish precompiled header %s (%s); the files compile without one", p.key[:12],
+                 e.strerror or type(e).__name__)
         return None
     finally:
         shutil.rmtree(p.staging, ignore_errors=True)

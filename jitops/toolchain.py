@@ -222,12 +222,11 @@ def _identify(path: str, name: str, question: tuple[str, ...], cache_dir: Path |
     version = None
     record_file = cache_dir / f"{name}.json" if cache_dir is not None else None
     if record_file is not None:
-        try:
-            data = json.loads(record_file.read_text())
-            if data.get("path") == path and isinstance(data.get("version"), str):
-                version = data["version"]
-        except (OSError, ValueError):
-            pass
+        from .fsutil import read_record
+
+        data = read_record(record_file) or {}  # damaged: asked again and rewritten
+        if data.get("path") == path and isinstance(data.get("version"), str):
+            version = data["version"]
     asked = version is None
     if version is None:
         version = _ask_version(path) if question == ("--version",) else _ask_other(path, question)
@@ -250,8 +249,10 @@ def _ask_other(path: str, question: tuple[str, ...]) -> str:
 
 
 def _record(cache_dir: Path, name: str, path: str, version: str) -> None:
-    from .fsutil import atomic_write, makedirs
+    from .fsutil import atomic_write, makedirs, may_hold
 
+    if not may_hold(cache_dir):  # a link at v1 or v1/toolchains: never written through (`jitops cache repair`)
+        return
     try:
         makedirs(cache_dir)
         atomic_write(cache_dir / f"{name}.json", json.dumps({"path": path, "version": version}).encode())

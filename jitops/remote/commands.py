@@ -56,12 +56,12 @@ def _tier(settings: Settings) -> Any:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
-    from .signing import key_paths, keygen, parse_public, fingerprint
+    from .signing import fingerprint, key_paths, keygen, parse_public, read_public
 
     settings = for_keys(Settings.from_env())
     if args.show:
         _, pub = key_paths(settings)
-        text = pub.read_text().split()[0]
+        text = read_public(pub)  # ConfigError naming the file: missing, empty, not UTF-8, too big
         print(f"{text}\nfingerprint {fingerprint(parse_public(text, str(pub)))} ({pub})")
         return 0
     priv, pub, text, fp = keygen(settings, force=args.force)

@@ -96,27 +96,41 @@ def load_trust(settings: RemoteSettings) -> Trust:
             trust.add(parse_public(item, "JITOPS_REMOTE_TRUSTED_KEYS"), "JITOPS_REMOTE_TRUSTED_KEYS")
             continue
         path = Path(os.path.expanduser(item))
-        try:
-            with open(path, "rb") as f:  # bounded: a list of keys, never /dev/zero or a disk image
-                raw = f.read(MAX_TRUST_FILE + 1)
-            if len(raw) > MAX_TRUST_FILE:
-                raise ValueError(f"it is larger than {MAX_TRUST_FILE // 1024} KiB")
-            lines = raw.decode("utf-8").splitlines()
-        except OSError as e:
-            raise ConfigError(f"JITOPS_REMOTE_TRUSTED_KEYS names {path}, which cannot be read ({e.strerror}). "
-                              "Fix: point it at a file of public keys, one per line, or list the keys themselves") from None
-        except ValueError as e:  # also UnicodeDecodeError: a binary file
-            why = "it is not UTF-8 text" if isinstance(e, UnicodeDecodeError) else str(e)
-            raise ConfigError(f"JITOPS_REMOTE_TRUSTED_KEYS names {path}, which is not a list of public keys ({why}). "
-                              "Fix: point it at a file of public keys, one per line, or list the keys themselves") from None
-        for line in lines:
+        for line in _key_lines(path, "JITOPS_REMOTE_TRUSTED_KEYS names", "a file of public keys, one per line, "
+                               "or list the keys themselves"):
             token = line.split("#", 1)[0].strip().split(" ")[0]
             if token:
                 trust.add(parse_public(token, str(path)), str(path))
     _, pub_path = key_paths(settings)
     if os.path.exists(pub_path) and own_file_problem(pub_path) is None:
-        trust.add(parse_public(pub_path.read_text().split()[0], str(pub_path)), f"{pub_path} (your own key)")
+        trust.add(parse_public(read_public(pub_path), str(pub_path)), f"{pub_path} (your own key)")
     return trust
+
+
+def _key_lines(path: Path, who: str, fix: str) -> list[str]:
+    """The lines of a small key file; ConfigError naming it when it cannot be read or is not UTF-8 text."""
+    try:
+        with open(path, "rb") as f:  # bounded: a list of keys, never /dev/zero or a disk image
+            raw = f.read(MAX_TRUST_FILE + 1)
+        if len(raw) > MAX_TRUST_FILE:
+            why = f"larger than {MAX_TRUST_FILE // 1024} KiB"
+        else:
+            return raw.decode("utf-8").splitlines()
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+    except UnicodeDecodeError:
+        why = "not UTF-8 text"
+    raise ConfigError(f"{who} {path}, which cannot be read ({why}). Fix: point it at {fix}")
+
+
+def read_public(path: Path) -> str:
+    """The public-key token in ``path`` (the config dir's ``signing.pub``); ConfigError naming the file when it
+    is unreadable, not UTF-8, or empty (check the token with :func:`parse_public`)."""
+    fix = "a file holding the ed25519:... line `jitops cache keygen` printed (`jitops cache keygen --force` writes a new pair)"
+    words = " ".join(_key_lines(path, "the public key file", fix)).split()
+    if not words:
+        raise ConfigError(f"the public key file {path} is empty. Fix: point it at {fix}")
+    return words[0]
 
 
 def own_file_problem(path: Path) -> str | None:
@@ -155,8 +169,12 @@ def keygen(settings: RemoteSettings | None, force: bool = False) -> tuple[Path, 
     if priv_path.exists() and not force:
         raise ConfigError(f"{priv_path} already exists. Fix: keep it, or pass --force to replace it "
                           "(nodes that trust the old public key will then reject new uploads)")
-    fsutil.makedirs(priv_path.parent)
-    os.chmod(priv_path.parent, 0o700)
+    folder = priv_path.parent
+    problem = fsutil.insecure_reason(folder, want_dir=True) if os.path.lexists(folder) else None
+    if problem is not None:  # never re-moded: it may be a shared folder (/tmp's sticky bit) or a file (issue 28)
+        raise ConfigError(f"cannot keep a signing key in the config dir: {problem}, so jitops would refuse the key "
+                          "there. Fix: point JITOPS_CONFIG_DIR at a folder of your own (a new one is made, mode 700)")
+    fsutil.makedirs(folder)  # only the folders it creates, mode 700
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     fsutil.atomic_write(priv_path, pem, mode=0o600)

@@ -43,19 +43,21 @@ class Counters:
 
 
 def read_totals(path: Path) -> Counters:
-    try:
-        data = json.loads(path.read_bytes())
-        totals = Counters()
-        for f in fields(Counters):
-            setattr(totals, f.name, type(getattr(totals, f.name))(data.get(f.name, 0)))
-        return totals
-    except (OSError, ValueError, TypeError):
-        return Counters()
+    """The totals at ``path``; a missing or damaged file (not a JSON object, a wrong type, ``1e999``) counts as
+    none (``fsutil.read_record``), a damaged field as 0."""
+    data = fsutil.read_record(path) or {}
+    totals = Counters()
+    for f in fields(Counters):
+        kind = type(getattr(totals, f.name))
+        value = data.get(f.name, 0)
+        if fsutil.is_number(value, kind) and value >= 0:
+            setattr(totals, f.name, kind(value))
+    return totals
 
 
 def add_to_totals(path: Path, c: Counters) -> None:
     """Add this process's counters to the totals at ``path`` (best effort, under a file lock beside it)."""
-    if not c.any() or not path.parent.is_dir():
+    if not c.any() or not fsutil.is_real_dir(path.parent):  # never through a link at v1
         return
     with contextlib.suppress(OSError):
         fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, fsutil.FILE_MODE)
