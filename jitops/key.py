@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from .target import System, Target
     from .toolchain import Tool
 
+# In a spec's cflags: its sources are written for torch.utils.cpp_extension (cpp_ext_style.NAME_FLAGS).
+TORCH_STYLE_FLAG = "-DTORCH_EXTENSION_NAME=JITOPS_NS"
 KEY_CHARS = 32  # 128 bits of sha256 in paths
 INCLUDE_DIR = Path(__file__).parent / "include"
 
@@ -174,7 +176,10 @@ def build_flags(spec: OpSpec, target: Target, system: System) -> tuple[tuple[str
     """(cflags, cuda_cflags, ldflags) of one build: the target's, the spec's, then the environment's."""
     env_cflags, env_ldflags = extra_env_flags(system, target.device)
     cuda = (*target.cuda_cflags(), *spec.cuda_cflags) if target.device == "cuda" else ()
-    return (*target.cflags(), *spec.cflags, *env_cflags), cuda, (*target.ldflags(), *spec.ldflags, *env_ldflags)
+    # Sources written for torch.utils.cpp_extension (the drop-in) get torch's C++ flags only: jitops's -O3, ISA
+    # flags (-mfma contracts a*b+c), -fno-math-errno or -DCPU_CAPABILITY_* would change their code and results.
+    own = () if TORCH_STYLE_FLAG in spec.cflags else target.cflags()
+    return (*own, *spec.cflags, *env_cflags), cuda, (*target.ldflags(), *spec.ldflags, *env_ldflags)
 
 
 def ingredients(
