@@ -15,15 +15,16 @@ recorded, no PCH yet), ``none`` (builtin), ``no prefix``,
 ``off`` (JITOPS_PCH=0), ``rejected`` (the compiler refused it), ``unavailable``.
 
 The lean stand-in for ``<torch/extension.h>`` (user libraries, C++ and ``.cu``
-files that include it and spell no Python API; JITOPS_LEANEXTENSION_H=0 turns
+files that include it and spell no Python API, never the drop-in's torch-style sources;
+JITOPS_LEAN_EXTENSION_H=0 turns
 it off; nvcc's front end gains most: 67 s -> 27 s for a small kernel here):
 such a file is compiled first with ``include/jitops/standin`` on the include
-path, where ``torch/extension.h`` is ``<torch/types.h>`` (see that header for
-why). If that compile fails, the files that used it are compiled again at once
-with the real header, and only that compile's output is shown: an error the
-user sees is torch's, and a file that needs the whole header builds exactly as
-torch builds it (and skips the stand-in for the rest of the process). Its
-flags are in the object's key and the PCH's, never in the entry's key.
+path, where ``torch/extension.h`` is ``<torch/types.h>`` plus the system headers
+the real one reads (see that header for why). If that compile fails with an error
+the stand-in can cause (a missing name), the files that used it are compiled again
+at once with the real header, and only that compile's output is shown (and the
+library skips the stand-in for the rest of the process); a syntax or type error of
+the user's own is shown at once. Its flags are in the object's key and the PCH's.
 
 Imports: fsutil, headers, key (TORCH_STYLE_FLAG), ninja, objcache, pch (the BuildJob and its Cache are read by attribute).
 """
