@@ -144,3 +144,28 @@ def deepspeed_cpu_optimizers(loader: str, out: str, steps: int = 5) -> dict[str,
         report[f"{name}_module"] = getattr(sys.modules.get(cls.__module__), "__name__", "")
     report["loader_was"] = f"{ce.load.__module__}.{ce.load.__name__}"
     return report
+
+
+def deepspeed_warm_load(loader: str) -> dict[str, Any]:
+    """In DeepSpeed's own process: the seconds of the loader call inside ``CPUAdamBuilder().load()`` (a built
+    op: torch's build folder, or jitops's cache entry), first call in the process."""
+    import torch.utils.cpp_extension as ce
+    from deepspeed.ops.op_builder import CPUAdamBuilder
+
+    chosen = ce.load
+    if loader == "jitops":
+        import jitops
+
+        chosen = jitops.load
+    seconds: list[float] = []
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return chosen(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - start)
+
+    ce.load = timed
+    module = CPUAdamBuilder().load(verbose=False)
+    return {"seconds": seconds, "module": getattr(module, "__name__", "")}
