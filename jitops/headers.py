@@ -15,6 +15,9 @@ EXTENSION_H = re.compile(r"^\s*#\s*include\s*[<\"]torch/extension\.h[>\"]", re.M
 PYTHON_API = re.compile(r"\b(PYBIND11_\w+|pybind11|py::|Py_\w+|Py[A-Z][A-Za-z]*_\w+|PyObject|PyMODINIT_FUNC|THP\w+)")
 
 
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
 def spells_python_api(text: str) -> bool:
-    """Whether ``text`` spells Python's or pybind11's API."""
-    return PYTHON_API.search(text) is not None
+    """Whether ``text``'s code (its comments aside) spells Python's or pybind11's API."""
+    return PYTHON_API.search(_COMMENT.sub(" ", text)) is not None

@@ -25,7 +25,7 @@ import torch
 import torch.utils.cpp_extension as ce
 
 import jitops
-from jitops import tubuild
+from jitops import cpp_ext_style, tubuild
 from tests.helpers import child_env, run_scenario
 from tests.scenarios_dropin import GIL_FUNCTIONS
 
@@ -127,6 +127,16 @@ def test_functions_are_torchs_bindings_gil_docstrings_and_conversions() -> None:
     for name, doc in GIL_FUNCTIONS.items():
         assert doc in reply["docs"][name] and reply["docs"][name].startswith(f"{name}(arg0: torch.Tensor"), reply["docs"]
     assert reply["ops"] == []  # a body spelling pybind11's API is never run as a GIL-less dispatcher op
+
+
+def test_functions_get_dispatcher_ops_beside_unless_the_code_spells_python_api() -> None:
+    """A body that releases or needs the GIL must never run as an op (ops run without the GIL); comments aside."""
+    plain = cpp_ext_style.inline_files("x", ["// bound as pybind11 would\nat::Tensor f(at::Tensor x) { return x; }"], [],
+                                       {"f": "f"}, implicit_headers=True, wrap_errors=True)["x.cpp"]
+    assert "TORCH_LIBRARY_FRAGMENT(JITOPS_NS, m)" in plain and 'bind<&f, true>(m, "f", "f");' in plain
+    gil = cpp_ext_style.inline_files("x", ["void g(at::Tensor x) { pybind11::gil_scoped_release no_gil; }"], [],
+                                     {"g": "Doc"}, implicit_headers=True, wrap_errors=False)["x.cpp"]
+    assert "TORCH_LIBRARY_FRAGMENT" not in gil and 'bind<&g, false>(m, "g", "Doc");' in gil
 
 
 def test_functions_naming_no_function_are_refused_before_compiling() -> None:
