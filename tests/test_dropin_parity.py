@@ -147,6 +147,13 @@ def test_functions_naming_no_function_are_refused_before_compiling() -> None:
         jitops.load_inline("no_such_fn", source, functions={"g": "doc"})
 
 
+def test_what_torch_cannot_take_is_an_argument_error() -> None:
+    for bad in ({"extra_include_paths": ["/usr/include\0x"]}, {"extra_cflags": ["-O1", "-DX=\0"]},
+                {"extra_include_paths": [3]}, {"extra_ldflags": [b"-lm"]}):
+        with pytest.raises(jitops.ArgumentError):
+            jitops.load_inline("refused", "int f() { return 1; }", functions=["f"], **bad)  # type: ignore[arg-type]
+
+
 INCLUDED = r"""#include <torch/extension.h>
 #include "scale.h"
 torch::Tensor scaled(torch::Tensor x) { return x * SCALE; }
