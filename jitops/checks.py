@@ -69,6 +69,8 @@ def strings(func: str, arg: str, value: object, *, optional: bool = True) -> lis
     if isinstance(value, (Iterable,)) and not isinstance(value, (bytes, bytearray, Mapping)):
         items = list(value)
         bad = [v for v in items if not isinstance(v, str)]
+        if not bad and any("\0" in v for v in items):  # no compiler, path or shell takes one
+            raise ArgumentError(f"{func}(): `{arg}` holds a NUL byte: {shown(next(v for v in items if chr(0) in v))}")
         if not bad:
             return items
         raise ArgumentError(f"{func}(): `{arg}` must hold only str, but holds {_got(bad[0])}")

@@ -39,6 +39,7 @@ Imports: build (LIVE, lazily), checks, cpp_ext_style, errors, settings, user, us
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import re
 import sys
@@ -144,10 +145,9 @@ def _finish(result: Any, lib: LoadedLibrary, verbose: bool, is_python_module: bo
 def _run(verbose: bool, build: Any, implicit_cuda: str = "") -> tuple[Any, bool]:
     """``build()`` and whether it showed output; its output shown live when verbose; ``implicit_cuda``: why
     with_cuda=None meant CUDA."""
-    from .build import LIVE
-
     lines: list[str] = []
-    token = LIVE.set(functools.partial(_live, lines)) if verbose else None
+    live = importlib.import_module(".build", __package__).LIVE if verbose else None  # a warm load imports no build code
+    token = live.set(functools.partial(_live, lines)) if live is not None else None
     try:
         return build(), bool(lines)
     except BuildError as e:
@@ -161,8 +161,8 @@ def _run(verbose: bool, build: Any, implicit_cuda: str = "") -> tuple[Any, bool]
                           f"but {e}. Fix: run where a CUDA build of torch and nvcc are installed, or pass with_cuda=False "
                           "to build only the C++ sources, for the CPU (the CUDA sources are then not compiled)") from None
     finally:
-        if token is not None:
-            LIVE.reset(token)
+        if live is not None and token is not None:
+            live.reset(token)
 
 
 def _python_module_or_raise(loaded: cs.Loaded, texts: list[str], func: str, display: str, is_python_module: bool) -> Any:
@@ -181,10 +181,13 @@ def _python_module_or_raise(loaded: cs.Loaded, texts: list[str], func: str, disp
 
 def _torch_options(extra_cflags: StrOrSeq | None, extra_cuda_cflags: StrOrSeq | None, extra_ldflags: StrOrSeq | None,
                    extra_include_paths: StrOrSeq | None) -> BuildOptions:
-    return BuildOptions.of(extra_cflags=[*_as_list(extra_cflags, "extra_cflags"), *cs.NAME_FLAGS],
-                           extra_cuda_cflags=[*_as_list(extra_cuda_cflags, "extra_cuda_cflags"), *cs.NAME_FLAGS],
-                           extra_ldflags=[*_as_list(extra_ldflags, "extra_ldflags"), *cs.LDFLAGS],
-                           extra_include_paths=extra_include_paths)
+    """Flags and include paths as torch's loader takes them: each stripped of surrounding whitespace."""
+    strip = lambda value, what: [v.strip() for v in _as_list(value, what)]  # noqa: E731
+
+    return BuildOptions.of(extra_cflags=[*strip(extra_cflags, "extra_cflags"), *cs.NAME_FLAGS],
+                           extra_cuda_cflags=[*strip(extra_cuda_cflags, "extra_cuda_cflags"), *cs.NAME_FLAGS],
+                           extra_ldflags=[*strip(extra_ldflags, "extra_ldflags"), *cs.LDFLAGS],
+                           extra_include_paths=strip(extra_include_paths, "extra_include_paths"))
 
 
 def load(name: str, sources: StrOrSeq, extra_cflags: StrOrSeq | None = None, extra_cuda_cflags: StrOrSeq | None = None,
@@ -260,6 +263,7 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
     cpp = _as_list(cpp_sources, "cpp_sources")
     cuda = _as_list(cuda_sources, "cuda_sources")
     table = cs.function_table(functions)
+    cs.check_named(table, cpp + cuda, bool(_as_list(extra_include_paths, "extra_include_paths")))
     if _is_jitops_style(cpp + cuda, functions, schemas):
         lib, streamed = _run(verbose, lambda: user.load_inline(
             name, cpp_sources, cuda_sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,

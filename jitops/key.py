@@ -31,32 +31,20 @@ if TYPE_CHECKING:
     from .target import System, Target
     from .toolchain import Tool
 
+# In a spec's cflags: its sources are written for torch.utils.cpp_extension (cpp_ext_style.NAME_FLAGS).
+TORCH_STYLE_FLAG = "-DTORCH_EXTENSION_NAME=JITOPS_NS"
 KEY_CHARS = 32  # 128 bits of sha256 in paths
 INCLUDE_DIR = Path(__file__).parent / "include"
 
 # ------------------------------------------------------------------ env policy
 
 # Variables that change what the host compiler produces: in every key.
-HOST_ENV_VARS = (
-    "CXX",
-    "CC",
-    "CFLAGS",
-    "CXXFLAGS",
-    "LDFLAGS",
-)
+HOST_ENV_VARS = ("CXX", "CC", "CFLAGS", "CXXFLAGS", "LDFLAGS")
 # Variables that only a CUDA build reads: nvcc itself (NVCC_*), the arch list,
 # and the toolkit/cuDNN paths torch.utils.cpp_extension reads in-process while
 # the ninja file is written (so scrubbing cannot reach them). In CUDA keys only.
-CUDA_ENV_VARS = (
-    "TORCH_CUDA_ARCH_LIST",
-    "NVCC_PREPEND_FLAGS",
-    "NVCC_APPEND_FLAGS",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "CUDA_INC_PATH",
-    "CUDNN_HOME",
-    "CUDNN_PATH",
-)
+CUDA_ENV_VARS = ("TORCH_CUDA_ARCH_LIST", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",
+                 "CUDA_HOME", "CUDA_PATH", "CUDA_INC_PATH", "CUDNN_HOME", "CUDNN_PATH")
 # Where a non-real builder (Settings.builder, the test seam) appears in the key's "env".
 BUILDER_INGREDIENT = "JITOPS_BUILDER"
 # Everything the probe records (System.build_env); key_env picks per target.
@@ -232,7 +220,10 @@ def build_flags(spec: OpSpec, target: Target, system: System) -> tuple[tuple[str
     if target.device == "cuda":
         cuda = (*target.cuda_cflags(), *flag_words(spec.cuda_cflags, f"{what}'s CUDA flag"))
         check_nvcc_words(cuda, f"the CUDA flags of {what}")
-    return ((*target.cflags(), *flag_words(spec.cflags, f"{what}'s flag"), *env_cflags), cuda,
+    # Sources written for torch.utils.cpp_extension (the drop-in) get torch's C++ flags only: jitops's -O3, ISA
+    # flags (-mfma contracts a*b+c), -fno-math-errno or -DCPU_CAPABILITY_* would change their code and results.
+    own = () if TORCH_STYLE_FLAG in spec.cflags else target.cflags()
+    return ((*own, *flag_words(spec.cflags, f"{what}'s flag"), *env_cflags), cuda,
             (*target.ldflags(), *flag_words(spec.ldflags, f"{what}'s link flag"), *env_ldflags))
 
 

@@ -57,7 +57,7 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Any, built: bool) 
     if plan.spec.python:
         importlib.import_module(plan.spec.python).register(ns)
     ops = plan.spec.exports or tuple(ops_in_namespace(ns))  # a user library's ops: from the dispatcher
-    if ns not in _torch_impls:
+    if ops and ns not in _torch_impls:  # a library without ops (a pybind11 module) needs none
         from . import functionalize
 
         impl = _torch_impls[ns] = torch.library.Library(ns, "IMPL")

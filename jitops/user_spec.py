@@ -96,6 +96,8 @@ def _check_flag(arg: str, item: str) -> None:
 
 def _spec(name: str, root: Path, sources: Sequence[str], options: BuildOptions, *, exports: Sequence[str] = (),
           origin: str) -> OpSpec:
+    # As torch: a path that is not a folder is passed on (the compiler ignores it) and holds nothing the key
+    # needs; one created later changes the key through the headers it then holds (key.source_files).
     includes = [Path(os.path.abspath(p)) for p in options.include_paths]
     for path in (*(root / s for s in sources), *includes):
         if _NINJA_UNSAFE.search(str(path)):
@@ -104,9 +106,8 @@ def _spec(name: str, root: Path, sources: Sequence[str], options: BuildOptions, 
                 "which a ninja build file cannot express, so jitops cannot build from it. "
                 "Fix: rename that file or folder (or copy the sources to a folder whose path has neither)")
     for inc in includes:
-        if not inc.is_dir():
-            raise KernelSourceError(f"library {name!r}: include path {inc} is not a directory. Fix: pass existing folders")
-        _check_tree_size(inc, name)
+        if inc.is_dir():
+            _check_tree_size(inc, name)
     return OpSpec(
         name=name,
         root=root,

@@ -1,6 +1,8 @@
 // The bindings jitops.load_inline(..., functions=[...]) generates after the user's source.
 //
-// Each listed function whose C++ signature the dispatcher can take as it is
+// With pybind11 (<torch/extension.h>), every listed function is bound as torch
+// binds it (bind below): module.f holds the GIL, as under torch. Besides, each
+// listed function whose C++ signature the dispatcher can take as it is
 // (Tensor, int64_t, double, bool, Scalar, optional/ArrayRef/List of those;
 // returning one of those, a tuple or a vector of them, or void) becomes a
 // real op, torch.ops.<per-build namespace>.<name>, with its schema inferred
@@ -73,15 +75,14 @@ void def(torch::Library& m, const char* name) {
 
 namespace jitops::dropin {
 
-// In PYBIND11_MODULE: bind F with pybind11 when the dispatcher cannot take it (as torch's load_inline does).
+// In PYBIND11_MODULE: bind F with pybind11 exactly as torch's load_inline does (the GIL held during the
+// call, the docstring, pybind11's conversions), whether or not it is also a dispatcher op.
 template <auto F, bool WrapErrors>
 void bind(pybind11::module_& m, const char* name, const char* doc) {
-  if constexpr (!is_op<F>) {
-    if constexpr (WrapErrors) {
-      m.def(name, torch::wrap_pybind_function(F), doc);
-    } else {
-      m.def(name, F, doc);
-    }
+  if constexpr (WrapErrors) {
+    m.def(name, torch::wrap_pybind_function(F), doc);
+  } else {
+    m.def(name, F, doc);
   }
 }
 
