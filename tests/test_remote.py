@@ -248,7 +248,11 @@ def test_unanswering_server_costs_the_connect_timeout_once(tmp_path: Path, serve
     assert all(r["built"] and r["works"] for r in out["ops"].values())
     assert len([w for w in out["warnings"] if "remote cache" in w]) == 1, (out, err)
     assert out["stats"]["errors"] == 1 and out["stats"]["seconds"] < 1.8, out["stats"]
-    assert out["stats"]["timeouts"] == (1 if server == "silent" else 0), (out, err)
+    if server == "silent" or scheme == "redis":
+        assert out["stats"]["timeouts"] == (1 if server == "silent" else 0), (out, err)
+    else:  # a refused S3 listing: botocore's first request (signing, endpoint rules) is CPU work that a loaded
+        # machine can stretch past the 1 s connect budget, so it may be counted as a timeout (seen in CI)
+        assert out["stats"]["timeouts"] in (0, 1), (out, err)
     assert elapsed < 30
 
 
