@@ -48,9 +48,13 @@ for v in "${versions[@]}"; do
   setup_s=$(( $(date +%s) - t ))
   t=$(date +%s)
   log="$venv/pytest.log"
-  # A fresh session cache per version (conftest makes one); the default jobs; no GPU tests.
+  # A fresh session cache per version (conftest makes one); the default jobs; no GPU tests. The adversarial suite
+  # (cache, store and archive logic that does not depend on torch's version) and the drop-in's header-parity probes
+  # (which compare against the main leg's torch headers) run in the main leg only: this leg's venvs have no
+  # remote-tier extras, and with them this leg took 19 min on torch 2.14.1.
   PYTHONPATH="$PWD" JITOPS_PROGRESS=0 timeout --kill-after=10 "$(left)" "$venv/bin/python" -m pytest --full -q -p no:cacheprovider \
-      -m "not process and not slow and not cuda" > "$log" 2>&1
+      -m "not process and not slow and not cuda" \
+      --ignore=tests/adversarial --ignore=tests/test_dropin_parity.py > "$log" 2>&1
   rc=$?
   summary=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)" "$log" | tail -1 | tr -d '=' | xargs)
   tests_s=$(( $(date +%s) - t ))

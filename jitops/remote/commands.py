@@ -56,7 +56,11 @@ def _tier(settings: Settings) -> Any:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
-    from .signing import fingerprint, key_paths, keygen, parse_public, read_public
+    try:
+        from .signing import fingerprint, key_paths, keygen, parse_public, read_public
+    except ImportError as e:
+        raise ConfigError(f"`jitops cache keygen` needs the `cryptography` package ({e}). "
+                          "Fix: pip install 'jitops[remote]'") from None
 
     settings = for_keys(Settings.from_env())
     if args.show:

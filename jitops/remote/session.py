@@ -40,7 +40,15 @@ def tier_for(settings: RemoteSettings) -> Tier:
 
 def make_tier(settings: RemoteSettings) -> Tier:
     from .backends import open_store
-    from .signing import load_signer, load_trust
+
+    try:
+        from .signing import load_signer, load_trust
+    except ImportError as e:  # the optional extra is missing: a named error, never a raw ModuleNotFoundError
+        from ..errors import ConfigError
+
+        raise ConfigError(f"JITOPS_REMOTE_CACHE={settings.url} needs the `cryptography` package to check "
+                          f"signatures ({e}). Fix: pip install 'jitops[remote]' (or [redis] / [s3]), "
+                          "or unset JITOPS_REMOTE_CACHE") from None
 
     trust = load_trust(settings)
     signer = None
