@@ -29,7 +29,9 @@ from __future__ import annotations
 import functools
 import json
 import secrets
+import socket
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -125,6 +127,27 @@ class ObjectStore(Store):
             self._call("a listing", listing, self.connect_timeout + 1)
         except FileNotFoundError as e:
             raise StoreError(f"{self.url}: {bucket} does not exist. Fix: create it, or fix JITOPS_REMOTE_CACHE") from e
+        except StoreTimeout as e:  # a loaded machine can spend the budget before botocore even connects:
+            where = self._refusing_endpoint()  # name a stopped server as one, not as a slow one
+            if where:
+                raise StoreError(f"{self.url}: nothing listens at {where} (connection refused). Fix: start the "
+                                 "server, or fix AWS_ENDPOINT_URL / JITOPS_REMOTE_CACHE") from e
+            raise
+
+    def _refusing_endpoint(self) -> str | None:
+        """``host:port`` of the S3 endpoint when a plain TCP connect to it is refused, else None."""
+        url = getattr(getattr(getattr(self.fs, "s3", None), "meta", None), "endpoint_url", None)
+        parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+        if not parts or not parts.hostname:
+            return None
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            socket.create_connection((parts.hostname, port), timeout=0.25).close()
+        except ConnectionRefusedError:
+            return f"{parts.hostname}:{port}"
+        except OSError:
+            return None
+        return None
 
     def get_blob(self, name: str) -> bytes | None:
         try:
