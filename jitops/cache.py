@@ -152,7 +152,7 @@ class Cache:
         if self.stamps is None or not self.stamps.vouches(entry, raw, m.sha256, st):  # else: this very file passed it
             if fsutil.sha256_file(lib) != m.sha256:
                 raise EntryProblem(f"{lib} does not match its manifest's sha256")
-            if self.stamps is not None:
+            if self.stamps is not None and fsutil.writable(mpath):  # a read-only cache promises zero writes
                 self.stamps.record(entry, raw, m.sha256, st, lib)
         return m
 

@@ -70,6 +70,14 @@ def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE, *, durable: boo
         raise
 
 
+def writable(path: Path) -> bool:
+    """``path`` has its owner write bit and this process may write it (not a read-only mount, not ``chmod a-w``)."""
+    try:
+        return bool(os.lstat(path).st_mode & 0o200) and os.access(path, os.W_OK)
+    except OSError:
+        return False
+
+
 def mark_used(path: Path) -> None:
     """Set ``path``'s mtime to now (a last use, for LRU pruning): best effort, errors raised as OSError;
     skipped where the file lacks its owner write bit (a cache made read-only with ``chmod -R a-w``, even for root)."""

@@ -36,7 +36,7 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 def cache_for_reading(settings: Settings) -> Cache:
     """The cache a plan reads: the private one once this process fell back to it, else the configured root; its
     verified stamps in the user's state dir (resolved only when a library is checked)."""
-    return Cache(_private or settings.cache_root(), stamps=Stamps(settings.state_root))
+    return Cache(_private or settings.cache_root(), stamps=Stamps(settings.state_root, write=not settings.offline))
 
 
 def writable_cache(cache: Cache, what: str, settings: Settings) -> Cache:

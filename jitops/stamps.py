@@ -14,7 +14,8 @@ library file is the very one that was hashed:
   names, and the library's whole stat identity (device, inode, size, mtime and ctime in ns). Any
   write to the file changes its ctime, which no call can set back (only the clock can); a
   replacement is another inode with its own ctime. Any difference: the full check runs again;
-* when it is written: only after a full check whose library did not change while it was hashed
+* when it is written: never offline (``JITOPS_OFFLINE``) nor from a read-only cache (both promise zero
+  writes; the caller checks the latter); otherwise only after a full check whose library did not change while it was hashed
   (the same identity before and after) and whose ctime is :data:`SETTLED` seconds old, so that a
   write within the same timestamp tick as the stamp cannot go unseen (git's "racily clean" rule).
   A fresh build is therefore hashed once more by the next process, which stamps it.
@@ -55,8 +56,9 @@ def manifest_digest(raw: bytes) -> str:
 class Stamps:
     """The stamps under one user's state dir (resolved on first use: ``state_root`` is a callable)."""
 
-    def __init__(self, state_root: Callable[[], Path]) -> None:
+    def __init__(self, state_root: Callable[[], Path], *, write: bool = True) -> None:
         self._state_root = state_root
+        self.write = write  # False (JITOPS_OFFLINE): stamps are read, never written
         self._folder: Path | None = None
 
     @property
@@ -95,6 +97,8 @@ class Stamps:
     def record(self, entry: Path, manifest: bytes, sha256: str, before: os.stat_result, lib: Path) -> None:
         """Stamp ``entry`` after a full check hashed ``lib`` (stat ``before`` taken before the hash): best effort,
         and only when the file stayed the same while it was hashed and is settled."""
+        if not self.write:
+            return
         try:
             after = os.lstat(lib)
             if identity(after) != identity(before) or not stat.S_ISREG(after.st_mode):

@@ -196,3 +196,18 @@ def test_the_stamped_warm_check_opens_no_library_and_starts_no_process(tmp_path:
                     JITOPS_BUILDER="fake", JITOPS_PROGRESS="0")
     report = run_scenario("scenarios_stamps.stamped_check", env=env, root=str(tmp_path / "specs"), name="audited")
     assert report == {"full": {"built": False, "events": ["open"]}, "stamped": {"built": False, "events": []}}
+
+
+@pytest.mark.parametrize("how", ["offline", "read-only entry"])
+def test_no_stamp_is_written_where_a_warm_load_promises_zero_writes(
+        how: str, state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = jplan.make_plan(fake_spec(tmp_path / "specs", "quiet"), "cpu")
+    entry = jentry.ensure_entry(plan)
+    time.sleep(SETTLE + 0.1)
+    if how == "offline":
+        monkeypatch.setenv("JITOPS_OFFLINE", "1")
+    else:
+        os.chmod(entry.path / "manifest.json", 0o400)  # as `chmod -R a-w` leaves a cache
+    again = jplan.make_plan(fake_spec(tmp_path / "specs", "quiet"), "cpu")
+    assert isinstance(again.cache.lookup(again.address), Hit)
+    assert _stamp_files(state) == []
