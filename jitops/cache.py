@@ -21,7 +21,9 @@ local entries are loaded. Loading needs manifest, key, size and sha256 to agree,
 symlinks, other owners and group/world-writable paths. Every walk of the tree (``iter_entries``,
 ``sweep_staging``, ``walkable``) is by lstat: a link where a folder belongs is never entered.
 
-Imports: errors (CacheError), fsutil, key (KEY_CHARS, compute_key), manifest (entry data types), obstruct.
+A passed check is stamped (``stamps``, the user's state dir): later ones skip the sha256 while the library keeps its stat.
+
+Imports: errors (CacheError), fsutil, key (KEY_CHARS, compute_key), manifest (entry data types); obstruct lazily (builds).
 """
 
 from __future__ import annotations
@@ -29,15 +31,18 @@ from __future__ import annotations
 import logging
 import os
 import re
-import secrets
 import socket
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import fsutil, obstruct
+from . import fsutil
 from .errors import CacheError
 from .key import KEY_CHARS, compute_key
 from .manifest import MANIFEST, Address, EntryProblem, Hit, Manifest, Miss
+
+if TYPE_CHECKING:
+    from .stamps import Stamps
 
 log = logging.getLogger("jitops")
 
@@ -55,14 +60,17 @@ class Cache:
 
     FOLDERS = ("entries", "staging", "locks", "logs", "toolchains", "trash", "inline", "objects", "pch")  # obstruct.scan
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, stamps: Stamps | None = None) -> None:
         self.root = Path(root)
+        self.stamps = stamps  # verified stamps (the user's state dir); None: every check hashes the library
         self.base = self.root / LAYOUT
         self.folders = {name: self.base / name for name in self.FOLDERS}
         self.entries, self.staging, self.locks, self.logs, self.toolchains, self.trash, _, self.objects, self.pch = (
             self.folders.values())
         self.remote_stats = self.base / "remote-stats.json"  # the remote tier's counters (`jitops cache stats`)
         self.origins = self.base / "origins"  # entries installed from the job's store (never re-signed by push)
+        self.owned_dirs = (self.logs, self.toolchains, self.trash, self.origins, self.objects, self.pch)  # `cache clear`
+        self.owned_files = (self.remote_stats,)  # files `cache clear` removes: the remote tier's counters
 
     # ---- paths
     def entry_dir(self, library: str, target: str, key: str) -> Path:
@@ -97,14 +105,6 @@ class Cache:
     def archive_name(self, path: Path) -> str:  # a path under the root as an archive member (v1/...)
         return path.relative_to(self.root).as_posix()
 
-    @property
-    def owned_dirs(self) -> tuple[Path, ...]:  # what `cache clear` may remove wholesale, besides entries and staging
-        return (self.logs, self.toolchains, self.trash, self.origins, self.objects, self.pch)
-
-    @property
-    def owned_files(self) -> tuple[Path, ...]:  # files `cache clear` removes: the remote tier's counters
-        return (self.remote_stats,)
-
     def lock_path(self, library: str, key: str) -> Path:
         return self.locks / f"{library}-{key[:KEY_CHARS]}.lock"
 
@@ -124,14 +124,10 @@ class Cache:
 
     def verify(self, entry: Path, key: str, library: str, target: str) -> Manifest:
         """Return the manifest of a loadable entry, or raise EntryProblem."""
-        for p in (entry.parent.parent.parent, entry.parent.parent, entry.parent, entry):
-            reason = fsutil.insecure_reason(p, want_dir=True)
-            if reason is not None:
-                raise EntryProblem(reason)
         mpath = entry / MANIFEST
-        reason = fsutil.insecure_reason(mpath, want_dir=False)
-        if reason is not None:
-            raise EntryProblem(reason)
+        for p in (entry.parent.parent.parent, entry.parent.parent, entry.parent, entry, mpath):
+            if (reason := fsutil.insecure_reason(p, want_dir=p is not mpath)) is not None:
+                raise EntryProblem(reason)
         try:
             with open(mpath, "rb") as f:
                 raw = f.read(MAX_MANIFEST_BYTES + 1)
@@ -148,15 +144,16 @@ class Cache:
         if compute_key(m.ingredients) != key:
             raise EntryProblem(f"{mpath}: its ingredients do not hash to its key")
         lib = entry / m.library_file
-        reason = fsutil.insecure_reason(lib, want_dir=False)
-        if reason is not None:
+        if (reason := fsutil.insecure_reason(lib, want_dir=False)) is not None:
             raise EntryProblem(reason)
-        size = os.lstat(lib).st_size
-        if size != m.size:
-            raise EntryProblem(f"{lib} has {size} bytes, the manifest says {m.size}")
-        digest = fsutil.sha256_file(lib)
-        if digest != m.sha256:
-            raise EntryProblem(f"{lib} does not match its manifest's sha256")
+        st = os.lstat(lib)
+        if st.st_size != m.size:
+            raise EntryProblem(f"{lib} has {st.st_size} bytes, the manifest says {m.size}")
+        if self.stamps is None or not self.stamps.vouches(entry, raw, m.sha256, st):  # else: this very file passed it
+            if fsutil.sha256_file(lib) != m.sha256:
+                raise EntryProblem(f"{lib} does not match its manifest's sha256")
+            if self.stamps is not None and fsutil.writable(mpath):  # a read-only cache promises zero writes
+                self.stamps.record(entry, raw, m.sha256, st, lib)
         return m
 
     def read_manifest(self, entry: Path) -> Manifest | None:
@@ -187,6 +184,7 @@ class Cache:
 
     # ---- writing
     def ensure_base(self) -> None:
+        from . import obstruct  # a build's way only (warm hits skip it)
         fsutil.makedirs(self.base)
         for d in (self.staging, self.locks, self.entries):
             obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")  # a stray file or link (issue 20)
@@ -194,7 +192,7 @@ class Cache:
 
     def new_staging(self, library: str, key: str) -> Path:
         self.ensure_base()
-        d = self.staging / f"{library}-{key[:KEY_CHARS]}.{_safe_host()}.{os.getpid()}.{secrets.token_hex(4)}"
+        d = self.staging / f"{library}-{key[:KEY_CHARS]}.{_safe_host()}.{os.getpid()}.{os.urandom(4).hex()}"
         try:
             os.mkdir(d, fsutil.DIR_MODE)
             os.chmod(d, fsutil.DIR_MODE)
@@ -224,7 +222,7 @@ class Cache:
         in_trash = entry != self.trash and not os.path.islink(self.trash) and not os.path.isfile(self.trash)
         if in_trash:
             fsutil.makedirs(self.trash)
-        dest = (self.trash if in_trash else self.base) / f".{entry.name}.{time.time():.0f}.{os.getpid()}.{secrets.token_hex(3)}"
+        dest = (self.trash if in_trash else self.base) / f".{entry.name}.{time.time():.0f}.{os.getpid()}.{os.urandom(3).hex()}"
         os.rename(entry, dest)  # a link is renamed as itself
         fsutil.remove_path(dest)
 

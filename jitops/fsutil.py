@@ -9,7 +9,6 @@ import hashlib
 import json
 import math
 import os
-import secrets
 import shutil
 import stat
 from pathlib import Path
@@ -50,15 +49,17 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
-    """Write ``data`` to ``path`` through a private temporary file and a rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` through a private temporary file and a rename (``durable=False``: no fsync,
+    for a record whose loss or emptiness after a crash only costs work again)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -67,6 +68,14 @@ def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
         except OSError:
             pass
         raise
+
+
+def writable(path: Path) -> bool:
+    """``path`` has its owner write bit and this process may write it (not a read-only mount, not ``chmod a-w``)."""
+    try:
+        return bool(os.lstat(path).st_mode & 0o200) and os.access(path, os.W_OK)
+    except OSError:
+        return False
 
 
 def mark_used(path: Path) -> None:
@@ -170,7 +179,7 @@ def _no_constant(text: str) -> float:
     raise ValueError(f"{text} is not a number a record holds")
 
 
-def read_record(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> dict[str, Any] | None:
+def read_record(path: Path, max_bytes: int = MAX_RECORD_BYTES, *, private: bool = False) -> dict[str, Any] | None:
     """The JSON object in the file at ``path`` (not through a link), or None when it is missing, unreadable
     or damaged: too large, not UTF-8, not JSON, not an object, nested too deep, or holding a number
     that is not finite (``1e999``, ``NaN``). Callers check each field's type before use."""
@@ -179,7 +188,10 @@ def read_record(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> dict[str, Any]
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if private and (st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
             raw = f.read(max_bytes + 1)
@@ -194,6 +206,12 @@ def read_record(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> dict[str, Any]
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_private_record(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> dict[str, Any] | None:
+    """As :func:`read_record`, for a record only this user may have written (the user's state dir): None also
+    when the file, checked on the descriptor it is read from, is not this user's or is group- or world-writable."""
+    return read_record(path, max_bytes, private=True)
 
 
 def is_number(value: object, kind: type = float) -> bool:

@@ -1,12 +1,12 @@
 """Loading into this process, and the per-process memo: ``get``, ``load_library``, ``reference``.
 
 The warm path (a verified cache entry) reads a manifest, hashes one library
-and dlopens it: no ninja, no compiler, no subprocess, no import of
-``torch.utils.cpp_extension``. Settings are read once per public call here
-and passed down.
+(or finds it stamped as verified: ``stamps``) and dlopens it: no ninja, no compiler,
+no subprocess, no import of ``torch.utils.cpp_extension``. Settings are read once
+per public call here and passed down.
 
-Imports: cache (an entry's library path), entry, errors, functionalize (lazily), key, ops, plan, registry,
-settings, spec.
+Imports: cache (an entry's library path), entry, errors, functionalize (lazily), key, ops, plan, registry (lazily:
+``get`` and ``reference`` only, not the drop-in), settings, spec.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import registry as _registry
 from .cache import Cache
 from .entry import ensure_entry
 from .errors import ConfigError, JitopsError, KernelSourceError, OfflineMiss, ToolchainError
@@ -116,6 +115,8 @@ _failed_libs: list[Any] = []  # their torch.library.Library objects, kept alive 
 
 def reference(name: str) -> Callable[..., Any]:
     """The pure-PyTorch reference implementation of a builtin op (builds nothing)."""
+    from . import registry as _registry
+
     spec = _registry.lookup(name)
     ref = reference_for(spec, name)
     if ref is None:
@@ -125,6 +126,8 @@ def reference(name: str) -> Callable[..., Any]:
 
 def get(name: str, *, device: str | None = None, fallback: bool | None = None) -> Op:
     """The op ``name``, built for ``device`` (default: the current device) on first use."""
+    from . import registry as _registry
+
     key = (name, device)
     memo = _ops.get(key)  # lock-free fast path: dict reads are atomic
     if memo is not None:

@@ -1,7 +1,7 @@
 """Which cache root to use: the configured one, or a private temporary one when it
 cannot take a build (one warning per process; refused under ``strict``).
 
-Imports: cache, errors, fsutil, settings.
+Imports: cache, errors, fsutil, settings, stamps.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from . import fsutil
 from .cache import Cache
 from .errors import CacheError
 from .settings import Settings
+from .stamps import Stamps
 
 _lock = threading.Lock()
 _private: Path | None = None
@@ -33,8 +34,9 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def cache_for_reading(settings: Settings) -> Cache:
-    """The cache a plan reads: the private one once this process fell back to it, else the configured root."""
-    return Cache(_private or settings.cache_root())
+    """The cache a plan reads: the private one once this process fell back to it, else the configured root; its
+    verified stamps in the user's state dir (resolved only when a library is checked)."""
+    return Cache(_private or settings.cache_root(), stamps=Stamps(settings.state_root, write=not settings.offline))
 
 
 def writable_cache(cache: Cache, what: str, settings: Settings) -> Cache:
