@@ -186,6 +186,8 @@ class Cache:
     def ensure_base(self) -> None:
         from . import obstruct  # a build's way only (warm hits skip it)
         fsutil.makedirs(self.base)
+        if not os.path.lexists(tag := self.base / fsutil.CACHEDIR_TAG):  # key.py's walks skip a tagged folder
+            fsutil.atomic_write(tag, fsutil.CACHEDIR_SIGNATURE, durable=False)
         for d in (self.staging, self.locks, self.entries):
             obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")  # a stray file or link (issue 20)
             fsutil.makedirs(d)

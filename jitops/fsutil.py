@@ -17,6 +17,10 @@ from typing import Any
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 LIB_MODE = 0o700
+# a cache folder's tag (https://bford.info/cachedir/): backup tools skip it, and so do the key's walks of a
+# user's source folder, which may hold the cache itself (JITOPS_CACHE_DIR=./cache beside the kernel)
+CACHEDIR_TAG = "CACHEDIR.TAG"
+CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55\n# jitops's cache: rebuilt on demand.\n"
 
 
 def makedirs(path: Path) -> None:

@@ -158,3 +158,21 @@ def test_cache_ls_shows_the_bytes_of_objects_and_pchs(cache: Cache, tmp_path: Pa
     obj_bytes = sum(p.stat().st_size for p in cache.objects.iterdir())
     assert f"1 per-file objects, {human_size(obj_bytes)}; 1 precompiled headers, {human_size(pch_bytes)}" in out
     assert obj_bytes > 3000 and pch_bytes > 100_000
+
+
+def test_a_cache_inside_the_source_folder_is_not_a_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """JITOPS_CACHE_DIR=./cache beside the kernel: what builds write into the cache (a PCH's prefix.h in
+    staging, objects) is not hashed into the key, so it neither changes the key nor looks like an edit."""
+    monkeypatch.setenv("JITOPS_BUILDER", "fake")
+    spec = fake_spec(tmp_path, "cache_inside")
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(spec.root / "cache"))
+    first = jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
+    tag = spec.root / "cache" / "v1" / "CACHEDIR.TAG"
+    assert tag.read_bytes().startswith(b"Signature: 8a477f597d28d172789f06886806bc55"), "the cache is tagged"
+    stray = spec.root / "cache" / "v1" / "staging" / "pch-x" / "pch" / "prefix.h"
+    stray.parent.mkdir(parents=True)
+    stray.write_text("#include <vector>\n")  # as a PCH build's staging holds
+    again = jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
+    assert again.path == first.path, "the same key: the cache's own files are not sources"
+    (spec.root / "helper.h").write_text("// a real header beside the kernel is a source\n")
+    assert jentry.ensure_entry(jplan.make_plan(spec, "cpu")).path != first.path
