@@ -78,6 +78,7 @@ def test_settings_turn_background_pchs_off_and_set_the_cap() -> None:
         Settings.from_env({"JITOPS_PCH_MAX_SIZE": "lots"})
 
 
+@pytest.mark.compile
 def test_first_edit_returns_before_the_pch_then_the_next_edit_uses_it(tmp_path: Path) -> None:
     store, cxx = cache.Cache(tmp_path / "cache"), _slow_cxx(tmp_path, 4)
     assert _state(tmp_path, cxx, store, 1) == "first use"
@@ -96,6 +97,7 @@ def test_first_edit_returns_before_the_pch_then_the_next_edit_uses_it(tmp_path: 
     assert not list(store.staging.iterdir())  # no half PCH left anywhere
 
 
+@pytest.mark.process
 def test_the_process_exits_without_waiting_and_the_child_is_bounded(tmp_path: Path) -> None:
     """A process that built exits at once; its detached child finishes on its own (here: killed at its bound),
     publishes nothing half made, and leaves no process behind."""
@@ -125,6 +127,7 @@ def build_then_exit(tmp: str, cxx: str, root: str) -> dict[str, object]:
     return {"state": r.timings["files"]["f.cpp"]["pch"], "pids": pch_bg.running()}
 
 
+@pytest.mark.compile
 def test_jitops_pch_background_0_builds_it_beside_as_before(tmp_path: Path) -> None:
     store, cxx = cache.Cache(tmp_path / "cache"), _slow_cxx(tmp_path, 0)
     build.build(_job(tmp_path, cxx, store, 1, background=False), None)
@@ -142,6 +145,7 @@ def _age(paths: list[Path], seconds: float) -> None:
                 os.utime(q, (t, t), follow_symlinks=False)
 
 
+@pytest.mark.compile
 def test_the_default_cap_prunes_least_recently_used_pchs_and_objects(tmp_path: Path) -> None:
     """Two PCHs and their objects; a cap between their sizes keeps the one used last, never an entry."""
     store, cxx = cache.Cache(tmp_path / "cache"), _slow_cxx(tmp_path, 0)
@@ -167,6 +171,7 @@ def test_the_default_cap_prunes_least_recently_used_pchs_and_objects(tmp_path: P
     assert {p.kind for p in removed.parts_removed} == {"pch", "object"} and removed.removed == []
 
 
+@pytest.mark.compile
 def test_cache_ls_shows_each_kinds_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     from jitops import cli
