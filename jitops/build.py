@@ -68,6 +68,8 @@ class BuildJob:
     identity: str = ""  # compiler, torch, target...: the key's ingredients other than sources and flags
     pch: str = ""  # "gcc" / "clang": precompile header prefixes with that compiler; "" off
     pch_build: bool = False  # build missing PCHs beside the compiles (user libraries; builtin ops only use them)
+    pch_background: bool = False  # build them after the build, detached (pch_bg; settings.pch_background), not beside
+    pch_max_size: int = 0  # bound PCHs + objects to this after a build (settings.pch_max_size); 0: no bound
     lean_extension: bool = False  # try the stand-in for <torch/extension.h> first (user libraries; tubuild)
     lock_timeout: float | None = None
     # None if every file the key covers still holds the bytes digested for it, else what changed (publish: the

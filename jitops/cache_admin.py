@@ -147,7 +147,7 @@ def _try_remove_part(cache: Cache, part: Part, now: float, result: Removal) -> b
 
 
 def prune(cache: Cache, *, max_size: int | None = None, older_than: float | None = None,
-          now: float | None = None) -> Removal:
+          now: float | None = None, parts_only: bool = False) -> Removal:
     """Evict least-recently-used entries, objects and PCHs first until all fit ``max_size`` bytes.
 
     ``older_than`` (seconds) also evicts everything unused for that long.
@@ -155,7 +155,7 @@ def prune(cache: Cache, *, max_size: int | None = None, older_than: float | None
     PCHs being built are skipped, and so are PCHs used in the last ``cache_parts.GRACE`` seconds.
     """
     now = time.time() if now is None else now
-    items: list[EntryInfo | Part] = [*entries(cache), *cache_parts.all_parts(cache, now)]
+    items: list[EntryInfo | Part] = [*([] if parts_only else entries(cache)), *cache_parts.all_parts(cache, now)]
     items.sort(key=lambda x: (not _unusable(x), x.last_use))
     total = sum(x.size for x in items)
     result = Removal()
@@ -166,9 +166,54 @@ def prune(cache: Cache, *, max_size: int | None = None, older_than: float | None
             continue
         gone = _try_remove(cache, x, result) if isinstance(x, EntryInfo) else _try_remove_part(cache, x, now, result)
         total -= x.size if gone else 0
-    cache.sweep_staging()
+    if not parts_only:
+        cache.sweep_staging()
     result.kept_bytes = total
     return result
+
+
+def parts_size(cache: Cache) -> int:
+    """Bytes of ``objects/`` and ``pch/`` by lstat, one level into each PCH folder: no record is read."""
+    total = 0
+    for folder in (cache.objects, cache.pch):
+        if not cache.walkable(folder):
+            continue
+        for p in fsutil.children(folder):
+            with contextlib.suppress(OSError):
+                total += os.lstat(p).st_size
+                if fsutil.is_real_dir(p):
+                    total += entry_size(p)
+    return total
+
+
+def kind_sizes(cache: Cache, infos: list[EntryInfo], parts: list[Part]) -> list[tuple[str, int, int]]:
+    """(kind, items, bytes) of each folder the cache keeps, for ``jitops cache ls``: entries, objects, PCHs
+    (with their ``.seen``/``.h`` marks), then staging, logs, trash, inline sources, toolchain records, locks."""
+    use = cache_parts.usage(parts)
+    pch_bytes = sum(p.size for p in parts if p.kind == "pch")
+    out = [("entries", len(infos), sum(e.size for e in infos)), ("objects", *use["object"]),
+           ("pch", use["pch"][0], pch_bytes)]
+    for name in ("staging", "logs", "trash", "inline", "toolchains", "locks"):
+        folder = cache.folders[name]
+        items = fsutil.children(folder) if cache.walkable(folder) else []
+        out.append((name, len(items), sum(cache_parts.tree_size(p) if fsutil.is_real_dir(p) else _lsize(p)
+                                           for p in items)))
+    return out
+
+
+def _lsize(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
+
+
+def cap_parts(cache: Cache, max_size: int) -> Removal | None:
+    """After a build: bound PCHs and per-file objects to ``max_size`` bytes (JITOPS_PCH_MAX_SIZE), least recently
+    used first; entries are never touched. One stat per file, and a full prune only above the cap; None below it."""
+    if max_size <= 0 or parts_size(cache) <= max_size:
+        return None
+    return prune(cache, max_size=max_size, parts_only=True)
 
 
 def _unusable(x: EntryInfo | Part) -> bool:

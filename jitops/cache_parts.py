@@ -61,7 +61,7 @@ def _stat(path: Path) -> os.stat_result | None:
         return None
 
 
-def _tree_size(path: Path) -> int:
+def tree_size(path: Path) -> int:
     total = 0
     if not fsutil.is_real_dir(path):
         return 0
@@ -129,7 +129,7 @@ def pchs(cache: Cache, now: float) -> list[Part]:
         if suffix:
             _add(part, path, atime=True)
             continue
-        _add(part, path, size=_tree_size(path))
+        _add(part, path, size=tree_size(path))
         for inner in _listdir(cache, path):
             st = _stat(path / inner)
             if st is not None:

@@ -97,10 +97,16 @@ def _ls(cache: Cache, args: argparse.Namespace) -> int:
         _out(f"{e.library:<14} {e.target:<18} {e.key[:12]:<12} {human_size(e.size):>10} {age:>9} "
              f"{human_age(now - e.last_use):>9}")
     _out(f"{len(infos)} entries, {human_size(sum(e.size for e in infos))} in {cache.root}")
-    use = admin.cache_parts.usage(admin.cache_parts.all_parts(cache, now))
+    parts = admin.cache_parts.all_parts(cache, now)
+    use = admin.cache_parts.usage(parts)
     (n_obj, b_obj), (n_pch, b_pch) = use["object"], use["pch"]
     _out(f"{n_obj} per-file objects, {human_size(b_obj)}; {n_pch} precompiled headers, {human_size(b_pch)} "
-         f"(rebuildable; `jitops cache prune` bounds them with the entries)")
+         f"(rebuildable; `jitops cache prune` bounds them with the entries)", "", f"{'kind':<11} {'items':>6} {'size':>10}")
+    for kind, n, size in admin.kind_sizes(cache, infos, parts):
+        _out(f"{kind:<11} {n:>6} {human_size(size):>10}")
+    cap = Settings.from_env().pch_max_size
+    _out(f"PCHs and objects are kept under {human_size(cap)} (JITOPS_PCH_MAX_SIZE), least recently used first"
+         if cap else "PCHs and objects are not bounded (JITOPS_PCH_MAX_SIZE=0)")
     return 0
 
 

@@ -14,9 +14,10 @@ torch's identity in the key stands for them, as in the entry key.
 Built from a prefix's second build on (a library built once and never edited
 costs no PCH: neither the time nor ~300 MB of disk for g++'s lean set), once,
 under the key's lock (taken without waiting: if another process
-holds it, this build goes without), in a private staging dir, beside the
-build's compiles (one more ninja job, so a cold build costs about what it
-did: its files compile without the PCH, the next build uses it); manifest
+holds it, this build goes without), in a private staging dir, after the build
+returned, in a detached low-priority child (pch_bg; JITOPS_PCH_BACKGROUND=0:
+beside the build's compiles, one more ninja job); its files compile without the
+PCH, a later build uses it; manifest
 last, renamed into place; verified before use: owner, mode, and exactly the
 files the compiler reads (the ``.gch``/``.pch`` that ``pch_words`` names, and
 ``prefix.h``: size and sha256, hashed once per process). Anything wrong is set aside and built again. GCC uses it through
@@ -180,6 +181,18 @@ def seen_before(cache: Cache, key: str) -> bool:
     except OSError:
         pass
     return False
+
+
+def building(cache: Cache, key: str) -> bool:
+    """Whether another process holds the PCH's lock now (builds it: pch_bg's child or a build beside)."""
+    from .errors import LockTimeout
+    from .lock import key_lock
+
+    try:
+        with key_lock(cache.lock_path("pch", key), "a precompiled header", 0):
+            return False
+    except LockTimeout:
+        return True
 
 
 @dataclass

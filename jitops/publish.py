@@ -103,6 +103,8 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             identity=json.dumps({k: v for k, v in plan.ingredients.items() if k not in _NOT_IDENTITY}, sort_keys=True),
             pch=_pch_kind(plan, settings),
             pch_build=edited,
+            pch_background=settings.pch_background,
+            pch_max_size=settings.pch_max_size,
             lean_extension=edited and settings.lean_extension_h,
             lock_timeout=settings.lock_timeout,
             sources_changed=plan.sources_changed,  # the key's files re-digested after each ninja run

@@ -16,6 +16,7 @@ Imports: errors only (and platformdirs, lazily, for the default cache and state 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from .errors import ConfigError
 # The variables Settings reads, in display order (doctor shows the ones set).
 VARIABLES = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
              "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_FAKE_BUILD_SECONDS", "MAX_JOBS", "JITOPS_PCH",
-             "JITOPS_LEAN_EXTENSION_H",
+             "JITOPS_LEAN_EXTENSION_H", "JITOPS_PCH_BACKGROUND", "JITOPS_PCH_MAX_SIZE",
              "JITOPS_STATE_DIR",
              "JITOPS_REMOTE_CACHE", "JITOPS_REMOTE_CACHE_MODE", "JITOPS_REMOTE_TRUSTED_KEYS", "JITOPS_REMOTE_SIGNING_KEY",
              "JITOPS_CONFIG_DIR", "JITOPS_REMOTE_CONNECT_TIMEOUT", "JITOPS_REMOTE_TIMEOUT",
@@ -51,11 +52,8 @@ def _bad(name: str, raw: str, expected: str, fix: str) -> ConfigError:
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
     raw = env.get(name, "")
-    word = raw.strip().lower()
-    if word in _TRUE:
-        return True
-    if word in _FALSE:
-        return False
+    if raw.strip().lower() in (*_TRUE, *_FALSE):
+        return _progress(raw.strip())
     raise _bad(name, raw, "an on/off value", f"set {name}=1 to turn it on, or unset it")
 
 
@@ -101,12 +99,14 @@ def _jobs(text: str) -> int:
 
 
 def _progress(text: str) -> bool:
-    word = text.lower()
-    if word in _TRUE:
-        return True
-    if word in _FALSE:
-        return False
-    raise ValueError(text)
+    if text.lower() not in (*_TRUE, *_FALSE):
+        raise ValueError(text)
+    return text.lower() in _TRUE
+
+
+def _size(text: str) -> int:  # 1G, 500M, 1.5GiB or a byte count (binary units); 0: no cap
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", text.lower())
+    return int(float("x") if m is None else float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
 
 
 @dataclass(frozen=True)
@@ -125,9 +125,7 @@ class RemoteSettings:
 
 
 def _positive(env: Mapping[str, str], name: str, default: float) -> float:
-    value = _bounded_seconds(env, name, default)
-    assert value is not None
-    return value
+    return _bounded_seconds(env, name, default) or default  # never None, never 0 (it must be more than 0)
 
 
 def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings | None:
@@ -152,13 +150,10 @@ def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings 
 
 @dataclass(frozen=True)
 class DistributedSettings:
-    """The job's c10d store as a cache tier (issue 16); None when ``JITOPS_DISTRIBUTED=0``.
-
-    Read here because only this module reads the environment: torchrun's
-    ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/``TORCHELASTIC_RESTART_COUNT``, and the remote tier's
-    timeouts, lease and failure seconds and key settings, which apply to the job
-    store too (``tier``; its ``url`` names the job store in messages).
-    """
+    """The job's c10d store as a cache tier (issue 16); None when ``JITOPS_DISTRIBUTED=0``. Read here because only
+    this module reads the environment: torchrun's ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/
+    ``TORCHELASTIC_RESTART_COUNT``, and the remote tier's timeouts, lease and failure seconds and key settings,
+    which apply to the job store too (``tier``; its ``url`` names the job store in messages)."""
 
     signed: bool  # JITOPS_DISTRIBUTED=signed: accept only entries signed by a trusted key (the remote tier's rules)
     master_addr: str | None  # MASTER_ADDR (with MASTER_PORT and WORLD_SIZE > 1: connect a TCPStore client)
@@ -170,10 +165,8 @@ class DistributedSettings:
     attempt: int = 0  # TORCHELASTIC_RESTART_COUNT: torchrun's restart number (the agent's store outlives attempts)
 
     def in_job(self) -> bool:
-        """torchrun's variables name a store of a job of 2+ ranks, or a default process group is up.
-
-        Peeks at ``sys.modules``: never imports ``torch.distributed``.
-        """
+        """torchrun's variables name a store of a job of 2+ ranks, or a default process group is up (peeks at
+        ``sys.modules``: never imports ``torch.distributed``)."""
         if self.master_addr and self.master_port and self.world_size > 1:
             return True
         import sys
@@ -237,6 +230,8 @@ class Settings:
     distributed: DistributedSettings | None = NOT_IN_A_JOB  # JITOPS_DISTRIBUTED: the job's c10d store as a tier (issue 16)
     pch: bool = True  # JITOPS_PCH (on unless 0): precompile each file's header prefix into the cache
     lean_extension_h: bool = True  # JITOPS_LEAN_EXTENSION_H (on unless 0): torch/extension.h's stand-in (tubuild)
+    pch_background: bool = True  # JITOPS_PCH_BACKGROUND (on unless 0): PCHs built after the build, detached (pch_bg)
+    pch_max_size: int = 1 << 30  # JITOPS_PCH_MAX_SIZE: cap on PCHs + per-file objects, LRU after builds; 0: none
     state_dir: Path | None = None  # JITOPS_STATE_DIR, absolute; None: platformdirs' user state dir (self-check verdicts)
 
     @classmethod
@@ -248,6 +243,8 @@ class Settings:
         if builder not in BUILDERS:
             raise _bad("JITOPS_BUILDER", env["JITOPS_BUILDER"], "a builder",
                        f"set it to one of {list(BUILDERS)} or unset it")
+        cap = _optional(env, "JITOPS_PCH_MAX_SIZE", _size, "a size such as 2G, 500M or 0 (no cap)",
+                        "set e.g. JITOPS_PCH_MAX_SIZE=2G, or unset it for the default 1G")
         return cls(
             cache_dir=_cache_dir(env.get("JITOPS_CACHE_DIR", "")),
             offline=_flag(env, "JITOPS_OFFLINE"),
@@ -266,6 +263,8 @@ class Settings:
             pch=_on_unless_off(env, "JITOPS_PCH"),
             lean_extension_h=_on_unless_off(env, "JITOPS_LEAN_EXTENSION_H"),
             state_dir=_cache_dir(env.get("JITOPS_STATE_DIR", "")),
+            pch_background=_on_unless_off(env, "JITOPS_PCH_BACKGROUND"),
+            pch_max_size=1 << 30 if cap is None else cap,
         )
 
     def cache_root(self) -> Path:

@@ -10,7 +10,8 @@ second build on (the first build of a prefix only records it: a library built
 once and never edited costs no PCH), beside the compiles, for the build after
 (user libraries only: builtin ops are built once per machine). Times come from ninja's own log. Per-file states: ``hit``
 (compiled with the PCH), ``built`` (compiled without; its PCH built beside),
-``busy`` (another process builds it), ``first use`` (the prefix's first build:
+``background`` (compiled without; its PCH built after the build, detached:
+pch_bg), ``busy`` (another process builds it), ``first use`` (the prefix's first build:
 recorded, no PCH yet), ``none`` (builtin), ``no prefix``,
 ``off`` (JITOPS_PCH=0), ``rejected`` (the compiler refused it), ``unavailable``.
 
@@ -26,7 +27,8 @@ at once with the real header, and only that compile's output is shown (and the
 library skips the stand-in for the rest of the process); a syntax or type error of
 the user's own is shown at once. Its flags are in the object's key and the PCH's.
 
-Imports: fsutil, headers, key (TORCH_STYLE_FLAG), ninja, objcache, pch (the BuildJob and its Cache are read by attribute).
+Imports: fsutil, headers, key (TORCH_STYLE_FLAG), ninja, objcache, pch, pch_bg (background PCHs); cache_admin
+lazily (the size bound after a build) (the BuildJob and its Cache are read by attribute).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import fsutil, objcache, pch
+from . import fsutil, objcache, pch, pch_bg
 from .headers import EXTENSION_H, spells_python_api
 from .key import TORCH_STYLE_FLAG
 from .ninja import NAMESPACE_TU, TU, flags, is_registration, registration_cflags, sh_plain, unalias, write_ninja_file
@@ -108,6 +110,7 @@ class _Files:
         self.uses: dict[str, pch.Use | None] = {}
         self.first: set[str] = set()  # prefixes this build is the first to compile
         self.pending: dict[str, pch.Pending] = {}  # PCHs built beside the compiles, for the next build
+        self.later: dict[str, dict[str, Any]] = {}  # PCHs built after this build, detached (pch_bg): start's keywords
         self.plain: dict[str, tuple[str, ...]] = {}  # obj -> its extra flags without the PCH (the retry)
         self.lean: set[str] = set()  # objs compiled against the stand-in for <torch/extension.h>
         self.built: dict[str, float] = {}  # PCH key (12) -> seconds to build it
@@ -151,11 +154,17 @@ class _Files:
                 state = "hit"
             elif pkey in self.pending:
                 state = "built"
+            elif pkey in self.later:
+                state = "background"
             elif not job.pch_build:
                 state = "none"  # builtin ops: built once per machine, a PCH would only cost their cold build
             elif pkey in self.first or not pch.seen_before(cache, pkey):
                 self.first.add(pkey)
                 state = "first use"  # a prefix compiled once may never be compiled again: no PCH for it yet
+            elif job.pch_background:  # compiled without it; built once this build succeeded (pch_bg)
+                state = "busy" if pch_bg.busy(cache, pkey) else "background"
+                if state == "background":
+                    self.later[pkey] = {"kind": job.pch, "cxx": job.cxx, "flags": pflags, "prefix": prefix, "root": root}
             else:
                 p = pch.start(cache, key=pkey, kind=job.pch, cxx=job.cxx, flags=pflags, prefix=prefix, root=root)
                 state = "built" if p is not None else "busy"  # busy: another process builds it now
@@ -236,9 +245,25 @@ def build_tus(job: BuildJob, run: Run, on_line: Callable[[str], None] | None = N
         if rc == 0:
             objcache.store(files.cache, files.keys[obj], job.build_dir / obj, job.build_dir / f"{obj}.d", files.root,
                            (pch_dir,), use.deps if use is not None and i["pch"] != "rejected" else None, src)
+    if rc == 0:
+        _after(job, files)
     timings = {"files": files.info, "link_seconds": times.get(f"{job.library}.so", 0.0), "pch_built": files.built,
                "namespace_seconds": times.get(f"{NAMESPACE_TU}.o", 0.0), "at": time.time()}
     return rc, unalias(out, aliases), job.build_dir / f"{job.library}.so", timings
+
+
+def _after(job: BuildJob, files: _Files) -> None:
+    """Once the build succeeded: start the PCHs it wants in the background, bound the PCHs and objects."""
+    from . import cache_admin
+
+    if files.later:
+        pids = pch_bg.spawn(files.cache, files.later, job.env, job.pch_max_size)
+        for i in files.info.values():
+            i["pch"] = "unavailable" if i["pch"] == "background" and not pids else i["pch"]
+    try:
+        cache_admin.cap_parts(files.cache, job.pch_max_size)
+    except OSError as e:
+        log.debug("could not bound the PCHs and objects: %s", e)
 
 
 def summary(timings: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 FAST_FILES = frozenset({
     "tests/test_bench.py", "tests/test_build_errors.py", "tests/test_cache_parts.py", "tests/test_cli.py",
     "tests/test_compilers.py", "tests/test_cuda_target.py", "tests/test_cuda_toolchain.py", "tests/test_errors.py", "tests/test_first_minutes.py", "tests/test_functionalize.py",
-    "tests/test_gpu_safe.py", "tests/test_ninja.py", "tests/test_pure_core.py", "tests/test_selfcheck.py", "tests/test_tiers.py",
+    "tests/test_gpu_safe.py", "tests/test_ninja.py", "tests/test_pch_background.py", "tests/test_pure_core.py", "tests/test_selfcheck.py", "tests/test_tiers.py",
     "tests/test_torch_versions.py",
 })
 # Named tests, whatever their marks: one real build of each builtin library, and a smoke test of each public
@@ -36,6 +36,8 @@ FAST_TESTS = frozenset({
     # jitops.distributed: get outside a job, warm's rank and world from a process group
     "tests/test_distributed.py::test_without_torch_distributed_nothing_changes",
     "tests/test_distributed.py::test_warm_takes_rank_and_world_from_an_initialized_process_group",
+    # the first edit never waits for its PCH (built after it, detached; tiny plain C++, real g++: seconds)
+    "tests/test_pch_background.py::test_first_edit_returns_before_the_pch_then_the_next_edit_uses_it",
     # the jitops.kernels entry-point group
     "tests/test_entrypoints.py::test_broken_packages_are_skipped_with_a_warning",
 })

@@ -1,0 +1,212 @@
+"""The PCH never lands on the user's wait (issue 29 item 1) and PCHs + objects are bounded (item 4).
+
+Small plain-C++ libraries (``#include <vector>``, ``<string>``: a compile takes ~0.2 s, their PCH ~1 s) through
+``build.build`` with the real g++, behind a wrapper that sleeps before any PCH compile (``-x c++-header``): a
+slow PCH step. The build must return before that PCH exists; a build meanwhile compiles without it; the next
+one uses it; the process that asked may exit at once; the child is bounded and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from jitops import build, cache, cache_admin, cache_parts, pch_bg, toolchain
+from jitops.settings import Settings
+from tests.helpers import run_scenario
+
+pytestmark = pytest.mark.timeout(300)
+
+SRC = ('#include <vector>\n#include <string>\n'
+       'extern "C" __attribute__((visibility("default"))) int f() {{ std::vector<int> v{{{n}}}; '
+       'return v[0] + (int)std::string("ab").size(); }}\n')
+
+
+def _slow_cxx(tmp_path: Path, delay: float) -> Path:
+    """g++, but a PCH compile first sleeps ``delay`` seconds (the slow step the user must not wait for)."""
+    script = tmp_path / "cxx"
+    script.write_text('#!/bin/sh\ncase "$*" in *c++-header*) sleep ' + str(delay) + ' ;; esac\nexec g++ "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script
+
+
+def _gated_cxx(tmp_path: Path) -> tuple[Path, Path]:
+    """g++, but a PCH compile waits (at most 2 min) until the file ``gate`` exists: a build that waited for its PCH
+    would hang until the test opens it."""
+    gate, script = tmp_path / "gate", tmp_path / "cxx"
+    script.write_text(f'#!/bin/sh\ncase "$*" in *c++-header*) i=0; while [ ! -e {gate} ] && [ $i -lt 1200 ]; '
+                      'do sleep 0.1; i=$((i+1)); done ;; esac\nexec g++ "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script, gate
+
+
+def _job(tmp_path: Path, cxx: Path, store: cache.Cache, n: int, background: bool = True,
+         library: str = "bg") -> build.BuildJob:
+    root = tmp_path / ("lib" if library == "bg" else library)
+    root.mkdir(exist_ok=True)
+    (root / "f.cpp").write_text(SRC.format(n=n))
+    build_dir = tmp_path / f"build{library}{n}"
+    build_dir.mkdir()
+    return build.BuildJob(
+        library=library, target="cpu-test", device="cpu", namespace=f"jitops_{library}_{n:016d}",
+        sources=(root / "f.cpp",), include_dirs=(root,), cflags=("-O1",), cuda_cflags=(), ldflags=(), cxx=str(cxx),
+        ninja=toolchain.find_ninja("bg"), nvcc=None, build_dir=build_dir, env=dict(os.environ), jobs=2,
+        cache=store, root=root, identity=json.dumps({"compiler": "gcc"}), pch="gcc", pch_build=True,
+        pch_background=background, pch_max_size=1 << 30)
+
+
+def _state(tmp_path: Path, cxx: Path, store: cache.Cache, n: int) -> str:
+    result = build.build(_job(tmp_path, cxx, store, n), None)
+    assert ctypes.CDLL(str(result.library)).f() == n + 2
+    return str(result.timings["files"]["f.cpp"]["pch"])
+
+
+def _published(store: cache.Cache) -> list[Path]:
+    return [p for p in store.pch.iterdir() if p.is_dir()] if store.pch.is_dir() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_settings_turn_background_pchs_off_and_set_the_cap() -> None:
+    assert Settings().pch_background is True and Settings().pch_max_size == 1 << 30
+    s = Settings.from_env({"JITOPS_PCH_BACKGROUND": "0", "JITOPS_PCH_MAX_SIZE": "2G"})
+    assert (s.pch_background, s.pch_max_size) == (False, 2 << 30)
+    assert Settings.from_env({"JITOPS_PCH_MAX_SIZE": "0"}).pch_max_size == 0
+    with pytest.raises(ValueError, match="JITOPS_PCH_MAX_SIZE='lots'.*Fix"):
+        Settings.from_env({"JITOPS_PCH_MAX_SIZE": "lots"})
+
+
+@pytest.mark.compile
+def test_first_edit_returns_before_the_pch_then_the_next_edit_uses_it(tmp_path: Path) -> None:
+    store, (cxx, gate) = cache.Cache(tmp_path / "cache"), _gated_cxx(tmp_path)
+    assert _state(tmp_path, cxx, store, 1) == "first use"
+    assert _state(tmp_path, cxx, store, 2) == "background"  # the first edit: compiled without, PCH after
+    assert _published(store) == []  # it returned while its PCH's compile waits at the gate
+    (pid,) = pch_bg.running()
+    assert _state(tmp_path, cxx, store, 3) == "busy"  # an edit meanwhile compiles without it
+    assert _published(store) == [] and _alive(pid)
+    gate.touch()
+    assert pch_bg.wait(120) and not _alive(pid)
+    (folder,) = _published(store)
+    assert (folder / "prefix.h.gch").is_file() and (folder / "manifest.json").is_file()
+    assert _state(tmp_path, cxx, store, 4) == "hit"
+    log = (store.logs / f"pch-{folder.name[:12]}.log").read_text()
+    assert "published" in log
+    assert not list(store.staging.iterdir())  # no half PCH left anywhere
+
+
+@pytest.mark.process
+def test_the_process_exits_without_waiting_and_the_child_is_bounded(tmp_path: Path) -> None:
+    """A process that built exits at once; its detached child finishes on its own (here: killed at its bound),
+    publishes nothing half made, and leaves no process behind."""
+    store, cxx = cache.Cache(tmp_path / "cache"), _slow_cxx(tmp_path, 120)
+    build.build(_job(tmp_path, cxx, store, 1), None)  # first use
+    report = run_scenario("test_pch_background.build_then_exit", tmp=str(tmp_path), cxx=str(cxx), root=str(store.root),
+                          timeout=120)
+    assert report["state"] == "background" and len(report["pids"]) == 1, report
+    pid = report["pids"][0]
+    assert _alive(pid)  # the process that built has exited; its PCH child still runs (bounded to 20 s here)
+    deadline = time.monotonic() + 60
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)  # bounded: killed its compile after 20 s (not the 120 s step), cleaned up, exited
+    assert _published(store) == [] and not list(store.staging.iterdir())
+    stray = subprocess.run(["pgrep", "-f", str(cxx)], capture_output=True, text=True).stdout.split()
+    assert stray == [], stray  # no compiler (nor the sleep of the wrapper's shell) left running
+    assert "stopped, nothing published" in next(store.logs.glob("pch-*.log")).read_text()
+
+
+def build_then_exit(tmp: str, cxx: str, root: str) -> dict[str, object]:
+    """Scenario (a fresh process): the first edit with a PCH child bounded to 20 s; returns without waiting."""
+    pch_bg.LIMIT = 20.0
+    r = build.build(_job(Path(tmp), Path(cxx), cache.Cache(Path(root)), 2), None)
+    return {"state": r.timings["files"]["f.cpp"]["pch"], "pids": pch_bg.running()}
+
+
+@pytest.mark.compile
+def test_jitops_pch_background_0_builds_it_beside_as_before(tmp_path: Path) -> None:
+    store, cxx = cache.Cache(tmp_path / "cache"), _slow_cxx(tmp_path, 0)
+    build.build(_job(tmp_path, cxx, store, 1, background=False), None)
+    result = build.build(_job(tmp_path, cxx, store, 2, background=False), None)
+    assert result.timings["files"]["f.cpp"]["pch"] == "built" and len(_published(store)) == 1
+    assert pch_bg.running() == []
+
+
+def _age(paths: list[Path], seconds: float) -> None:
+    t = time.time() - seconds
+    for p in paths:
+        os.utime(p, (t, t), follow_symlinks=False)
+        if p.is_dir():
+            for q in p.iterdir():
+                os.utime(q, (t, t), follow_symlinks=False)
+
+
+@pytest.mark.compile
+def test_the_default_cap_prunes_least_recently_used_pchs_and_objects(tmp_path: Path) -> None:
+    """Two PCHs and their objects; a cap between their sizes keeps the one used last, never an entry."""
+    store, cxx = cache.Cache(tmp_path / "cache"), _slow_cxx(tmp_path, 0)
+    for n in (1, 2):  # first use, then the PCH (built beside: deterministic)
+        build.build(_job(tmp_path, cxx, store, n, background=False), None)
+    (old,) = _published(store)
+    (tmp_path / "lib" / "f.cpp").unlink()
+    other = SRC.replace("#include <string>\n", "#include <string>\n#include <map>\n")
+    for n in (3, 4):  # another prefix: a second PCH
+        job = _job(tmp_path, cxx, store, n, background=False)
+        (tmp_path / "lib" / "f.cpp").write_text(other.format(n=n))
+        build.build(job, None)
+    new = next(p for p in _published(store) if p != old)
+    _age([*store.pch.glob(old.name + "*"), *store.objects.iterdir()], 3600)  # the first PCH, every object: an hour idle
+    _age([*store.pch.glob(new.name + "*")], 1200)  # idle longer than prune's grace, used after the rest
+    size_new = cache_parts.tree_size(new)
+    total = cache_admin.parts_size(store)
+    assert total > size_new + cache_parts.tree_size(old) > 0
+    assert cache_admin.cap_parts(store, total + 1) is None  # under the cap: one stat per file, nothing removed
+    removed = cache_admin.cap_parts(store, size_new + 4096)
+    assert removed is not None and _published(store) == [new]
+    assert cache_admin.parts_size(store) <= size_new + 4096
+    assert {p.kind for p in removed.parts_removed} == {"pch", "object"} and removed.removed == []
+
+
+@pytest.mark.compile
+def test_cache_ls_shows_each_kinds_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from jitops import cli
+
+    store, cxx = cache.Cache(tmp_path / "cache"), _slow_cxx(tmp_path, 0)
+    for n in (1, 2):
+        build.build(_job(tmp_path, cxx, store, n, background=False), None)
+    (store.logs / "x.log").parent.mkdir(parents=True, exist_ok=True)
+    (store.logs / "x.log").write_bytes(b"x" * 5000)
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(store.root))
+    assert cli.main(["cache", "ls"]) == 0
+    out = capsys.readouterr().out
+    kinds = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith(("entries ", "objects ", "pch ", "staging ",
+                                                                          "logs "))}
+    assert set(kinds) == {"entries", "objects", "pch", "staging", "logs"}, out
+    assert "4.9 KiB" in kinds["logs"] and " 1 " in kinds["pch"]
+
+
+@pytest.mark.compile
+def test_one_pch_per_prefix_and_flags_is_shared_by_every_library(tmp_path: Path) -> None:
+    """Another library (its own name, folder and namespace) with the same header prefix and flags uses the PCH
+    the first one made, on its very first build: the key leaves out the library's name and folder."""
+    store, cxx = cache.Cache(tmp_path / "cache"), _slow_cxx(tmp_path, 0)
+    for n in (1, 2):
+        build.build(_job(tmp_path, cxx, store, n, background=False), None)
+    assert len(_published(store)) == 1
+    result = build.build(_job(tmp_path, cxx, store, 7, library="other"), None)
+    assert ctypes.CDLL(str(result.library)).f() == 9
+    assert result.timings["files"]["f.cpp"]["pch"] == "hit" and len(_published(store)) == 1
