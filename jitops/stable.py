@@ -22,7 +22,7 @@ stable kernel's errors cross as ``std::runtime_error`` (``STD_TORCH_CHECK``), wh
 tests/test_stable_abi.py checks arrives as ``RuntimeError``. A remembered verdict still applies to
 the compiler as a whole.
 
-Imports: checks, errors, key, settings, spec, torchcompat, user_spec; build, torch lazily. user.py calls it.
+Imports: checks, errors, key, settings, spec, torchcompat, user_spec; torch lazily. user.py and build.py call it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from . import checks
 from .errors import ArgumentError, BuildError, KernelSourceError, TargetError
@@ -42,14 +42,13 @@ from .spec import OpSpec
 from .torchcompat import SUPPORTED, parse
 from .user_spec import BuildOptions, StrOrSeq, _as_list, _spec
 
-if TYPE_CHECKING:
-    from .build import BuildJob
-
 BUILDER = "stable"  # the builder name its plans carry (keyed as env.JITOPS_BUILDER, as any non-default builder)
 ABIS = ("stable",)  # what abi= accepts besides None (detect from the source)
 _STABLE = re.compile(r"\bSTABLE_TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(")
 _NAMESPACE = re.compile(r"\bSTABLE_TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,")
 _IMPL_NAMESPACE = re.compile(r"\bSTABLE_TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,")
+_DEF = re.compile(r"\.def\s*\(")
+_LITERAL_DEF = re.compile(r'\.def\s*\(\s*"\s*(\w+)\s*[(.]')
 _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 _TARGET = re.compile(r"^-DTORCH_TARGET_VERSION=(0x[0-9a-fA-F]{1,16}|\d+)$")
 # Headers of torch's C++ API (ATen, c10, torch/extension.h...), Python's and pybind11's: not in the stable set.
@@ -138,7 +137,7 @@ def _torch_dirs() -> tuple[str, str]:
     return os.path.join(root, "include"), os.path.join(root, "lib")
 
 
-def command(job: BuildJob, out: Path) -> list[str]:
+def command(job: Any, out: Path) -> list[str]:
     """One compiler command: compile and link, torch's include root only, the C shim's library only."""
     include, lib = _torch_dirs()
     dirs = [w for d in job.include_dirs for w in ("-I", str(d))]
@@ -146,15 +145,13 @@ def command(job: BuildJob, out: Path) -> list[str]:
             *map(str, job.sources), "-o", str(out), *job.ldflags, f"-L{lib}", "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"]
 
 
-def build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
-    """The builder of stable plans (``build.BUILDERS["stable"]``): one supervised compiler run, no ninja."""
-    from .build import _RUN
-
+def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
+    """The builder of stable plans (``build.BUILDERS["stable"]``, a ``build.BuildJob``): one compiler run, no ninja."""
     if job.device != "cpu":
         raise TargetError(f"library {job.library!r}: stable-ABI kernels are built for CPU only so far. Fix: device='cpu'")
     out = job.build_dir / f"{job.library}.so"
     cmd = command(job, out)
-    rc, log = _RUN.get()(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
+    rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
     return rc, " ".join(cmd) + "\n" + log, out
 
 
@@ -184,23 +181,26 @@ def spec(name: str, root: Path, sources: Sequence[str], *, extra_cflags: StrOrSe
     import torch
 
     refuse_cuda(name, "", "cuda" if any(s.endswith(".cu") for s in sources) else None)
-    check_sources(name, [(str(root / s), (root / s).read_text(errors="replace")) for s in sources])
+    texts = [(str(root / s), (root / s).read_text(errors="replace")) for s in sources]
+    check_sources(name, texts)
     cflags = _as_list(extra_cflags, "extra_cflags")
     flag, target = target_of(cflags, torch.__version__)
     check_torch(name, target, torch.__version__)
     cflags = [STABLE_ABI_FLAG, flag, *(f for f in cflags if f.strip() != flag)]
     options = BuildOptions.of(extra_cflags=cflags, extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths)
-    return _spec(name, root, sources, options, origin=origin)
+    return _spec(name, root, sources, options, exports=exports(texts), origin=origin)
+
+
+def exports(texts: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """The op names the sources define, when every ``.def(`` is a literal schema (then the loader need not list the
+    dispatcher's ~3,000 ops to find them); else () and the loader asks the dispatcher."""
+    found = [m.group(1) for _, t in texts for m in _LITERAL_DEF.finditer(t)]
+    return tuple(dict.fromkeys(found)) if len(found) == sum(len(_DEF.findall(t)) for _, t in texts) else ()
 
 
 def settings_for(settings: Settings) -> Settings:
     """``settings`` with this module's builder (unless a test seam's builder is set)."""
-    from . import build as _build
-
-    if settings.builder != "real":
-        return settings
-    _build.BUILDERS.setdefault(BUILDER, build)
-    return dataclasses.replace(settings, builder=BUILDER)
+    return dataclasses.replace(settings, builder=BUILDER) if settings.builder == "real" else settings
 
 
 def texts_of(sources: StrOrSeq) -> list[str] | None:

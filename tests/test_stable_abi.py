@@ -180,3 +180,9 @@ def test_key_holds_the_target_version_not_torchs() -> None:
 def test_detection() -> None:
     assert stable.is_stable([FIRST]) and not stable.is_stable(["JITOPS_LIBRARY(m) {}"])
     assert stable.wanted("f", None, [FIRST]) and stable.wanted("f", "stable", ["x"]) and not stable.wanted("f", None, ["x"])
+
+
+def test_op_names_come_from_literal_schemas_only() -> None:
+    assert stable.exports([("a.cpp", FIRST)]) == ("scale",)
+    assert stable.exports([("a.cpp", 'm.def("a(Tensor x) -> Tensor"); m.def("b.out(Tensor x) -> Tensor");')]) == ("a", "b")
+    assert stable.exports([("a.cpp", 'm.def("a(Tensor x) -> Tensor"); m.def(SCHEMA_B);')]) == ()  # the dispatcher decides
