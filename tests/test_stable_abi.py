@@ -186,3 +186,24 @@ def test_op_names_come_from_literal_schemas_only() -> None:
     assert stable.exports([("a.cpp", FIRST)]) == ("scale",)
     assert stable.exports([("a.cpp", 'm.def("a(Tensor x) -> Tensor"); m.def("b.out(Tensor x) -> Tensor");')]) == ("a", "b")
     assert stable.exports([("a.cpp", 'm.def("a(Tensor x) -> Tensor"); m.def(SCHEMA_B);')]) == ()  # the dispatcher decides
+
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.timeout(600)
+def test_example_notebook_runs_green(monkeypatch: pytest.MonkeyPatch, session_cache: Path) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    repo = Path(__file__).parents[1]
+    monkeypatch.setenv("PYTHONPATH", str(repo))
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(session_cache))
+    monkeypatch.delenv("JITOPS_PROGRESS", raising=False)
+    nb = nbformat.read(repo / "examples" / "stable_abi.ipynb", as_version=4)
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(repo / "examples")}}).execute()
+    out = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                  if o.get("output_type") == "stream" and o.get("name") == "stdout")
+    for line in ("scale matches PyTorch: True", "edited kernel adds 1: True", "old handle still works: True",
+                 "same source, same object: True", "torch.compile(fullgraph=True): True",
+                 "RuntimeError: scale: x must be float32", "includes <ATen/ATen.h>"):
+        assert line in out, out
