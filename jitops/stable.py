@@ -117,9 +117,9 @@ def check_sources(name: str, files: Sequence[tuple[str, str]]) -> None:
                     "STABLE_TORCH_LIBRARY to build against the full C++ API")
         for m in (*_NAMESPACE.finditer(text), *_IMPL_NAMESPACE.finditer(text)):
             if m.group(1) != "JITOPS_NS":
-                line = text.count("\n", 0, m.start()) + 1
+                row = text.count("\n", 0, m.start()) + 1
                 raise KernelSourceError(
-                    f"library {name!r}: {label}:{line} registers in the fixed namespace {m.group(1)!r}; jitops gives "
+                    f"library {name!r}: {label}:{row} registers in the fixed namespace {m.group(1)!r}; jitops gives "
                     "each build its own, so an edit loads next to the old one. Fix: write "
                     f"STABLE_TORCH_LIBRARY(JITOPS_NS, m) (and STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m)); the ops "
                     "are then lib.my_op and torch.ops.<lib.library.namespace>.my_op")
