@@ -12,7 +12,7 @@ pair it with specs whose kernels are registered from Python.
 A job that carries a cache (``publish`` gives one to every real build) is built file by file by
 :mod:`jitops.tubuild`: cached objects, precompiled headers, and timings (``BuildResult.timings``).
 
-Imports: build_errors, errors, fsutil, ninja, tubuild (the last three lazily, on a build).
+Imports: build_errors, errors, fsutil, ninja, stable, tubuild (the last four lazily, on a build).
 """
 
 from __future__ import annotations
@@ -243,7 +243,13 @@ def fake_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> t
 LIVE: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("jitops_live", default=None)
 _TIMINGS: dict[int, dict[str, Any]] = {}  # id(job) -> timings of its per-file build, until build() takes them
 
-BUILDERS: dict[str, Callable[..., tuple[int, str, Path]]] = {"real": real_build, "fake": fake_build}
+def stable_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
+    from .stable import build as one_command  # torch's stable C ABI: one supervised compile-and-link, no ninja
+
+    return one_command(job, _RUN.get(), on_line)
+
+
+BUILDERS: dict[str, Callable[..., tuple[int, str, Path]]] = {"real": real_build, "fake": fake_build, "stable": stable_build}
 
 
 def build(job: BuildJob, log_path: Path | None, on_line: Callable[[str], None] | None = None) -> BuildResult:

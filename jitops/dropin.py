@@ -33,7 +33,7 @@ What each torch parameter does here:
 * ``is_standalone=True`` (an executable) and SYCL sources: a clear ``KernelSourceError``;
   jitops builds shared libraries for torch only.
 
-Imports: build (LIVE, lazily), checks, cpp_ext_style, errors, settings, user, user_spec (plan for annotations only).
+Imports: build (LIVE, lazily), checks, cpp_ext_style, errors, settings, stable, user, user_spec (plan for annotations only).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import checks, user
+from . import checks, stable, user
 from . import cpp_ext_style as cs
 from .errors import BuildError, KernelSourceError, NoPythonModuleError, TargetError
 from .settings import Settings
@@ -195,7 +195,7 @@ def load(name: str, sources: StrOrSeq, extra_cflags: StrOrSeq | None = None, ext
          extra_include_paths: StrOrSeq | None = None, build_directory: str | None = None, verbose: bool = False,
          with_cuda: bool | None = None, with_sycl: bool | None = None, is_python_module: bool = True,
          is_standalone: bool = False, keep_intermediates: bool = True, *, schemas: StrOrSeq | None = None,
-         device: str | None = None) -> Any:
+         device: str | None = None, abi: str | None = None) -> Any:
     """Build (once per content) and load a library from source files; torch's ``load``, cached by jitops.
 
     jitops-style sources return a :class:`~jitops.user.UserLibrary`; sources written for
@@ -209,10 +209,10 @@ def load(name: str, sources: StrOrSeq, extra_cflags: StrOrSeq | None = None, ext
     device = _common(build_directory, verbose, with_cuda, with_sycl, extra_sycl_cflags, is_python_module,
                      is_standalone, device)
     texts = _texts(sources)
-    if texts is None or _is_jitops_style(texts, None, schemas):  # unreadable: user.load names the problem
+    if texts is None or _is_jitops_style(texts, None, schemas) or stable.wanted("jitops.load", abi, texts):  # unreadable: user.load names it
         lib, streamed = _run(verbose, lambda: user.load(name, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                                               extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
-                                              schemas=schemas, device=device))
+                                              schemas=schemas, device=device, abi=abi))
         return _finish(lib, lib.library, verbose, is_python_module, streamed)
     cache_name = cs.spec_name(name)
     root, rel = user.source_files(cache_name, sources)
@@ -235,7 +235,7 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
                 build_directory: str | None = None, verbose: bool = False, with_cuda: bool | None = None,
                 with_sycl: bool | None = None, is_python_module: bool = True, with_pytorch_error_handling: bool = True,
                 keep_intermediates: bool = True, use_pch: bool = False, no_implicit_headers: bool = False,
-                gil_not_used: bool = False, *, schemas: StrOrSeq | None = None, device: str | None = None) -> Any:
+                gil_not_used: bool = False, *, schemas: StrOrSeq | None = None, device: str | None = None, abi: str | None = None) -> Any:
     """Build (once per content) and load a library from C++/CUDA strings; torch's ``load_inline``, cached by jitops.
 
     A list of strings is joined with newlines. jitops-style sources (``JITOPS_LIBRARY``)
@@ -264,10 +264,10 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
     cuda = _as_list(cuda_sources, "cuda_sources")
     table = cs.function_table(functions)
     cs.check_named(table, cpp + cuda, bool(_as_list(extra_include_paths, "extra_include_paths")))
-    if _is_jitops_style(cpp + cuda, functions, schemas):
+    if _is_jitops_style(cpp + cuda, functions, schemas) or (functions is None and stable.wanted("jitops.load_inline", abi, cpp + cuda)):
         lib, streamed = _run(verbose, lambda: user.load_inline(
             name, cpp_sources, cuda_sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-            extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas, device=device))
+            extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas, device=device, abi=abi))
         return _finish(lib, lib.library, verbose, is_python_module, streamed)
     cache_name = cs.spec_name(name)
     settings = Settings.from_env()

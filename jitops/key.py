@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 # In a spec's cflags: its sources are written for torch.utils.cpp_extension (cpp_ext_style.NAME_FLAGS).
 TORCH_STYLE_FLAG = "-DTORCH_EXTENSION_NAME=JITOPS_NS"
+# In a spec's cflags: sources on torch's stable C ABI (stable.py); the key holds their -DTORCH_TARGET_VERSION, not torch's.
+STABLE_ABI_FLAG = "-DJITOPS_STABLE_ABI=1"
+STABLE_CFLAGS = ("-O2", "-std=c++17", "-fvisibility=hidden", "-fno-math-errno")
 KEY_CHARS = 32  # 128 bits of sha256 in paths
 INCLUDE_DIR = Path(__file__).parent / "include"
 
@@ -229,9 +232,10 @@ def build_flags(spec: OpSpec, target: Target, system: System) -> tuple[tuple[str
         check_nvcc_words(cuda, f"the CUDA flags of {what}")
     # Sources written for torch.utils.cpp_extension (the drop-in) get torch's C++ flags only: jitops's -O3, ISA
     # flags (-mfma contracts a*b+c), -fno-math-errno or -DCPU_CAPABILITY_* would change their code and results.
-    own = () if TORCH_STYLE_FLAG in spec.cflags else target.cflags()
+    stable = STABLE_ABI_FLAG in spec.cflags  # no OpenMP, no ISA flags: portable code on a C ABI
+    own = () if TORCH_STYLE_FLAG in spec.cflags else STABLE_CFLAGS if stable else target.cflags()
     return ((*own, *flag_words(spec.cflags, f"{what}'s flag"), *env_cflags), cuda,
-            (*target.ldflags(), *flag_words(spec.ldflags, f"{what}'s link flag"), *env_ldflags))
+            (*(() if stable else target.ldflags()), *flag_words(spec.ldflags, f"{what}'s link flag"), *env_ldflags))
 
 
 def ingredients(
@@ -249,7 +253,7 @@ def ingredients(
     so it is keyed (as ``env.JITOPS_BUILDER``, where earlier keys had it); the real one adds
     nothing, so real builds' keys do not depend on whether the variable was set."""
     cflags, cuda_cflags, ldflags = build_flags(spec, target, system)
-    return {
+    ingr = {
         "library": spec.name,
         "schemas": list(spec.schemas),
         "sources": dict(sorted(digests.items())),
@@ -270,6 +274,11 @@ def ingredients(
         "nvcc": {"path": nvcc.path, "version": nvcc.version} if nvcc else None,
         "env": key_env(system.build_env, target.device, builder),
     }
+    if STABLE_ABI_FLAG in spec.cflags:  # a C-ABI library: it survives torch upgrades (its target is in cflags)
+        cuda_major = (system.torch_cuda or "").split(".")[0] or None
+        ingr.update(abi="stable", torch_version=None, torch_git_version=None, cxx11_abi=None, python_abi=None,
+                    torch_cuda=cuda_major if target.device == "cuda" else None)
+    return ingr
 
 
 def compiler_ingredient(tool: Tool) -> dict[str, Any]:

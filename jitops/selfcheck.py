@@ -211,6 +211,8 @@ def start(plan: Plan, settings: Settings) -> Pending | None:
     builder). Called on a cache miss only: the warm path never runs it."""
     if plan.ingredients.get("compiler") is None or settings.builder == "fake":
         return None
+    if plan.ingredients.get("abi") == "stable":  # its probe is a C++-API op; see stable.py's docstring
+        return None
     return Pending(plan, settings)
 
 

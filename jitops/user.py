@@ -19,7 +19,7 @@ Inline sources are written to a content-addressed folder under the cache
 root, so the key covers their bytes and compiler errors point at real files
 with the line numbers of the strings the user wrote.
 
-Imports: checks, errors, fsutil, settings, spec, user_spec; loader, ops, registry and roots lazily.
+Imports: checks, errors, fsutil, settings, spec, user_spec; loader, ops, registry, roots and stable lazily.
 """
 
 from __future__ import annotations
@@ -100,6 +100,15 @@ def load_spec(spec: OpSpec, device: str | None = None, settings: Settings | None
         return result
 
 
+def _stable(spec: OpSpec, settings: Settings | None = None) -> UserLibrary:
+    from . import stable
+
+    try:
+        return load_spec(spec, "cpu", stable.settings_for(Settings.from_env() if settings is None else settings))
+    except BuildError as e:  # torch's #error for a C++ API header reached through a header: named
+        raise (stable.translate(spec.name, e) or e) from None
+
+
 def load(
     name: str,
     sources: StrOrSeq,
@@ -110,6 +119,7 @@ def load(
     extra_include_paths: StrOrSeq | None = None,
     schemas: StrOrSeq | None = None,
     device: str | None = None,
+    abi: str | None = None,
 ) -> UserLibrary:
     """Build (once per content) and load a kernel library from source files.
 
@@ -121,7 +131,13 @@ def load(
     checks.library_args("jitops.load", name, device, sources=sources, extra_cflags=extra_cflags,  # issue 20
                         extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
                         extra_include_paths=extra_include_paths, schemas=schemas)
+    from . import stable  # torch's stable C ABI: abi="stable", or STABLE_TORCH_LIBRARY in the sources
+
+    stable_abi = stable.wanted("jitops.load", abi, stable.texts_of(sources))
     root, rel = source_files(name, sources)
+    if stable_abi:
+        return _stable(stable.spec(name, root, rel, extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
+                                   extra_include_paths=extra_include_paths, origin=f"jitops.load (stable ABI) from {root}"))
     spec = _spec(name, root, rel, BuildOptions.of(
         extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
         extra_include_paths=extra_include_paths, schemas=schemas),
@@ -193,6 +209,7 @@ def load_inline(
     extra_include_paths: StrOrSeq | None = None,
     schemas: StrOrSeq | None = None,
     device: str | None = None,
+    abi: str | None = None,
 ) -> UserLibrary:
     """Build (once per content) and load a kernel library from C++/CUDA strings.
 
@@ -206,10 +223,18 @@ def load_inline(
                         extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas)
     files = {f"{name}.cpp": _join(cpp_sources, "cpp_sources")}
     cuda = _join(cuda_sources, "cuda_sources")
+    from . import stable  # torch's stable C ABI: abi="stable", or STABLE_TORCH_LIBRARY in the sources
+
+    stable_abi = stable.wanted("jitops.load_inline", abi, [files[f"{name}.cpp"], cuda])
+    if stable_abi:
+        stable.refuse_cuda(name, cuda, device)
     if cuda:
         files[f"{name}_cuda.cu"] = cuda
     settings = Settings.from_env()  # read once for this call
     root = inline_dir(name, files, settings)
+    if stable_abi:
+        return _stable(stable.spec(name, root, list(files), extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
+                                   extra_include_paths=extra_include_paths, origin="jitops.load_inline (stable ABI)"), settings)
     spec = _spec(name, root, list(files), BuildOptions.of(
         extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
         extra_include_paths=extra_include_paths, schemas=schemas),

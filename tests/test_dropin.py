@@ -169,7 +169,7 @@ def test_every_torch_parameter_is_accepted_in_torchs_order(ours: Any, theirs: An
     assert set(positional[len(torch_params):]) <= {"gil_not_used"}, positional
     for n, p in torch_params.items():
         assert mine[n].default == p.default, n
-    assert {n for n, p in mine.items() if p.kind is p.KEYWORD_ONLY} == {"schemas", "device"}
+    assert {n for n, p in mine.items() if p.kind is p.KEYWORD_ONLY} == {"schemas", "device", "abi"}  # abi: jitops.stable
 
 
 def test_parameters_jitops_cannot_honour_are_refused_clearly() -> None:

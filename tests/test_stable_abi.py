@@ -1,0 +1,209 @@
+"""User kernels on torch's stable C ABI (jitops.stable): dispatcher ops, keyed to survive torch upgrades.
+
+Real compiler: the scale kernel is built once per session (module fixture), its edit once; the error
+cases fail before compiling or within the first header. Pure tests check the key's ingredients.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import jitops
+from jitops import stable
+from jitops.errors import ArgumentError, KernelSourceError, TargetError
+from jitops.key import STABLE_ABI_FLAG, build_flags, compute_key, ingredients
+from jitops.spec import OpSpec
+from jitops.target import Target, probe
+
+from tests.helpers import child_env, run_scenario
+
+SCALE = r"""#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/headeronly/util/Exception.h>
+
+using torch::stable::Tensor;
+
+Tensor scale(Tensor x, double s) {
+  STD_TORCH_CHECK(x.scalar_type() == torch::headeronly::ScalarType::Float, "scale: x must be float32");
+  STD_TORCH_CHECK(x.is_contiguous(), "scale: x must be contiguous");
+  Tensor out = torch::stable::empty_like(x);
+  const float* xp = x.const_data_ptr<float>();
+  float* op = out.mutable_data_ptr<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) op[i] = FACTOR;
+  return out;
+}
+
+STABLE_TORCH_LIBRARY(JITOPS_NS, m) { m.def("scale(Tensor x, float s) -> Tensor"); }
+STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m) { m.impl("scale", TORCH_BOX(&scale)); }
+"""
+FIRST = SCALE.replace("FACTOR", "xp[i] * static_cast<float>(s)")
+EDITED = SCALE.replace("FACTOR", "xp[i] * static_cast<float>(s) + 1.0f")
+
+
+def _with_fake(lib: jitops.UserLibrary) -> jitops.UserLibrary:
+    ns = lib.library.namespace
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(f"{ns}::scale", "Meta"):
+        torch.library.register_fake(f"{ns}::scale")(lambda x, s: torch.empty_like(x))
+    return lib
+
+
+@pytest.fixture(scope="module")
+def built(session_cache: Path) -> jitops.UserLibrary:
+    return _with_fake(jitops.load_inline("stable_scale", FIRST))
+
+
+@pytest.mark.compile
+def test_load_inline_is_a_dispatcher_op_with_the_right_result(built: jitops.UserLibrary) -> None:
+    x = torch.randn(1000)
+    torch.testing.assert_close(built.scale(x, 2.5), x * 2.5)
+    op = getattr(torch.ops, built.library.namespace).scale
+    torch.testing.assert_close(op(x, -1.0), -x)
+    assert built.library.manifest.ingredients["abi"] == "stable"
+    with pytest.raises(RuntimeError, match="scale: x must be float32"):  # a C++ error crosses the C ABI intact
+        built.scale(x.double(), 1.0)
+
+
+@pytest.mark.compile
+def test_opcheck_and_torch_compile_fullgraph(built: jitops.UserLibrary) -> None:
+    op = getattr(torch.ops, built.library.namespace).scale.default
+    torch.library.opcheck(op, (torch.randn(7), 3.0))
+    torch.library.opcheck(op, (torch.randn(0), 3.0))
+
+    @torch.compile(fullgraph=True, backend="inductor")
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return op(x.sin(), 2.0) + 1
+
+    x = torch.randn(64)
+    torch.testing.assert_close(f(x), x.sin() * 2 + 1)
+
+
+@pytest.mark.compile
+def test_rerun_is_a_hit_and_an_edit_rebuilds(built: jitops.UserLibrary) -> None:
+    assert jitops.load_inline("stable_scale", FIRST) is built  # same source: the same object, nothing built
+    edited = jitops.load_inline("stable_scale", EDITED)
+    assert edited.library.built and edited.library.key != built.library.key
+    x = torch.randn(16)
+    torch.testing.assert_close(edited.scale(x, 2.0), x * 2 + 1)
+    torch.testing.assert_close(built.scale(x, 2.0), x * 2)  # the old handle keeps its code
+
+
+@pytest.mark.compile
+def test_library_imports_only_the_stable_c_shim(built: jitops.UserLibrary) -> None:
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    out = subprocess.run([nm, "-D", "--undefined-only", str(built.library.library_path)], capture_output=True,
+                         text=True, check=True).stdout
+    names = [line.split()[-1] for line in out.splitlines() if line.strip()]
+    torch_cxx = [n for n in names if re.match(r"_ZN\d*(c10|at|torch|caffe2)\b|_ZN(K)?(3c10|2at|5torch|6caffe2)", n)]
+    assert not torch_cxx, f"C++ symbols of torch imported: {torch_cxx[:5]}"
+    unversioned = [n for n in names if "@" not in n and not n.startswith(("_ITM_", "__gmon_start__"))]
+    assert unversioned and all(n.startswith(("aoti_torch_", "torch_")) for n in unversioned), unversioned
+
+
+@pytest.mark.compile
+@pytest.mark.process
+def test_a_new_process_loads_it_without_building(built: jitops.UserLibrary, session_cache: Path) -> None:
+    reply = run_scenario("scenarios_stable.load_stable", env=child_env(JITOPS_CACHE_DIR=str(session_cache)),
+                         timeout=120, name="stable_scale", source=FIRST)
+    assert reply == {**reply, "built": False, "out": [4.0, 4.0, 4.0]}, reply
+
+
+def test_a_stray_aten_include_names_the_line_and_the_fix() -> None:
+    src = FIRST.replace("#include <torch/csrc/stable/ops.h>", "#include <torch/csrc/stable/ops.h>\n#include <ATen/ATen.h>")
+    with pytest.raises(KernelSourceError, match=r"stable_bad\.cpp:4 includes <ATen/ATen\.h>.*Fix: include only"):
+        jitops.load_inline("stable_bad", src)
+    with pytest.raises(KernelSourceError, match=r"<torch/extension\.h>"):
+        jitops.load_inline("stable_bad", "#include <torch/extension.h>\n" + FIRST, abi="stable")
+
+
+def test_a_fixed_namespace_or_no_op_is_refused_before_compiling() -> None:
+    with pytest.raises(KernelSourceError, match=r"fixed namespace 'myops'.*STABLE_TORCH_LIBRARY\(JITOPS_NS, m\)"):
+        jitops.load_inline("stable_bad", FIRST.replace("(JITOPS_NS,", "(myops,"))
+    with pytest.raises(KernelSourceError, match="defines no op"):
+        jitops.load_inline("stable_bad", "int f() { return 1; }", abi="stable")
+    with pytest.raises(ArgumentError, match="abi='stable'"):
+        jitops.load_inline("stable_bad", FIRST, abi="unstable")
+
+
+@pytest.mark.compile
+def test_a_header_reaching_aten_is_translated_from_torchs_error(tmp_path: Path) -> None:
+    (tmp_path / "mine.h").write_text("#pragma once\n#include <torch/library.h>\n")
+    (tmp_path / "k.cpp").write_text('#include "mine.h"\n' + FIRST)
+    with pytest.raises(KernelSourceError, match=r"header of torch's C\+\+ API is included \(through .*k\.cpp:1\)"):
+        jitops.load("stable_hdr", [str(tmp_path / "k.cpp")])
+
+
+def test_target_version_encoding_and_the_running_torch_check() -> None:
+    assert stable.version_flag((2, 10)) == "-DTORCH_TARGET_VERSION=0x020a000000000000"
+    assert stable.target_of([], "2.15.1") == ("-DTORCH_TARGET_VERSION=0x020d000000000000", (2, 13))
+    assert stable.target_of(["-DTORCH_TARGET_VERSION=0x020b000000000000"], "2.13.0")[1] == (2, 11)
+    with pytest.raises(ArgumentError, match="major << 56"):
+        stable.target_of(["-DTORCH_TARGET_VERSION=2.13"], "2.13.0")
+    stable.check_torch("k", (2, 13), "2.13.0+cpu")
+    stable.check_torch("k", (2, 13), "2.15.0")
+    with pytest.raises(TargetError, match=r"targets torch's stable ABI 2\.14.*runs torch 2\.13\.0.*upgrade torch"):
+        stable.check_torch("k", (2, 14), "2.13.0")
+
+
+def test_key_holds_the_target_version_not_torchs() -> None:
+    system = probe()
+    spec = OpSpec(name="k", root=Path("/nonexistent"), cpu_sources=("k.cpp",),
+                  cflags=(STABLE_ABI_FLAG, stable.version_flag((2, 13))))
+    target = Target("cpu", "AVX2", openmp=True)
+    digests = {"k.cpp": "0" * 64}
+
+    def key(sys_: object = system, spec_: OpSpec = spec, target_: Target = target) -> str:
+        return compute_key(ingredients(spec_, target_, sys_, None, None, digests))  # type: ignore[arg-type]
+
+    ingr = ingredients(spec, target, system, None, None, digests)
+    assert ingr["torch_version"] is None and ingr["torch_git_version"] is None and ingr["python_abi"] is None
+    assert system.torch_version not in repr(ingr)
+    for field, value in (("torch_version", "2.99.0"), ("torch_git_version", "deadbeef"), ("python_abi", "cpython-399")):
+        assert key(dataclasses.replace(system, **{field: value})) == key()  # a torch upgrade keeps the key
+    assert key(spec_=dataclasses.replace(spec, cflags=(STABLE_ABI_FLAG, stable.version_flag((2, 14))))) != key()
+    assert key(target_=Target("cpu", "AVX512", openmp=True)) != key()  # the ISA stays in it
+    cflags, _, ldflags = build_flags(spec, target, system)
+    assert "-fopenmp" not in cflags + ldflags and "-O2" in cflags
+    full = dataclasses.replace(spec, cflags=())  # a C++-API library keeps torch's exact version
+    assert ingredients(full, target, system, None, None, digests)["torch_version"] == system.torch_version
+
+
+def test_detection() -> None:
+    assert stable.is_stable([FIRST]) and not stable.is_stable(["JITOPS_LIBRARY(m) {}"])
+    assert stable.wanted("f", None, [FIRST]) and stable.wanted("f", "stable", ["x"]) and not stable.wanted("f", None, ["x"])
+
+
+def test_op_names_come_from_literal_schemas_only() -> None:
+    assert stable.exports([("a.cpp", FIRST)]) == ("scale",)
+    assert stable.exports([("a.cpp", 'm.def("a(Tensor x) -> Tensor"); m.def("b.out(Tensor x) -> Tensor");')]) == ("a", "b")
+    assert stable.exports([("a.cpp", 'm.def("a(Tensor x) -> Tensor"); m.def(SCHEMA_B);')]) == ()  # the dispatcher decides
+
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.timeout(600)
+def test_example_notebook_runs_green(monkeypatch: pytest.MonkeyPatch, session_cache: Path) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    repo = Path(__file__).parents[1]
+    monkeypatch.setenv("PYTHONPATH", str(repo))
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(session_cache))
+    monkeypatch.delenv("JITOPS_PROGRESS", raising=False)
+    nb = nbformat.read(repo / "examples" / "stable_abi.ipynb", as_version=4)
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(repo / "examples")}}).execute()
+    out = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                  if o.get("output_type") == "stream" and o.get("name") == "stdout")
+    for line in ("scale matches PyTorch: True", "edited kernel adds 1: True", "old handle still works: True",
+                 "same source, same object: True", "torch.compile(fullgraph=True): True",
+                 "RuntimeError: scale: x must be float32", "includes <ATen/ATen.h>"):
+        assert line in out, out
