@@ -225,3 +225,15 @@ def is_number(value: object, kind: type = float) -> bool:
     if kind is int:
         return isinstance(value, int)
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def files_under(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """Files under ``root`` with one of ``suffixes``, sorted; links to folders not followed, a cache folder
+    (one holding :data:`CACHEDIR_TAG`, the root itself aside) skipped: what a build writes there is no source."""
+    out: list[Path] = []
+    for folder, dirs, files in os.walk(root):
+        if CACHEDIR_TAG in files and Path(folder) != root:
+            dirs.clear()
+            continue
+        out.extend(p for p in (Path(folder, f) for f in files) if p.suffix in suffixes and p.is_file())
+    return sorted(out)

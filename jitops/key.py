@@ -143,15 +143,7 @@ def extra_env_flags(system: System, device: str = "cpu") -> tuple[tuple[str, ...
 
 
 def _files_under(root: Path) -> list[Path]:
-    """Sources and headers under ``root``, links to folders not followed, cache folders (their tag) skipped."""
-    suffixes = SOURCE_SUFFIXES + HEADER_SUFFIXES
-    out: list[Path] = []
-    for folder, dirs, files in os.walk(root):
-        if fsutil.CACHEDIR_TAG in files and Path(folder) != root:
-            dirs.clear()  # a cache inside the source folder: what a build writes there is not a source
-            continue
-        out.extend(p for p in (Path(folder, f) for f in files) if p.suffix in suffixes and p.is_file())
-    return sorted(out)
+    return fsutil.files_under(root, SOURCE_SUFFIXES + HEADER_SUFFIXES)
 
 
 def source_files(spec: OpSpec) -> list[tuple[str, Path]]:
