@@ -186,8 +186,10 @@ def _python_module(lib: LoadedLibrary, path: Path, pybind_names: Sequence[str], 
     file is compiled with the real header; with its lean stand-in there is no pybind11 module)."""
     import torch
 
-    literal = [n for n in pybind_names if n != "TORCH_EXTENSION_NAME"]  # PYBIND11_MODULE(my_ext, m)
-    names = literal or [lib.namespace]
+    # As torch imports the module named after the extension: TORCH_EXTENSION_NAME's block (built as the namespace)
+    # first, then PYBIND11_MODULE(my_ext, m) written with that name, then any other; torch never calls the others.
+    literal = sorted({n for n in pybind_names if n != "TORCH_EXTENSION_NAME"}, key=lambda n: (n != display, n))
+    names = [lib.namespace, *literal]
     handle = ctypes.CDLL(str(path))  # already loaded: the same handle; only asks which init function it exports
     found = next((n for n in names if hasattr(handle, f"PyInit_{n}")), None)
     if found is not None:
@@ -197,7 +199,7 @@ def _python_module(lib: LoadedLibrary, path: Path, pybind_names: Sequence[str], 
         mod_spec.loader.exec_module(module)
     elif literal:
         raise KernelSourceError(f"library {display!r}: PYBIND11_MODULE({literal[0]}, m) is in the source but "
-                                f"the built library exports no PyInit_{names[0]}. Fix: write PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)")
+                                f"the built library exports no PyInit_{literal[0]}. Fix: write PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)")
     else:
         module = types.ModuleType(display)
         module.__file__ = str(path)

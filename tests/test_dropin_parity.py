@@ -35,7 +35,8 @@ TORCH_INCLUDE = str(Path(ce.include_paths()[0]))
 
 def _cxx(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     includes = [w for d in [*ce.include_paths(), sysconfig.get_path("include")] for w in ("-isystem", d)]
-    return subprocess.run(["g++", "-std=c++17", "-DTORCH_API_INCLUDE_EXTENSION_H", *includes, *args], cwd=cwd,
+    # C++20, as torch's loader compiles: torch 2.14's headers stop with #error under anything older.
+    return subprocess.run(["g++", "-std=c++20", "-DTORCH_API_INCLUDE_EXTENSION_H", *includes, *args], cwd=cwd,
                           capture_output=True, text=True, timeout=600, check=True)
 
 

@@ -49,6 +49,12 @@
 #endif
 #include <stddef.h>
 #include <valarray>
+// pybind11/typing.h's, under its own condition (C++20, torch's standard since 2.12: <ranges> brings <span>)
+#if defined(__cpp_nontype_template_args) && __cpp_nontype_template_args >= 201911L
+#include <numeric>
+#include <ranges>
+#include <string_view>
+#endif
 
 #else
 #error "This file should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined."
