@@ -152,7 +152,8 @@ def prune(cache: Cache, *, max_size: int | None = None, older_than: float | None
 
     ``older_than`` (seconds) also evicts everything unused for that long.
     Unusable things go first (damaged entries, dangling object records). Entries and
-    PCHs being built are skipped, and so are PCHs used in the last ``cache_parts.GRACE`` seconds.
+    PCHs being built are skipped, and so are PCHs used in the last ``cache_parts.GRACE`` seconds
+    (``parts_only``, the automatic cap: objects too, so a build never evicts what it just stored).
     """
     now = time.time() if now is None else now
     items: list[EntryInfo | Part] = [*([] if parts_only else entries(cache)), *cache_parts.all_parts(cache, now)]
@@ -164,6 +165,8 @@ def prune(cache: Cache, *, max_size: int | None = None, older_than: float | None
         too_big = max_size is not None and total > max_size
         if not (stale or too_big):
             continue
+        if parts_only and not _unusable(x) and now - x.last_use < cache_parts.GRACE:
+            continue  # the automatic cap (after a build) keeps what was just built or used: never this edit's objects
         gone = _try_remove(cache, x, result) if isinstance(x, EntryInfo) else _try_remove_part(cache, x, now, result)
         total -= x.size if gone else 0
     if not parts_only:

@@ -181,6 +181,19 @@ def test_the_default_cap_prunes_least_recently_used_pchs_and_objects(tmp_path: P
 
 
 @pytest.mark.compile
+def test_the_cap_never_evicts_what_a_build_just_stored(tmp_path: Path) -> None:
+    """Kept parts (used within the grace) over the cap: the automatic cap leaves this edit's objects alone."""
+    store, cxx = cache.Cache(tmp_path / "cache"), _slow_cxx(tmp_path, 0)
+    for n in (1, 2):
+        build.build(_job(tmp_path, cxx, store, n, background=False), None)
+    objects = sorted(store.objects.iterdir())
+    assert objects and _published(store)
+    removed = cache_admin.cap_parts(store, 1)  # far over the cap, everything fresh
+    assert removed is not None and removed.parts_removed == [], removed.parts_removed
+    assert sorted(store.objects.iterdir()) == objects
+
+
+@pytest.mark.compile
 def test_cache_ls_shows_each_kinds_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     from jitops import cli
