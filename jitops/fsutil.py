@@ -229,11 +229,19 @@ def is_number(value: object, kind: type = float) -> bool:
 
 def files_under(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
     """Files under ``root`` with one of ``suffixes``, sorted; links to folders not followed, a cache folder
-    (one holding :data:`CACHEDIR_TAG`, the root itself aside) skipped: what a build writes there is no source."""
+    (one holding jitops's :data:`CACHEDIR_TAG`, the root itself aside) skipped: what a build writes there is no source."""
     out: list[Path] = []
     for folder, dirs, files in os.walk(root):
-        if CACHEDIR_TAG in files and Path(folder) != root:
-            dirs.clear()
+        if CACHEDIR_TAG in files and Path(folder) != root and _ours(Path(folder, CACHEDIR_TAG)):
+            dirs.clear()  # jitops's own tag only: cargo's target/ (tagged too) can hold generated headers
             continue
         out.extend(p for p in (Path(folder, f) for f in files) if p.suffix in suffixes and p.is_file())
     return sorted(out)
+
+
+def _ours(tag: Path) -> bool:
+    try:
+        with open(tag, "rb") as f:
+            return f.read(len(CACHEDIR_SIGNATURE) + 1) == CACHEDIR_SIGNATURE
+    except OSError:
+        return False

@@ -174,5 +174,10 @@ def test_a_cache_inside_the_source_folder_is_not_a_source(tmp_path: Path, monkey
     stray.write_text("#include <vector>\n")  # as a PCH build's staging holds
     again = jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
     assert again.path == first.path, "the same key: the cache's own files are not sources"
+    other = spec.root / "target"  # another tool's tagged cache (cargo's target/) can hold generated headers
+    (other / "gen").mkdir(parents=True)
+    (other / "CACHEDIR.TAG").write_bytes(b"Signature: 8a477f597d28d172789f06886806bc55\n# cargo\n")
+    (other / "gen" / "bridge.h").write_text("// generated\n")
+    assert jentry.ensure_entry(jplan.make_plan(spec, "cpu")).path != first.path, "only jitops's own tag is skipped"
     (spec.root / "helper.h").write_text("// a real header beside the kernel is a source\n")
     assert jentry.ensure_entry(jplan.make_plan(spec, "cpu")).path != first.path
