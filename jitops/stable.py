@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from . import checks
-from .errors import ArgumentError, BuildError, KernelSourceError, TargetError
-from .key import STABLE_ABI_FLAG
+from .errors import ArgumentError, BuildError, ConfigError, KernelSourceError, TargetError
+from .key import STABLE_ABI_FLAG, flag_words
 from .settings import Settings
 from .spec import OpSpec
 from .torchcompat import SUPPORTED, parse
@@ -77,17 +77,20 @@ def version_flag(version: tuple[int, int]) -> str:
 
 def target_of(flags: Sequence[str], torch_version: str) -> tuple[str, tuple[int, int]]:
     """The target flag and (major, minor): the user's ``-DTORCH_TARGET_VERSION``, else the oldest torch jitops
-    supports (never above the running one), so an entry built now serves every later torch."""
+    supports (never above the running one), so an entry built now serves every later torch. ``flags`` are the
+    words the compiler gets; any other word naming the ABI's macros (``-U``, ``-D`` apart, two values) is refused:
+    the compiler would build for a version the key and the load check do not know."""
     here = parse(torch_version) or SUPPORTED[0]
-    for f in flags:
-        m = _TARGET.match(f.strip())
-        if m:
-            value = int(m.group(1), 0)
-            return f.strip(), ((value >> 56) & 0xFF, (value >> 48) & 0xFF)
-        if f.strip().startswith("-DTORCH_TARGET_VERSION"):
-            raise ArgumentError(f"extra_cflags holds {checks.shown(f)}: TORCH_TARGET_VERSION is a number as "
-                                "torch/headeronly/version.h encodes it. Fix: -DTORCH_TARGET_VERSION=0x020d000000000000 "
-                                "for torch 2.13 (major << 56 | minor << 48)")
+    marks = [f for f in flags if "TORCH_TARGET_VERSION" in f or "TORCH_STABLE_ONLY" in f]
+    for f in marks:
+        if not _TARGET.match(f) or f != marks[0]:
+            also = f" after {checks.shown(marks[0])}" if f != marks[0] else ""
+            raise ArgumentError(f"extra_cflags holds {checks.shown(f)}{also}: the stable ABI's target is one -DTORCH_TARGET_VERSION=<number> word, as "
+                                "torch/headeronly/version.h encodes it, and its macros are never undefined. Fix: "
+                                "-DTORCH_TARGET_VERSION=0x020d000000000000 for torch 2.13 (major << 56 | minor << 48)")
+    if marks:
+        value = int(marks[0].split("=", 1)[1], 0)
+        return marks[0], ((value >> 56) & 0xFF, (value >> 48) & 0xFF)
     version = min(SUPPORTED[0], here)
     return version_flag(version), version
 
@@ -140,6 +143,11 @@ def _torch_dirs() -> tuple[str, str]:
 def command(job: Any, out: Path) -> list[str]:
     """One compiler command: compile and link, torch's include root only, the C shim's library only."""
     include, lib = _torch_dirs()
+    marks = {w for w in job.cflags if "TORCH_TARGET_VERSION" in w or "TORCH_STABLE_ONLY" in w}
+    if len(marks) != 1:  # CXXFLAGS too: the spec's one target word, nothing else naming the ABI's macros
+        raise ConfigError(f"library {job.library!r}: the compiler flags name the stable ABI's macros as "
+                          f"{sorted(marks)}; only the library's own -DTORCH_TARGET_VERSION may. Fix: remove the "
+                          "others from CXXFLAGS / CFLAGS, and give a target through extra_cflags")
     dirs = [w for d in job.include_dirs for w in ("-I", str(d))]
     return [job.cxx, "-shared", "-fPIC", *job.cflags, f"-DJITOPS_NS={job.namespace}", *dirs, "-isystem", include,
             *map(str, job.sources), "-o", str(out), *job.ldflags, f"-L{lib}", "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"]
@@ -184,7 +192,7 @@ def spec(name: str, root: Path, sources: Sequence[str], *, extra_cflags: StrOrSe
     texts = [(str(root / s), (root / s).read_text(errors="replace")) for s in sources]
     check_sources(name, texts)
     cflags = _as_list(extra_cflags, "extra_cflags")
-    flag, target = target_of(cflags, torch.__version__)
+    flag, target = target_of(flag_words(tuple(cflags), "extra_cflags"), torch.__version__)
     check_torch(name, target, torch.__version__)
     cflags = [STABLE_ABI_FLAG, flag, *(f for f in cflags if f.strip() != flag)]
     options = BuildOptions.of(extra_cflags=cflags, extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths)

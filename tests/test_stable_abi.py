@@ -17,7 +17,7 @@ import torch
 
 import jitops
 from jitops import stable
-from jitops.errors import ArgumentError, KernelSourceError, TargetError
+from jitops.errors import ArgumentError, ConfigError, KernelSourceError, TargetError
 from jitops.key import STABLE_ABI_FLAG, build_flags, compute_key, ingredients
 from jitops.spec import OpSpec
 from jitops.target import Target, probe
@@ -148,6 +148,11 @@ def test_target_version_encoding_and_the_running_torch_check() -> None:
     assert stable.target_of(["-DTORCH_TARGET_VERSION=0x020b000000000000"], "2.13.0")[1] == (2, 11)
     with pytest.raises(ArgumentError, match="major << 56"):
         stable.target_of(["-DTORCH_TARGET_VERSION=2.13"], "2.13.0")
+    for words in (["-D", "TORCH_TARGET_VERSION=0x020e000000000000"], ["-UTORCH_TARGET_VERSION"],
+                  ["-DTORCH_TARGET_VERSION=0x020d000000000000", "-DTORCH_TARGET_VERSION=0x020e000000000000"],
+                  ["-UTORCH_STABLE_ONLY"]):  # the compiler would build for a target the key and the check miss
+        with pytest.raises(ArgumentError, match="one -DTORCH_TARGET_VERSION=<number> word"):
+            stable.target_of(words, "2.13.0")
     stable.check_torch("k", (2, 13), "2.13.0+cpu")
     stable.check_torch("k", (2, 13), "2.15.0")
     with pytest.raises(TargetError, match=r"targets torch's stable ABI 2\.14.*runs torch 2\.13\.0.*upgrade torch"):
@@ -207,3 +212,14 @@ def test_example_notebook_runs_green(monkeypatch: pytest.MonkeyPatch, session_ca
                  "same source, same object: True", "torch.compile(fullgraph=True): True",
                  "RuntimeError: scale: x must be float32", "includes <ATen/ATen.h>"):
         assert line in out, out
+
+
+def test_a_target_hidden_in_a_flag_string_or_cxxflags_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One extra_cflags string holding two flags is read as the compiler's words: its target is the library's
+    (a newer one than this torch is refused before compiling); a target in CXXFLAGS is refused by the builder."""
+    newer = stable.version_flag((2, 99))
+    with pytest.raises(TargetError, match=r"targets torch's stable ABI 2\.99"):
+        jitops.load_inline("stable_hidden", FIRST, extra_cflags=[f"-O2 {newer}"])
+    monkeypatch.setenv("CXXFLAGS", "-UTORCH_TARGET_VERSION")
+    with pytest.raises(ConfigError, match="CXXFLAGS"):
+        jitops.load_inline("stable_cxxflags", SCALE.replace("FACTOR", "3.0f"))
