@@ -245,3 +245,16 @@ def _ours(tag: Path) -> bool:
             return f.read(len(CACHEDIR_SIGNATURE) + 1) == CACHEDIR_SIGNATURE
     except OSError:
         return False
+
+
+def changed_since(files: list[str], began: float) -> str | None:
+    """The first of ``files`` written (mtime or ctime, 2 s of a coarse clock's tick counted by the caller) or gone
+    since ``began`` (wall clock), else None: what a build read may not be what it compiled."""
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError:
+            return f
+        if max(st.st_mtime, st.st_ctime) >= began:
+            return f
+    return None

@@ -45,6 +45,7 @@ import os
 import re
 import shlex
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -265,7 +266,11 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
                      p.key[:12], why[0] if why else "no output")
             return None
         ours = (str(p.out) + "/", str(cache.pch) + "/")  # the prefix header itself
-        deps = header_digests([f for f in read_depfile(p.out / "prefix.d") if f != HEADER], p.root, ours)
+        files = [f for f in read_depfile(p.out / "prefix.d") if f != HEADER]
+        if edited := fsutil.changed_since(files, time.time() - seconds - 2.0):  # digests read now would vouch
+            log.info("note: %s changed while PCH %s compiled; not published", edited, p.key[:12])  # for text
+            return None  # the .gch may not hold; the next build makes it again
+        deps = header_digests(files, p.root, ours)
         manifest = {"format": FORMAT, "key": p.key, "file": p.file, "size": pch.stat().st_size,
                     "sha256": fsutil.sha256_file(pch), "header_sha256": fsutil.sha256_file(p.out / HEADER),
                     "deps": deps, "root": str(p.root), "seconds": round(seconds, 3)}

@@ -181,3 +181,26 @@ def test_a_cache_inside_the_source_folder_is_not_a_source(tmp_path: Path, monkey
     assert jentry.ensure_entry(jplan.make_plan(spec, "cpu")).path != first.path, "only jitops's own tag is skipped"
     (spec.root / "helper.h").write_text("// a real header beside the kernel is a source\n")
     assert jentry.ensure_entry(jplan.make_plan(spec, "cpu")).path != first.path
+
+
+def test_a_header_edited_while_its_pch_compiles_is_not_vouched_for(cache: Cache, tmp_path: Path) -> None:
+    """The PCH's header digests are read after its compile: a header saved meanwhile would be recorded with its
+    new text while the .gch holds the old, and later builds would trust it. Such a PCH is not published."""
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    header = tmp_path / "mine.h"
+    header.write_text("inline int mine() { return 1; }\n")
+    time.sleep(2.5)  # older than the compile's start by more than the clock's tick
+    for n, edit in ((1, False), (2, True)):
+        prefix = ["#include <cstddef>", f'#include "mine.h"  // {n}']
+        key = pch.key_of("identity", "gcc", "-O2", prefix)
+        p = pch.start(cache, key=key, kind="gcc", cxx="g++", flags=["-O2", "-I", str(tmp_path)], prefix=prefix,
+                      root=tmp_path)
+        assert p is not None
+        t0 = time.monotonic()
+        subprocess.run(p.command, shell=True, check=True, timeout=120)
+        if edit:  # saved by the user while the (background) compile ran
+            header.write_text("inline int mine() { return 2; }\n")
+        made = pch.finish(cache, p, time.monotonic() - t0)
+        assert (made is None) == edit, (n, made)
+        assert (pch.find(cache, key, "gcc") is None) == edit
