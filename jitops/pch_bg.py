@@ -22,7 +22,7 @@ PCH (state ``busy``); later edits find it published (``hit``).
 ``JITOPS_PCH_BACKGROUND=0`` builds it beside the compiles instead, as before.
 Tests and benchmarks that want the PCH now call :func:`wait`.
 
-Imports: pch; cache and cache_admin (in the child only).
+Imports: fsutil, pch; cache and cache_admin (in the child only).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,7 +39,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import pch
+from . import fsutil, pch
 
 if TYPE_CHECKING:
     from .cache import Cache
@@ -61,8 +62,6 @@ def busy(cache: Cache, key: str) -> bool:
 
 def spawn(cache: Cache, wanted: dict[str, dict[str, Any]], env: dict[str, str], max_size: int) -> list[int]:
     """Start one detached child per wanted PCH ({key: pch.start's keywords}); their pids. Never raises."""
-    from . import fsutil
-
     _children[:] = [c for c in _children if c.poll() is None]
     pids = []
     for key, kw in wanted.items():
@@ -70,7 +69,9 @@ def spawn(cache: Cache, wanted: dict[str, dict[str, Any]], env: dict[str, str], 
                 **{k: (str(v) if isinstance(v, Path) else v) for k, v in kw.items()}}
         try:
             fsutil.makedirs(cache.logs)
-            with open(cache.logs / f"pch-{key[:12]}.log", "ab") as out:
+            fd = os.open(cache.logs / f"pch-{key[:12]}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                         fsutil.FILE_MODE)
+            with os.fdopen(fd, "ab") as out:
                 child = subprocess.Popen([sys.executable, "-I", "-c", _CHILD, _PACKAGE_PARENT, json.dumps(spec)],
                                          env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True, close_fds=True)
@@ -112,6 +113,9 @@ def child_main(raw: str) -> int:
         os.nice(NICE)
     spec = json.loads(raw)
     cache = Cache(Path(spec["cache"]))
+    if not fsutil.is_real_dir(cache.base) or cache.root_problem():  # e.g. the parent's private temporary cache,
+        log.info("PCH %s: the cache %s is gone or unsafe; nothing to do", spec["key"][:12], cache.root)  # removed at
+        return 0  # its exit: never made again here (its path was in argv, another user could have made it)
     p = pch.start(cache, key=spec["key"], kind=spec["kind"], cxx=spec["cxx"], flags=spec["flags"],
                   prefix=spec["prefix"], root=Path(spec["root"]))
     if p is None:
@@ -119,16 +123,21 @@ def child_main(raw: str) -> int:
         return 0
     start, ok = time.monotonic(), False
     tmp = {k: str(p.staging) for k in ("TMPDIR", "TMP", "TEMP")}  # the build's own staging may be gone by now
-    proc = subprocess.Popen(["/bin/sh", "-c", p.command], stdin=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, **tmp})
+    procs: list[subprocess.Popen[bytes]] = []
 
     def stop(signum: int, frame: object) -> None:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        for proc in procs:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
         raise SystemExit(128 + signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # before the compile starts
         signal.signal(sig, stop)
+    # coreutils' timeout bounds the compile's whole process group even if this child is SIGKILLed
+    bound = ["timeout", "-s", "KILL", str(int(float(spec["limit"])) + 5)] if shutil.which("timeout") else []
+    proc = subprocess.Popen([*bound, "/bin/sh", "-c", p.command], stdin=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, **tmp})
+    procs.append(proc)
     try:
         proc.wait(timeout=float(spec["limit"]))
         ok = True

@@ -13,6 +13,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 
 from jitops import build, cache, cache_admin, cache_parts, pch_bg, toolchain
 from jitops.settings import Settings
-from tests.helpers import run_scenario
+from tests.helpers import REPO, run_scenario
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -223,3 +224,16 @@ def test_one_pch_per_prefix_and_flags_is_shared_by_every_library(tmp_path: Path)
     result = build.build(_job(tmp_path, cxx, store, 7, library="other"), None)
     assert ctypes.CDLL(str(result.library)).f() == 9
     assert result.timings["files"]["f.cpp"]["pch"] == "hit" and len(_published(store)) == 1
+
+
+def test_a_child_never_remakes_a_cache_that_is_gone(tmp_path: Path) -> None:
+    """The parent's private temporary cache is removed at its exit; the detached child (whose argv names that
+    path, so another user could make it first) does nothing there and creates nothing."""
+    gone = tmp_path / "jitops-cache-gone"
+    spec = {"cache": str(gone), "key": "k" * 64, "limit": 5, "max_size": 0, "kind": "gcc", "cxx": "g++",
+            "flags": ["-O2"], "prefix": ["#include <cstddef>"], "root": str(tmp_path)}
+    code = "import sys; from jitops.pch_bg import child_main; sys.exit(child_main(sys.argv[1]))"  # a child: it renices
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "gone or unsafe" in done.stderr, done.stderr
+    assert not gone.exists()
