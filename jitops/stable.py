@@ -175,8 +175,14 @@ def translate(name: str, e: BuildError) -> KernelSourceError | None:
         f"torch/headeronly/... headers (full log: {e.log_path})")
 
 
-def refuse_cuda(name: str, cuda: str, device: str | None) -> None:
-    """TargetError for CUDA sources or device='cuda': the stable path builds CPU kernels only so far."""
+def refuse_cuda(name: str, cuda: str, device: str | None, *, schemas: object = None, cuda_cflags: object = None) -> None:
+    """TargetError for CUDA sources or device='cuda': the stable path builds CPU kernels only so far; ArgumentError
+    for arguments it would otherwise drop without a word (``schemas=``: the sources' m.def holds them)."""
+    for arg, value in (("schemas", schemas), ("extra_cuda_cflags", cuda_cflags)):
+        if value:
+            raise ArgumentError(f"library {name!r} is built against torch's stable ABI, which takes no {arg}= "
+                                "(its schemas are the sources' m.def strings; it builds CPU kernels only). Fix: "
+                                f"drop {arg}=, or load it without abi='stable' and without STABLE_TORCH_LIBRARY")
     if cuda.strip() or device not in (None, "cpu"):
         raise TargetError(f"library {name!r}: stable-ABI kernels are built for CPU only so far (CUDA sources and "
                           "device='cuda' are not). Fix: device='cpu', or build the CUDA part without abi='stable'")

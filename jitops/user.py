@@ -136,6 +136,7 @@ def load(
     stable_abi = stable.wanted("jitops.load", abi, stable.texts_of(sources))
     root, rel = source_files(name, sources)
     if stable_abi:
+        stable.refuse_cuda(name, "", device, schemas=schemas, cuda_cflags=extra_cuda_cflags)
         return _stable(stable.spec(name, root, rel, extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
                                    extra_include_paths=extra_include_paths, origin=f"jitops.load (stable ABI) from {root}"))
     spec = _spec(name, root, rel, BuildOptions.of(
@@ -227,7 +228,7 @@ def load_inline(
 
     stable_abi = stable.wanted("jitops.load_inline", abi, [files[f"{name}.cpp"], cuda])
     if stable_abi:
-        stable.refuse_cuda(name, cuda, device)
+        stable.refuse_cuda(name, cuda, device, schemas=schemas, cuda_cflags=extra_cuda_cflags)
     if cuda:
         files[f"{name}_cuda.cu"] = cuda
     settings = Settings.from_env()  # read once for this call

@@ -223,3 +223,17 @@ def test_a_target_hidden_in_a_flag_string_or_cxxflags_is_seen(tmp_path: Path, mo
     monkeypatch.setenv("CXXFLAGS", "-UTORCH_TARGET_VERSION")
     with pytest.raises(ConfigError, match="CXXFLAGS"):
         jitops.load_inline("stable_cxxflags", SCALE.replace("FACTOR", "3.0f"))
+
+
+def test_arguments_the_stable_path_cannot_honour_are_refused(tmp_path: Path) -> None:
+    """device='cuda', schemas= and extra_cuda_cflags= with stable sources: a named error, never a CPU build that
+    silently ignored them (load and load_inline alike)."""
+    src = tmp_path / "k.cpp"
+    src.write_text(FIRST)
+    with pytest.raises(TargetError, match="CPU only"):
+        jitops.load("stable_cuda_dev", [str(src)], device="cuda")
+    for kw in ({"schemas": ["scale(Tensor x, float s) -> Tensor"]}, {"extra_cuda_cflags": ["-O3"]}):
+        with pytest.raises(ArgumentError, match="takes no"):
+            jitops.load("stable_args", [str(src)], **kw)  # type: ignore[arg-type]
+        with pytest.raises(ArgumentError, match="takes no"):
+            jitops.load_inline("stable_args", FIRST, **kw)  # type: ignore[arg-type]
