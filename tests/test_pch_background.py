@@ -13,7 +13,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 
 from jitops import build, cache, cache_admin, cache_parts, pch_bg, toolchain
 from jitops.settings import Settings
-from tests.helpers import REPO, run_scenario
+from tests.helpers import run_scenario
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -232,8 +231,6 @@ def test_a_child_never_remakes_a_cache_that_is_gone(tmp_path: Path) -> None:
     gone = tmp_path / "jitops-cache-gone"
     spec = {"cache": str(gone), "key": "k" * 64, "limit": 5, "max_size": 0, "kind": "gcc", "cxx": "g++",
             "flags": ["-O2"], "prefix": ["#include <cstddef>"], "root": str(tmp_path)}
-    code = "import sys; from jitops.pch_bg import child_main; sys.exit(child_main(sys.argv[1]))"  # a child: it renices
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0 and "gone or unsafe" in done.stderr, done.stderr
+    done = run_scenario("scenarios_pch.background_child", spec=spec, timeout=120)  # a child: it renices itself
+    assert done["code"] == 0 and any("gone or unsafe" in line for line in done["log"]), done
     assert not gone.exists()
