@@ -266,7 +266,7 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
                      p.key[:12], why[0] if why else "no output")
             return None
         ours = (str(p.out) + "/", str(cache.pch) + "/")  # the prefix header itself
-        files = [f for f in read_depfile(p.out / "prefix.d") if f != HEADER]
+        files = [f for f in read_depfile(p.out / "prefix.d") if f != HEADER and not os.path.abspath(f).startswith(ours)]
         if edited := fsutil.changed_since(files, time.time() - seconds - 2.0):  # digests read now would vouch
             log.info("note: %s changed while PCH %s compiled; not published", edited, p.key[:12])  # for text
             return None  # the .gch may not hold; the next build makes it again

@@ -204,3 +204,18 @@ def test_a_header_edited_while_its_pch_compiles_is_not_vouched_for(cache: Cache,
         made = pch.finish(cache, p, time.monotonic() - t0)
         assert (made is None) == edit, (n, made)
         assert (pch.find(cache, key, "gcc") is None) == edit
+
+
+def test_a_clang_pch_written_just_now_is_published(cache: Cache, tmp_path: Path) -> None:
+    """clang's PCH reads its prefix from a header jitops writes beside it just before the compile: that file is the
+    PCH's own, not a user header changed during the compile, so the PCH is published (it was not, for a while)."""
+    if shutil.which("clang++") is None:
+        pytest.skip("no clang++")
+    prefix = ["#include <cstddef>"]
+    key = pch.key_of("identity", "clang", "-O2", prefix)
+    p = pch.start(cache, key=key, kind="clang", cxx="clang++", flags=["-O2"], prefix=prefix, root=tmp_path)
+    assert p is not None
+    t0 = time.monotonic()
+    subprocess.run(p.command, shell=True, check=True, timeout=120)
+    assert pch.finish(cache, p, time.monotonic() - t0) is not None
+    assert pch.find(cache, key, "clang") is not None
