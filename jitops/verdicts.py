@@ -23,7 +23,6 @@ import contextlib
 import json
 import logging
 import os
-import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,20 +56,11 @@ def problem(state_root: Path) -> str | None:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    """The record at ``path``, checked on its open descriptor; ValueError/OSError if it cannot be trusted."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise ValueError(f"{path} is not a regular file of this user's, writable only by it")
-        if st.st_size > MAX_BYTES:
-            raise ValueError(f"{path} is {st.st_size} bytes")
-        raw = os.read(fd, MAX_BYTES + 1)
-    finally:
-        os.close(fd)
-    data = json.loads(raw.decode("utf-8"))
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+    """The record at ``path``, checked on its open descriptor (fsutil.read_private_record); ValueError if it
+    cannot be trusted."""
+    data = fsutil.read_private_record(path, MAX_BYTES)
+    if data is None:
+        raise ValueError(f"{path} is not a well-formed JSON object in a regular file of this user's, writable only by it")
     for name, kind in _FIELDS.items():
         if not isinstance(data.get(name), kind) or (kind is not bool and isinstance(data.get(name), bool)):
             raise ValueError(f"field {name!r} is missing or not {kind}")
