@@ -81,7 +81,7 @@ def target_of(flags: Sequence[str], torch_version: str) -> tuple[str, tuple[int,
     words the compiler gets; any other word naming the ABI's macros (``-U``, ``-D`` apart, two values) is refused:
     the compiler would build for a version the key and the load check do not know."""
     here = parse(torch_version) or SUPPORTED[0]
-    marks = [f for f in flags if "TORCH_TARGET_VERSION" in f or "TORCH_STABLE_ONLY" in f]
+    marks = _abi_macro_words(flags)
     for f in marks:
         if not _TARGET.match(f) or f != marks[0]:
             also = f" after {checks.shown(marks[0])}" if f != marks[0] else ""
@@ -93,6 +93,11 @@ def target_of(flags: Sequence[str], torch_version: str) -> tuple[str, tuple[int,
         return marks[0], ((value >> 56) & 0xFF, (value >> 48) & 0xFF)
     version = min(SUPPORTED[0], here)
     return version_flag(version), version
+
+
+def _abi_macro_words(words: Sequence[str]) -> list[str]:
+    """The compiler words that name the stable ABI's macros (define, undefine, in any spelling)."""
+    return [w for w in words if "TORCH_TARGET_VERSION" in w or "TORCH_STABLE_ONLY" in w]
 
 
 def check_torch(name: str, target: tuple[int, int], torch_version: str) -> None:
@@ -143,7 +148,7 @@ def _torch_dirs() -> tuple[str, str]:
 def command(job: Any, out: Path) -> list[str]:
     """One compiler command: compile and link, torch's include root only, the C shim's library only."""
     include, lib = _torch_dirs()
-    marks = {w for w in job.cflags if "TORCH_TARGET_VERSION" in w or "TORCH_STABLE_ONLY" in w}
+    marks = set(_abi_macro_words(job.cflags))
     if len(marks) != 1:  # CXXFLAGS too: the spec's one target word, nothing else naming the ABI's macros
         raise ConfigError(f"library {job.library!r}: the compiler flags name the stable ABI's macros as "
                           f"{sorted(marks)}; only the library's own -DTORCH_TARGET_VERSION may. Fix: remove the "
