@@ -27,10 +27,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import jitops.entry as jentry  # noqa: E402
+import jitops.build.entry as jentry  # noqa: E402
 import jitops.plan as jplan  # noqa: E402
 import jitops.registry as jregistry  # noqa: E402
-from jitops.archs import arch_gencode_flags, ptx_archs, sass_archs  # noqa: E402
+from jitops.target.archs import arch_gencode_flags, ptx_archs, sass_archs  # noqa: E402
 from jitops.errors import OfflineMiss  # noqa: E402
 from jitops.spec import OpSpec  # noqa: E402
 
@@ -88,7 +88,7 @@ _CHILD = """
 import json, sys, torch
 sys.path.insert(0, {repo!r})
 from jitops import loader
-import jitops.entry as jentry
+import jitops.build.entry as jentry
 import jitops.plan as jplan
 import jitops.registry as jregistry
 spec = jregistry.registry().library({lib!r})

@@ -41,7 +41,7 @@ import torch  # noqa: E402
 
 import jitops  # noqa: E402
 from jitops import bench  # noqa: E402
-from jitops.bench_ops import SOFTMAXES, call, nms_case, random_boxes, softmax_case, torchvision_nms  # noqa: E402
+from jitops.bench.bench_ops import SOFTMAXES, call, nms_case, random_boxes, softmax_case, torchvision_nms  # noqa: E402
 
 # (shape, dim): issue 12's cases, and one per kernel class for --quick (last dim; a dim before it)
 GPU_SHAPES = [((4096, 4096), -1), ((65536, 128), -1), ((128, 65536), -1), ((16384, 1000), -1),

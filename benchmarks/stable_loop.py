@@ -76,7 +76,7 @@ loader, offsets, sources = sys.argv[1], [int(o) for o in sys.argv[2].split(",")]
 x = torch.arange(4, dtype=torch.float32)
 times, t0 = [], time.perf_counter()
 if loader == "jitops-stable":  # the modules its load imports on first use (import jitops alone is inert)
-    import jitops, jitops.dropin, jitops.loader, jitops.stable, jitops.user
+    import jitops, jitops.api.dropin, jitops.loading.loader, jitops.build.stable, jitops.api.user
 elif loader == "tvm-ffi":
     import tvm_ffi.cpp
 else:
@@ -113,7 +113,7 @@ def _gcc_alone(work: Path, offset: int) -> float:
     import torch
 
     from jitops.key import STABLE_ABI_FLAG, STABLE_CFLAGS
-    from jitops.stable import SHIM_LIBRARY, version_flag
+    from jitops.build.stable import SHIM_LIBRARY, version_flag
 
     src = work / f"scale{offset}.cpp"
     src.write_text(STABLE_SRC.replace("OFFSET", f"{offset}.0f"))

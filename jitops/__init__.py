@@ -12,29 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .errors import (
-    ArgumentError,
-    BuildError,
-    BuildInterrupted,
-    CacheError,
-    ConfigError,
-    InvalidNameError,
-    JitopsError,
-    KernelSourceError,
-    LockTimeout,
-    NoPythonModuleError,
-    OfflineMiss,
-    TargetError,
-    ToolchainError,
-    UnknownOpError,
-)
+from .errors import ArgumentError, BuildError, BuildInterrupted, CacheError, ConfigError, InvalidNameError, JitopsError, KernelSourceError, LockTimeout, NoPythonModuleError, OfflineMiss, TargetError, ToolchainError, UnknownOpError
 from .spec import OpSpec
 
 if TYPE_CHECKING:
-    from .ops import Op
+    from .loading.ops import Op
     from .registry import Registration
-    from .dropin import load, load_inline
-    from .user import UserLibrary, register_kernel_dir
+    from .api.dropin import load, load_inline
+    from .api.user import UserLibrary, register_kernel_dir
 
 _USER_API = ("UserLibrary", "load", "load_inline", "register_kernel_dir")
 
@@ -43,11 +28,11 @@ def __getattr__(name: str) -> Any:
     """The user-kernel API (:mod:`jitops.dropin`, :mod:`jitops.user`), imported on first use to keep
     ``import jitops`` cheap. ``load`` / ``load_inline`` take torch.utils.cpp_extension's parameters."""
     if name in ("load", "load_inline"):
-        from . import dropin
+        from .api import dropin
 
         return getattr(dropin, name)
     if name in _USER_API:
-        from . import user
+        from .api import user
 
         return getattr(user, name)
     raise AttributeError(f"module 'jitops' has no attribute {name!r}")
@@ -86,8 +71,8 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     ``fallback=True`` (or ``JITOPS_FALLBACK=1``) returns the pure-PyTorch
     reference, with one warning, when the op cannot be built here.
     """
-    from .checks import get_args
-    from .loader import get as _get
+    from .spec.checks import get_args
+    from .loading.loader import get as _get
 
     get_args(name, device, fallback)  # boundary check (issue 20)
     return _get(name, device=device, fallback=fallback)
@@ -102,8 +87,8 @@ def list_ops() -> list[str]:
 
 def reference(name: str) -> Any:
     """The pure-PyTorch reference implementation of op ``name``; builds nothing."""
-    from .checks import op_name
-    from .loader import reference as _reference
+    from .spec.checks import op_name
+    from .loading.loader import reference as _reference
 
     return _reference(op_name("jitops.reference", name))  # boundary check (issue 20)
 
@@ -113,7 +98,7 @@ def register(spec: OpSpec, *, replace: bool = False) -> Registration:
 
     Returns a handle whose ``undo()`` takes the registration back.
     """
-    from . import checks
+    from .spec import checks
     from .registry import register as _register
 
     checks.flag("jitops.register", "replace", replace)  # boundary checks (issue 20)

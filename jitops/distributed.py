@@ -41,11 +41,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .entry import ensure_entry
+from .build.entry import ensure_entry
 from .errors import BuildError, CacheError, ConfigError, JitopsError, LockTimeout
 from .plan import make_plan
 from .registry import list_ops, lookup
-from .settings import Settings
+from .base.settings import Settings
 from .spec import OpSpec
 
 POLL = 0.1

@@ -98,8 +98,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import sys
 
-    if "jitops.pch_bg" in sys.modules:  # background PCH builds this process started: none outlives the run
-        sys.modules["jitops.pch_bg"].wait(600)
+    if "jitops.build.pch_bg" in sys.modules:  # background PCH builds this process started: none outlives the run
+        sys.modules["jitops.build.pch_bg"].wait(600)
     if not os.environ.get("JITOPS_TEST_CACHE_DIR"):
         shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
     shutil.rmtree(_SESSION_INDUCTOR, ignore_errors=True)

@@ -101,7 +101,7 @@ def phase_kill(rank: int, out: dict[str, Any]) -> None:
             S.get_and_check("fakeadd")
         time.sleep(600)  # torchrun stops this attempt when rank 0 dies
     from jitops.remote.job import job_tier
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     tier = job_tier(Settings.from_env())
     assert tier is not None and tier.store is not None

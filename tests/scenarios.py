@@ -48,10 +48,10 @@ def preload() -> None:
     import filelock  # noqa: F401
     import torch  # noqa: F401
 
-    import jitops.build  # noqa: F401
-    import jitops.lock  # noqa: F401
-    import jitops.loader  # noqa: F401
-    import jitops.progress  # noqa: F401
+    import jitops.build.runner  # noqa: F401
+    import jitops.store.lock  # noqa: F401
+    import jitops.loading.loader  # noqa: F401
+    import jitops.base.progress  # noqa: F401
 
     fakelib.register_all()
 
@@ -273,7 +273,7 @@ def get_with_fake_cuda(op: str = "softmax", archs: str = "8.0") -> dict[str, Any
     """ensure_entry for ``op`` on CUDA, with a torch that claims CUDA 13.0 (CUDA_HOME comes from the env)."""
     import dataclasses
 
-    import jitops.entry
+    import jitops.build.entry
     import jitops.plan
     import jitops.registry
 
@@ -282,7 +282,7 @@ def get_with_fake_cuda(op: str = "softmax", archs: str = "8.0") -> dict[str, Any
     start = time.monotonic()
     try:
         spec = jitops.registry.registry().lookup(op)
-        jitops.entry.ensure_entry(jitops.plan.make_plan(spec, "cuda", archs))
+        jitops.build.entry.ensure_entry(jitops.plan.make_plan(spec, "cuda", archs))
         return {"ok": True}
     except Exception as e:  # noqa: BLE001 - reported to the test
         return {**_describe(e), "seconds": time.monotonic() - start, "filelock_imported": "filelock" in sys.modules}
@@ -302,7 +302,7 @@ def load_inline_and_run(name: str, sources: list[str]) -> dict[str, Any]:
     builds recorded (issue 17: PCH parity)."""
     import torch
 
-    from jitops import pch_bg
+    from jitops.build import pch_bg
 
     libs = []
     for source in sources:  # each edit after the last one's background PCH, if any, is there (issue 29)
@@ -323,7 +323,7 @@ def dropin_functions(name: str, source: str, functions: list[str], inputs: list[
     build's key and per-file records, and how torch.compile meets ``module.<f>`` (an eager call)."""
     import torch
 
-    from jitops import cpp_ext_style
+    from jitops.api import cpp_ext_style
 
     module = jitops.load_inline(name, source, functions=functions, extra_cflags=["-O1"])
     lib = next(r.library for r in cpp_ext_style._results.values() if r.value is module)

@@ -24,7 +24,7 @@ def offline_read_only() -> dict[str, Any]:
 
     import jitops
     import jitops.registry as jregistry
-    from jitops import loader
+    from jitops.loading import loader
     from jitops.cli import main
 
     rec = audit.install()
@@ -96,7 +96,7 @@ def fallback(record_writes: bool = False) -> dict[str, Any]:
         except (jitops.ToolchainError, jitops.OfflineMiss) as e:
             refused = type(e).__name__ + ": " + str(e)
         refuse_s = time.monotonic() - t
-        kw = {} if jitops.settings.env_flag("JITOPS_FALLBACK") else {"fallback": True}
+        kw = {} if jitops.base.settings.env_flag("JITOPS_FALLBACK") else {"fallback": True}
         a, b, c = (jitops.get(n, device="cpu", **kw) for n in ("softmax", "softmax", "log_softmax"))
         ok = bool(torch.allclose(a(x, dim=-1), torch.softmax(x, -1)) and torch.allclose(b(x, 0), torch.softmax(x, 0))
                   and torch.allclose(c(x, dim=1), torch.log_softmax(x, 1), atol=1e-6))

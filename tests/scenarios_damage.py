@@ -25,8 +25,8 @@ def truncations_and_flips(root: str, seed: int, flips: int, through_get: int) ->
     """Build fakeadd once (``root/pristine``); then damage copies of its library and manifest: ``flips``
     random byte flips against ``Cache.verify`` in this process, and every truncation plus the first
     ``through_get`` flips through get() in fresh workers (an audit hook records each dlopened inode)."""
-    from jitops.cache import Cache
-    from jitops.manifest import EntryProblem
+    from jitops.store.cache import Cache
+    from jitops.store.manifest import EntryProblem
 
     S.preload()
     base = Path(root)
@@ -103,7 +103,7 @@ def truncations_and_flips(root: str, seed: int, flips: int, through_get: int) ->
 def _plant(cache: Path, how: str, evil: Path, good_manifest: bytes) -> None:
     """Replace the one entry's library in ``cache`` with ``evil``, its manifest as ``how`` says."""
     from jitops.key import compute_key
-    from jitops.manifest import Manifest
+    from jitops.store.manifest import Manifest
 
     m = Manifest.parse(good_manifest)
     e = S.entry_of(cache)

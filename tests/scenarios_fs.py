@@ -127,7 +127,7 @@ def softmax_with_umask_0() -> dict[str, Any]:
 def lock_wait() -> dict[str, Any]:
     """A worker holds fakeadd's lock with a 20 s build; a second waits for it (JITOPS_LOCK_TIMEOUT=1.5,
     progress every 0.3 s): its error and the progress lines it logged, and the holder's pid."""
-    import jitops.lock
+    import jitops.store.lock
 
     S.preload()
     holder, fd = S.spawn(S.get_and_check, "fakeadd", env={"JITOPS_FAKE_BUILD_SECONDS": "20"})
@@ -140,7 +140,7 @@ def lock_wait() -> dict[str, Any]:
 
     def waiter() -> dict[str, Any]:
         logging.getLogger("jitops").addHandler(H())
-        jitops.lock.PROGRESS_EVERY = 0.3
+        jitops.store.lock.PROGRESS_EVERY = 0.3
         t = time.monotonic()
         try:
             S.get_and_check("fakeadd")

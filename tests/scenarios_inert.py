@@ -17,7 +17,7 @@ def hostile_names(pickled_hex: str) -> tuple[list[tuple[str, str]], list[Any]]:
     """Each name (a pickle, as hex: some are not JSON) through get(), reference() and OpSpec() (as a name and
     as an export); the file, import and process events an audit hook saw meanwhile, and how each was rejected."""
     import jitops
-    import jitops.loader  # noqa: F401 - loaded before the hook: not under test
+    import jitops.loading.loader  # noqa: F401 - loaded before the hook: not under test
     from jitops import InvalidNameError, OpSpec
 
     jitops.list_ops()  # the registry is loaded before the hook: it is not under test
@@ -57,7 +57,7 @@ def import_is_inert() -> dict[str, Any]:
     import jitops  # noqa: F401 - the import is what is audited
 
     return {"events": events, "torch": "torch" in sys.modules, "cpp_extension": "torch.utils.cpp_extension" in sys.modules,
-            "loader": "jitops.loader" in sys.modules, "platformdirs": "platformdirs" in sys.modules}
+            "loader": "jitops.loading.loader" in sys.modules, "platformdirs": "platformdirs" in sys.modules}
 
 
 def plan_key(name: str = "softmax", device: str = "cpu") -> str:
@@ -158,7 +158,8 @@ def keys_with_torch_version(version: str) -> dict[str, Any]:
     import torch
 
     torch.__version__ = version  # type: ignore[assignment]
-    from jitops import loader, registry
+    from jitops.loading import loader
+    from jitops import registry
 
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -236,8 +237,8 @@ def ctrl_c_load_inline(name: str, source: str) -> dict[str, Any]:
     import jitops
     from jitops.plan import make_plan
     from jitops.registry import lookup
-    from jitops.selfcheck import ensure_sound
-    from jitops.settings import Settings
+    from jitops.build.selfcheck import ensure_sound
+    from jitops.base.settings import Settings
 
     def say(**kw: Any) -> None:
         print(json.dumps(kw), flush=True)
@@ -261,7 +262,7 @@ def ctrl_c_load_inline(name: str, source: str) -> dict[str, Any]:
 def build_progress_demo(root: str) -> dict[str, Any]:
     """Build a one-source library from the folder ``root`` (as the user's own kernel): whether it was built,
     and for which target. Its progress line goes to stderr (or a Jupyter display)."""
-    import jitops.entry as jentry
+    import jitops.build.entry as jentry
     import jitops.plan as jplan
     from jitops.spec import OpSpec
 

@@ -89,8 +89,8 @@ def kills_during_real_builds(cache: str, seed: int, sigs: list[str]) -> dict[str
     then a clean get() in the same cache."""
     from jitops.plan import make_plan
     from jitops.registry import lookup
-    from jitops.selfcheck import ensure_sound
-    from jitops.settings import Settings
+    from jitops.build.selfcheck import ensure_sound
+    from jitops.base.settings import Settings
 
     S.preload()
     root = Path(cache)

@@ -10,7 +10,7 @@ from typing import Any
 
 def background_child(spec: dict[str, Any]) -> dict[str, Any]:
     """``pch_bg.child_main`` on ``spec``: its exit code and what it logged."""
-    from jitops import pch_bg
+    from jitops.build import pch_bg
 
     lines: list[str] = []
 

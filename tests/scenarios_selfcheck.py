@@ -11,10 +11,10 @@ from typing import Any
 def selfcheck_race(ready_dir: str, count: int, op: str = "add") -> dict[str, Any]:
     """Make the plan, wait (at most 180 s) until ``count`` processes are ready, then run the self-check the way
     a first build does (``entry.before_first_build``) and wait for its verdict."""
-    from jitops import entry
+    from jitops.build import entry
     from jitops.plan import make_plan
     from jitops.registry import lookup
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     settings = Settings.from_env()
     plan = make_plan(lookup(op), "cpu", settings=settings)

@@ -14,9 +14,9 @@ from typing import Any
 def stamped_check(root: str, name: str) -> dict[str, Any]:
     """Ensure a fake-built entry of ``name`` (specs under ``root``) once, wait until it is settled, then check it
     twice more under an audit hook: the processes started and whether its library was opened, per check."""
-    import jitops.entry as jentry
+    import jitops.build.entry as jentry
     import jitops.plan as jplan
-    from jitops import stamps
+    from jitops.store import stamps
     from tests.cli_helpers import fake_spec
 
     stamps.SETTLED = 0.2

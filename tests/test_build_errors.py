@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jitops.build import BuildJob
-from jitops.build_errors import MAX_ERROR_LINES, error_sites, format_build_error
+from jitops.build.runner import BuildJob
+from jitops.build.build_errors import MAX_ERROR_LINES, error_sites, format_build_error
 
 
 def _job(tmp_path: Path) -> BuildJob:

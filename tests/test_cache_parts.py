@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 import jitops
-import jitops.entry as jentry
+import jitops.build.entry as jentry
 import jitops.plan as jplan
-from jitops import cache_admin, cache_parts, objcache, pch
-from jitops.cache import Cache
+from jitops.store import admin as cache_admin, parts as cache_parts, objcache
+from jitops.build import pch
+from jitops.store.cache import Cache
 from jitops.cli import main
-from jitops.lock import key_lock
+from jitops.store.lock import key_lock
 from tests.cli_helpers import fake_spec
 
 pytestmark = pytest.mark.timeout(300)
@@ -152,7 +153,7 @@ def test_cache_ls_shows_the_bytes_of_objects_and_pchs(cache: Cache, tmp_path: Pa
     _object(cache, tmp_path, "a", size=3000)
     assert main(["cache", "ls"]) == 0
     out = capsys.readouterr().out
-    from jitops.cli_cache import human_size
+    from jitops.cli.cache import human_size
 
     pch_bytes = sum(p.stat().st_size for p in folder.iterdir())
     obj_bytes = sum(p.stat().st_size for p in cache.objects.iterdir())

@@ -20,15 +20,16 @@ from pathlib import Path
 import pytest
 
 import jitops
-from jitops import build as build_mod
-from jitops import cache_admin, loader
-import jitops.entry as jentry
+from jitops.build import runner as build_mod
+from jitops.store import admin as cache_admin
+from jitops.loading import loader
+import jitops.build.entry as jentry
 import jitops.plan as jplan
-from jitops.cache import Cache
+from jitops.store.cache import Cache
 from jitops.key import compute_key
-from jitops.manifest import Manifest
+from jitops.store.manifest import Manifest
 from jitops.cli import main
-from jitops.cli_cache import parse_age, parse_size
+from jitops.cli.cache import parse_age, parse_size
 from jitops.errors import OfflineMiss
 from tests.cli_helpers import fake_spec
 from tests.helpers import child_env, run_scenario
@@ -219,7 +220,7 @@ def test_prune_to_a_size_cap_evicts_least_recently_used_first(fake, capsys: pyte
 
 
 def test_prune_never_evicts_an_entry_whose_key_lock_is_held(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
-    from jitops.lock import key_lock
+    from jitops.store.lock import key_lock
 
     make, cache = fake
     e = {c: build(make(f"cli_busy_{c}")) for c in "abc"}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import jitops.entry as jentry
+import jitops.build.entry as jentry
 import jitops.plan as jplan
 import jitops.registry as jregistry
 from jitops.cli import main

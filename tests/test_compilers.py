@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from jitops import compilers, loader, registry, toolchain
+from jitops.target import compilers, toolchain
+from jitops.loading import loader
+from jitops import registry
 from jitops.errors import ToolchainError
-from jitops.ops import op_from_library
+from jitops.loading.ops import op_from_library
 from jitops.target import probe
 
 needs_clang = pytest.mark.skipif(shutil.which("clang++") is None,
@@ -120,7 +122,7 @@ def test_clang_builds_every_builtin_op(library: str, monkeypatch: pytest.MonkeyP
 
 @needs_clang
 def test_doctor_reports_clang_its_binary_and_openmp_flags(tmp_path: Path) -> None:
-    from jitops import diagnose
+    from jitops.cli import diagnose
 
     check = diagnose._compiler(probe({"CXX": "clang++"}), False, tmp_path / "toolchains")
     assert check.status == "ok", check

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import jitops
-from jitops import loader
+from jitops.loading import loader
 import jitops.registry as jregistry
-from jitops.archs import default_arch
+from jitops.target.archs import default_arch
 from jitops.errors import TargetError
 
 pytestmark = [pytest.mark.cuda, pytest.mark.compile]

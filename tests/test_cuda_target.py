@@ -12,20 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from jitops import loader
+from jitops.loading import loader
 import jitops.key as jkey
 import jitops.plan as jplan
 import jitops.registry as jregistry
-from jitops.archs import (
-    NAMED_ARCHS,
-    arch_gencode_flags,
-    check_runnable,
-    default_arch,
-    parse_arch_list,
-    ptx_archs,
-    runnable_code,
-    sass_archs,
-)
+from jitops.target.archs import NAMED_ARCHS, arch_gencode_flags, check_runnable, default_arch, parse_arch_list, ptx_archs, runnable_code, sass_archs
 from jitops.key import compute_key
 from jitops.errors import TargetError
 from jitops.spec import OpSpec

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from jitops import toolchain
-import jitops.entry as jentry
+from jitops.target import toolchain
+import jitops.build.entry as jentry
 import jitops.plan as jplan
 import jitops.registry as jregistry
 from jitops.errors import ToolchainError
@@ -124,8 +124,9 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
     the CUDA libraries' headers from torch's wheels come after the toolkit's."""
     import torch.utils.cpp_extension as ce
 
-    from jitops import build, ninja
-    from jitops.archs import arch_gencode_flags
+    from jitops.build import ninja
+    from jitops.build import runner as build
+    from jitops.target.archs import arch_gencode_flags
 
     kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")  # must not reach nvcc: jitops decided the archs

@@ -79,7 +79,7 @@ def test_four_ranks_two_nodes_one_build_per_op_and_a_failure_reaches_every_rank(
                           PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
     check_gets(replies)
     assert {tuple(r["get_order"]) for r in replies.values()} == {("fakeadd", "fakemul"), ("fakemul", "fakeadd")}
-    from jitops.cache import Cache
+    from jitops.store.cache import Cache
     from jitops.remote.stats import read_totals
 
     totals = [read_totals(Cache(tmp_path / "job" / f"node{n}").remote_stats) for n in (0, 1)]
@@ -147,7 +147,7 @@ def test_a_local_hit_inside_a_job_starts_nothing_and_connects_nowhere(tmp_path: 
 
 def test_settings() -> None:
     from jitops.errors import ConfigError
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     job = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "8", "RANK": "3"}
     d = Settings.from_env(job).distributed
@@ -208,7 +208,7 @@ def test_store_host_going_away_raises_not_hangs(tmp_path: Path) -> None:
     from jitops.remote.c10d_store import C10dStore
     from jitops.remote.digest import DigestSigner, JobTrust
     from jitops.remote.tier import Tier
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     port = free_port()
     server = subprocess.Popen(scenario_argv("scenarios_inert.tcp_store_server", port=port, seconds=120), cwd=REPO,
@@ -223,7 +223,7 @@ def test_store_host_going_away_raises_not_hangs(tmp_path: Path) -> None:
         server.kill()
         server.wait(timeout=30)
     from tests import fakelib
-    from jitops.cache import Cache
+    from jitops.store.cache import Cache
     from jitops.plan import make_plan
 
     cache = Cache(tmp_path / "c")
@@ -235,10 +235,10 @@ def test_store_host_going_away_raises_not_hangs(tmp_path: Path) -> None:
 
 
 def test_job_trust_digest_by_default_signatures_when_required(tmp_path: Path) -> None:
-    from jitops.manifest import EntryProblem
+    from jitops.store.manifest import EntryProblem
     from jitops.remote.digest import DIGEST_SIGNER, DigestSigner, JobTrust
     from jitops.remote.signing import load_signer, load_trust
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
     from tests.remote_helpers import keygen
 
     manifest = b'{"key": "abc"}'
@@ -270,11 +270,11 @@ def test_remote_tier_first_and_never_resigns_what_the_job_store_gave(tmp_path: P
     from jitops.remote.commands import cmd_push
     import torch.distributed as dist
 
-    from jitops.cache import Cache
+    from jitops.store.cache import Cache
     from jitops.plan import make_plan
-    from jitops.publish import build_and_publish
+    from jitops.build.publish import build_and_publish
     from jitops.remote import obtain
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
     from tests import fakelib
     from tests.remote_helpers import keygen
 
@@ -314,7 +314,7 @@ def _warm_in_process(tmp: Path, **env: str) -> tuple[Any, Any, Any]:
 
     from jitops.distributed import _Warm
     from jitops.remote.c10d_store import C10dStore
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     store = C10dStore.connect("127.0.0.1", server.port, 5, 5)
@@ -375,7 +375,7 @@ def test_warm_takes_rank_and_world_from_an_initialized_process_group(tmp_path: P
     from torch.testing._internal.distributed.fake_pg import FakeStore  # torch's own single-process test group
 
     from jitops.distributed import _group
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     s = Settings.from_env({"JITOPS_CACHE_DIR": str(tmp_path)})
     assert _group(None, s) == (0, [0])  # no group, no torchrun variables
@@ -395,7 +395,7 @@ def test_a_failed_connect_is_retried_not_kept(monkeypatch: pytest.MonkeyPatch) -
     import torch.distributed as dist
 
     from jitops.remote import job
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     monkeypatch.setattr(job, "_tier", None)
     monkeypatch.setattr(job, "_failed_at", None)

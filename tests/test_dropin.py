@@ -19,7 +19,7 @@ import torch
 import torch.utils.cpp_extension as ce
 
 import jitops
-from jitops import cpp_ext_style, dropin
+from jitops.api import cpp_ext_style, dropin
 from jitops import load as jit_load
 from jitops import load_inline as jit_load_inline
 from tests.helpers import run_scenario
@@ -169,7 +169,7 @@ def test_every_torch_parameter_is_accepted_in_torchs_order(ours: Any, theirs: An
     assert set(positional[len(torch_params):]) <= {"gil_not_used"}, positional
     for n, p in torch_params.items():
         assert mine[n].default == p.default, n
-    assert {n for n, p in mine.items() if p.kind is p.KEYWORD_ONLY} == {"schemas", "device", "abi"}  # abi: jitops.stable
+    assert {n for n, p in mine.items() if p.kind is p.KEYWORD_ONLY} == {"schemas", "device", "abi"}  # abi: jitops.build.stable
 
 
 def test_parameters_jitops_cannot_honour_are_refused_clearly() -> None:

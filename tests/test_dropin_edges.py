@@ -20,7 +20,7 @@ import torch
 import jitops
 from jitops import load as jit_load
 from jitops import load_inline as jit_load_inline
-from jitops.cache import Cache
+from jitops.store.cache import Cache
 
 pytestmark = [pytest.mark.timeout(600)]
 CPU_TORCH = pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA torch builds these for real")

@@ -25,7 +25,8 @@ import torch
 import torch.utils.cpp_extension as ce
 
 import jitops
-from jitops import cpp_ext_style, tubuild
+from jitops.api import cpp_ext_style
+from jitops.build import tubuild
 from tests.helpers import child_env, run_scenario
 from tests.scenarios_dropin import GIL_FUNCTIONS
 
@@ -181,8 +182,8 @@ def test_include_paths_and_flags_as_torch_takes_them_and_a_warm_load_imports_no_
     reply = run_scenario("scenarios_dropin.warm_load", loader="jitops", folder=str(src), source="scaled.cpp",
                          name="incl_parity", includes=args["extra_include_paths"], cflags=args["extra_cflags"],
                          timeout=300)
-    build_code = {"jitops.build", "jitops.tubuild", "jitops.ninja", "jitops.pch", "jitops.objcache", "jitops.publish",
-                  "jitops.lock", "jitops.functionalize"}
+    build_code = {"jitops.build.runner", "jitops.build.tubuild", "jitops.build.ninja", "jitops.build.pch", "jitops.store.objcache", "jitops.build.publish",
+                  "jitops.store.lock", "jitops.loading.functionalize"}
     assert reply["value"] == [5.0, 5.0] and not build_code & set(reply["imported"]), reply
 
 
@@ -201,7 +202,7 @@ def test_deepspeed_cpu_optimizers_through_jitops_give_torchs_bits(tmp_path: Path
         env = child_env(TORCH_EXTENSIONS_DIR=str(tmp_path / "torch_extensions"), JITOPS_CACHE_DIR=str(tmp_path / "cache"))
         replies[loader] = run_scenario("scenarios_dropin.deepspeed_cpu_optimizers", loader=loader, out=str(out),
                                        env=env, timeout=1400)
-    assert replies["jitops"]["loader_was"] == "jitops.dropin.load", replies
+    assert replies["jitops"]["loader_was"] == "jitops.api.dropin.load", replies
     for name in ("adam", "adagrad", "lion"):
         ours, theirs = (tmp_path / "jitops" / f"{name}.bin").read_bytes(), (tmp_path / "torch" / f"{name}.bin").read_bytes()
         assert len(ours) == len(theirs) > 0

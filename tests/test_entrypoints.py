@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jitops.entrypoints import GROUP, load_entry_points
+from jitops.registry.entrypoints import GROUP, load_entry_points
 from jitops.spec import OpSpec, Registry
 from tests.helpers import REPO, child_env, run_scenario
 

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 import jitops
-from jitops import cache_admin, cache_archive, loader, obstruct, roots
-from jitops import entry as entry_mod
+from jitops.store import admin as cache_admin, archive as cache_archive, obstruct, roots
+from jitops.loading import loader
+from jitops.build import entry as entry_mod
 from jitops import plan as planning
-from jitops.cache import Cache
+from jitops.store.cache import Cache
 from jitops.cli import main
 from jitops.errors import ArgumentError, CacheError, ConfigError, InvalidNameError, JitopsError
 from tests.cli_helpers import fake_spec
@@ -141,14 +142,14 @@ def test_unbalanced_nvcc_flags_name_the_variable_for_cuda(monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("value", ["abc", "0", "-2", "²", "1e3", "4.5"])
 def test_max_jobs_junk_is_a_config_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     with pytest.raises(ConfigError, match="MAX_JOBS"):
         Settings.from_env({"MAX_JOBS": value})
 
 
 def test_lock_timeout_nan_is_a_config_error() -> None:
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     with pytest.raises(ConfigError, match="JITOPS_LOCK_TIMEOUT"):
         Settings.from_env({"JITOPS_LOCK_TIMEOUT": "nan"})

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jitops import compilers, toolchain
+from jitops.target import compilers, toolchain
 from jitops.errors import ToolchainError
 from jitops.target import probe
 
@@ -53,7 +53,8 @@ def test_real_compilers_pass_and_ask_nothing_more() -> None:
 
 def test_info_and_doctor_label_their_fingerprints(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                                   tmp_path: Path) -> None:
-    from jitops import cli, diagnose, registry
+    from jitops.cli import diagnose
+    from jitops import cli, registry
 
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "c"))
     monkeypatch.setenv("JITOPS_BUILDER", "fake")  # doctor's self-check row: skipped, nothing built

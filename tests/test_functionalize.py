@@ -13,7 +13,7 @@ import logging
 import pytest
 import torch
 
-from jitops import functionalize
+from jitops.loading import functionalize
 
 _count = itertools.count()
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from jitops import loader, registry
+from jitops.loading import loader
+from jitops import registry
 from jitops import plan as jplan
 from tests.cli_helpers import fake_spec
 

@@ -19,11 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from jitops import build, cache, pch, toolchain
-from jitops.manifest import Manifest
-from jitops.objcache import read_depfile
-from jitops.settings import Settings
-from jitops.tubuild import summary
+from jitops.store import cache
+from jitops.build import pch
+from jitops.target import toolchain
+from jitops.build import runner as build
+from jitops.store.manifest import Manifest
+from jitops.store.objcache import read_depfile
+from jitops.base.settings import Settings
+from jitops.build.tubuild import summary
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -231,7 +234,7 @@ def test_a_pch_the_compiler_rejects_falls_back_to_a_normal_compile(
     real = CLANG if compiler == "clang" else "g++"
     subprocess.run([real, "-O0", "-x", "c++-header", str(tmp_path / "other.h"), "-o", str(pch_file)], check=True)
     m = json.loads((pch_dir / "manifest.json").read_text())
-    from jitops import fsutil
+    from jitops.base import fsutil
 
     m.update(size=pch_file.stat().st_size, sha256=fsutil.sha256_file(pch_file))
     (pch_dir / "manifest.json").write_text(json.dumps(m))
@@ -250,7 +253,7 @@ def test_a_pch_pruned_between_lookup_and_compile_costs_a_compile_without_it(
     """`jitops cache prune` in another process may remove a PCH after a build found it and before gcc opens
     it (prune keeps one used in the last 10 minutes, so this needs a PCH idle longer): one note, a rerun
     without it, the right result."""
-    from jitops import tubuild
+    from jitops.build import tubuild
 
     store = cache.Cache(tmp_path / "cache")
     cxx, _ = _wrapper(tmp_path, "gcc")
@@ -329,7 +332,7 @@ def test_a_library_built_with_the_pch_behaves_as_one_built_without(session_cache
 
 def test_per_file_ninja_file_links_cached_objects_and_builds_side_jobs(tmp_path: Path) -> None:
     """Pure: what write_ninja_file(tus=...) writes (ninja -t commands expands it; no compiler runs)."""
-    from jitops import ninja
+    from jitops.build import ninja
 
     root = _library(tmp_path / "lib", {"a.cpp": "int a;\n", "register.cpp": "int r;\n"})
     job = _job(tmp_path, root, Path("/usr/bin/c++"), "gcc", cache.Cache(tmp_path / "cache"), 1)

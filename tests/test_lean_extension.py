@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import jitops
-from jitops import cpp_ext_style, tubuild
+from jitops.api import cpp_ext_style
+from jitops.build import tubuild
 from jitops.errors import BuildError
 
 # The shape of torch's tutorials: the header, torch:: factories, AT_DISPATCH over data_ptr, TORCH_CHECK.
@@ -71,7 +72,7 @@ def test_a_stand_in_is_tried_only_for_the_users_own_text() -> None:
 
 
 def test_jitops_lean_extension_h_setting() -> None:
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     assert Settings.from_env({}).lean_extension_h
     assert Settings.from_env({"JITOPS_LEAN_EXTENSION_H": ""}).lean_extension_h

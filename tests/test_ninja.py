@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from jitops import ninja, toolchain
-from jitops.archs import arch_gencode_flags
-from jitops.build import BuildJob
+from jitops.build import ninja
+from jitops.target import toolchain
+from jitops.target.archs import arch_gencode_flags
+from jitops.build.runner import BuildJob
 from jitops.registry import registry
 from jitops.target import choose_target, probe
 from tests.cuda_fakes import fake_toolkit

@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from jitops import build, cache, cache_admin, cache_parts, pch_bg, toolchain
-from jitops.settings import Settings
+from jitops.store import cache, admin as cache_admin, parts as cache_parts
+from jitops.build import pch_bg
+from jitops.target import toolchain
+from jitops.build import runner as build
+from jitops.base.settings import Settings
 from tests.helpers import run_scenario
 
 pytestmark = pytest.mark.timeout(300)

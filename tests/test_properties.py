@@ -37,13 +37,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import jitops
-from jitops import build as build_mod
-from jitops import cache_admin, cache_archive, cli, loader, roots
-from jitops import entry as entry_mod
+from jitops.build import runner as build_mod
+from jitops.store import admin as cache_admin, archive as cache_archive, roots
+from jitops.loading import loader
+from jitops import cli
+from jitops.build import entry as entry_mod
 from jitops import plan as planning
-from jitops import settings as settings_mod
+from jitops.base import settings as settings_mod
 from jitops.registry import registry
-from jitops.cache import Cache
+from jitops.store.cache import Cache
 from jitops.errors import JitopsError
 from tests import fakelib
 from tests.helpers import environ
@@ -377,7 +379,7 @@ def test_every_obstruction_heals_or_names_the_fix(world, capsys, where: str, kin
             _ensure(world, root, miss=miss_first and not in_entry)
             _ensure(world, root, miss=not in_entry)
             if action == "doctor-layout":
-                from jitops import diagnose
+                from jitops.cli import diagnose
 
                 check = outcome(lambda: diagnose._obstructions(root))
                 assert isinstance(check, JitopsError) or check.status in ("ok", "warn")

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 import jitops
-from jitops import spec, target, toolchain
+from jitops.target import toolchain
+from jitops import spec, target
 import jitops.key as jkey
-import jitops.manifest as jmanifest
-from jitops.settings import Settings
+import jitops.store.manifest as jmanifest
+from jitops.base.settings import Settings
 from jitops.errors import InvalidNameError, JitopsError, TargetError, UnknownOpError
 from tests.helpers import REPO, child_env, run_scenario
 
@@ -270,7 +271,7 @@ def test_manifest_round_trip_and_rejects_garbage() -> None:
 def _pairs(*schemas: str) -> list[tuple[str, str, str]]:
     import torch
 
-    from jitops.functionalize import pairings
+    from jitops.loading.functionalize import pairings
 
     return [(p.mutable, p.functional, p.written) for p in pairings(torch._C.parse_schema(s) for s in schemas)]
 
@@ -317,49 +318,13 @@ def test_settings_parse_once_and_name_the_variable_on_bad_values() -> None:
         assert f"{var}={value!r}" in str(e.value) and "Fix:" in str(e.value)
 
 
-def _module_imports() -> dict[str, set[str]]:
-    """jitops module -> the jitops modules it imports at run time (lazy imports included,
-    ``if TYPE_CHECKING:`` blocks not: they never run)."""
-    import ast
-
-    pkg = Path(jitops.__file__).parent
-    graph: dict[str, set[str]] = {}
-    for path in sorted(pkg.glob("*.py")):
-        mod = path.stem
-        tree = ast.parse(path.read_text())
-        skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
-        deps: set[str] = set()
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                deps.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
-            elif isinstance(node, ast.Import):
-                deps.update(a.name.split(".")[1] for a in node.names if a.name.startswith("jitops."))
-        graph[mod] = {d for d in deps if (pkg / f"{d}.py").exists() and d != mod}
-    return graph
-
-
 def test_the_import_graph_has_no_cycle() -> None:
-    graph = _module_imports()
-    state: dict[str, int] = {}
-    cycles: list[list[str]] = []
+    from import_graph import cycles, graph
 
-    def visit(mod: str, stack: list[str]) -> None:
-        state[mod] = 1
-        for dep in sorted(graph[mod]):
-            if state.get(dep) == 1:
-                cycles.append(stack[stack.index(dep):] + [dep])
-            elif dep not in state:
-                visit(dep, [*stack, dep])
-        state[mod] = 2
-
-    for mod in sorted(graph):
-        if mod not in state:
-            visit(mod, [mod])
-    assert cycles == []
-    assert "loader" not in graph["ops"] | graph["publish"] | graph["plan"] | graph["registry"] | graph["roots"]
+    g = graph(annotations=False)
+    assert cycles(g) == []
+    assert "jitops.loading.loader" not in set().union(*(g[m] for m in (
+        "jitops.loading.ops", "jitops.build.publish", "jitops.plan", "jitops.registry", "jitops.store.roots")))
 
 
 def test_the_remote_package_sits_on_top_and_is_imported_only_lazily() -> None:
@@ -368,17 +333,17 @@ def test_the_remote_package_sits_on_top_and_is_imported_only_lazily() -> None:
     import ast
 
     pkg = Path(jitops.__file__).parent
-    users = {"loader", "entry", "cli", "cli_cache", "diagnose", "warm", "user", "publish", "build"}
-    upward = []
-    for path in sorted((pkg / "remote").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 2:
-                names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-                upward += [f"remote/{path.name} -> {n}" for n in names if n in users]
+    from import_graph import graph
+
+    above = ("jitops.loading", "jitops.build", "jitops.api", "jitops.cli", "jitops.bench")
+    upward = [f"{m} -> {d}" for m, deps in graph().items() if m.startswith("jitops.remote")
+              for d in deps if d.startswith(above)]
     eager = []
-    for path in sorted(pkg.glob("*.py")):
+    for path in sorted(pkg.rglob("*.py")):
+        if "remote" in path.relative_to(pkg).parts:
+            continue
         for node in ast.parse(path.read_text()).body:  # module level only; lazy imports sit in functions
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").startswith("remote"):
+            if isinstance(node, ast.ImportFrom) and "remote" in (node.module or "").split("."):
                 eager.append(path.name)
     assert upward == [] and eager == []
 

@@ -123,7 +123,7 @@ def _forge(kind: str, blob: bytes, tmp: Path, marker: Path, other: bytes) -> byt
     import io
     import tarfile
 
-    from jitops.cache import Manifest
+    from jitops.store.cache import Manifest
     from jitops.remote import envelope
     from jitops.remote.config import RemoteSettings
     from jitops.remote.signing import keygen as _keygen, load_signer

@@ -87,7 +87,7 @@ def _manifest_for(path: Path, data: bytes) -> bytes:
     import dataclasses
     import hashlib
 
-    from jitops.manifest import Manifest
+    from jitops.store.manifest import Manifest
 
     m = Manifest.parse(path.read_bytes())
     return dataclasses.replace(m, sha256=hashlib.sha256(data).hexdigest(), size=len(data)).to_json()
@@ -220,7 +220,7 @@ def test_env_vars_cpp_extension_reads_are_keyed_scrubbed_or_harmless() -> None:
 
 
 def test_scrubbed_vars_leave_the_build_env() -> None:
-    from jitops import publish
+    from jitops.build import publish
 
     env = {**os.environ, **{v: "/evil" for v in jkey.SCRUBBED_ENV_VARS}}
     old = dict(os.environ)

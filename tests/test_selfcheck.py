@@ -21,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from jitops import loader, registry, selfcheck
+from jitops.loading import loader
+from jitops.build import selfcheck
+from jitops import registry
 from jitops.errors import OfflineMiss, ToolchainError
-from jitops.settings import Settings
+from jitops.base.settings import Settings
 from jitops.target import probe
 from tests.helpers import REPO, child_env, last_json, run_scenario, scenario_argv
 
@@ -91,9 +93,9 @@ def test_the_self_check_runs_beside_the_build_and_gates_publish_and_load(
     entry to load, only after the verdict; a refusal publishes nothing. A remote hit runs no probe."""
     import threading
 
-    import jitops.publish
+    import jitops.build.publish
     import jitops.remote
-    from jitops import entry
+    from jitops.build import entry
 
     events: list[str] = []
     verdict = {"ok": True}
@@ -113,7 +115,7 @@ def test_the_self_check_runs_beside_the_build_and_gates_publish_and_load(
 
     published: list[object] = []
     monkeypatch.setattr(selfcheck, "run_probe", slow_probe)
-    monkeypatch.setattr(jitops.publish, "build_and_publish", build)
+    monkeypatch.setattr(jitops.build.publish, "build_and_publish", build)
     monkeypatch.setattr(selfcheck.Cache, "publish_entry", lambda self, staged, address: published.append(events[:]) or
                         ("hit", True))
     for ok in (True, False):
@@ -254,7 +256,7 @@ def test_a_damaged_or_untrusted_verdict_is_rerun_never_trusted(tmp_path: Path, m
 
 
 def test_a_failure_is_reused_only_by_those_who_waited_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jitops import verdicts
+    from jitops.store import verdicts
 
     runs = _counting_probe(monkeypatch, ok=False)
     system, compiler, state = probe({}), _compiler(path="/bin/sh"), tmp_path / "state"
@@ -272,7 +274,7 @@ def test_a_waiter_waits_a_bounded_time_and_an_unusable_state_dir_only_costs_a_pr
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from jitops import verdicts
+    from jitops.store import verdicts
 
     runs = _counting_probe(monkeypatch)
     system, compiler, state = probe({}), _compiler(path="/bin/sh"), tmp_path / "state"

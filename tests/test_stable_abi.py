@@ -1,4 +1,4 @@
-"""User kernels on torch's stable C ABI (jitops.stable): dispatcher ops, keyed to survive torch upgrades.
+"""User kernels on torch's stable C ABI (jitops.build.stable): dispatcher ops, keyed to survive torch upgrades.
 
 Real compiler: the scale kernel is built once per session (module fixture), its edit once; the error
 cases fail before compiling or within the first header. Pure tests check the key's ingredients.
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import jitops
-from jitops import stable
+from jitops.build import stable
 from jitops.errors import ArgumentError, ConfigError, KernelSourceError, TargetError
 from jitops.key import STABLE_ABI_FLAG, build_flags, compute_key, ingredients
 from jitops.spec import OpSpec

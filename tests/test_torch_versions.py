@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jitops import target, torchcompat
+from jitops.base import torchcompat
+from jitops import target
 from tests.helpers import REPO, child_env, run_scenario
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import jitops
-from jitops import user
+from jitops.api import user
 from jitops.target import choose_target, probe
 
 pytestmark = pytest.mark.compile

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-import jitops.entry as jentry
+import jitops.build.entry as jentry
 import jitops.plan as jplan
-from jitops import fsutil, stamps
-from jitops.manifest import Hit, Miss
+from jitops.base import fsutil
+from jitops.store import stamps
+from jitops.store.manifest import Hit, Miss
 from tests.cli_helpers import fake_spec
 from tests.helpers import child_env, run_scenario
 

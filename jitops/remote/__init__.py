@@ -32,11 +32,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..settings import Settings
+from ..base.settings import Settings
 
 if TYPE_CHECKING:
-    from ..cache import Cache
-    from ..manifest import Manifest
+    from ..store.cache import Cache
+    from ..store.manifest import Manifest
     from ..plan import Plan
     from .tier import Tier
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cache import Cache
-from ..manifest import Address, EntryProblem
+from ..store.cache import Cache
+from ..store.manifest import Address, EntryProblem
 from .config import RemoteSettings, Settings, for_keys
 from .origin import installed_from, note
 

@@ -17,10 +17,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..cache import Cache
+from ..store.cache import Cache
 from ..errors import ConfigError
-from ..manifest import EntryProblem
-from ..settings import Settings
+from ..store.manifest import EntryProblem
+from ..base.settings import Settings
 from .config import for_keys
 
 

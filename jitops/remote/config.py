@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from ..settings import RemoteSettings, Settings, remote_settings
+from ..base.settings import RemoteSettings, Settings, remote_settings
 
 __all__ = ["RemoteSettings", "Settings", "config_dir", "for_keys", "remote_settings"]
 

@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..manifest import EntryProblem
+from ..store.manifest import EntryProblem
 
 DIGEST_SIGNER = "job-store:sha256"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..manifest import EntryProblem
+from ..store.manifest import EntryProblem
 
 MAGIC = b"jitops-remote-entry 1\n"
 MAX_HEADER = 4096

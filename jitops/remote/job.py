@@ -30,7 +30,7 @@ import time
 import warnings
 from typing import Any
 
-from ..settings import DistributedSettings, Settings
+from ..base.settings import DistributedSettings, Settings
 from .c10d_store import C10dStore
 from .digest import DigestSigner, JobTrust
 from .store import StoreError

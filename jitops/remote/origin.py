@@ -15,9 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from .. import fsutil
-from ..cache import Cache
-from ..manifest import MANIFEST, Address
+from ..base import fsutil
+from ..store.cache import Cache
+from ..store.manifest import MANIFEST, Address
 
 KINDS = ("imported", "pulled", "job-store")
 

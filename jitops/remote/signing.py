@@ -25,8 +25,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .. import fsutil
-from ..manifest import EntryProblem
+from ..base import fsutil
+from ..store.manifest import EntryProblem
 from ..errors import ConfigError
 from .config import RemoteSettings, config_dir
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from .. import fsutil
+from ..base import fsutil
 
 log = logging.getLogger("jitops")
 

@@ -31,9 +31,9 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import cache_archive
-from ..cache import Cache
-from ..manifest import MANIFEST, Address, EntryProblem, Manifest
+from ..store import archive as cache_archive
+from ..store.cache import Cache
+from ..store.manifest import MANIFEST, Address, EntryProblem, Manifest
 from ..errors import BuildError, CacheError, LockTimeout
 from . import envelope, origin
 from .config import RemoteSettings

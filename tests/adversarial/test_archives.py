@@ -24,18 +24,18 @@ from typing import Any
 
 import pytest
 
-from jitops import cache_archive
-from jitops.cache import Cache
+from jitops.store import archive as cache_archive
+from jitops.store.cache import Cache
 from jitops.cli import main
 from jitops.key import KEY_CHARS
-from jitops.manifest import MANIFEST, Manifest, Miss
+from jitops.store.manifest import MANIFEST, Manifest, Miss
 from jitops.plan import make_plan
-from jitops.publish import build_and_publish
+from jitops.build.publish import build_and_publish
 from jitops.remote import envelope
 from jitops.remote.config import RemoteSettings
 from jitops.remote.session import make_tier
 from jitops.remote.tier import entry_name
-from jitops.settings import Settings
+from jitops.base.settings import Settings
 from jitops.spec import OpSpec
 from tests import fakelib
 from tests.helpers import last_json, run_scenario_proc, tattletale_library
@@ -384,7 +384,7 @@ def test_export_signs_what_was_built_here_and_import_verifies_it(tmp_path: Path,
 def test_an_archive_of_too_many_members_is_refused_at_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """Empty members cost no bytes, so the size budget alone would let millions through: their number is bounded."""
-    from jitops.archive_reader import MAX_MEMBERS
+    from jitops.store.archive_reader import MAX_MEMBERS
 
     info = tarfile.TarInfo("v1/entries")
     info.type = tarfile.DIRTYPE

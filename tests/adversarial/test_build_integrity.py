@@ -105,7 +105,7 @@ def load_twice(name: str, source: str, first: str, second: str) -> dict[str, Any
 
 
 def _fake_library(tmp_path: Path, name: str) -> tuple[Any, Path]:
-    from jitops import user_spec
+    from jitops.spec import user_spec
 
     folder = tmp_path / name
     folder.mkdir()
@@ -145,9 +145,9 @@ def fake_env(private_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_an_edit_during_the_build_never_lands_under_the_old_key(fake_env: Path, tmp_path: Path, edited: str) -> None:
     """The source (or a header of its folder) is rewritten the moment staging appears: nothing is published
     under the plan's key, and the call returns the build of the bytes as they are now, under their own key."""
-    from jitops.entry import ensure_entry
+    from jitops.build.entry import ensure_entry
     from jitops.plan import make_plan
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     spec, folder = _fake_library(tmp_path, f"edited_{edited[-1]}")
     settings = Settings.from_env()
@@ -168,9 +168,9 @@ def test_the_same_bytes_written_again_during_the_build_are_built_again(fake_env:
                                                                        caplog: pytest.LogCaptureFixture) -> None:
     """A rewrite with identical bytes (an edit and its undo, a git checkout back and forth) changes the
     file's ctime: the compiler may have read other bytes in between, so the build is redone."""
-    from jitops.entry import ensure_entry
+    from jitops.build.entry import ensure_entry
     from jitops.plan import make_plan
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     spec, folder = _fake_library(tmp_path, "aba")
     settings = Settings.from_env()
@@ -184,10 +184,10 @@ def test_the_same_bytes_written_again_during_the_build_are_built_again(fake_env:
 
 
 def test_sources_that_keep_changing_give_a_build_error_after_three_builds(fake_env: Path, tmp_path: Path) -> None:
-    from jitops.entry import ensure_entry
+    from jitops.build.entry import ensure_entry
     from jitops.errors import BuildError
     from jitops.plan import make_plan
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     spec, folder = _fake_library(tmp_path, "churn")
     stop = threading.Event()
@@ -252,9 +252,9 @@ def test_a_real_build_edited_while_it_compiles(tmp_path: Path) -> None:
 
 
 def _plan_with_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cflags: list[str], ldflags: list[str], cxxflags: str) -> Any:
-    from jitops import user_spec
+    from jitops.spec import user_spec
     from jitops.plan import make_plan
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     monkeypatch.setenv("CXXFLAGS", cxxflags)
     folder = tmp_path / "src"
@@ -276,7 +276,7 @@ def test_flag_strings_become_words_in_the_key(tmp_path: Path, monkeypatch: pytes
 
 
 def _ninja_commands(build_dir: Path) -> list[str]:
-    from jitops import toolchain
+    from jitops.target import toolchain
 
     proc = subprocess.run([toolchain.find_ninja("t"), "-t", "commands"], cwd=build_dir, capture_output=True, text=True,
                           check=True)
@@ -291,8 +291,8 @@ def _sh_tokens(command: str) -> list[str]:
 
 
 def _job(plan: Any, build_dir: Path, cxx: str) -> Any:
-    from jitops import toolchain
-    from jitops.build import BuildJob
+    from jitops.target import toolchain
+    from jitops.build.runner import BuildJob
     from jitops.key import INCLUDE_DIR
 
     build_dir.mkdir()
@@ -306,7 +306,7 @@ def test_build_ninja_gives_each_flag_word_as_one_argument(tmp_path: Path, monkey
                                                           private_cache: Path) -> None:
     """Pure: the compile and link lines of build.ninja, tokenized as sh would, hold every flag word as exactly
     one word and no shell operator (the registration file's own flags too)."""
-    from jitops import ninja
+    from jitops.build import ninja
 
     marks = tmp_path / "marks"
     cflags, ldflags, cxxflags = _hostile(marks)
@@ -332,7 +332,7 @@ def test_ninja_runs_hostile_flags_through_sh_and_sh_runs_nothing(tmp_path: Path,
                                                                  private_cache: Path) -> None:
     """build.ninja run by the real ninja (every command through ``sh -c``), with a stand-in compiler that
     records its argv: no marker file appears, and the compiler gets each word as one argument."""
-    from jitops import ninja
+    from jitops.build import ninja
 
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -389,7 +389,7 @@ def test_a_real_build_with_hostile_flags_runs_nothing(tmp_path: Path) -> None:
 ])
 def test_flags_that_cannot_be_words_are_argument_errors(arg: str, flag: str, match: str) -> None:
     from jitops.errors import ArgumentError
-    from jitops.user_spec import BuildOptions
+    from jitops.spec.user_spec import BuildOptions
 
     with pytest.raises(ArgumentError, match=match):
         BuildOptions.of(**{arg: [flag]})
@@ -426,7 +426,7 @@ def test_the_ninja_writer_refuses_such_paths_itself(tmp_path: Path, monkeypatch:
     """Defence in depth for sources that do not come through load (a package installed under such a path)."""
     import dataclasses
 
-    from jitops import ninja
+    from jitops.build import ninja
     from jitops.errors import BuildError
 
     plan = _plan_with_flags(tmp_path, monkeypatch, [], [], "")

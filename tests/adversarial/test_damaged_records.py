@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from jitops import pch
-from jitops.cache import Cache
-from jitops.manifest import Manifest, _canonical
+from jitops.build import pch
+from jitops.store.cache import Cache
+from jitops.store.manifest import Manifest, _canonical
 from tests.helpers import REPO, child_env
 
 pytestmark = pytest.mark.timeout(600)
@@ -157,8 +157,8 @@ WRONG = [None, "yesterday", "", [], {}, True, -1, 10**30, 1.5, {"files": []}, {"
 def test_manifest_accepted_is_printable(field: str, value: Any, template: Path) -> None:
     """Property: a manifest whose field holds any JSON value, digest recomputed, is either refused by
     ``Manifest.parse`` with ValueError or can be printed the way ``ls``, ``info`` and ``export`` print it."""
-    from jitops.cli_cache import human_age
-    from jitops.tubuild import summary
+    from jitops.cli.cache import human_age
+    from jitops.build.tubuild import summary
 
     good = _only(Cache(template / "cache").entries, "softmax/*/*/manifest.json").read_bytes()
     body = json.loads(good)

@@ -36,10 +36,10 @@ ESC = "\x1b[2J\x1b[31mPWNED\x1b]0;title\x07\u202e"
 # ------------------------------------------------------------------ scenarios (run in a node's own process)
 
 def _plan_and_store() -> tuple[Any, Any]:
-    from jitops.cache import Cache
+    from jitops.store.cache import Cache
     from jitops.plan import make_plan
     from jitops.remote.backends import open_store
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
     from tests import fakelib
 
     s = Settings.from_env()
@@ -414,7 +414,7 @@ SECONDS_VARS = ["JITOPS_REMOTE_CONNECT_TIMEOUT", "JITOPS_REMOTE_TIMEOUT", "JITOP
 @pytest.mark.parametrize("var", SECONDS_VARS)
 def test_seconds_settings_are_finite_and_bounded(var: str, value: str) -> None:
     from jitops.errors import ConfigError
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     env = {"JITOPS_REMOTE_CACHE": "file:///nowhere", var: value}
     with pytest.raises(ConfigError) as e:
@@ -428,7 +428,7 @@ def test_seconds_settings_are_finite_and_bounded(var: str, value: str) -> None:
 
 @pytest.mark.timeout(20)
 def test_sane_seconds_still_parse() -> None:
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     s = Settings.from_env({"JITOPS_REMOTE_CACHE": "file:///x", "JITOPS_REMOTE_TIMEOUT": "2.5",
                            "JITOPS_LOCK_TIMEOUT": "0", "JITOPS_REMOTE_FAILURE_SECONDS": "86400"})
@@ -441,7 +441,7 @@ def test_sane_seconds_still_parse() -> None:
 def test_master_port_out_of_range_is_no_job_store(tmp_path: Path, port: str) -> None:
     """MASTER_PORT that is no TCP port: not a job (like non-numeric junk); the op builds locally.
     On 309e589 70000 reached TCPStore and raised pybind11's raw TypeError."""
-    from jitops.settings import Settings
+    from jitops.base.settings import Settings
 
     d = Settings.from_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2"}).distributed
     assert d is not None and d.master_port is None and not d.in_job()
@@ -467,7 +467,7 @@ def test_c10d_connect_to_an_impossible_port_is_a_store_error() -> None:
 def test_archive_and_wrapper_urls_are_named_store_errors(url: str) -> None:
     from jitops.remote.backends import open_store
     from jitops.remote.store import StoreError
-    from jitops.settings import remote_settings
+    from jitops.base.settings import remote_settings
 
     settings = remote_settings({"JITOPS_REMOTE_CACHE": url})
     assert settings is not None
@@ -489,7 +489,7 @@ def test_trusted_keys_file_is_read_bounded(tmp_path: Path, what: str) -> None:
     On 309e589: UnicodeDecodeError, or MemoryError after about 29 s for /dev/zero."""
     from jitops.errors import ConfigError
     from jitops.remote.signing import load_trust
-    from jitops.settings import remote_settings
+    from jitops.base.settings import remote_settings
 
     path = tmp_path / "keys"
     if what == "binary":

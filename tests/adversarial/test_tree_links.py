@@ -176,7 +176,7 @@ def test_removing_commands_alone(command: tuple[str, ...], place: str, template:
 
 
 def test_publish_failure_names_the_entry_not_the_staging_folder(tmp_path: Path) -> None:
-    from jitops.cache import Cache
+    from jitops.store.cache import Cache
     from jitops.errors import CacheError
 
     cache = Cache(tmp_path / "cache")
@@ -189,8 +189,8 @@ def test_publish_failure_names_the_entry_not_the_staging_folder(tmp_path: Path) 
 def test_pch_notes_name_the_pch_not_the_staging_folder(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    from jitops import pch
-    from jitops.cache import Cache
+    from jitops.build import pch
+    from jitops.store.cache import Cache
 
     cache = Cache(tmp_path / "cache")
     key = pch.key_of("identity", "gcc", "", ["#include <cstddef>"])
@@ -207,8 +207,8 @@ def test_pch_notes_name_the_pch_not_the_staging_folder(tmp_path: Path, caplog: p
 def test_a_build_never_writes_a_pch_through_a_link(tmp_path: Path) -> None:
     """A link at v1/pch: a build makes no PCH there (no `.seen` mark, no staging rename into it), finds none
     through it, and the user's folder stays as it was."""
-    from jitops import pch
-    from jitops.cache import Cache
+    from jitops.build import pch
+    from jitops.store.cache import Cache
 
     cache = Cache(tmp_path / "cache")
     cache.ensure_base()

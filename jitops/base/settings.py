@@ -1,0 +1,299 @@
+"""Settings: every ``JITOPS_*`` variable, read and parsed in one place.
+
+``Settings.from_env(os.environ)`` is called once at each public entry point
+(``get``, ``load``, ``load_inline``, each CLI command) and the frozen value is
+passed down. No other module reads ``JITOPS_*`` variables, and nothing writes
+``os.environ``: a caller that wants another behaviour passes
+``dataclasses.replace(settings, progress=False)``.
+
+To add a setting: one field, one line in :meth:`Settings.from_env` using the
+parsers below (each names the variable, its value and the fix on bad input),
+and one entry in :data:`VARIABLES` so ``jitops doctor`` shows it.
+
+Imports: errors only (and platformdirs, lazily, for the default cache and state roots).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from ..errors import ConfigError
+
+# The variables Settings reads, in display order (doctor shows the ones set).
+VARIABLES = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
+             "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_FAKE_BUILD_SECONDS", "MAX_JOBS", "JITOPS_PCH",
+             "JITOPS_LEAN_EXTENSION_H", "JITOPS_PCH_BACKGROUND", "JITOPS_PCH_MAX_SIZE",
+             "JITOPS_STATE_DIR",
+             "JITOPS_REMOTE_CACHE", "JITOPS_REMOTE_CACHE_MODE", "JITOPS_REMOTE_TRUSTED_KEYS", "JITOPS_REMOTE_SIGNING_KEY",
+             "JITOPS_CONFIG_DIR", "JITOPS_REMOTE_CONNECT_TIMEOUT", "JITOPS_REMOTE_TIMEOUT",
+             "JITOPS_REMOTE_LEASE_SECONDS", "JITOPS_REMOTE_FAILURE_SECONDS", "JITOPS_DISTRIBUTED", "JITOPS_HOST_ID")
+BUILDERS = ("real", "fake")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+T = TypeVar("T")
+
+
+def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """A lenient on/off reading (unknown words are off), kept for callers outside the package."""
+    value = (os.environ if environ is None else environ).get(name, "")
+    return value.strip().lower() in _TRUE
+
+
+def _bad(name: str, raw: str, expected: str, fix: str) -> ConfigError:
+    shown = repr(raw) if len(repr(raw)) <= 80 else repr(raw)[:77] + "..."  # one short line (issue 20)
+    return ConfigError(f"{name}={shown} is not {expected}. Fix: {fix}")
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "")
+    if raw.strip().lower() in (*_TRUE, *_FALSE):
+        return _progress(raw.strip())
+    raise _bad(name, raw, "an on/off value", f"set {name}=1 to turn it on, or unset it")
+
+
+def _optional(env: Mapping[str, str], name: str, parse: Callable[[str], T], expected: str, fix: str) -> T | None:
+    raw = env.get(name, "")
+    if not raw.strip():
+        return None
+    try:
+        return parse(raw.strip())
+    except ValueError:
+        raise _bad(name, raw, expected, fix) from None
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value != value:  # NaN
+        raise ValueError(text)
+    return value
+
+
+# Every wait and every timeout is bounded (SECURITY.md): a seconds setting is finite, positive and at most a day.
+MAX_SECONDS = 86400.0
+
+
+def _bounded_seconds(env: Mapping[str, str], name: str, default: float | None, *, zero: bool = False) -> float | None:
+    """The one parser of a seconds setting: ``default`` when unset; ConfigError naming variable, value, range, fix."""
+    low = "0" if zero else "more than 0"
+    expected = f"a number of seconds ({low} to {MAX_SECONDS:g})"
+    fix = f"set e.g. {default:g}, or unset it" if default is not None else "set e.g. 600, or unset it"
+    value = _optional(env, name, _seconds, expected, fix)
+    if value is None:
+        return default
+    if not (value >= 0 if zero else value > 0) or value > MAX_SECONDS:  # also inf
+        raise _bad(name, env[name], expected, fix)
+    return value
+
+
+def _jobs(text: str) -> int:
+    # A whole number of parallel compiles; junk is a ConfigError rather than silently ignored (issue 20).
+    if not (text.isascii() and text.isdigit() and 0 < int(text) <= 4096):
+        raise ValueError(text)
+    return int(text)
+
+
+def _progress(text: str) -> bool:
+    if text.lower() not in (*_TRUE, *_FALSE):
+        raise ValueError(text)
+    return text.lower() in _TRUE
+
+
+def _size(text: str) -> int:  # 1G, 500M, 1.5GiB or a byte count (binary units); 0: no cap
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", text.lower())
+    return int(float("x") if m is None else float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    """The remote tier's variables (issue 15); present only when ``JITOPS_REMOTE_CACHE`` is set."""
+
+    url: str  # JITOPS_REMOTE_CACHE
+    mode: str  # JITOPS_REMOTE_CACHE_MODE: "read", "write" (warns without a key) or "auto" (write iff a key is found)
+    trusted_keys: str | None  # JITOPS_REMOTE_TRUSTED_KEYS: key texts and/or files of them
+    signing_key: str | None  # JITOPS_REMOTE_SIGNING_KEY: private key file (default: in the config dir)
+    config_dir: str | None  # JITOPS_CONFIG_DIR, else platformdirs' user config dir (jitops.remote.config)
+    connect_timeout: float = 2.0  # JITOPS_REMOTE_CONNECT_TIMEOUT: a silent store costs this once per process
+    op_timeout: float = 30.0  # JITOPS_REMOTE_TIMEOUT: one blob up or down
+    lease_seconds: float = 30.0  # JITOPS_REMOTE_LEASE_SECONDS: renewed every third; a dead builder's lapses
+    failure_seconds: float = 300.0  # JITOPS_REMOTE_FAILURE_SECONDS: how long a failed build's record stops waiters
+
+
+def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+    return _bounded_seconds(env, name, default) or default  # never None, never 0 (it must be more than 0)
+
+
+def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings | None:
+    """The remote tier's settings, or None when ``JITOPS_REMOTE_CACHE`` is unset (the tier is off)."""
+    env = os.environ if environ is None else environ
+    url = env.get("JITOPS_REMOTE_CACHE", "").strip()
+    if not url:
+        return None
+    mode = env.get("JITOPS_REMOTE_CACHE_MODE", "").strip().lower() or "auto"
+    if mode not in ("read", "write", "auto"):
+        raise _bad("JITOPS_REMOTE_CACHE_MODE", mode, "a mode", "set it to read or write, or unset it")
+    d = RemoteSettings
+    return RemoteSettings(
+        url=url, mode=mode, trusted_keys=env.get("JITOPS_REMOTE_TRUSTED_KEYS") or None,
+        signing_key=env.get("JITOPS_REMOTE_SIGNING_KEY") or None, config_dir=env.get("JITOPS_CONFIG_DIR") or None,
+        connect_timeout=_positive(env, "JITOPS_REMOTE_CONNECT_TIMEOUT", d.connect_timeout),
+        op_timeout=_positive(env, "JITOPS_REMOTE_TIMEOUT", d.op_timeout),
+        lease_seconds=_positive(env, "JITOPS_REMOTE_LEASE_SECONDS", d.lease_seconds),
+        failure_seconds=_positive(env, "JITOPS_REMOTE_FAILURE_SECONDS", d.failure_seconds),
+    )
+
+
+@dataclass(frozen=True)
+class DistributedSettings:
+    """The job's c10d store as a cache tier (issue 16); None when ``JITOPS_DISTRIBUTED=0``. Read here because only
+    this module reads the environment: torchrun's ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/
+    ``TORCHELASTIC_RESTART_COUNT``, and the remote tier's timeouts, lease and failure seconds and key settings,
+    which apply to the job store too (``tier``; its ``url`` names the job store in messages)."""
+
+    signed: bool  # JITOPS_DISTRIBUTED=signed: accept only entries signed by a trusted key (the remote tier's rules)
+    master_addr: str | None  # MASTER_ADDR (with MASTER_PORT and WORLD_SIZE > 1: connect a TCPStore client)
+    master_port: int | None  # MASTER_PORT
+    world_size: int  # WORLD_SIZE (1 when unset)
+    rank: int  # RANK (0 when unset): this process's rank for `distributed.warm` without a group
+    host_id: str | None  # JITOPS_HOST_ID: which ranks share a node for `distributed.warm`; None: the hostname
+    tier: RemoteSettings  # the tier's settings, url "c10d://MASTER_ADDR:MASTER_PORT"
+    attempt: int = 0  # TORCHELASTIC_RESTART_COUNT: torchrun's restart number (the agent's store outlives attempts)
+
+    def in_job(self) -> bool:
+        """torchrun's variables name a store of a job of 2+ ranks, or a default process group is up (peeks at
+        ``sys.modules``: never imports ``torch.distributed``)."""
+        if self.master_addr and self.master_port and self.world_size > 1:
+            return True
+        import sys
+
+        dist = sys.modules.get("torch.distributed")
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
+def _whole(raw: str) -> int | None:
+    """torchrun's numbers, read leniently: they are not jitops' variables, and junk means "not in a job"."""
+    raw = raw.strip()
+    return int(raw) if raw.isascii() and raw.isdigit() else None
+
+
+def distributed_settings(env: Mapping[str, str]) -> DistributedSettings | None:
+    raw = env.get("JITOPS_DISTRIBUTED", "")
+    word = raw.strip().lower()
+    if word in ("0", "false", "no", "off"):
+        return None
+    if word not in ("", "1", "true", "yes", "on", "signed"):
+        raise _bad("JITOPS_DISTRIBUTED", raw, "an on/off value or `signed`",
+                   "unset it (on under torchrun), set 0 to turn the job store tier off, or `signed` to require signatures")
+    port, world = _whole(env.get("MASTER_PORT", "")), _whole(env.get("WORLD_SIZE", "")) or 1
+    if port is not None and not 0 < port < 65536:
+        port = None  # no TCP port: not a job's store (torch.distributed would refuse it with a raw TypeError)
+    addr = env.get("MASTER_ADDR", "").strip() or None
+    d = RemoteSettings
+    tier = RemoteSettings(
+        url=f"c10d://{addr}:{port}" if addr and port else "c10d://default-store", mode="write",
+        trusted_keys=env.get("JITOPS_REMOTE_TRUSTED_KEYS") or None,
+        signing_key=env.get("JITOPS_REMOTE_SIGNING_KEY") or None, config_dir=env.get("JITOPS_CONFIG_DIR") or None,
+        connect_timeout=_positive(env, "JITOPS_REMOTE_CONNECT_TIMEOUT", 10.0),
+        op_timeout=_positive(env, "JITOPS_REMOTE_TIMEOUT", d.op_timeout),
+        lease_seconds=_positive(env, "JITOPS_REMOTE_LEASE_SECONDS", d.lease_seconds),
+        failure_seconds=_positive(env, "JITOPS_REMOTE_FAILURE_SECONDS", d.failure_seconds),
+    )
+    return DistributedSettings(signed=word == "signed", master_addr=addr, master_port=port, world_size=world,
+                               rank=_whole(env.get("RANK", "")) or 0,
+                               host_id=env.get("JITOPS_HOST_ID", "").strip() or None, tier=tier,
+                               attempt=_whole(env.get("TORCHELASTIC_RESTART_COUNT", "")) or 0)
+
+
+NOT_IN_A_JOB = distributed_settings({})  # the default: on, and idle until a job is found
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the environment asks of jitops; parsed once, passed down."""
+
+    cache_dir: Path | None = None  # JITOPS_CACHE_DIR, absolute; None: platformdirs' user cache dir
+    offline: bool = False  # JITOPS_OFFLINE: never build, never write the cache
+    fallback: bool = False  # JITOPS_FALLBACK: the pure-PyTorch reference when an op cannot be built
+    strict: bool = False  # JITOPS_STRICT: no private temporary cache when the cache is unusable
+    lock_timeout: float | None = None  # JITOPS_LOCK_TIMEOUT seconds; None: wait as long as the build takes
+    progress: bool | None = None  # JITOPS_PROGRESS: force the build progress line on/off; None: auto
+    jobs: int | None = None  # MAX_JOBS: parallel compiles; None: cores capped by memory
+    builder: str = "real"  # JITOPS_BUILDER: "fake" is the test seam (a tiny real library, no compiler)
+    fake_build_seconds: float = 0.0  # JITOPS_FAKE_BUILD_SECONDS: stretches a fake build (kill/race tests)
+    remote: RemoteSettings | None = None  # JITOPS_REMOTE_*: the remote tier; None: off, nothing of it imported
+    config_dir: str | None = None  # JITOPS_CONFIG_DIR: where `jitops cache keygen` keeps the key pair
+    distributed: DistributedSettings | None = NOT_IN_A_JOB  # JITOPS_DISTRIBUTED: the job's c10d store as a tier (issue 16)
+    pch: bool = True  # JITOPS_PCH (on unless 0): precompile each file's header prefix into the cache
+    lean_extension_h: bool = True  # JITOPS_LEAN_EXTENSION_H (on unless 0): torch/extension.h's stand-in (tubuild)
+    pch_background: bool = True  # JITOPS_PCH_BACKGROUND (on unless 0): PCHs built after the build, detached (pch_bg)
+    pch_max_size: int = 1 << 30  # JITOPS_PCH_MAX_SIZE: cap on PCHs + per-file objects, LRU after builds; 0: none
+    state_dir: Path | None = None  # JITOPS_STATE_DIR, absolute; None: platformdirs' user state dir (self-check verdicts)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Parse the variables; a value jitops cannot use raises ConfigError naming it and the fix."""
+        env = os.environ if environ is None else environ
+        timeout = _bounded_seconds(env, "JITOPS_LOCK_TIMEOUT", None, zero=True)
+        builder = env.get("JITOPS_BUILDER", "").strip() or "real"
+        if builder not in BUILDERS:
+            raise _bad("JITOPS_BUILDER", env["JITOPS_BUILDER"], "a builder",
+                       f"set it to one of {list(BUILDERS)} or unset it")
+        cap = _optional(env, "JITOPS_PCH_MAX_SIZE", _size, "a size such as 2G, 500M or 0 (no cap)",
+                        "set e.g. JITOPS_PCH_MAX_SIZE=2G, or unset it for the default 1G")
+        return cls(
+            cache_dir=_cache_dir(env.get("JITOPS_CACHE_DIR", "")),
+            offline=_flag(env, "JITOPS_OFFLINE"),
+            fallback=_flag(env, "JITOPS_FALLBACK"),
+            strict=_flag(env, "JITOPS_STRICT"),
+            lock_timeout=timeout,
+            progress=_optional(env, "JITOPS_PROGRESS", _progress, "0 or 1",
+                               "set JITOPS_PROGRESS=0 to hide the build progress line, 1 to force it, or unset it"),
+            jobs=_optional(env, "MAX_JOBS", _jobs, "a number of parallel compiles (1 to 4096)",
+                           "set e.g. MAX_JOBS=4, or unset it to size builds from cores and free memory"),
+            builder=builder,
+            fake_build_seconds=_bounded_seconds(env, "JITOPS_FAKE_BUILD_SECONDS", 0.0, zero=True) or 0.0,
+            remote=remote_settings(env),
+            config_dir=env.get("JITOPS_CONFIG_DIR") or None,
+            distributed=distributed_settings(env),
+            pch=_on_unless_off(env, "JITOPS_PCH"),
+            lean_extension_h=_on_unless_off(env, "JITOPS_LEAN_EXTENSION_H"),
+            state_dir=_cache_dir(env.get("JITOPS_STATE_DIR", "")),
+            pch_background=_on_unless_off(env, "JITOPS_PCH_BACKGROUND"),
+            pch_max_size=1 << 30 if cap is None else cap,
+        )
+
+    def cache_root(self) -> Path:
+        """The cache root these settings name: JITOPS_CACHE_DIR, else the user cache dir."""
+        if self.cache_dir is not None:
+            return self.cache_dir
+        import platformdirs
+
+        return Path(platformdirs.user_cache_dir("jitops", appauthor=False))
+
+    def state_root(self) -> Path:
+        """Per-user state that outlives cache roots (toolchain self-check verdicts): JITOPS_STATE_DIR, else
+        the user state dir."""
+        if self.state_dir is not None:
+            return self.state_dir
+        import platformdirs
+
+        return Path(platformdirs.user_state_dir("jitops", appauthor=False))
+
+    def shown(self, environ: Mapping[str, str] | None = None) -> list[str]:
+        """``NAME=value`` for each variable of :data:`VARIABLES` that is set (for ``doctor``)."""
+        env = os.environ if environ is None else environ
+        return [f"{k}={env[k]}" for k in VARIABLES if env.get(k)]
+
+
+def _on_unless_off(env: Mapping[str, str], name: str) -> bool:
+    """A flag that is on when unset or empty (``0``/``false``/... turn it off)."""
+    return _flag(env, name) if env.get(name, "").strip() else True
+
+
+def _cache_dir(raw: str) -> Path | None:
+    return Path(os.path.abspath(os.path.expanduser(raw))) if raw else None

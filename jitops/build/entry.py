@@ -1,0 +1,225 @@
+"""What ``get()`` would do with a plan, answered once: :func:`entry_status` ->
+``Hit | Compatible | Damaged | Miss``; and :func:`ensure_entry`, which acts on
+it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``,
+``explain`` and ``info`` all ask :func:`entry_status`.
+
+Imports: cache, errors, key, manifest, plan, roots, settings, toolchain
+(lock, publish and selfcheck lazily, on the miss path only; the ``remote`` package
+too, and only when ``settings.remote`` is set or this process is in a torchrun job).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..target import toolchain
+from ..errors import BuildError, OfflineMiss, SourcesChanged
+from ..key import without_tools
+from ..store.manifest import EntryProblem, Hit, Manifest
+from ..plan import Plan
+from ..store.roots import writable_cache
+from ..base.settings import Settings
+
+if TYPE_CHECKING:
+    from ..store.cache import Cache
+    from .selfcheck import Pending
+
+log = logging.getLogger("jitops")
+
+
+@dataclass(frozen=True)
+class Compatible:
+    """No compiler here, and an entry equal to the plan in every ingredient but the toolchain."""
+
+    path: Path
+    manifest: Manifest
+    plan: Plan  # the plan with that entry's toolchain and key
+
+
+@dataclass(frozen=True)
+class Damaged:
+    """An entry has the plan's key but must not be loaded; the next build sets it aside."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Miss:
+    """Nothing cached for this plan: the next use builds it."""
+
+
+EntryStatus = Hit | Compatible | Damaged | Miss
+
+
+def find_compatible(plan: Plan) -> Compatible | None:
+    """With no compiler here, an entry equal to the plan in every ingredient but the toolchain.
+
+    This is how a slim container without a compiler loads a cache that was
+    warmed elsewhere (same torch, flags and sources).
+    """
+    wanted = without_tools(plan.ingredients)
+    parent = plan.cache.target_dir(plan.spec.name, plan.target.name)
+    if plan.cache.root_problem() is not None or not os.path.isdir(parent):
+        return None
+    for entry in sorted(parent.iterdir()):
+        m = plan.cache.read_manifest(entry)
+        if m is None or without_tools(m.ingredients) != wanted:
+            continue
+        try:
+            verified = plan.cache.verify(entry, m.key, plan.spec.name, plan.target.name)
+        except EntryProblem:
+            continue
+        return Compatible(entry, verified, plan.with_tools_of(verified))
+    return None
+
+
+def entry_status(plan: Plan) -> EntryStatus:
+    """What the cache holds for ``plan``. Reads and verifies; writes nothing."""
+    found = plan.cache.lookup(plan.address)
+    if isinstance(found, Hit):
+        return found
+    if plan.toolchain_error is not None:
+        compatible = find_compatible(plan)
+        if compatible is not None:
+            return compatible
+    return Damaged(found.reason) if found.reason is not None else Miss()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A verified cache entry; ``plan`` is the plan whose key and cache it matches."""
+
+    plan: Plan
+    path: Path
+    manifest: Manifest
+    built: bool  # True if this call compiled it
+
+
+def before_first_build(plan: Plan, settings: Settings, *, check_toolchain: bool = True) -> Pending | None:
+    """The one place that runs before this process builds anything for ``plan``.
+
+    Starts the toolchain self-check (C++ exceptions from the binaries it builds
+    must reach Python as RuntimeError, not crash it) beside the build: the
+    build publishes, and the loader loads, only after its pass (``Pending``).
+    Only the miss path gets here: the warm path never runs it.
+    ``check_toolchain=False`` defers it to the build itself (the remote tier: a
+    remote hit builds nothing, so needs no check).
+    """
+    toolchain.find_ninja(plan.spec.name)  # a missing tool fails here, before any lock
+    if not check_toolchain:
+        return None
+    from .selfcheck import start  # miss path only
+
+    return start(plan, settings)
+
+
+def _warm_hint(plan: Plan) -> str:
+    """How to fill the cache for ``plan`` ahead of time: ``jitops warm`` for a registered op, else one online call."""
+    if plan.spec.exports:
+        return f"run `jitops warm {plan.spec.exports[0]}`"
+    return (f"call the same jitops.load / load_inline for {plan.spec.name!r} once without JITOPS_OFFLINE=1 "
+            "(e.g. in the step that fills the cache)")
+
+
+SOURCE_ATTEMPTS = 3  # builds of one call whose sources keep changing under them, before BuildError
+
+
+def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = None,
+                 settings: Settings | None = None) -> Entry:
+    """Make sure a verified entry exists for ``plan``, building it if needed. Loads nothing.
+
+    ``jitops warm`` uses this directly (a CUDA entry can be built on a machine
+    without a GPU); the loader loads what it returns. ``jobs`` caps the
+    build's parallel compiles (default: ``settings.jobs``, else by cores and memory).
+    """
+    settings = Settings.from_env() if settings is None else settings
+    offline = settings.offline if offline is None else offline
+    status = entry_status(plan)
+    if isinstance(status, Hit):
+        return Entry(plan, status.path, status.manifest, built=False)
+    if isinstance(status, Compatible):
+        return Entry(status.plan, status.path, status.manifest, built=False)
+    if plan.toolchain_error is not None and not offline:
+        raise plan.toolchain_error
+    if offline:
+        why = f" ({status.reason})" if isinstance(status, Damaged) else ""
+        raise OfflineMiss(
+            f"JITOPS_OFFLINE=1 and the cache {plan.cache.root} has no usable entry for op library "
+            f"{plan.spec.name!r} ({plan.target.name}, key {plan.key[:12]}){why}. Fix: {_warm_hint(plan)} "
+            "with the same torch, compiler and flags, or unset JITOPS_OFFLINE"
+        )
+    job = settings.distributed is not None and settings.distributed.in_job()  # the job's store (issue 16)
+    remote = settings.remote is not None or job
+    pending = before_first_build(plan, settings, check_toolchain=not remote)
+    from .publish import build_and_publish  # miss path only: keeps the warm path's imports small
+
+    cache = writable_cache(plan.cache, plan.what, settings)
+    if cache is not plan.cache:
+        plan = dataclasses.replace(plan, cache=cache)
+
+    def build() -> Manifest:
+        nonlocal pending
+        if remote:  # deferred from before_first_build: only a build needs a sound toolchain
+            from .selfcheck import start
+
+            pending = start(plan, settings)
+        # the self-check's verdict gates the publish: a refusal publishes (and so loads) nothing
+        return build_and_publish(plan, pending.gate(cache) if pending is not None else cache, jobs, settings)
+
+    try:
+        try:
+            entry = _locked(plan, cache, build, remote, job, settings)
+        except SourcesChanged as e:
+            entry = _build_again(plan, e, jobs, settings)
+    except Exception:
+        if pending is not None and pending.done():  # a refusal known by now says more than the build's error
+            pending.result()
+        raise
+    if pending is not None:
+        pending.result()  # nothing is returned for loading before the verdict (an entry another process built too)
+    return entry
+
+
+def _locked(plan: Plan, cache: Cache, build: Callable[[], Manifest], remote: bool, job: bool,
+            settings: Settings) -> Entry:
+    from ..store.lock import key_lock
+
+    with key_lock(cache.lock_path(plan.spec.name, plan.key), plan.what, settings.lock_timeout):
+        found = cache.lookup(plan.address)
+        if isinstance(found, Hit):
+            return Entry(plan, found.path, found.manifest, built=False)
+        if found.reason is not None and os.path.lexists(plan.entry):
+            cache.set_aside(plan.entry, found.reason)
+        if remote:  # the remote tier (issue 15), then the job's store (16): fetch, or one build per key
+            from ..remote import obtain
+
+            manifest, built = obtain(plan, cache, build, settings, job)
+            return Entry(plan, plan.entry, manifest, built=built)
+        return Entry(plan, plan.entry, build(), built=True)
+
+
+def _build_again(plan: Plan, changed: SourcesChanged, jobs: int | None, settings: Settings) -> Entry:
+    """A build whose sources changed under it published nothing; build the sources as they are now, with
+    their own key (a few times at most: then BuildError). The caller gets the edited library."""
+    attempts = _ATTEMPTS.get() + 1
+    if attempts >= SOURCE_ATTEMPTS:
+        raise BuildError(
+            f"the sources of {plan.what} changed during each of {attempts} builds ({changed}); nothing was published. "
+            "Fix: let a build finish before saving again, or stop whatever keeps rewriting that file",
+            op=plan.spec.name, target=plan.target.name, log="", log_path=None) from None
+    log.info("%s; building it again from the sources as they are now", changed)
+    token = _ATTEMPTS.set(attempts)
+    try:
+        return ensure_entry(plan.redigested(), offline=False, jobs=jobs, settings=settings)
+    finally:
+        _ATTEMPTS.reset(token)
+
+
+_ATTEMPTS: contextvars.ContextVar[int] = contextvars.ContextVar("jitops_source_attempts", default=0)

@@ -1,0 +1,300 @@
+"""Precompiled headers, owned by jitops: one per header prefix, compiler, flags and torch.
+
+A TU's header prefix is the leading run of ``#include <...>`` lines (blank and
+comment lines between them allowed) before anything else: the part that takes
+~90 % of a compile to parse and that an edit rarely touches. Its PCH lives in
+the cache (``Cache.build_path("pch", key)``), never beside torch or the sources. Its key
+covers the compiler and torch identity, the TU's exact flags (less
+``-DTORCH_EXTENSION_NAME``, which torch's headers do not read, so libraries of
+other names share it, and less the library's own folder) and the prefix's text; its manifest lists the non-system
+headers the prefix read (``-MMD``) with their sha256, re-hashed before use (a
+difference makes it stale: rebuilt). System headers are torch's and Python's:
+torch's identity in the key stands for them, as in the entry key.
+
+Built from a prefix's second build on (a library built once and never edited
+costs no PCH: neither the time nor ~300 MB of disk for g++'s lean set), once,
+under the key's lock (taken without waiting: if another process
+holds it, this build goes without), in a private staging dir, after the build
+returned, in a detached low-priority child (pch_bg; JITOPS_PCH_BACKGROUND=0:
+beside the build's compiles, one more ninja job); its files compile without the
+PCH, a later build uses it; manifest
+last, renamed into place; verified before use: owner, mode, and exactly the
+files the compiler reads (the ``.gch``/``.pch`` that ``pch_words`` names, and
+``prefix.h``: size and sha256, hashed once per process). Anything wrong is set aside and built again. GCC uses it through
+``-include prefix.h`` with ``prefix.h.gch`` beside it and ``-Winvalid-pch``:
+a PCH gcc rejects is ignored by gcc itself, which then parses the text (one
+note, never a wrong result). clang uses ``-include-pch``; a build that fails
+with a PCH is run again without (tubuild). A PCH never changes an entry's key.
+
+nvcc: no PCH. nvcc 13.0 has no precompiled-header option; its own C++ front
+end (cudafe++, EDG) parses the whole ``.cu`` with its headers, and the host
+compiler then gets cudafe++'s fully preprocessed output, headers already
+expanded, to which a host PCH cannot apply. A ``.cu`` file still gains from
+the object cache (an edit to another file does not recompile it).
+
+Imports: errors, fsutil, lock, objcache (the Cache is passed in).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..base import fsutil
+
+if TYPE_CHECKING:
+    from ..store.cache import Cache
+
+log = logging.getLogger("jitops")
+
+FORMAT = 1
+HEADER = "prefix.h"
+CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".C")
+_INCLUDE = re.compile(r"\s*#\s*include\s*<[^>]+>\s*(//.*)?$")
+_SKIP = re.compile(r"\s*(//.*)?$")
+_verified: dict[tuple[str, int, int, int], str] = {}  # (path, size, mtime_ns, inode) -> sha256, this process
+
+
+def header_prefix(text: str) -> list[str]:
+    """The leading ``#include <...>`` lines of a source; blank and ``//`` lines between them are skipped."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if _INCLUDE.match(line):
+            out.append(line.strip())
+        elif not _SKIP.match(line):
+            break
+    return out
+
+
+def pch_words(kind: str, directory: Path) -> list[str]:
+    """The flags that make a compile use the PCH in ``directory``."""
+    header = directory / HEADER
+    if kind == "clang":
+        return ["-include-pch", shlex.quote(f"{header}.pch")]
+    return ["-include", shlex.quote(str(header)), "-Winvalid-pch"]
+
+
+def pch_flags(words: list[str], root: Path) -> list[str]:
+    """A TU's flags as its PCH is built with: without -DTORCH_EXTENSION_NAME (per library, unused by
+    torch's headers) and without the library's own folder (a new one per load_inline edit), so the
+    prefix can only read headers outside the library, which its manifest then covers."""
+    own = f"-I{shlex.quote(str(root))}"
+    # Not even -U: gcc refuses a PCH built with -UTORCH_EXTENSION_NAME in a file that defines it (the drop-in's).
+    return [w for w in words if not w.startswith("-DTORCH_EXTENSION_NAME=") and w not in (own, "-UTORCH_EXTENSION_NAME")]
+
+
+def key_of(identity: str, kind: str, flags: str, prefix: list[str]) -> str:
+    return hashlib.sha256(json.dumps([FORMAT, identity, kind, flags, prefix]).encode()).hexdigest()
+
+
+@dataclass
+class Use:
+    """A PCH ready for a TU: flags to add, how it came (hit / built), headers it read."""
+
+    key: str
+    words: list[str]
+    state: str
+    seconds: float = 0.0
+    deps: dict[str, str] = field(default_factory=dict)
+
+
+def pch_file(kind: str) -> str:
+    """The name of the PCH that :func:`pch_words` makes the compiler read (beside ``prefix.h``)."""
+    return HEADER + (".pch" if kind == "clang" else ".gch")
+
+
+def _hash_once(path: Path, want: object) -> None:
+    """ValueError unless the regular file ``path`` has the sha256 ``want`` (hashed once per process per version)."""
+    reason = fsutil.insecure_reason(path, want_dir=False)
+    if reason is not None:
+        raise ValueError(reason)
+    st = os.lstat(path)
+    memo = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if _verified.get(memo) != want:
+        if not isinstance(want, str) or fsutil.sha256_file(path) != want:
+            raise ValueError(f"{path} does not match its manifest's sha256")
+        _verified[memo] = want
+
+
+def _verify(directory: Path, key: str, kind: str) -> dict[str, object]:
+    """The manifest of a usable PCH in ``directory``, or ValueError / OSError saying why not.
+
+    Checked is exactly what the compiler reads: the PCH file :func:`pch_words` names (``prefix.h.gch`` /
+    ``.pch``) and ``prefix.h`` (gcc parses it when it rejects the ``.gch``), each against its sha256."""
+    from ..store.objcache import headers_unchanged
+
+    reason = fsutil.insecure_reason(directory, want_dir=True)
+    if reason is not None:
+        raise ValueError(reason)
+    m = fsutil.read_record(directory / "manifest.json")
+    if m is None or m.get("format") != FORMAT or m.get("key") != key:
+        raise ValueError("its manifest is missing, damaged or describes another PCH")
+    deps, root = m.get("deps"), m.get("root")
+    if not (isinstance(deps, dict) and all(isinstance(v, str) for v in deps.values()) and isinstance(root, str)):
+        raise ValueError("its manifest's header list is damaged")
+    if m.get("file") != pch_file(kind):
+        raise ValueError(f"its manifest names {str(m.get('file'))[:40]!r}, not the {pch_file(kind)} the compiler reads")
+    pch = directory / pch_file(kind)
+    size = os.lstat(pch).st_size
+    if size != m.get("size"):
+        raise ValueError(f"{pch} has {size} bytes, its manifest says {m.get('size')}")
+    _hash_once(pch, m.get("sha256"))
+    _hash_once(directory / HEADER, m.get("header_sha256"))
+    if not headers_unchanged(deps, Path(root)):
+        raise ValueError("a header it was built from has changed")
+    return m
+
+
+def find(cache: Cache, key: str, kind: str) -> Use | None:
+    """The verified PCH of ``key``, or None; one that fails verification is set aside (one note)."""
+    final = cache.build_path("pch", key)
+    if not fsutil.may_hold(cache.pch) or not os.path.lexists(final):  # a link at v1/pch: never used, never entered
+        return None
+    try:
+        use = Use(key, pch_words(kind, final), "hit", deps=_verify(final, key, kind)["deps"])  # type: ignore[arg-type]
+        cache.record_use(final)  # its last use, which `cache prune` reads (a PCH used within 10 minutes is kept)
+        return use
+    except (OSError, ValueError) as e:
+        _set_aside(cache, final, str(e))
+        return None
+
+
+def seen_before(cache: Cache, key: str) -> bool:
+    """Whether a build has compiled a file with this prefix before; records this one (best effort)."""
+    mark = cache.build_path("pch", key, ".seen")
+    if not fsutil.may_hold(cache.pch):  # a link at v1/pch (`jitops cache repair`): no PCH, nothing written through it
+        return False
+    if os.path.isfile(mark):
+        return True
+    try:
+        fsutil.makedirs(mark.parent)
+        fsutil.atomic_write(mark, b"")
+    except OSError:
+        pass
+    return False
+
+
+def building(cache: Cache, key: str) -> bool:
+    """Whether another process holds the PCH's lock now (builds it: pch_bg's child or a build beside)."""
+    from ..errors import LockTimeout
+    from ..store.lock import key_lock
+
+    try:
+        with key_lock(cache.lock_path("pch", key), "a precompiled header", 0):
+            return False
+    except LockTimeout:
+        return True
+
+
+@dataclass
+class Pending:
+    """A PCH being built beside a build's compiles: its command (run in ``out``), then ``finish``."""
+
+    key: str
+    kind: str
+    out: Path
+    file: str
+    command: str
+    root: Path
+    hold: contextlib.ExitStack
+    staging: Path
+
+
+def start(cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], prefix: list[str],
+          root: Path) -> Pending | None:
+    """Take the PCH's lock (without waiting: None if another process builds it) and prepare its build."""
+    from ..errors import LockTimeout
+    from ..store.lock import key_lock
+
+    if not fsutil.may_hold(cache.pch):
+        return None
+    hold = contextlib.ExitStack()
+    try:
+        hold.enter_context(key_lock(cache.lock_path("pch", key), "a precompiled header", 0))
+    except LockTimeout:
+        return None
+    try:
+        if find(cache, key, kind) is not None:  # published while we looked
+            hold.close()
+            return None
+        staging = cache.new_staging("pch", key)
+        out = staging / "pch"
+        fsutil.makedirs(out)
+        text = "\n".join(prefix) + "\n"
+        (out / HEADER).write_text(text)
+        header = HEADER
+        if kind == "clang":  # clang's PCH names its input header by path and needs it later: one outside staging
+            stable = cache.build_path("pch", key, ".h")
+            if not stable.is_file() or stable.read_text() != text:
+                fsutil.makedirs(stable.parent)
+                fsutil.atomic_write(stable, text.encode())
+            header = str(stable)
+        file = pch_file(kind)
+        # clang can instantiate the headers' templates into the PCH; gcc leaves them to every file (~1 s each here).
+        more = ["-fpch-instantiate-templates", "-Xclang", "-fno-pch-timestamp"] if kind == "clang" else []
+        words = [shlex.quote(cxx), *flags, *more, "-x", "c++-header", shlex.quote(header), "-o", f"{file}.part",
+                 "-MMD", "-MF", "prefix.d"]
+        # Never fails the build: a PCH that cannot be made is a note (finish). Renamed when complete.
+        command = f"cd {shlex.quote(str(out))} && ({' '.join(words)} && mv {file}.part {file}) > pch.log 2>&1 || true"
+        return Pending(key, kind, out, file, command, root, hold, staging)
+    except BaseException:
+        hold.close()
+        raise
+
+
+def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Use | None:
+    """Publish a PCH built by its command (manifest last, one rename), release its lock; None if none was made."""
+    from ..store.objcache import header_digests, read_depfile
+
+    try:
+        pch = p.out / p.file
+        if not publish:
+            return None
+        if not pch.is_file() or not (p.out / "prefix.d").is_file():
+            why = (p.out / "pch.log").read_text(errors="replace").strip().splitlines()[-1:] if (p.out / "pch.log").is_file() else []
+            log.info("note: could not precompile the header prefix of PCH %s (%s); its files compile without a PCH",
+                     p.key[:12], why[0] if why else "no output")
+            return None
+        ours = (str(p.out) + "/", str(cache.pch) + "/")  # the prefix header itself
+        files = [f for f in read_depfile(p.out / "prefix.d") if f != HEADER and not os.path.abspath(f).startswith(ours)]
+        if edited := fsutil.changed_since(files, time.time() - seconds - 2.0):  # digests read now would vouch
+            log.info("note: %s changed while PCH %s compiled; not published", edited, p.key[:12])  # for text
+            return None  # the .gch may not hold; the next build makes it again
+        deps = header_digests(files, p.root, ours)
+        manifest = {"format": FORMAT, "key": p.key, "file": p.file, "size": pch.stat().st_size,
+                    "sha256": fsutil.sha256_file(pch), "header_sha256": fsutil.sha256_file(p.out / HEADER),
+                    "deps": deps, "root": str(p.root), "seconds": round(seconds, 3)}
+        fsutil.atomic_write(p.out / "manifest.json", json.dumps(manifest, sort_keys=True).encode())  # last
+        final = cache.build_path("pch", p.key)
+        fsutil.makedirs(final.parent)
+        try:
+            os.rename(p.out, final)
+        except OSError:
+            if not os.path.lexists(final):
+                raise
+        return find(cache, p.key, p.kind)
+    except OSError as e:  # its strerror only: never the private staging path
+        log.info("note: could not publish precompiled header %s (%s); the files compile without one", p.key[:12],
+                 e.strerror or type(e).__name__)
+        return None
+    finally:
+        shutil.rmtree(p.staging, ignore_errors=True)
+        p.hold.close()
+
+
+def _set_aside(cache: Cache, directory: Path, why: str) -> None:
+    log.info("note: precompiled header %s is unusable (%s); it is rebuilt", directory, why)
+    try:
+        cache.discard(directory)
+    except OSError:
+        pass

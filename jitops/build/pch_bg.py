@@ -1,0 +1,155 @@
+"""Precompiled headers built off the user's wait: a detached, low-priority child after the build returns.
+
+A PCH of ``<torch/extension.h>`` costs a compile of its own (20-40 s under
+load with g++) and, built beside the compiles that need a result, it doubled
+the first edit of a user kernel (issue 29). So when a build wants a PCH
+(tubuild decides which, pch how), the build compiles without it and, once it
+has succeeded, :func:`spawn` starts one child per PCH that:
+
+* runs in a session of its own (no terminal signal, no wait by the parent:
+  the process that asked exits whenever it likes), at ``os.nice(10)``, its
+  output appended to ``logs/pch-<key>.log``;
+* takes the PCH's key lock without waiting (another process building it:
+  nothing to do) and builds through :func:`pch.start` / :func:`pch.finish`:
+  privately in staging, manifest last, one rename, verified before any use;
+  never a half PCH in ``pch/``;
+* is bounded: the compile is killed after ``limit`` seconds (and on SIGTERM),
+  its staging removed;
+* then bounds the rebuildable caches (:func:`cache_admin.cap_parts`).
+
+An edit that arrives meanwhile finds the lock held and compiles without the
+PCH (state ``busy``); later edits find it published (``hit``).
+``JITOPS_PCH_BACKGROUND=0`` builds it beside the compiles instead, as before.
+Tests and benchmarks that want the PCH now call :func:`wait`.
+
+Imports: fsutil, pch; cache and cache_admin (in the child only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..base import fsutil
+from . import pch
+
+if TYPE_CHECKING:
+    from ..store.cache import Cache
+
+log = logging.getLogger("jitops")
+
+LIMIT = 600.0  # seconds a background PCH compile may take before it is killed (and nothing published)
+NICE = 10
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+_CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); from jitops.build.pch_bg import child_main; "
+          "sys.exit(child_main(sys.argv[2]))")
+_children: list[subprocess.Popen[bytes]] = []  # started by this process (wait(), and reaped as they end)
+_keys: dict[int, str] = {}  # pid -> the PCH key its child builds
+
+
+def busy(cache: Cache, key: str) -> bool:
+    """Whether the PCH is being built: by a child of this process (even one still starting), or under its lock."""
+    return any(_keys.get(c.pid) == key and c.poll() is None for c in _children) or pch.building(cache, key)
+
+
+def spawn(cache: Cache, wanted: dict[str, dict[str, Any]], env: dict[str, str], max_size: int) -> list[int]:
+    """Start one detached child per wanted PCH ({key: pch.start's keywords}); their pids. Never raises."""
+    _children[:] = [c for c in _children if c.poll() is None]
+    pids = []
+    for key, kw in wanted.items():
+        spec = {"cache": str(cache.root), "key": key, "limit": LIMIT, "max_size": max_size,
+                **{k: (str(v) if isinstance(v, Path) else v) for k, v in kw.items()}}
+        try:
+            fsutil.makedirs(cache.logs)
+            fd = os.open(cache.logs / f"pch-{key[:12]}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                         fsutil.FILE_MODE)
+            with os.fdopen(fd, "ab") as out:
+                child = subprocess.Popen([sys.executable, "-I", "-c", _CHILD, _PACKAGE_PARENT, json.dumps(spec)],
+                                         env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True, close_fds=True)
+        except OSError as e:
+            log.info("note: could not start the background build of PCH %s (%s)", key[:12], e.strerror or e)
+            continue
+        _children.append(child)
+        _keys[child.pid] = key
+        pids.append(child.pid)
+        log.info("PCH %s: building in the background (pid %d; log %s)", key[:12], child.pid,
+                 cache.logs / f"pch-{key[:12]}.log")
+    return pids
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Wait for the background PCH builds this process started; True if none is left running."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for child in list(_children):
+        try:
+            child.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return False
+        _children.remove(child)
+    return True
+
+
+def running() -> list[int]:
+    """The pids of this process's background PCH builds still running."""
+    return [c.pid for c in _children if c.poll() is None]
+
+
+def child_main(raw: str) -> int:
+    """The detached child: lock, build in staging, publish, cap the caches. Its exit code is 0 unless it was killed."""
+    from ..store import admin as cache_admin
+    from ..store.cache import Cache
+
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s pch-bg[{os.getpid()}] %(message)s")
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
+    spec = json.loads(raw)
+    cache = Cache(Path(spec["cache"]))
+    if not fsutil.is_real_dir(cache.base) or cache.root_problem():  # e.g. the parent's private temporary cache,
+        log.info("PCH %s: the cache %s is gone or unsafe; nothing to do", spec["key"][:12], cache.root)  # removed at
+        return 0  # its exit: never made again here (its path was in argv, another user could have made it)
+    p = pch.start(cache, key=spec["key"], kind=spec["kind"], cxx=spec["cxx"], flags=spec["flags"],
+                  prefix=spec["prefix"], root=Path(spec["root"]))
+    if p is None:
+        log.info("PCH %s: published or being built by another process; nothing to do", spec["key"][:12])
+        return 0
+    start, ok = time.monotonic(), False
+    tmp = {k: str(p.staging) for k in ("TMPDIR", "TMP", "TEMP")}  # the build's own staging may be gone by now
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def stop(signum: int, frame: object) -> None:
+        for proc in procs:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # before the compile starts
+        signal.signal(sig, stop)
+    # coreutils' timeout bounds the compile's whole process group even if this child is SIGKILLed
+    bound = ["timeout", "-s", "KILL", str(int(float(spec["limit"])) + 5)] if shutil.which("timeout") else []
+    proc = subprocess.Popen([*bound, "/bin/sh", "-c", p.command], stdin=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, **tmp})
+    procs.append(proc)
+    try:
+        proc.wait(timeout=float(spec["limit"]))
+        ok = True
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.info("note: PCH %s took more than %gs; stopped, nothing published", spec["key"][:12], spec["limit"])
+    finally:
+        made = pch.finish(cache, p, time.monotonic() - start, publish=ok)
+    log.info("PCH %s: %s in %.1fs", spec["key"][:12], "published" if made else "not made", time.monotonic() - start)
+    if spec.get("max_size"):
+        cache_admin.cap_parts(cache, int(spec["max_size"]))
+    return 0

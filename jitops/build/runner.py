@@ -1,0 +1,298 @@
+"""Running one build. No policy here: the loader decides what and where.
+
+The real builder writes a ninja file with torch's own flags (:mod:`jitops.ninja`)
+and runs ninja under :mod:`jitops._supervise`, in a fresh process group that
+dies with its parent. ``cpp_extension.load`` cannot do that: it runs ninja in-process, in a
+shared directory whose lock file outlives a killed build.
+
+``JITOPS_BUILDER=fake`` (a test seam) swaps in a builder that compiles a tiny
+C library with ``cc`` in milliseconds. It is a real, loadable library; tests
+pair it with specs whose kernels are registered from Python.
+
+A job that carries a cache (``publish`` gives one to every real build) is built file by file by
+:mod:`jitops.tubuild`: cached objects, precompiled headers, and timings (``BuildResult.timings``).
+
+Imports: build_errors, errors, fsutil, ninja, stable, tubuild (the last four lazily, on a build).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BuildError, BuildInterrupted, ConfigError, SourcesChanged, ToolchainError
+
+if TYPE_CHECKING:
+    from ..store.cache import Cache
+
+log = logging.getLogger("jitops")
+
+SUPERVISOR = Path(__file__).parent.parent / "base" / "_supervise.py"
+NO_SPACE_MARKER = "No space left on device"
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """Everything one build needs, already decided."""
+
+    library: str
+    target: str
+    device: str
+    namespace: str
+    sources: tuple[Path, ...]
+    include_dirs: tuple[Path, ...]
+    cflags: tuple[str, ...]
+    cuda_cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    cxx: str
+    ninja: str
+    nvcc: str | None
+    build_dir: Path
+    env: dict[str, str] = field(repr=False)
+    jobs: int = 1
+    builder: str = "real"  # settings.builder: "fake" is the test seam
+    fake_seconds: float = 0.0  # settings.fake_build_seconds
+    # Per-file builds (tubuild): the cache holding objects and PCHs (None: one plain ninja build).
+    cache: Cache | None = field(default=None, repr=False)
+    root: Path | None = None  # the library's own folder (``<root>`` in object keys)
+    identity: str = ""  # compiler, torch, target...: the key's ingredients other than sources and flags
+    pch: str = ""  # "gcc" / "clang": precompile header prefixes with that compiler; "" off
+    pch_build: bool = False  # build missing PCHs beside the compiles (user libraries; builtin ops only use them)
+    pch_background: bool = False  # build them after the build, detached (pch_bg; settings.pch_background), not beside
+    pch_max_size: int = 0  # bound PCHs + objects to this after a build (settings.pch_max_size); 0: no bound
+    lean_extension: bool = False  # try the stand-in for <torch/extension.h> first (user libraries; tubuild)
+    lock_timeout: float | None = None
+    # None if every file the key covers still holds the bytes digested for it, else what changed (publish: the
+    # plan's re-digest). Asked after each ninja run, before objects are cached or anything is published.
+    sources_changed: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def library_file(self) -> str:
+        return f"lib{self.library}.so"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    library: Path
+    log: str
+    seconds: float
+    timings: dict[str, Any] = field(default_factory=dict)  # per file, PCH, link (tubuild.build_tus)
+
+
+def default_jobs(max_jobs: int | None = None) -> int:
+    """``max_jobs`` (settings.jobs: MAX_JOBS), else cores capped by available memory (one compile ~1.5 GB)."""
+    if max_jobs:
+        return max_jobs
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        with open("/proc/meminfo") as f:
+            avail_kb = next(int(ln.split()[1]) for ln in f if ln.startswith("MemAvailable:"))
+        by_mem = max(1, int(avail_kb / (1.5 * 1024 * 1024)))
+    except (OSError, StopIteration, ValueError):
+        by_mem = cores
+    return max(1, min(cores, by_mem))
+
+
+# ---------------------------------------------------------------- running
+
+
+def run_supervised(
+    cmd: Sequence[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    on_line: Callable[[str], None] | None = None,
+) -> tuple[int, str]:
+    """Run ``cmd`` in its own process group under the supervisor.
+
+    Returns (exit code, merged output). On any exception in this process
+    (KeyboardInterrupt included) the whole group is killed before it
+    propagates, so Ctrl-C returns at once and leaves no compiler behind.
+    """
+    argv = [sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()), *cmd]
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    chunks: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace")
+            chunks.append(line)
+            if on_line is not None:
+                on_line(line)
+        rc = proc.wait()
+    except BaseException:
+        kill_group(proc)
+        raise
+    proc.stdout.close()
+    return rc, "".join(chunks)
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a supervised build: SIGTERM lets the supervisor kill every process below it
+    (ninja runs each compile in a process group of its own); SIGKILL of its group is the fallback."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=1.5)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+class _Checked:
+    """``run_supervised`` that asks the job, after each run, whether its sources changed meanwhile, and
+    raises SourcesChanged if so: out of the per-file build, so no object or PCH of that run is cached."""
+
+    def __init__(self, job: BuildJob) -> None:
+        self.job = job
+        self.asked = False
+
+    def __call__(self, cmd: Sequence[str], *, cwd: Path, env: dict[str, str],
+                 on_line: Callable[[str], None] | None = None) -> tuple[int, str]:
+        rc, out = run_supervised(cmd, cwd=cwd, env=env, on_line=on_line)
+        self.check()
+        return rc, out
+
+    def check(self) -> None:
+        self.asked = True
+        why = self.job.sources_changed() if self.job.sources_changed is not None else None
+        if why is not None:
+            raise SourcesChanged(f"library {self.job.library!r}: {why} while it was compiled; nothing was published")
+
+
+# What the builders run their commands with (``build`` sets a _Checked for each job).
+_RUN: contextvars.ContextVar[Callable[..., tuple[int, str]]] = contextvars.ContextVar("jitops_run", default=run_supervised)
+
+
+# ---------------------------------------------------------------- builders
+
+
+def real_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
+    from .ninja import unalias, write_ninja_file
+
+    run = _RUN.get()
+    if job.cache is not None:
+        from .tubuild import build_tus
+
+        rc, out, lib, timings = build_tus(job, run, on_line)
+        _TIMINGS[id(job)] = timings
+        return rc, out, lib
+
+    _, aliases = write_ninja_file(job)
+    rc, out = run([job.ninja, "-v", "-j", str(job.jobs)], cwd=job.build_dir, env=job.env, on_line=on_line)
+    return rc, unalias(out, aliases), job.build_dir / f"{job.library}.so"
+
+
+_FAKE_C = """\
+/* jitops fake build of {library} for {target} */
+__attribute__((visibility("default"))) const char jitops_fake_namespace[] = "{namespace}";
+__attribute__((visibility("default"))) int jitops_fake_loaded = 0;
+__attribute__((constructor)) static void jitops_fake_init(void) {{ jitops_fake_loaded = 1; }}
+"""
+
+
+def fake_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
+    """Test seam: a tiny but real shared library, built by ``cc`` in ~50 ms.
+
+    ``job.fake_seconds`` (JITOPS_FAKE_BUILD_SECONDS) stretches it (the compiler runs that long
+    under the supervisor) to widen windows for kill and race tests.
+    """
+    src = job.build_dir / "fake.c"
+    src.write_text(_FAKE_C.format(library=job.library, target=job.target, namespace=job.namespace))
+    out = job.build_dir / f"{job.library}.so"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise ToolchainError("the fake builder needs `cc` on PATH")
+    delay = job.fake_seconds
+    code = (
+        "import subprocess,sys,time;"
+        f"time.sleep({delay!r});"
+        f"sys.exit(subprocess.call([{cc!r},'-shared','-fPIC','-O0','-o',{str(out)!r},{str(src)!r}]))"
+    )
+    rc, text = _RUN.get()([sys.executable, "-I", "-S", "-c", code], cwd=job.build_dir, env=job.env, on_line=on_line)
+    return rc, text, out
+
+
+# Where this context's builds also send each line of output as it comes (the drop-in's verbose=True), or None.
+LIVE: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("jitops_live", default=None)
+_TIMINGS: dict[int, dict[str, Any]] = {}  # id(job) -> timings of its per-file build, until build() takes them
+
+def stable_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
+    from .stable import build as one_command  # torch's stable C ABI: one supervised compile-and-link, no ninja
+
+    return one_command(job, _RUN.get(), on_line)
+
+
+BUILDERS: dict[str, Callable[..., tuple[int, str, Path]]] = {"real": real_build, "fake": fake_build, "stable": stable_build}
+
+
+def build(job: BuildJob, log_path: Path | None, on_line: Callable[[str], None] | None = None) -> BuildResult:
+    """Run the build; return the library path, or raise BuildError (its full log kept at ``log_path``)."""
+    builder = BUILDERS.get(job.builder)
+    if builder is None:
+        raise ConfigError(
+            f"cannot build {job.library!r}: JITOPS_BUILDER={job.builder!r} is not a builder. Fix: set it to one of "
+            f"{sorted(BUILDERS)} or unset it"
+        )
+    start = time.monotonic()
+    on_line = on_line if on_line is not None else LIVE.get()
+    run = _Checked(job)
+    token = _RUN.set(run)
+    try:
+        rc, out, lib = builder(job, on_line)
+    except KeyboardInterrupt as e:
+        raise BuildInterrupted(
+            f"build of {job.library!r} for {job.target} interrupted; the compiler was stopped and nothing was cached"
+        ) from e
+    finally:
+        _RUN.reset(token)
+        timings = _TIMINGS.pop(id(job), {})
+    seconds = time.monotonic() - start
+    if not run.asked:  # a builder that ran nothing through ``run`` (a test's): ask now
+        run.check()
+    if rc != 0 or not lib.is_file():
+        from .build_errors import format_build_error
+
+        kept = _keep_log(log_path, out)
+        raise BuildError(format_build_error(job, rc, out, kept), op=job.library, target=job.target,
+                         log=out, log_path=kept)
+    return BuildResult(lib, out, seconds, timings)
+
+
+def _keep_log(path: Path | None, text: str) -> Path | None:
+    from ..base import fsutil
+
+    if path is None:
+        return None
+    try:
+        fsutil.makedirs(path.parent)
+        fsutil.atomic_write(path, text.encode())
+        return path
+    except OSError:
+        return None

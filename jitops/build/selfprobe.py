@@ -1,0 +1,133 @@
+"""The self-check's probe: a tiny op whose kernel throws, built with the toolchain under test and run in a
+CHILD process, which reports whether the C++ error arrived as ``RuntimeError``. Writes nothing outside a
+temporary folder; the policy (when to run it, what to remember) is selfcheck.py's.
+
+Imports: build (lazily), compilers, errors, key, target.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..target import compilers
+from ..errors import BuildInterrupted
+from ..key import extra_env_flags
+from ..target import System
+
+PROBE_VERSION = 1  # bump when the probe's source or command line changes
+NAMESPACE = "jitops_selfcheck"
+_PROBE_CPP = """\
+// jitops toolchain self-check: a kernel that throws a c10::Error (TORCH_CHECK).
+#include <torch/library.h>
+static void jitops_probe(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const int64_t x = stack->back().toInt();
+  TORCH_CHECK(x < 0, "jitops self-check: expected error for ", x);
+  stack->back() = c10::IValue(x);
+}
+TORCH_LIBRARY(NAMESPACE, m) {
+  m.def("probe(int x) -> int", torch::CppFunction::makeFromBoxedFunction<&jitops_probe>());
+}
+""".replace("NAMESPACE", NAMESPACE)
+_CHILD = f"""\
+import sys, torch
+torch.ops.load_library(sys.argv[1])
+try:
+    torch.ops.{NAMESPACE}.probe(7)
+except RuntimeError as e:
+    ok = "jitops self-check: expected error for 7" in str(e)
+    print("JITOPS_SELFCHECK " + ("ok" if ok else "wrong message: " + str(e).splitlines()[0][:200]), flush=True)
+    sys.exit(0 if ok else 3)
+print("JITOPS_SELFCHECK no error raised", flush=True)
+sys.exit(4)
+"""
+
+
+
+@dataclass(frozen=True)
+class Result:
+    ok: bool
+    detail: str  # what happened, one line
+    seconds: float
+    compiler: str  # the command run, with its identity
+    cached: bool = False
+    built: bool = True  # False: the probe did not even compile and link
+
+
+
+def _cxx_standard(torch_root: Path) -> str:
+    """The -std= that torch's cpp_extension compiles with (c++17 up to torch 2.9ish, c++20 since), read
+    from its source so the probe parses torch's headers as real builds do; importing it costs ~33 ms more."""
+    try:
+        text = (torch_root / "utils" / "cpp_extension.py").read_text()
+    except OSError:
+        return "-std=c++17"
+    m = re.search(r"common_cflags \+= \['-std=(c\+\+\d+)'", text)
+    return f"-std={m.group(1)}" if m else "-std=c++17"
+
+
+def _probe_command(system: System, cxx: str, compiler: dict[str, Any], src: Path, out: Path) -> list[str]:
+    import torch
+
+    root = Path(torch.__file__).parent
+    env_cflags, env_ldflags = extra_env_flags(system)
+    omp = compilers.build_flags(["-fopenmp"], compiler) if compiler.get("openmp") else []
+    return [cxx, "-shared", "-fPIC", _cxx_standard(root), "-O0", f"-D_GLIBCXX_USE_CXX11_ABI={int(system.cxx11_abi)}",
+            "-isystem", str(root / "include"), "-isystem", str(root / "include" / "torch" / "csrc" / "api" / "include"),
+            *omp, *env_cflags, str(src), "-o", str(out), f"-L{root / 'lib'}", "-lc10", "-ltorch_cpu", *omp,
+            *env_ldflags]
+
+
+def run_probe(system: System, cxx: str, compiler: dict[str, Any]) -> Result:
+    """Build the probe with ``cxx`` and check it in a child process. Writes nothing outside a temp dir."""
+    from .runner import run_supervised  # miss path only
+
+    start = time.monotonic()
+    who = f"{cxx} ({compiler.get('version', '?')})"
+    with tempfile.TemporaryDirectory(prefix="jitops-selfcheck-") as tmp:
+        src, lib = Path(tmp) / "probe.cpp", Path(tmp) / "libjitops_selfcheck.so"
+        src.write_text(_PROBE_CPP)
+        env = dict(os.environ, TMPDIR=tmp)
+        cmd = _probe_command(system, cxx, compiler, src, lib)
+        try:
+            rc, out = run_supervised(cmd, cwd=Path(tmp), env=env)
+        except KeyboardInterrupt as e:  # the supervisor already stopped the compiler
+            raise BuildInterrupted("toolchain self-check interrupted; the compiler was stopped and nothing was "
+                                   "cached") from e
+        if rc != 0 or not lib.is_file():
+            first = next((ln for ln in out.splitlines() if "error" in ln), out.strip().splitlines()[-1:] or [""])
+            first = first if isinstance(first, str) else first[0]
+            return Result(False, f"cannot build the probe op (exit {rc}): {first[:300]}  [command: "
+                          f"{shlex.join(cmd)}]", time.monotonic() - start, who, built=False)
+        loaded: int | None
+        try:
+            child = subprocess.run([sys.executable, "-c", _CHILD, str(lib)], capture_output=True, text=True,
+                                   timeout=180, stdin=subprocess.DEVNULL, env=env, cwd=tmp, check=False)
+            loaded, text = child.returncode, (child.stdout + child.stderr)
+        except subprocess.TimeoutExpired:
+            loaded, text = None, "timed out after 180 s"
+        except KeyboardInterrupt as e:  # subprocess.run killed the child
+            raise BuildInterrupted("toolchain self-check interrupted; nothing was cached") from e
+    seconds = time.monotonic() - start
+    if loaded == 0:
+        return Result(True, "a C++ error thrown by the probe op arrived as RuntimeError", seconds, who)
+    if loaded is not None and loaded < 0:
+        try:
+            sig = signal.Signals(-loaded).name
+        except ValueError:
+            sig = f"signal {-loaded}"
+        why = f"the process was killed by {sig} when the probe op threw a C++ error"
+    else:
+        said = [ln for ln in text.splitlines() if ln.strip()]
+        mark = next((ln for ln in said if ln.startswith("JITOPS_SELFCHECK")), said[-1] if said else "")
+        why = f"the probe op did not raise RuntimeError (exit {loaded}): {mark[:300]}"
+    return Result(False, why, seconds, who)

@@ -1,0 +1,230 @@
+"""User kernels written against PyTorch's stable C ABI, built in about a second, loaded as dispatcher ops.
+
+A source that spells ``STABLE_TORCH_LIBRARY`` (or a call with ``abi="stable"``) is compiled with
+``-DTORCH_TARGET_VERSION`` and torch's include root only, no Python or pybind11 headers, in one
+compiler command (compile and link), and linked against nothing of torch but the library that holds
+the stable C shim. It registers in the build's own namespace, as jitops's other user kernels do::
+
+    #include <torch/csrc/stable/library.h>
+    #include <torch/csrc/stable/tensor.h>
+    #include <torch/csrc/stable/ops.h>
+    torch::stable::Tensor scale(torch::stable::Tensor x, double s) { ... }
+    STABLE_TORCH_LIBRARY(JITOPS_NS, m) { m.def("scale(Tensor x, float s) -> Tensor"); }
+    STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m) { m.impl("scale", TORCH_BOX(&scale)); }
+
+The key holds the target version instead of torch's exact version (``key.STABLE_ABI_FLAG``), so
+an entry built under one torch serves every later one; a load checks that the running torch is at
+least the target. Such a library imports only the C shim's symbols (``aoti_torch_*``, ``torch_*``).
+
+The toolchain self-check (selfcheck.py) is not started for these builds: its probe is an op built
+against torch's C++ headers (seconds), checking C++ exceptions thrown through torch's C++ API; a
+stable kernel's errors cross as ``std::runtime_error`` (``STD_TORCH_CHECK``), which
+tests/test_stable_abi.py checks arrives as ``RuntimeError``. A remembered verdict still applies to
+the compiler as a whole.
+
+Imports: checks, errors, key, settings, spec, torchcompat, user_spec; torch lazily. user.py and build.py call it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..spec import checks
+from ..errors import ArgumentError, BuildError, ConfigError, KernelSourceError, TargetError
+from ..key import STABLE_ABI_FLAG, flag_words
+from ..base.settings import Settings
+from ..spec import OpSpec
+from ..base.torchcompat import SUPPORTED, parse
+from ..spec.user_spec import BuildOptions, StrOrSeq, _as_list, _spec
+
+BUILDER = "stable"  # the builder name its plans carry (keyed as env.JITOPS_BUILDER, as any non-default builder)
+ABIS = ("stable",)  # what abi= accepts besides None (detect from the source)
+_STABLE = re.compile(r"\bSTABLE_TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(")
+_NAMESPACE = re.compile(r"\bSTABLE_TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,")
+_IMPL_NAMESPACE = re.compile(r"\bSTABLE_TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,")
+_DEF = re.compile(r"\.def\s*\(")
+_LITERAL_DEF = re.compile(r'\.def\s*\(\s*"\s*(\w+)\s*[(.]')
+_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
+_TARGET = re.compile(r"^-DTORCH_TARGET_VERSION=(0x[0-9a-fA-F]{1,16}|\d+)$")
+# Headers of torch's C++ API (ATen, c10, torch/extension.h...), Python's and pybind11's: not in the stable set.
+_FULL_API = re.compile(r"^(ATen|c10|caffe2|pybind11|jitops)/|^Python\.h$|^torch/(?!csrc/stable/|headeronly/|csrc/inductor/aoti_torch/(c|generated)/)")
+_ERROR_MARK = "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined"
+SHIM_LIBRARY = "torch_cpu"  # holds the stable C shim (aoti_torch_*, torch_*)
+
+
+def is_stable(texts: Sequence[str]) -> bool:
+    """Whether sources register through torch's stable ABI (``STABLE_TORCH_LIBRARY*``)."""
+    return any(_STABLE.search(t) for t in texts)
+
+
+def wanted(func: str, abi: object, texts: Sequence[str] | None) -> bool:
+    """Whether a load takes the stable path: ``abi="stable"``, or ``abi=None`` and the sources say so."""
+    if abi is not None and abi not in ABIS:
+        raise ArgumentError(f"{func}: abi={checks.shown(abi)} is not an ABI jitops builds for. Fix: abi='stable' "
+                            "(torch's stable C ABI: torch/csrc/stable), or leave it out")
+    return abi == "stable" or (abi is None and texts is not None and is_stable(texts))
+
+
+def version_flag(version: tuple[int, int]) -> str:
+    """``(2, 13)`` -> ``-DTORCH_TARGET_VERSION=0x020d000000000000`` (torch/headeronly/version.h's encoding)."""
+    return f"-DTORCH_TARGET_VERSION=0x{(version[0] << 56) | (version[1] << 48):016x}"
+
+
+def target_of(flags: Sequence[str], torch_version: str) -> tuple[str, tuple[int, int]]:
+    """The target flag and (major, minor): the user's ``-DTORCH_TARGET_VERSION``, else the oldest torch jitops
+    supports (never above the running one), so an entry built now serves every later torch. ``flags`` are the
+    words the compiler gets; any other word naming the ABI's macros (``-U``, ``-D`` apart, two values) is refused:
+    the compiler would build for a version the key and the load check do not know."""
+    here = parse(torch_version) or SUPPORTED[0]
+    marks = _abi_macro_words(flags)
+    for f in marks:
+        if not _TARGET.match(f) or f != marks[0]:
+            also = f" after {checks.shown(marks[0])}" if f != marks[0] else ""
+            raise ArgumentError(f"extra_cflags holds {checks.shown(f)}{also}: the stable ABI's target is one -DTORCH_TARGET_VERSION=<number> word, as "
+                                "torch/headeronly/version.h encodes it, and its macros are never undefined. Fix: "
+                                "-DTORCH_TARGET_VERSION=0x020d000000000000 for torch 2.13 (major << 56 | minor << 48)")
+    if marks:
+        value = int(marks[0].split("=", 1)[1], 0)
+        return marks[0], ((value >> 56) & 0xFF, (value >> 48) & 0xFF)
+    version = min(SUPPORTED[0], here)
+    return version_flag(version), version
+
+
+def _abi_macro_words(words: Sequence[str]) -> list[str]:
+    """The compiler words that name the stable ABI's macros (define, undefine, in any spelling)."""
+    return [w for w in words if "TORCH_TARGET_VERSION" in w or "TORCH_STABLE_ONLY" in w]
+
+
+def check_torch(name: str, target: tuple[int, int], torch_version: str) -> None:
+    """TargetError when the running torch is older than the stable ABI version the library targets."""
+    here = parse(torch_version)
+    if here is not None and here < target:
+        raise TargetError(
+            f"library {name!r} targets torch's stable ABI {target[0]}.{target[1]} (TORCH_TARGET_VERSION), but this "
+            f"process runs torch {torch_version}, which lacks what that version added. Fix: upgrade torch to "
+            f">= {target[0]}.{target[1]}, or build for this one with "
+            f"extra_cflags=['{version_flag(here)}']")
+
+
+def check_sources(name: str, files: Sequence[tuple[str, str]]) -> None:
+    """Before compiling: each include is in the stable set, and the library registers in JITOPS_NS."""
+    for label, text in files:
+        for n, line in enumerate(text.splitlines(), 1):
+            m = _INCLUDE.match(line)
+            if m and _FULL_API.search(m.group(1)):
+                raise KernelSourceError(
+                    f"library {name!r} is built against torch's stable ABI, but {label}:{n} includes <{m.group(1)}>, "
+                    "a header of torch's C++ API, which TORCH_TARGET_VERSION refuses. Fix: include only "
+                    "torch/csrc/stable/{library,tensor,ops}.h and torch/headeronly/... (torch::stable::Tensor, "
+                    "torch::stable::empty_like, STD_TORCH_CHECK), or load it without abi='stable' and without "
+                    "STABLE_TORCH_LIBRARY to build against the full C++ API")
+        for m in (*_NAMESPACE.finditer(text), *_IMPL_NAMESPACE.finditer(text)):
+            if m.group(1) != "JITOPS_NS":
+                row = text.count("\n", 0, m.start()) + 1
+                raise KernelSourceError(
+                    f"library {name!r}: {label}:{row} registers in the fixed namespace {m.group(1)!r}; jitops gives "
+                    "each build its own, so an edit loads next to the old one. Fix: write "
+                    f"STABLE_TORCH_LIBRARY(JITOPS_NS, m) (and STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m)); the ops "
+                    "are then lib.my_op and torch.ops.<lib.library.namespace>.my_op")
+    if not any(_NAMESPACE.search(t) for _, t in files):
+        raise KernelSourceError(
+            f"library {name!r} is built against torch's stable ABI but defines no op. Fix: "
+            'STABLE_TORCH_LIBRARY(JITOPS_NS, m) { m.def("my_op(Tensor x) -> Tensor"); } and '
+            'STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m) { m.impl("my_op", TORCH_BOX(&my_op)); }')
+
+
+def _torch_dirs() -> tuple[str, str]:
+    import torch
+
+    root = os.path.dirname(torch.__file__)
+    return os.path.join(root, "include"), os.path.join(root, "lib")
+
+
+def command(job: Any, out: Path) -> list[str]:
+    """One compiler command: compile and link, torch's include root only, the C shim's library only."""
+    include, lib = _torch_dirs()
+    marks = set(_abi_macro_words(job.cflags))
+    if len(marks) != 1:  # CXXFLAGS too: the spec's one target word, nothing else naming the ABI's macros
+        raise ConfigError(f"library {job.library!r}: the compiler flags name the stable ABI's macros as "
+                          f"{sorted(marks)}; only the library's own -DTORCH_TARGET_VERSION may. Fix: remove the "
+                          "others from CXXFLAGS / CFLAGS, and give a target through extra_cflags")
+    dirs = [w for d in job.include_dirs for w in ("-I", str(d))]
+    return [job.cxx, "-shared", "-fPIC", *job.cflags, f"-DJITOPS_NS={job.namespace}", *dirs, "-isystem", include,
+            *map(str, job.sources), "-o", str(out), *job.ldflags, f"-L{lib}", "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"]
+
+
+def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
+    """The builder of stable plans (``build.BUILDERS["stable"]``, a ``build.BuildJob``): one compiler run, no ninja."""
+    if job.device != "cpu":
+        raise TargetError(f"library {job.library!r}: stable-ABI kernels are built for CPU only so far. Fix: device='cpu'")
+    out = job.build_dir / f"{job.library}.so"
+    cmd = command(job, out)
+    rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
+    return rc, " ".join(cmd) + "\n" + log, out
+
+
+def translate(name: str, e: BuildError) -> KernelSourceError | None:
+    """torch's own #error for a C++ API header reached through another header, as the named error."""
+    if _ERROR_MARK not in e.log:
+        return None
+    chain = [ln.strip() for ln in e.log.splitlines() if ln.lstrip().startswith(("In file included from", "from "))]
+    where = chain[-1].removeprefix("In file included from ").removeprefix("from ").rstrip(",:") if chain else "a header"
+    return KernelSourceError(
+        f"library {name!r} is built against torch's stable ABI, but a header of torch's C++ API is included "
+        f"(through {where}), which TORCH_TARGET_VERSION refuses. Fix: include only torch/csrc/stable/... and "
+        f"torch/headeronly/... headers (full log: {e.log_path})")
+
+
+def refuse_cuda(name: str, cuda: str, device: str | None, *, schemas: object = None, cuda_cflags: object = None) -> None:
+    """TargetError for CUDA sources or device='cuda': the stable path builds CPU kernels only so far; ArgumentError
+    for arguments it would otherwise drop without a word (``schemas=``: the sources' m.def holds them)."""
+    for arg, value in (("schemas", schemas), ("extra_cuda_cflags", cuda_cflags)):
+        if value:
+            raise ArgumentError(f"library {name!r} is built against torch's stable ABI, which takes no {arg}= "
+                                "(its schemas are the sources' m.def strings; it builds CPU kernels only). Fix: "
+                                f"drop {arg}=, or load it without abi='stable' and without STABLE_TORCH_LIBRARY")
+    if cuda.strip() or device not in (None, "cpu"):
+        raise TargetError(f"library {name!r}: stable-ABI kernels are built for CPU only so far (CUDA sources and "
+                          "device='cuda' are not). Fix: device='cpu', or build the CUDA part without abi='stable'")
+
+
+def spec(name: str, root: Path, sources: Sequence[str], *, extra_cflags: StrOrSeq | None, extra_ldflags: StrOrSeq | None,
+         extra_include_paths: StrOrSeq | None, origin: str) -> OpSpec:
+    """The checked spec of a stable-ABI library whose sources are ``root/sources`` (read here, checked before any
+    compile); TargetError if the running torch is older than its target."""
+    import torch
+
+    refuse_cuda(name, "", "cuda" if any(s.endswith(".cu") for s in sources) else None)
+    texts = [(str(root / s), (root / s).read_text(errors="replace")) for s in sources]
+    check_sources(name, texts)
+    cflags = _as_list(extra_cflags, "extra_cflags")
+    flag, target = target_of(flag_words(tuple(cflags), "extra_cflags"), torch.__version__)
+    check_torch(name, target, torch.__version__)
+    cflags = [STABLE_ABI_FLAG, flag, *(f for f in cflags if f.strip() != flag)]
+    options = BuildOptions.of(extra_cflags=cflags, extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths)
+    return _spec(name, root, sources, options, exports=exports(texts), origin=origin)
+
+
+def exports(texts: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """The op names the sources define, when every ``.def(`` is a literal schema (then the loader need not list the
+    dispatcher's ~3,000 ops to find them); else () and the loader asks the dispatcher."""
+    found = [m.group(1) for _, t in texts for m in _LITERAL_DEF.finditer(t)]
+    return tuple(dict.fromkeys(found)) if len(found) == sum(len(_DEF.findall(t)) for _, t in texts) else ()
+
+
+def settings_for(settings: Settings) -> Settings:
+    """``settings`` with this module's builder (unless a test seam's builder is set)."""
+    return dataclasses.replace(settings, builder=BUILDER) if settings.builder == "real" else settings
+
+
+def texts_of(sources: StrOrSeq) -> list[str] | None:
+    """The text of each source file (None when one cannot be read: the loader names the problem)."""
+    try:
+        return [Path(p).read_text(errors="replace") for p in _as_list(sources, "sources")]
+    except (OSError, TypeError):
+        return None

@@ -1,0 +1,170 @@
+"""Loading into this process, and the per-process memo: ``get``, ``load_library``, ``reference``.
+
+The warm path (a verified cache entry) reads a manifest, hashes one library
+(or finds it stamped as verified: ``stamps``) and dlopens it: no ninja, no compiler,
+no subprocess, no import of ``torch.utils.cpp_extension``. Settings are read once
+per public call here and passed down.
+
+Imports: cache (an entry's library path), entry, errors, functionalize (lazily), key, ops, plan, registry (lazily:
+``get`` and ``reference`` only, not the drop-in), settings, spec.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from ..store.cache import Cache
+from ..build.entry import ensure_entry
+from ..errors import ConfigError, JitopsError, KernelSourceError, OfflineMiss, ToolchainError
+from ..key import source_stamp
+from ..store.manifest import Manifest
+from .ops import Op, op_from_library, ops_in_namespace, reference_for
+from ..plan import LoadedLibrary, Plan, make_plan, runnable_here
+from ..base.settings import Settings
+from ..spec import OpSpec, validate_name
+
+_state_lock = threading.RLock()
+_libraries: dict[str, LoadedLibrary] = {}  # key -> loaded build
+# (name, device) -> (Op, the spec it came from, its kernel folder's files when loaded or None)
+_ops: dict[tuple[str, str | None], tuple[Op, OpSpec, Any]] = {}
+_torch_libs: dict[str, Any] = {}  # namespace -> torch.library.Library (kept alive)
+_torch_impls: dict[str, Any] = {}  # namespace -> its Functionalize kernels' Library (kept alive)
+_fallback_warned: set[str] = set()
+
+
+def _reset_after_fork() -> None:
+    # A fork taken while another thread held a lock must not deadlock the child.
+    global _state_lock
+    _state_lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _load_into_process(plan: Plan, manifest: Manifest, entry: Any, built: bool) -> LoadedLibrary:
+    import torch
+
+    ns = manifest.namespace
+    if plan.spec.schemas and ns not in _torch_libs:
+        _define_schemas(ns, plan.spec)
+    torch.ops.load_library(str(Cache.library_path(entry, manifest)))
+    if plan.spec.python:
+        importlib.import_module(plan.spec.python).register(ns)
+    ops = plan.spec.exports or tuple(ops_in_namespace(ns))  # a user library's ops: from the dispatcher
+    if ops and ns not in _torch_impls:  # a library without ops (a pybind11 module) needs none
+        from . import functionalize
+
+        impl = _torch_impls[ns] = torch.library.Library(ns, "IMPL")
+        functionalize.register(ns, ops, impl)  # in-place and out= ops inside torch.compile
+    return LoadedLibrary(plan.spec, plan.key, ns, plan.target.name, entry, manifest, built, ops)
+
+
+def load_library(spec: OpSpec, device: str | None = None, archs: str | None = None, *,
+                 offline: bool | None = None, settings: Settings | None = None) -> LoadedLibrary:
+    """Get one library loaded: from memory, from the cache, or by building it."""
+    settings = Settings.from_env() if settings is None else settings
+    offline = settings.offline if offline is None else offline
+    plan = runnable_here(make_plan(spec, device, archs, settings=settings), archs, settings)
+    hit = _libraries.get(plan.key)
+    if hit is not None:
+        return hit
+    entry = ensure_entry(plan, offline=offline, settings=settings)
+    with _state_lock:  # loading takes milliseconds; one thread loads, the others reuse
+        hit = _libraries.get(entry.plan.key)
+        if hit is None:
+            hit = _load_into_process(entry.plan, entry.manifest, entry.path, built=entry.built)
+            _libraries[entry.plan.key] = hit
+            if not entry.built and not offline:
+                entry.plan.cache.record_use(entry.path)  # once per process: last use, for LRU pruning
+        return hit
+
+
+def _define_schemas(ns: str, spec: OpSpec) -> None:
+    """Define ``spec``'s schemas in namespace ``ns``, once per process.
+
+    A namespace can be opened for definitions only once, so a schema torch
+    refuses (issue 20: found by the property test) is remembered and raised
+    again as the same KernelSourceError, rather than as torch's "Only a single
+    TORCH_LIBRARY" on the next call.
+    """
+    import torch
+
+    if ns in _bad_schemas:
+        raise KernelSourceError(_bad_schemas[ns])
+    lib = torch.library.Library(ns, "DEF")
+    for schema in spec.schemas:
+        try:
+            lib.define(schema)
+        except (RuntimeError, ValueError) as e:
+            first = (str(e).strip().splitlines() or ["invalid"])[0][:300]
+            _failed_libs.append(lib)  # torch keeps the namespace registered: keep its Library alive too
+            _bad_schemas[ns] = (f"library {spec.name!r}: torch refuses the schema {schema[:200]!r} ({first}). Fix: "
+                                "write it as 'name(Tensor x, int dim) -> Tensor', each op defined once")
+            raise KernelSourceError(_bad_schemas[ns]) from None
+    _torch_libs[ns] = lib
+
+
+_bad_schemas: dict[str, str] = {}  # namespace -> why its schemas could not be defined
+_failed_libs: list[Any] = []  # their torch.library.Library objects, kept alive as torch expects
+
+
+def reference(name: str) -> Callable[..., Any]:
+    """The pure-PyTorch reference implementation of a builtin op (builds nothing)."""
+    from .. import registry as _registry
+
+    spec = _registry.lookup(name)
+    ref = reference_for(spec, name)
+    if ref is None:
+        raise KeyError(f"op {name!r} has no pure-PyTorch reference")
+    return ref
+
+
+def get(name: str, *, device: str | None = None, fallback: bool | None = None) -> Op:
+    """The op ``name``, built for ``device`` (default: the current device) on first use."""
+    from .. import registry as _registry
+
+    key = (name, device)
+    memo = _ops.get(key)  # lock-free fast path: dict reads are atomic
+    if memo is not None:
+        op, spec, stamp = memo
+        # Still the registered spec (register/undo change it), and its kernel folder unedited.
+        if _registry.find(name) is spec and (stamp is None or stamp == source_stamp(spec)):
+            return op
+    validate_name(name)  # before the registry import or any other file access
+    settings = Settings.from_env()
+    spec = _registry.lookup(name)
+    # A kernel folder is being edited in place: note its files now, so an edit made
+    # during the build is seen by the next get().
+    stamp = source_stamp(spec) if spec.editable else None
+    try:
+        lib = load_library(spec, device, settings=settings)
+    except (ToolchainError, OfflineMiss, ConfigError) as e:  # ConfigError: e.g. unsplittable CXXFLAGS (issue 20)
+        if not (settings.fallback if fallback is None else fallback):
+            raise
+        return _fallback_op(spec, name, e)
+    op = op_from_library(lib, name)
+    with _state_lock:
+        current = _ops.get(key)
+        if current is not None and current[0].library is not None and current[0].library.key == lib.key:
+            return current[0]
+        _ops[key] = (op, spec, stamp)
+        return op
+
+
+def _fallback_op(spec: OpSpec, name: str, cause: JitopsError) -> Op:
+    ref = reference_for(spec, name)
+    if ref is None:
+        raise cause
+    if name not in _fallback_warned:
+        _fallback_warned.add(name)
+        warnings.warn(
+            f"jitops: using the pure-PyTorch reference for op {name!r} because it cannot be built here: {cause}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return Op(name, None, ref, None, ref)

@@ -1,0 +1,188 @@
+"""Op specs (immutable data) and the registry that maps public names to them.
+
+A spec describes one kernel library: where its sources are, which schemas it
+defines, its flags and the Python module that holds its fake kernels,
+autograd formulas and pure-PyTorch references. One library may export several
+public op names (``add`` and ``add_``; ``softmax`` and ``log_softmax``).
+
+Nothing here imports torch.
+
+Imports: errors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ArgumentError, InvalidNameError, UnknownOpError
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}", re.ASCII)
+
+SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
+HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inl")
+
+
+def validate_name(name: object, what: str = "op name") -> str:
+    """Return ``name`` if it may be used as an op or library name, else raise.
+
+    Runs before any file access: a name that passes contains only ASCII
+    lowercase letters, digits and underscores, so it can never form a path
+    separator, a parent reference, a shell metacharacter or a homoglyph.
+    """
+    if isinstance(name, str) and _NAME_RE.fullmatch(name):
+        return name
+    shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
+    # A name that differs from a valid one only in case, padding or '-' gets that name as the fix.
+    near = name.strip().lower().replace("-", "_") if isinstance(name, str) else ""
+    hint = f". Did you mean {near!r}?" if near and near != name and _NAME_RE.fullmatch(near) else ""
+    raise InvalidNameError(
+        f"invalid {what} {shown}: names must match {NAME_PATTERN} "
+        f"(ASCII lowercase letters, digits and '_', starting with a letter, at most 64 characters){hint}"
+    )
+
+
+def _op_name_of(schema: str) -> str:
+    """``"add.out(Tensor self, ...) -> ..."`` -> ``"add"``."""
+    head = schema.split("(", 1)[0].strip()
+    return head.split(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One kernel library, described as data.
+
+    ``root`` is the folder holding the sources; ``cpu_sources`` and
+    ``cuda_sources`` are paths relative to it. A CUDA build compiles both
+    lists, so CPU tensors keep working on a GPU machine. ``schemas`` are
+    defined by jitops before the library loads; a library that defines its
+    own schemas in C++ (``JITOPS_LIBRARY``) leaves it empty and lists its
+    ``exports`` (a registered spec needs at least one; ``jitops.load`` finds
+    a user library's ops after loading it instead). ``python`` names a module with ``register(ns)`` (fake
+    kernels, autograd) and a ``REFERENCES`` mapping of pure-PyTorch
+    implementations. ``editable`` marks sources edited in place (a kernel
+    folder): ``jitops.get`` re-checks their stamps and rebuilds after an edit.
+    """
+
+    name: str
+    root: Path
+    cpu_sources: tuple[str, ...]
+    cuda_sources: tuple[str, ...] = ()
+    schemas: tuple[str, ...] = ()
+    exports: tuple[str, ...] = ()
+    cflags: tuple[str, ...] = ()
+    cuda_cflags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+    include_dirs: tuple[Path, ...] = ()
+    python: str | None = None
+    description: str = ""
+    origin: str = "builtin"
+    editable: bool = False
+
+    def __post_init__(self) -> None:
+        validate_name(self.name, "library name")
+        if not isinstance(self.root, (str, os.PathLike)) or not isinstance(self.include_dirs, (list, tuple)) \
+                or not all(isinstance(p, (str, os.PathLike)) for p in self.include_dirs):
+            raise ArgumentError(f"OpSpec {self.name!r}: root must be a path and include_dirs a list of paths, got "
+                                f"{self.root!r} and {self.include_dirs!r}"[:300])
+        if not (self.python is None or isinstance(self.python, str)) or not isinstance(self.description, str) \
+                or not isinstance(self.origin, str) or not isinstance(self.editable, bool):
+            raise ArgumentError(f"OpSpec {self.name!r}: python must be a module name or None, description and "
+                                "origin strings, editable a bool")
+        object.__setattr__(self, "root", Path(self.root))
+        for attr in ("cpu_sources", "cuda_sources", "schemas", "exports", "cflags", "cuda_cflags", "ldflags"):
+            value = getattr(self, attr)
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise ArgumentError(f"OpSpec.{attr} must be a list or tuple of strings, got {value!r}"[:300])
+            object.__setattr__(self, attr, tuple(value))
+        object.__setattr__(self, "include_dirs", tuple(Path(p) for p in self.include_dirs))
+        if not self.exports:
+            names = tuple(dict.fromkeys(_op_name_of(s) for s in self.schemas if not _op_name_of(s).endswith("_backward")))
+            object.__setattr__(self, "exports", names)
+        for export in self.exports:
+            validate_name(export, "op name")
+        for rel in self.cpu_sources + self.cuda_sources:
+            p = Path(rel)
+            if p.is_absolute() or ".." in p.parts:
+                raise InvalidNameError(f"spec {self.name!r}: source {rel!r} must be a relative path inside {self.root}")
+
+    def sources_for(self, device: str) -> tuple[str, ...]:
+        return self.cpu_sources + (self.cuda_sources if device == "cuda" else ())
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return ("cpu", "cuda") if self.cuda_sources else ("cpu",)
+
+
+class Registry:
+    """Public op name -> (spec, op name inside the library). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._specs: dict[str, OpSpec] = {}
+        self._index: dict[str, OpSpec] = {}
+
+    def add(self, spec: OpSpec, *, replace: bool = False) -> None:
+        if not spec.exports:
+            raise InvalidNameError(f"spec {spec.name!r} exports no op: give schemas or exports")
+        with self._lock:
+            clashes = [e for e in spec.exports if e in self._index and self._index[e].name != spec.name]
+            if clashes and not replace:
+                owner = self._index[clashes[0]].name
+                raise InvalidNameError(f"op {clashes[0]!r} is already provided by library {owner!r}. Fix: pick "
+                                       "another op name, or pass replace=True to take it over")
+            old = self._specs.get(spec.name)
+            if old is not None:
+                if not replace and old != spec:
+                    raise InvalidNameError(f"a different library named {spec.name!r} is already registered. Fix: "
+                                           "pick another library name, or pass replace=True")
+                for e in old.exports:
+                    self._index.pop(e, None)
+            self._specs[spec.name] = spec
+            for e in spec.exports:
+                self._index[e] = spec
+
+    def remove(self, name: str) -> OpSpec | None:
+        """Take library ``name`` and its exports out; the spec removed, or None."""
+        with self._lock:
+            old = self._specs.pop(name, None)
+            for e in old.exports if old is not None else ():
+                if self._index.get(e) is old:
+                    del self._index[e]
+            return old
+
+    def get_library(self, name: str) -> OpSpec | None:
+        return self._specs.get(name)
+
+    def extend(self, specs: Iterable[OpSpec]) -> None:
+        for s in specs:
+            self.add(s)
+
+    def find(self, name: str) -> OpSpec | None:
+        return self._index.get(name)
+
+    def lookup(self, name: object) -> OpSpec:
+        op = validate_name(name)
+        spec = self._index.get(op)
+        if spec is None:
+            close = difflib.get_close_matches(op, list(self._index), n=3, cutoff=0.6)
+            raise UnknownOpError(op, close, known=len(self._index))
+        return spec
+
+    def library(self, name: str) -> OpSpec:
+        spec = self._specs.get(validate_name(name, "library name"))
+        if spec is None:
+            raise UnknownOpError(name, difflib.get_close_matches(name, list(self._specs), n=3), known=len(self._specs))
+        return spec
+
+    def names(self) -> list[str]:
+        return sorted(self._index)
+
+    def specs(self) -> list[OpSpec]:
+        return [self._specs[k] for k in sorted(self._specs)]

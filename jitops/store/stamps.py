@@ -1,0 +1,134 @@
+"""Verified stamps: a library whose full check passed, remembered so later processes need not hash it again.
+
+``Cache.verify`` checks an entry's manifest, key, size and the library's sha256. Hashing a
+multi-megabyte library costs tens of milliseconds in every process's first load, so after a full
+check passes the cache records a stamp, and a later check skips the sha256 when the stamp proves the
+library file is the very one that was hashed:
+
+* where: the user's own state dir (``Settings.state_root()``), ``<state>/verified/<digest of the
+  entry path>.json``, never the cache (a cache can be shared; a stamp inside it would let anyone who
+  can write the cache vouch for a library they swapped). Folders and file are read like the
+  self-check's verdicts: this user's, not links, not group- or world-writable, opened ``O_NOFOLLOW``,
+  checked on the descriptor, JSON checked field by field. Anything else is no stamp, never an error;
+* what it binds: the entry's path, the sha256 of the manifest's bytes and the library's sha256 it
+  names, and the library's whole stat identity (device, inode, size, mtime and ctime in ns). Any
+  write to the file changes its ctime, which no call can set back (only the clock can); a
+  replacement is another inode with its own ctime. Any difference: the full check runs again;
+* when it is written: never offline (``JITOPS_OFFLINE``) nor from a read-only cache (both promise zero
+  writes; the caller checks the latter); otherwise only after a full check whose library did not change while it was hashed
+  (the same identity before and after) and whose ctime is :data:`SETTLED` seconds old, so that a
+  write within the same timestamp tick as the stamp cannot go unseen (git's "racily clean" rule).
+  A fresh build is therefore hashed once more by the next process, which stamps it.
+
+Imports: fsutil.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..base import fsutil
+
+log = logging.getLogger("jitops")
+
+SETTLED = 2.0  # seconds: a library changed more recently than this is not stamped (timestamp granularity)
+MAX_BYTES = 4096
+KEEP = 512  # stamps kept before a write sweeps those whose entry is gone
+Identity = tuple[int, int, int, int, int]
+
+
+def identity(st: os.stat_result) -> Identity:
+    """What a stamp binds of a file's stat: it is the same file, unwritten since."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def manifest_digest(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+class Stamps:
+    """The stamps under one user's state dir (resolved on first use: ``state_root`` is a callable)."""
+
+    def __init__(self, state_root: Callable[[], Path], *, write: bool = True) -> None:
+        self._state_root = state_root
+        self.write = write  # False (JITOPS_OFFLINE): stamps are read, never written
+        self._folder: Path | None = None
+
+    @property
+    def folder(self) -> Path:
+        if self._folder is None:
+            self._folder = Path(self._state_root()) / "verified"
+        return self._folder
+
+    def _problem(self) -> str | None:
+        """Why stamps here must be neither read nor written (absent folders are fine)."""
+        for d in (self.folder.parent, self.folder):
+            if os.path.lexists(d):
+                reason = fsutil.insecure_reason(d, want_dir=True)
+                if reason is not None:
+                    return reason
+        return None
+
+    def _path(self, entry: Path) -> Path:
+        return self.folder / f"{hashlib.sha256(os.fsencode(entry)).hexdigest()[:32]}.json"
+
+    def vouches(self, entry: Path, manifest: bytes, sha256: str, st: os.stat_result) -> bool:
+        """True when a stamp proves the library with stat ``st`` is the one verified for this entry and the
+        manifest whose bytes are ``manifest``."""
+        try:
+            path = self._path(entry)
+            if self._problem() is not None:
+                return False
+            data = fsutil.read_private_record(path, MAX_BYTES)
+        except (OSError, ValueError):
+            return False
+        if data is None or not _well_formed(data):
+            return False
+        return (data["entry"] == os.fsdecode(entry) and data["manifest"] == manifest_digest(manifest) and data["sha256"] == sha256
+                and tuple(data["stat"]) == identity(st))
+
+    def record(self, entry: Path, manifest: bytes, sha256: str, before: os.stat_result, lib: Path) -> None:
+        """Stamp ``entry`` after a full check hashed ``lib`` (stat ``before`` taken before the hash): best effort,
+        and only when the file stayed the same while it was hashed and is settled."""
+        if not self.write:
+            return
+        try:
+            after = os.lstat(lib)
+            if identity(after) != identity(before) or not stat.S_ISREG(after.st_mode):
+                return
+            if after.st_ctime_ns > time.time_ns() - int(SETTLED * 1e9):
+                return  # changed moments ago: a write in the same timestamp tick would keep this ctime
+            fsutil.makedirs(self.folder)
+            reason = self._problem()
+            if reason is not None:
+                raise OSError(reason)
+            body = {"v": 1, "entry": os.fsdecode(entry), "manifest": manifest_digest(manifest), "sha256": sha256, "stat": list(identity(after))}
+            fsutil.atomic_write(self._path(entry), json.dumps(body).encode(), durable=False)
+            self._sweep()
+        except (OSError, ValueError) as e:
+            log.debug("could not stamp the verified entry %s in %s: %s", entry, self.folder, e)
+
+    def _sweep(self) -> None:
+        """Past :data:`KEEP` stamps, remove those whose entry is gone (entries pruned or rebuilt elsewhere)."""
+        names = [p for p in fsutil.children(self.folder) if p.suffix == ".json"]
+        if len(names) <= KEEP:
+            return
+        for p in names:
+            data = fsutil.read_private_record(p, MAX_BYTES)
+            if data is None or not _well_formed(data) or not os.path.lexists(data["entry"]):
+                fsutil.remove_path(p)
+
+
+def _well_formed(data: dict[str, object]) -> bool:
+    hexes = ("manifest", "sha256")
+    st = data.get("stat")
+    return (data.get("v") == 1 and isinstance(data.get("entry"), str)
+            and all(isinstance(data.get(k), str) and len(data[k]) == 64 for k in hexes)  # type: ignore[arg-type]
+            and isinstance(st, list) and len(st) == 5 and all(fsutil.is_number(v, int) for v in st))
