@@ -108,9 +108,9 @@ PERTURBATIONS = {
     "nvcc version": dict(tgt=target.Target("cuda", "AVX512", ("9.0",)), nvcc=dataclasses.replace(NVCC, version="release 13.1")),
 }
 CUDA_TARGET = target.Target("cuda", "AVX512", ("9.0",))
-for _var in jkey.BUILD_ENV_VARS:
+for _var in target.BUILD_ENV_VARS:
     # A CUDA-only variable is in CUDA keys only (test_env_var_reaches_exactly_the_keys_it_affects): perturb one.
-    _where = dict(tgt=CUDA_TARGET, nvcc=NVCC) if _var in jkey.CUDA_ENV_VARS else {}
+    _where = dict(tgt=CUDA_TARGET, nvcc=NVCC) if _var in target.CUDA_ENV_VARS else {}
     PERTURBATIONS[f"env {_var}"] = dict(system=dataclasses.replace(BASE_SYSTEM, build_env=((_var, "x"),)), **_where)
 
 
@@ -138,12 +138,12 @@ ENV_REACH = {
 def test_env_var_reaches_exactly_the_keys_it_affects() -> None:
     targets = {"cpu": (target.Target("cpu", "AVX512"), None), "cuda": (CUDA_TARGET, NVCC)}
     reach = {}
-    for var in jkey.BUILD_ENV_VARS:
+    for var in target.BUILD_ENV_VARS:
         system = dataclasses.replace(BASE_SYSTEM, build_env=((var, "x"),))
         reach[var] = [d for d, (tgt, nvcc) in targets.items()
                       if key_of(system=system, tgt=tgt, nvcc=nvcc) != key_of(tgt=tgt, nvcc=nvcc)]
     # JITOPS_BUILDER reaches the key through Settings.builder (the plan's builder), not the probed environment.
-    assert "JITOPS_BUILDER" not in jkey.BUILD_ENV_VARS
+    assert "JITOPS_BUILDER" not in target.BUILD_ENV_VARS
     reach["JITOPS_BUILDER"] = [d for d, (tgt, nvcc) in targets.items()
                                if key_of(tgt=tgt, nvcc=nvcc, builder="fake") != key_of(tgt=tgt, nvcc=nvcc)]
     assert reach == ENV_REACH

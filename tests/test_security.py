@@ -183,9 +183,9 @@ def _key_with(environ: dict[str, str], device: str = "cpu") -> str:
     return compute_key(ingr)
 
 
-@pytest.mark.parametrize("var", jkey.BUILD_ENV_VARS)
+@pytest.mark.parametrize("var", target.BUILD_ENV_VARS)
 def test_every_build_env_var_changes_the_key(var: str) -> None:
-    device = "cuda" if var in jkey.CUDA_ENV_VARS else "cpu"  # CUDA-only variables reach CUDA keys only
+    device = "cuda" if var in target.CUDA_ENV_VARS else "cpu"  # CUDA-only variables reach CUDA keys only
     assert _key_with({var: "1"}, device) != _key_with({}, device)
 
 
@@ -214,7 +214,7 @@ def test_env_vars_cpp_extension_reads_are_keyed_scrubbed_or_harmless() -> None:
     read = set(re.findall(r"os\.(?:environ\.get|getenv)\(\s*['\"]([A-Z_]+)", src))
     read |= set(re.findall(r"os\.environ\[['\"]([A-Z_]+)", src))
     read |= set(re.findall(r"['\"]([A-Z_]+)['\"] in os\.environ", src))
-    covered = set(jkey.BUILD_ENV_VARS) | set(jkey.SCRUBBED_ENV_VARS) | set(_HARMLESS)
+    covered = set(target.BUILD_ENV_VARS) | set(jkey.SCRUBBED_ENV_VARS) | set(_HARMLESS)
     assert read, "the scan found nothing; the pattern is stale"
     assert sorted(read - covered) == []
 

@@ -29,7 +29,8 @@ from ..build.runner import default_jobs
 from ..store.cache import Cache
 from ..build.entry import Compatible, entry_status
 from ..errors import ConfigError, JitopsError, TargetError, ToolchainError
-from ..key import BUILD_ENV_VARS, extra_env_flags, without_tools
+from ..key import extra_env_flags, without_tools
+from ..target import BUILD_ENV_VARS
 from ..store.manifest import Hit
 from ..base.settings import Settings
 from ..spec import OpSpec

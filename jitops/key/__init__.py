@@ -6,16 +6,15 @@ holds exactly what changes its binary: a variable that only matters to nvcc
 or to cpp_extension's CUDA paths is in CUDA keys only, so setting
 ``TORCH_CUDA_ARCH_LIST`` never rebuilds a CPU op.
 
-Imports: checks (``shown``), errors, fsutil, spec. Target, System and Tool are used by attribute only
-(named for type checking), so this module sits below target and toolchain's
-users and above nothing.
+Imports: base (fsutil), errors, spec (``checks.shown``), target (the variables the probe records, the
+compiler's ingredient; System, Target and Tool for annotations). The key sits above target: what a
+build targets is probed first, then keyed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -26,6 +25,8 @@ from ..base import fsutil
 from ..spec.checks import shown
 from ..errors import ConfigError
 from ..spec import HEADER_SUFFIXES, SOURCE_SUFFIXES, OpSpec
+from ..target import BUILD_ENV_VARS, HOST_ENV_VARS
+from ..target.compilers import compiler_ingredient
 
 if TYPE_CHECKING:
     from ..target import System, Target
@@ -41,17 +42,8 @@ INCLUDE_DIR = Path(__file__).parent.parent / "include"
 
 # ------------------------------------------------------------------ env policy
 
-# Variables that change what the host compiler produces: in every key.
-HOST_ENV_VARS = ("CXX", "CC", "CFLAGS", "CXXFLAGS", "LDFLAGS")
-# Variables that only a CUDA build reads: nvcc itself (NVCC_*), the arch list,
-# and the toolkit/cuDNN paths torch.utils.cpp_extension reads in-process while
-# the ninja file is written (so scrubbing cannot reach them). In CUDA keys only.
-CUDA_ENV_VARS = ("TORCH_CUDA_ARCH_LIST", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",
-                 "CUDA_HOME", "CUDA_PATH", "CUDA_INC_PATH", "CUDNN_HOME", "CUDNN_PATH")
 # Where a non-real builder (Settings.builder, the test seam) appears in the key's "env".
 BUILDER_INGREDIENT = "JITOPS_BUILDER"
-# Everything the probe records (System.build_env); key_env picks per target.
-BUILD_ENV_VARS = HOST_ENV_VARS + CUDA_ENV_VARS
 # Removed from the build's environment instead, so they cannot change a binary behind the key's back.
 SCRUBBED_ENV_VARS = (
     "CPATH",
@@ -271,13 +263,6 @@ def ingredients(
         ingr.update(abi="stable", torch_version=None, torch_git_version=None, cxx11_abi=None, python_abi=None,
                     torch_cuda=cuda_major if target.device == "cuda" else None)
     return ingr
-
-
-def compiler_ingredient(tool: Tool) -> dict[str, Any]:
-    """The compiler's part of the key: canonical binary, identity, driver name (``clang++`` and
-    ``clang`` are one binary, two drivers) and its OpenMP flags (see compilers.py)."""
-    return {"path": tool.path, "version": tool.version, "driver": os.path.basename(tool.run),
-            "openmp": list(tool.openmp)}
 
 
 TOOL_INGREDIENTS = ("compiler", "nvcc")

@@ -5,7 +5,8 @@ frozen :class:`System`. Choosing a target, the flags for it and the CUDA arch
 list are pure functions of that value, so GPU cases are unit-tested on a
 CPU-only machine by building a ``System`` by hand.
 
-Imports: archs, errors, key (the list of variables the probe records), torchcompat (lazily).
+Imports: archs, errors, _version, base (torchcompat, lazily). Holds the build variables the probe records
+(``BUILD_ENV_VARS``: host ones in every key, CUDA ones in CUDA keys only; key.env_vars_for picks).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from dataclasses import dataclass, field
 from .._version import __version__
 from .archs import arch_gencode_flags, default_arch, parse_arch_list
 from ..errors import TargetError
-from ..key import BUILD_ENV_VARS
 
 # Flags for the CPU ISA that torch itself dispatches to here. at::vec picks
 # its 256/512-bit implementations from the CPU_CAPABILITY_* macro.
@@ -38,6 +38,17 @@ BASE_CFLAGS = ("-O3", "-fvisibility=hidden", "-fno-math-errno")
 # Linking with it names libgomp.so.1, which resolves to the copy torch loaded.
 OPENMP_FLAGS = ("-fopenmp",)
 BASE_CUDA_CFLAGS = ("-O3", "-lineinfo")  # no --use_fast_math: nms must decide IoU ties as torchvision does
+
+
+# Variables that change what the host compiler produces: in every key.
+HOST_ENV_VARS = ("CXX", "CC", "CFLAGS", "CXXFLAGS", "LDFLAGS")
+# Variables that only a CUDA build reads: nvcc itself (NVCC_*), the arch list,
+# and the toolkit/cuDNN paths torch.utils.cpp_extension reads in-process while
+# the ninja file is written (so scrubbing cannot reach them). In CUDA keys only.
+CUDA_ENV_VARS = ("TORCH_CUDA_ARCH_LIST", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",
+                 "CUDA_HOME", "CUDA_PATH", "CUDA_INC_PATH", "CUDNN_HOME", "CUDNN_PATH")
+# Everything the probe records (System.build_env); the key picks per target (key.env_vars_for).
+BUILD_ENV_VARS = HOST_ENV_VARS + CUDA_ENV_VARS
 
 
 @dataclass(frozen=True)

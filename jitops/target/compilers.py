@@ -16,7 +16,8 @@ GCC and clang are supported. Two facts differ between them:
 Compilers known to be too old for torch's headers are refused with a
 ToolchainError before any build.
 
-Imports: errors, key, target, toolchain.
+Imports: errors, target, toolchain. ``compiler_ingredient`` (the compiler's part of a key) lives here, with
+the identity it reads; key imports it.
 """
 
 from __future__ import annotations
@@ -30,11 +31,17 @@ from typing import Any
 
 from . import toolchain
 from ..errors import ToolchainError
-from ..key import compiler_ingredient
 from . import OPENMP_FLAGS, System
 
 # torch's headers need C++17 and compile with -std=c++17 or later: older compilers fail deep inside them.
 MINIMUM = {"gcc": (9, 0), "clang": (10, 0)}
+
+
+def compiler_ingredient(tool: toolchain.Tool) -> dict[str, Any]:
+    """The compiler's part of the key: canonical binary, identity, driver name (``clang++`` and
+    ``clang`` are one binary, two drivers) and its OpenMP flags (see ``openmp_flags``)."""
+    return {"path": tool.path, "version": tool.version, "driver": os.path.basename(tool.run),
+            "openmp": list(tool.openmp)}
 
 
 def kind_of(version: str) -> tuple[str, tuple[int, ...]]:
