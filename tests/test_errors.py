@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import jitops
-from jitops.store import admin as cache_admin, archive as cache_archive, obstruct, roots
+from jitops.store import admin as cache_admin, archive as cache_archive, repair, roots
 from jitops.loading import loader
 from jitops.build import entry as entry_mod
 from jitops import plan as planning
@@ -226,10 +226,10 @@ def test_scan_and_repair_cover_the_layout(fake, capsys) -> None:  # type: ignore
     bad_record = cache.toolchains / ("a" * 32 + ".json")
     bad_record.mkdir()
     (entry.parent / "stray").write_text("x")
-    found = {o.path for o in obstruct.scan(cache)}
+    found = {o.path for o in repair.scan(cache)}
     assert {cache.base / "trash", bad_record, entry.parent / "stray"} <= found
     assert main(["cache", "repair"]) == 0
-    assert obstruct.scan(cache) == []
+    assert repair.scan(cache) == []
     assert main(["cache", "verify"]) == 0
     capsys.readouterr()
 

@@ -3,7 +3,7 @@
 Answers without importing torch, except ``fingerprint``.
 
 Imports: cache, cache_admin, cache_archive, diagnose and target (fingerprint only, lazily), errors,
-obstruct (repair, lazily), registry, settings; remote.commands (its sub-commands keygen, push, pull, stats and
+store.repair (lazily), registry, settings; remote.commands (its sub-commands keygen, push, pull, stats and
 ``ls --remote``); remote.archive_trust (export signs, import verifies and notes origins; lazily).
 """
 
@@ -200,9 +200,9 @@ def _import(cache: Cache, args: argparse.Namespace) -> int:
 
 def _repair(cache: Cache, args: argparse.Namespace) -> int:
     """Clear folders, files or links standing where the cache keeps something else (issue 20)."""
-    from ..store import obstruct
+    from ..store import repair
 
-    done = obstruct.repair(cache)
+    done = repair.repair(cache)
     for ob, action in done:
         _out(f"{ob}: {action}")
     left = [ob for ob, action in done if action.startswith("could not")]

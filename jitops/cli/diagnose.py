@@ -166,7 +166,7 @@ def _cache(root: Path, offline: bool, strict: bool) -> Check:
 
 def _obstructions(root: Path) -> Check:
     """Folders, files or links standing where the cache keeps something else (issue 20)."""
-    from ..store.obstruct import REPAIR, scan
+    from ..store.repair import REPAIR, scan
 
     found = scan(Cache(root))
     if not found:

@@ -4,12 +4,12 @@ A folder where a lock file belongs (left by a tool or a mistaken ``mkdir -p``),
 a file or a link where a folder belongs. On the way of a build, :func:`heal`
 clears what holds nothing (a link, an empty folder, an empty file: removing
 it loses no data) and raises :class:`CacheError` naming the path and ``jitops
-cache repair`` for anything else. :func:`scan` lists every obstruction for
-``jitops doctor``; :func:`repair` clears them (the user asked for it).
+cache repair`` for anything else. ``store.repair`` lists and clears every
+obstruction (``jitops doctor``, ``jitops cache repair``) with :func:`kind_found`.
 
 Only paths inside the cache's own ``v1`` tree are ever touched; the root is
-the user's. May import: :mod:`jitops.fsutil`, :mod:`jitops.errors`, the
-standard library (the cache object is passed in, for its paths).
+the user's. May import: ``errors``. Below ``store.cache``,
+which heals its folders through it.
 """
 
 from __future__ import annotations
@@ -19,13 +19,8 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ..base import fsutil
 from ..errors import CacheError
-
-if TYPE_CHECKING:
-    from .cache import Cache
 
 log = logging.getLogger("jitops")
 
@@ -42,7 +37,7 @@ class Obstruction:
         return f"{self.path} is {self.found} where jitops keeps {self.what}"
 
 
-def _found(path: Path, want_dir: bool) -> str | None:
+def kind_found(path: Path, want_dir: bool) -> str | None:
     """What is wrongly at ``path`` (None when it is absent or of the right kind)."""
     try:
         st = os.lstat(path)
@@ -78,7 +73,7 @@ def heal(path: Path, *, want_dir: bool, what: str) -> None:
     A read-only folder is left alone here (a read-only cache may be deliberate;
     the caller's write then fails and says so).
     """
-    found = _found(path, want_dir)
+    found = kind_found(path, want_dir)
     if found is None or found == "a read-only folder":
         return
     if _holds_nothing(path, found):
@@ -92,62 +87,3 @@ def heal(path: Path, *, want_dir: bool, what: str) -> None:
             pass
     raise CacheError(f"{Obstruction(path, found, what)}, and it holds data jitops will not delete on its own. "
                      f"Fix: run `{REPAIR}` (it moves it out of the way), or remove {path} yourself")
-
-
-def scan(cache: Cache) -> list[Obstruction]:
-    """Every obstructed path of the layout under ``cache``'s ``v1`` tree."""
-    out: list[Obstruction] = []
-
-    def check(path: Path, want_dir: bool, what: str) -> bool:
-        found = _found(path, want_dir)
-        if found == "a read-only folder" and not writable:  # a cache made read-only as a whole is deliberate
-            found = None
-        if found is not None:
-            out.append(Obstruction(path, found, what))
-        return found in (None, "a read-only folder") and os.path.isdir(path) == want_dir
-
-    writable = _found(cache.base, True) is None
-    if not check(cache.base, True, "its cache tree"):
-        return out
-    for name, folder in cache.folders.items():
-        check(folder, True, f"the {name} folder")
-    for p in _children(cache.locks):
-        if p.suffix in (".lock", ".holder"):
-            check(p, False, "a build lock file" if p.suffix == ".lock" else "a lock holder record")
-    for p in _children(cache.toolchains):
-        if p.suffix == ".json":
-            check(p, False, "a toolchain record")
-    for lib in _children(cache.entries):
-        if check(lib, True, "an op library's entries"):
-            for tgt in _children(lib):
-                if check(tgt, True, "a target's entries"):
-                    for entry in _children(tgt):
-                        if check(entry, True, "a cache entry"):
-                            check(entry / "manifest.json", False, "an entry's manifest")
-    return out
-
-
-def _children(folder: Path) -> list[Path]:  # by lstat: a link is listed as itself, never entered
-    return [p for p in fsutil.children(folder) if not p.name.startswith(".")]
-
-
-def repair(cache: Cache) -> list[tuple[Obstruction, str]]:
-    """Clear every obstruction :func:`scan` finds; (obstruction, what was done) for each."""
-    done = []
-    for ob in scan(cache):
-        try:
-            done.append((ob, _clear(cache, ob)))
-        except OSError as e:
-            done.append((ob, f"could not clear it ({e.strerror or e})"))
-    return done
-
-
-def _clear(cache: Cache, ob: Obstruction) -> str:
-    if ob.found == "a symbolic link":
-        os.unlink(ob.path)
-        return "removed the link"
-    if ob.found == "a read-only folder":
-        os.chmod(ob.path, fsutil.DIR_MODE)
-        return "made it writable (mode 700)"
-    cache.discard(ob.path)  # through trash/ (or beside it, when trash/ is what is in the way)
-    return "removed it"
