@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jitops.build.runner import BuildJob
+from jitops.build.job import BuildJob
 from jitops.build.build_errors import MAX_ERROR_LINES, error_sites, format_build_error
 
 

@@ -19,7 +19,7 @@ import pytest
 from jitops.build import ninja
 from jitops.target import toolchain
 from jitops.target.archs import arch_gencode_flags
-from jitops.build.runner import BuildJob
+from jitops.build.job import BuildJob
 from jitops.registry import registry
 from jitops.target import choose_target, probe
 from tests.cuda_fakes import fake_toolkit

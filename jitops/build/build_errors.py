@@ -1,7 +1,7 @@
 """The message of a failed build: what failed, the first compiler error(s) with
 ``file:line`` and a few source lines, and where the full log is. One screen.
 
-Imports: nothing of jitops at run time (a BuildJob is read by attribute).
+Imports: nothing of jitops at run time (job.BuildJob for annotations).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .runner import BuildJob
+    from .job import BuildJob
 
 _ERROR_RE = re.compile(r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?:fatal )?error\b[:\s]?(?P<msg>.*)$")
 _NVCC_ERROR_RE = re.compile(r"^(?P<file>[^(\s][^(]*)\((?P<line>\d+)\): error:?\s*(?P<msg>.*)$")

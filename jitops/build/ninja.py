@@ -17,7 +17,7 @@ directory (a CUDA source file is copied there: nvcc resolves symlinks), the
 build runs in a directory with a plain path (publish), and the build log is
 rewritten back to the real paths.
 
-Imports: nothing of jitops at run time (a BuildJob is read by attribute).
+Imports: nothing of jitops at run time (job.BuildJob for annotations).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .runner import BuildJob
+    from .job import BuildJob
 
 _SH_PLAIN = re.compile(r"[^\s\"'`$\\;&|<>()*?\[\]#~!{}]*")  # nothing sh (even inside "...") acts on
 

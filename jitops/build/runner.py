@@ -12,7 +12,7 @@ pair it with specs whose kernels are registered from Python.
 A job that carries a cache (``publish`` gives one to every real build) is built file by file by
 :mod:`jitops.tubuild`: cached objects, precompiled headers, and timings (``BuildResult.timings``).
 
-Imports: build_errors, errors, fsutil, ninja, stable, tubuild (the last four lazily, on a build).
+Imports: errors, job (BuildJob, BuildResult); build_errors, base (fsutil), ninja, stable, tubuild lazily, on a build.
 """
 
 from __future__ import annotations
@@ -26,67 +26,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BuildError, BuildInterrupted, ConfigError, SourcesChanged, ToolchainError
-
-if TYPE_CHECKING:
-    from ..store.cache import Cache
+from .job import BuildJob, BuildResult
 
 log = logging.getLogger("jitops")
 
 SUPERVISOR = Path(__file__).parent.parent / "base" / "_supervise.py"
 NO_SPACE_MARKER = "No space left on device"
-
-
-@dataclass(frozen=True)
-class BuildJob:
-    """Everything one build needs, already decided."""
-
-    library: str
-    target: str
-    device: str
-    namespace: str
-    sources: tuple[Path, ...]
-    include_dirs: tuple[Path, ...]
-    cflags: tuple[str, ...]
-    cuda_cflags: tuple[str, ...]
-    ldflags: tuple[str, ...]
-    cxx: str
-    ninja: str
-    nvcc: str | None
-    build_dir: Path
-    env: dict[str, str] = field(repr=False)
-    jobs: int = 1
-    builder: str = "real"  # settings.builder: "fake" is the test seam
-    fake_seconds: float = 0.0  # settings.fake_build_seconds
-    # Per-file builds (tubuild): the cache holding objects and PCHs (None: one plain ninja build).
-    cache: Cache | None = field(default=None, repr=False)
-    root: Path | None = None  # the library's own folder (``<root>`` in object keys)
-    identity: str = ""  # compiler, torch, target...: the key's ingredients other than sources and flags
-    pch: str = ""  # "gcc" / "clang": precompile header prefixes with that compiler; "" off
-    pch_build: bool = False  # build missing PCHs beside the compiles (user libraries; builtin ops only use them)
-    pch_background: bool = False  # build them after the build, detached (pch_bg; settings.pch_background), not beside
-    pch_max_size: int = 0  # bound PCHs + objects to this after a build (settings.pch_max_size); 0: no bound
-    lean_extension: bool = False  # try the stand-in for <torch/extension.h> first (user libraries; tubuild)
-    lock_timeout: float | None = None
-    # None if every file the key covers still holds the bytes digested for it, else what changed (publish: the
-    # plan's re-digest). Asked after each ninja run, before objects are cached or anything is published.
-    sources_changed: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def library_file(self) -> str:
-        return f"lib{self.library}.so"
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    library: Path
-    log: str
-    seconds: float
-    timings: dict[str, Any] = field(default_factory=dict)  # per file, PCH, link (tubuild.build_tus)
 
 
 def default_jobs(max_jobs: int | None = None) -> int:

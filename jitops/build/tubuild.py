@@ -50,7 +50,7 @@ from ..key import TORCH_STYLE_FLAG
 from .ninja import NAMESPACE_TU, TU, flags, is_registration, registration_cflags, sh_plain, unalias, write_ninja_file
 
 if TYPE_CHECKING:
-    from .runner import BuildJob
+    from .job import BuildJob
 
 log = logging.getLogger("jitops")
 Run = Callable[..., tuple[int, str]]

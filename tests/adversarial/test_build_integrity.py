@@ -292,7 +292,7 @@ def _sh_tokens(command: str) -> list[str]:
 
 def _job(plan: Any, build_dir: Path, cxx: str) -> Any:
     from jitops.target import toolchain
-    from jitops.build.runner import BuildJob
+    from jitops.build.job import BuildJob
     from jitops.key import INCLUDE_DIR
 
     build_dir.mkdir()
