@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base import fsutil
-from ..spec.checks import shown
+from ..spec.checks import LINE_BREAK, NVCC_UNSAFE, shown
 from ..errors import ConfigError
 from ..spec import HEADER_SUFFIXES, SOURCE_SUFFIXES, OpSpec
 from ..target import BUILD_ENV_VARS, HOST_ENV_VARS
@@ -78,12 +77,6 @@ def key_env(build_env: tuple[tuple[str, str], ...], device: str, builder: str = 
     if builder != "real":
         env[BUILDER_INGREDIENT] = builder
     return env
-
-
-# Characters that make sh run or redirect something. nvcc passes its -D values to sh inside double
-# quotes and -Xcompiler values bare (it re-parses what ninja quoted), so no word nvcc gets may hold one.
-NVCC_UNSAFE = re.compile(r"[$`;&|<>\n\r]")
-LINE_BREAK = re.compile(r"[\n\r]")  # no flag needs one, and ninja cannot express one in a variable
 
 
 def split_flags(var: str, value: str) -> tuple[str, ...]:

@@ -5,21 +5,29 @@ a wrong argument or an unparsable variable becomes a :class:`JitopsError` that
 names the argument, what it got and what it expects, instead of a raw
 ``TypeError`` or ``ValueError`` from deep inside the loader. Environment
 values are not parsed here: ``JITOPS_*`` and ``MAX_JOBS`` in
-:mod:`jitops.settings`, flag variables (``CXXFLAGS``...) in :mod:`jitops.key`.
+:mod:`jitops.base.settings`, flag variables (``CXXFLAGS``...) in :mod:`jitops.key`.
 
 Pure: no file access, no torch. May import only :mod:`jitops.errors`,
-:mod:`jitops.spec` (name rules) and the standard library.
+:mod:`jitops.spec` (name rules) and the standard library. Also what a flag word may not hold
+(``NVCC_UNSAFE``, ``LINE_BREAK``), read by spec.user_spec and key.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 
 from ..errors import ArgumentError
 from . import OpSpec, validate_name
 
 _SHOWN = 80
+
+
+# Characters that make sh run or redirect something. nvcc passes its -D values to sh inside double
+# quotes and -Xcompiler values bare (it re-parses what ninja quoted), so no word nvcc gets may hold one.
+NVCC_UNSAFE = re.compile(r"[$`;&|<>\n\r]")
+LINE_BREAK = re.compile(r"[\n\r]")  # no flag needs one, and ninja cannot express one in a variable
 
 
 def shown(value: object) -> str:

@@ -4,7 +4,7 @@
 keywords (``extra_cflags``, ...); each turns them into a :class:`BuildOptions`
 right away, and only that value travels on.
 
-Imports: errors, key (what a flag word may hold), spec.
+Imports: errors, spec (checks: what a flag word may hold).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ArgumentError, KernelSourceError
-from ..key import LINE_BREAK, NVCC_UNSAFE
+from .checks import LINE_BREAK, NVCC_UNSAFE
 from . import OpSpec
 
 _NINJA_UNSAFE = re.compile(r"[|\n\r]")  # no escape for these in a ninja path (ninja.check_expressible)
