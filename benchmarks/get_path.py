@@ -12,7 +12,8 @@ Per run: the modules passed (distinct jitops modules with a call), the call sequ
 transitions (consecutive repeats merged), and the climbs: transitions A -> B where B imports A, directly
 or transitively (annotation-only imports included), in that checkout's import graph, read from its source
 (tests/import_graph.py; nothing of the target is imported in this process). A transition inside an import
-circle is a climb whichever way it goes.
+circle is a climb whichever way it goes. A climb is often just the return from a lower helper (fsutil ->
+cache); the upcalls count only direct calls from a function in A into one in B where B imports A.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def prof(frame, event, arg):
     if event == "call":
         mod = frame.f_globals.get("__name__", "")
         if (mod == "jitops" or mod.startswith("jitops.")) and frame.f_code.co_name != "<module>":
-            calls.append(mod)
+            back = frame.f_back
+            calls.append([mod, back.f_globals.get("__name__", "") if back is not None else ""])
 sys.setprofile(prof)
 try:
     jitops.get(sys.argv[2])
@@ -80,8 +82,9 @@ def climbs(sequence: list[str], reach: Mapping[str, set[str]]) -> collections.Co
     return collections.Counter((a, b) for a, b in zip(sequence, sequence[1:]) if a in reach.get(b, ()))
 
 
-def trace(repo: Path, op: str, env: Mapping[str, str], timeout: float = 600.0) -> list[str]:
-    """The jitops modules of each call, in order, of one ``jitops.get(op)`` in a fresh child."""
+def trace(repo: Path, op: str, env: Mapping[str, str], timeout: float = 600.0) -> list[list[str]]:
+    """[callee module, caller module] of each call into jitops, in order, of one ``jitops.get(op)`` in a fresh
+    child (the calling thread only: background threads such as the self-check's are not traced)."""
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(repo), op], env=dict(env), capture_output=True,
                           text=True, timeout=timeout, cwd=tempfile.gettempdir())
     marker = [line for line in proc.stdout.splitlines() if line.startswith("GET_PATH_JSON ")]
@@ -90,15 +93,25 @@ def trace(repo: Path, op: str, env: Mapping[str, str], timeout: float = 600.0) -
     return json.loads(marker[-1].removeprefix("GET_PATH_JSON "))
 
 
-def report(calls: list[str], reach: Mapping[str, set[str]]) -> dict:
+def upcalls(pairs: Iterable[list[str]], reach: Mapping[str, set[str]]) -> collections.Counter[tuple[str, str]]:
+    """Direct calls from a function of module A into one of module B where B imports A: a stage calling back into
+    a higher one (a climb that is only the return from a helper is not one)."""
+    return collections.Counter((caller, callee) for callee, caller in pairs if caller in reach.get(callee, ()))
+
+
+def report(pairs: list[list[str]], reach: Mapping[str, set[str]]) -> dict:
+    calls = [callee for callee, _ in pairs]
     seq = collapse(calls)
     up = climbs(seq, reach)
+    back = upcalls(pairs, reach)
     return {
         "calls": len(calls),
         "modules": sorted(set(calls)),
         "transitions": seq,
         "climbs": sum(up.values()),
         "climb_counts": [[a, b, n] for (a, b), n in up.most_common()],
+        "upcalls": sum(back.values()),
+        "upcall_counts": [[a, b, n] for (a, b), n in back.most_common()],
     }
 
 
@@ -129,6 +142,9 @@ def table(result: dict, top: int = 0) -> str:
         if top and len(r["climb_counts"]) > top:
             rest = r["climb_counts"][top:]
             lines.append(f"  ....  {len(rest)} more distinct climbs, {sum(n for *_, n in rest)} in all")
+        lines.append(f"  upcalls (a call from A into B where B imports A): {r['upcalls']}")
+        for a, b, n in r["upcall_counts"][:top or None]:
+            lines.append(f"  {n:4d}  {a} => {b}")
     return "\n".join(lines)
 
 

@@ -32,9 +32,15 @@ def test_climbs_count_moves_into_a_module_that_imports_the_current_one() -> None
     # round the circle are.
     assert up == {("low", "mid"): 1, ("low", "top"): 1, ("x", "y"): 1, ("y", "x"): 1}
     assert sum(up.values()) == 4
-    r = get_path.report(["top", "mid", "mid", "top"], reach)
-    assert r["modules"] == ["mid", "top"] and r["transitions"] == ["top", "mid", "top"] and r["climbs"] == 1
-    assert r["climb_counts"] == [["mid", "top", 1]] and r["calls"] == 4
+    # callee, caller: top calls mid twice, mid calls low, low calls top back (an upcall), then top calls x
+    pairs = [["top", "user"], ["mid", "top"], ["mid", "top"], ["low", "mid"], ["top", "low"], ["x", "top"]]
+    r = get_path.report(pairs, reach)
+    assert r["modules"] == ["low", "mid", "top", "x"] and r["transitions"] == ["top", "mid", "low", "top", "x"]
+    assert r["climbs"] == 1 and r["climb_counts"] == [["low", "top", 1]] and r["calls"] == 6
+    assert r["upcalls"] == 1 and r["upcall_counts"] == [["low", "top", 1]]
+    # a return from a helper is a climb but no upcall: top calls low, then mid
+    r = get_path.report([["low", "top"], ["mid", "top"]], reach)
+    assert r["climbs"] == 1 and r["upcalls"] == 0
 
 
 def test_climbs_on_this_checkouts_import_graph() -> None:
@@ -69,6 +75,7 @@ def test_traced_get_cold_then_warm_with_the_fake_builder() -> None:
     for run in (cold, warm):
         assert {"jitops", "jitops.loading.loader", "jitops.registry", "jitops.plan"} <= set(run["modules"])
         assert run["climbs"] == sum(n for *_, n in run["climb_counts"]) and run["climbs"] > 0
+        assert run["upcalls"] == sum(n for *_, n in run["upcall_counts"])
         assert all(a != b for a, b in zip(run["transitions"], run["transitions"][1:]))
     assert "jitops.build.publish" in cold["modules"] and "jitops.build.publish" not in warm["modules"]
     assert warm["calls"] < cold["calls"]
