@@ -96,7 +96,8 @@ def trace(repo: Path, op: str, env: Mapping[str, str], timeout: float = 600.0) -
 def upcalls(pairs: Iterable[list[str]], reach: Mapping[str, set[str]]) -> collections.Counter[tuple[str, str]]:
     """Direct calls from a function of module A into one of module B where B imports A: a stage calling back into
     a higher one (a climb that is only the return from a helper is not one)."""
-    return collections.Counter((caller, callee) for callee, caller in pairs if caller in reach.get(callee, ()))
+    return collections.Counter((caller, callee) for callee, caller in pairs
+                               if caller != callee and caller in reach.get(callee, ()))
 
 
 def report(pairs: list[list[str]], reach: Mapping[str, set[str]]) -> dict:
@@ -112,6 +113,7 @@ def report(pairs: list[list[str]], reach: Mapping[str, set[str]]) -> dict:
         "climb_counts": [[a, b, n] for (a, b), n in up.most_common()],
         "upcalls": sum(back.values()),
         "upcall_counts": [[a, b, n] for (a, b), n in back.most_common()],
+        "trace": pairs,  # [callee module, caller module] of each call
     }
 
 

@@ -41,6 +41,9 @@ def test_climbs_count_moves_into_a_module_that_imports_the_current_one() -> None
     # a return from a helper is a climb but no upcall: top calls low, then mid
     r = get_path.report([["low", "top"], ["mid", "top"]], reach)
     assert r["climbs"] == 1 and r["upcalls"] == 0
+    # a call inside one module of a circle is no upcall; a call across the circle is, either way
+    r = get_path.report([["x", "x"], ["y", "x"], ["x", "y"]], reach)
+    assert r["upcall_counts"] == [["x", "y", 1], ["y", "x", 1]] and r["trace"] == [["x", "x"], ["y", "x"], ["x", "y"]]
 
 
 def test_climbs_on_this_checkouts_import_graph() -> None:
