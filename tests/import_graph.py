@@ -14,10 +14,11 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "jitops"
 
 
-def modules() -> dict[str, Path]:
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """Each module of ``package`` (a ``jitops/`` folder, this checkout's by default) by dotted name."""
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         found[".".join(parts)] = path
@@ -30,8 +31,8 @@ def _base(module: str, is_package: bool, level: int, name: str | None) -> str:
     return ".".join(parts + ([name] if name else []))
 
 
-def graph(annotations: bool = True) -> dict[str, set[str]]:
-    mods = modules()
+def graph(annotations: bool = True, package: Path = PACKAGE) -> dict[str, set[str]]:
+    mods = modules(package)
     result: dict[str, set[str]] = {}
     for mod, path in mods.items():
         tree = ast.parse(path.read_text())
