@@ -146,7 +146,7 @@ def _run(verbose: bool, build: Any, implicit_cuda: str = "") -> tuple[Any, bool]
     """``build()`` and whether it showed output; its output shown live when verbose; ``implicit_cuda``: why
     with_cuda=None meant CUDA."""
     lines: list[str] = []
-    live = importlib.import_module(".build", __package__).LIVE if verbose else None  # a warm load imports no build code
+    live = importlib.import_module("..build.runner", __package__).LIVE if verbose else None  # a warm load imports no build code
     token = live.set(functools.partial(_live, lines)) if live is not None else None
     try:
         return build(), bool(lines)

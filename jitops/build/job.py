@@ -1,0 +1,63 @@
+"""The values a build takes and gives: ``BuildJob`` (everything one build needs, already decided) and
+``BuildResult``. Below every builder (runner, ninja, tubuild, build_errors, stable), which all read them.
+
+Imports: nothing of jitops at run time (the object cache's ``Cache`` for annotations only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..store.cache import Cache
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """Everything one build needs, already decided."""
+
+    library: str
+    target: str
+    device: str
+    namespace: str
+    sources: tuple[Path, ...]
+    include_dirs: tuple[Path, ...]
+    cflags: tuple[str, ...]
+    cuda_cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    cxx: str
+    ninja: str
+    nvcc: str | None
+    build_dir: Path
+    env: dict[str, str] = field(repr=False)
+    jobs: int = 1
+    builder: str = "real"  # settings.builder: "fake" is the test seam
+    fake_seconds: float = 0.0  # settings.fake_build_seconds
+    # Per-file builds (tubuild): the cache holding objects and PCHs (None: one plain ninja build).
+    cache: Cache | None = field(default=None, repr=False)
+    root: Path | None = None  # the library's own folder (``<root>`` in object keys)
+    identity: str = ""  # compiler, torch, target...: the key's ingredients other than sources and flags
+    pch: str = ""  # "gcc" / "clang": precompile header prefixes with that compiler; "" off
+    pch_build: bool = False  # build missing PCHs beside the compiles (user libraries; builtin ops only use them)
+    pch_background: bool = False  # build them after the build, detached (pch_bg; settings.pch_background), not beside
+    pch_max_size: int = 0  # bound PCHs + objects to this after a build (settings.pch_max_size); 0: no bound
+    lean_extension: bool = False  # try the stand-in for <torch/extension.h> first (user libraries; tubuild)
+    lock_timeout: float | None = None
+    # None if every file the key covers still holds the bytes digested for it, else what changed (publish: the
+    # plan's re-digest). Asked after each ninja run, before objects are cached or anything is published.
+    sources_changed: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def library_file(self) -> str:
+        return f"lib{self.library}.so"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    library: Path
+    log: str
+    seconds: float
+    timings: dict[str, Any] = field(default_factory=dict)  # per file, PCH, link (tubuild.build_tus)
