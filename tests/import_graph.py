@@ -32,7 +32,17 @@ def _base(module: str, is_package: bool, level: int, name: str | None) -> str:
 
 
 def graph(annotations: bool = True, package: Path = PACKAGE) -> dict[str, set[str]]:
+    return _read(annotations, package)[0]
+
+
+def unresolved(package: Path = PACKAGE) -> list[str]:
+    """Imports of jitops modules that do not exist (a stale path after a move: a string import too)."""
+    return _read(True, package)[1]
+
+
+def _read(annotations: bool, package: Path) -> tuple[dict[str, set[str]], list[str]]:
     mods = modules(package)
+    missing: list[str] = []
     result: dict[str, set[str]] = {}
     for mod, path in mods.items():
         tree = ast.parse(path.read_text())
@@ -52,8 +62,17 @@ def graph(annotations: bool = True, package: Path = PACKAGE) -> dict[str, set[st
                 deps.update(f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names)
             elif isinstance(node, ast.Import):
                 deps.update(a.name for a in node.names if a.name.split(".")[0] == "jitops")
+            elif (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module") and node.args
+                  and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                name = node.args[0].value  # importlib.import_module("..x", __package__): a string import
+                if name.startswith("."):
+                    level = len(name) - len(name.lstrip("."))
+                    deps.add(_base(mod, path.name == "__init__.py", level, name.lstrip(".") or None))
+                elif name.split(".")[0] == "jitops":
+                    deps.add(name)
+        missing += [f"{mod} -> {d}" for d in sorted(deps) if d.split(".")[0] == "jitops" and d not in mods]
         result[mod] = {d for d in deps if d in mods and d != mod}
-    return result
+    return result, missing
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:

@@ -7,8 +7,11 @@ imports (``if TYPE_CHECKING:``) count, since a reader follows them too.
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
 
-from import_graph import PACKAGE, cycles, graph, modules
+import pytest
+from import_graph import PACKAGE, cycles, graph, modules, unresolved
 
 # Bottom to top. A module may import its own subpackage (no circle) or a stage on a lower line.
 STAGES: tuple[tuple[str, ...], ...] = (
@@ -75,3 +78,16 @@ def test_jitops_holds_subpackages_and_a_handful_of_modules() -> None:
     for pkg in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
         doc = ast.get_docstring(ast.parse((pkg / "__init__.py").read_text()))
         assert doc and len(doc) > 80, f"{pkg.name}/__init__.py must say what the subpackage owns"
+
+
+def test_every_import_names_a_module_that_exists() -> None:
+    """A path left stale by a move (string imports included: importlib.import_module("..build.runner", ...))."""
+    assert unresolved() == []
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (PACKAGE.parent / ".git").exists(), reason="needs a git checkout")
+def test_no_file_of_the_package_is_git_ignored() -> None:
+    """A .gitignore rule for a build folder once matched jitops/build/: its modules were never committed."""
+    ignored = subprocess.run(["git", "ls-files", "--others", "--ignored", "--exclude-standard", "--", "jitops"],
+                             cwd=PACKAGE.parent, capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert [f for f in ignored if "__pycache__" not in f] == []
