@@ -4,7 +4,7 @@
 caches it (content-addressed, per device) and returns a callable dispatcher
 op. Importing jitops is inert: no torch import, no subprocess, no file access.
 
-Imports: errors, spec, _version; checks, dropin, loader, registry and user on first use (import stays inert).
+Imports: errors, spec, _version; checks, dropin, loader, registry and user on first use (import stays inert); ops for annotations.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ What each torch parameter does here:
 * ``is_standalone=True`` (an executable) and SYCL sources: a clear ``KernelSourceError``;
   jitops builds shared libraries for torch only.
 
-Imports: build (LIVE, lazily), checks, cpp_ext_style, errors, settings, stable, user, user_spec (plan for annotations only).
+Imports: runner (LIVE, lazily, only when verbose), checks, cpp_ext_style, errors, settings, stable, user, user_spec (plan for annotations only).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Inline sources are written to a content-addressed folder under the cache
 root, so the key covers their bytes and compiler errors point at real files
 with the line numbers of the strings the user wrote.
 
-Imports: checks, errors, fsutil, settings, spec, user_spec; loader, ops, registry, roots and stable lazily.
+Imports: checks, errors, fsutil, settings, spec, user_spec; loader, ops, registry, roots and stable lazily (plan for annotations).
 """
 
 from __future__ import annotations

@@ -1,10 +1,16 @@
-"""The ground floor: what every stage uses, nothing specific to ops.
+"""Subpackage ``jitops.base``, the ground floor (stage 2 of ``STAGES`` in tests/test_layout.py): what every
+stage uses, nothing specific to ops.
 
-Owns: ``settings`` (``Settings.from_env``: every ``JITOPS_*`` variable parsed once), ``fsutil`` (modes,
-atomic writes, walks and removals that never follow a link, ``read_record``), ``progress`` (the live
-build line), ``torchcompat`` (the supported torch range) and ``_supervise`` (the build supervisor,
-run as a script).
+Owns: ``settings`` (every ``JITOPS_*`` variable parsed once; the only reader of them), ``fsutil`` (modes,
+atomic writes, walks and removals that never follow a link, the checked record readers), ``progress`` (the
+live build line, the warm display), ``torchcompat`` (the supported torch range) and ``_supervise`` (the build
+supervisor, run as a script).
 
-May import: ``jitops.errors``. Public names are imported from their modules (this file imports nothing,
-so importing a subpackage costs nothing until a module of it is used).
+Public names: ``settings.Settings`` / ``RemoteSettings`` / ``DistributedSettings`` / ``VARIABLES``;
+``fsutil.atomic_write`` / ``makedirs`` / ``children`` / ``remove_path`` / ``read_record`` /
+``read_private_record``; ``progress.BuildProgress`` / ``WarmDisplay``; ``torchcompat.check_version``.
+They are imported from their modules: this file imports nothing, so importing a subpackage costs nothing
+until a module of it is used (the same holds for every subpackage whose ``__init__`` holds no code).
+
+May import: ``jitops.errors`` and ``jitops._version`` only (``settings`` imports ``errors``; the rest nothing).
 """

@@ -1,4 +1,9 @@
-"""Timing machinery shared by ``jitops bench`` and ``benchmarks/kernels.py``: one place to time, compare and print.
+"""Subpackage ``jitops.bench`` (stage 15): timing for ``jitops bench`` and ``benchmarks/``. Owns: this
+module (``Case``, ``Row``, ``measure``, ``interleaved``, ``table``) and ``bench_ops`` (``request``,
+``cases``, ``softmax_case``, ``nms_case``). May import: ``jitops`` (the public API) and every stage below
+it; today ``bench_ops`` imports ``jitops``, ``jitops.errors`` and this module, this module nothing of jitops.
+
+This module: timing machinery shared by ``jitops bench`` and ``benchmarks/kernels.py``: one place to time, compare and print.
 
 A :class:`Case` is a set of zero-argument callables, its *sides*; the first is
 jitops's, the others are what it is compared with (torch eager, torch.compile,

@@ -3,7 +3,7 @@
 it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``,
 ``explain`` and ``info`` all ask :func:`entry_status`.
 
-Imports: cache, errors, key, manifest, plan, roots, settings, toolchain
+Imports: errors, key, manifest, plan, roots, settings, toolchain; cache for annotations
 (lock, publish and selfcheck lazily, on the miss path only; the ``remote`` package
 too, and only when ``settings.remote`` is set or this process is in a torchrun job).
 """

@@ -17,7 +17,7 @@ directory (a CUDA source file is copied there: nvcc resolves symlinks), the
 build runs in a directory with a plain path (publish), and the build log is
 rewritten back to the real paths.
 
-Imports: nothing of jitops at run time (job.BuildJob for annotations).
+Imports: errors lazily (the BuildError of ``check_expressible``); job.BuildJob for annotations.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ PCH (state ``busy``); later edits find it published (``hit``).
 ``JITOPS_PCH_BACKGROUND=0`` builds it beside the compiles instead, as before.
 Tests and benchmarks that want the PCH now call :func:`wait`.
 
-Imports: fsutil, pch; cache and cache_admin (in the child only).
+Imports: fsutil, pch; cache and admin (in the child only).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The miss path only: the loader imports this module after a cache miss, under
 the key's lock, so the warm path never pays for it.
 
-Imports: build, cache, compilers, errors, fsutil, key, manifest, plan, progress, settings, toolchain, tubuild.
+Imports: cache, compilers, errors, fsutil, key, manifest, plan, settings, toolchain, tubuild; ninja, progress, runner lazily.
 """
 
 from __future__ import annotations

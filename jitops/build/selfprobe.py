@@ -2,7 +2,7 @@
 CHILD process, which reports whether the C++ error arrived as ``RuntimeError``. Writes nothing outside a
 temporary folder; the policy (when to run it, what to remember) is selfcheck.py's.
 
-Imports: build (lazily), compilers, errors, key, target.
+Imports: runner (lazily), compilers, errors, key, target.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ stable kernel's errors cross as ``std::runtime_error`` (``STD_TORCH_CHECK``), wh
 tests/test_stable_abi.py checks arrives as ``RuntimeError``. A remembered verdict still applies to
 the compiler as a whole.
 
-Imports: checks, errors, key, settings, spec, torchcompat, user_spec; torch lazily. user.py and build.py call it.
+Imports: checks, errors, key, settings, spec, torchcompat, user_spec; torch lazily. api.user and build.runner call it.
 """
 
 from __future__ import annotations

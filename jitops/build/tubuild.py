@@ -27,8 +27,8 @@ at once with the real header, and only that compile's output is shown (and the
 library skips the stand-in for the rest of the process); a syntax or type error of
 the user's own is shown at once. Its flags are in the object's key and the PCH's.
 
-Imports: fsutil, headers, key (TORCH_STYLE_FLAG), ninja, objcache, pch, pch_bg (background PCHs); cache_admin
-lazily (the size bound after a build) (the BuildJob and its Cache are read by attribute).
+Imports: fsutil, headers, key (TORCH_STYLE_FLAG), ninja, objcache, pch, pch_bg (background PCHs); admin
+lazily (the size bound after a build); job.BuildJob for annotations (it and its Cache are read by attribute).
 """
 
 from __future__ import annotations

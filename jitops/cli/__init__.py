@@ -1,12 +1,18 @@
-"""The ``jitops`` command (also ``python -m jitops``).
+"""Subpackage ``jitops.cli`` (stage 16; only ``jitops.__main__`` is above it): the command line. Owns:
+this module (``main``, ``build_parser``; ``list``, ``info``, ``warm``, ``doctor``, ``explain``, ``bench``),
+``cache`` (``jitops cache ...``), ``diagnose`` (``doctor``, ``fingerprint``) and ``explain``. Public name:
+``main(argv) -> int``. May import: every stage below it (bench, jitops, distributed, api, loading, build,
+remote, plan, store, key, target, registry, kernels, spec, base, errors, _version).
+
+This module: the ``jitops`` command (also ``python -m jitops``).
 
 ``main(argv) -> int`` is the only place that turns errors into exit codes and
 messages on stderr: 0 success, 1 a failure (a failed build, a failed check, a
 damaged entry), 2 bad usage. ``--help``, ``list`` and the cache commands
 (except ``cache fingerprint``) answer without importing torch.
 
-Imports: cache, cli_cache, errors, settings; diagnose, entry, explain, manifest, plan, progress, target, tubuild, warm and build lazily per command;
-remote.commands for ``warm --push``.
+Imports: store.cache, cli.cache, errors, settings; lazily per command: _version, bench_ops, diagnose, entry, explain, manifest, plan,
+progress, runner, target, tubuild, warm; remote.commands for ``warm --push``.
 """
 
 from __future__ import annotations

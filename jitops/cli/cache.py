@@ -2,9 +2,9 @@
 
 Answers without importing torch, except ``fingerprint``.
 
-Imports: cache, cache_admin, cache_archive, diagnose and target (fingerprint only, lazily), errors,
-store.repair (lazily), registry, settings; remote.commands (its sub-commands keygen, push, pull, stats and
-``ls --remote``); remote.archive_trust (export signs, import verifies and notes origins; lazily).
+Imports: store.cache, errors, settings; lazily: admin, archive, diagnose and target (fingerprint only), repair,
+registry, remote.commands (its sub-commands keygen, push, pull, stats and ``ls --remote``), remote.archive_trust
+(export signs, import verifies and notes origins).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ CI jobs key their cache by (``explain`` lives in :mod:`jitops.explain`).
 Every answer about an op comes from :func:`entry.entry_status`, the same
 question ``get`` asks.
 
-Imports: build, cache, compilers, entry, errors, key, manifest, plan, selfcheck, settings, spec, target,
-toolchain; obstruct lazily;
+Imports: _version, store.cache, compilers, entry, errors, key, manifest, plan, runner, selfcheck, settings, spec, target,
+toolchain; repair lazily;
 remote.commands lazily, only when ``settings.remote`` is set (doctor's remote rows).
 """
 

@@ -1,4 +1,9 @@
-"""The cache key: ingredients, source digests, ``compute_key``, the namespace, and
+"""Subpackage ``jitops.key`` (stage 7), one module: what a key holds. Public names: ``compute_key``,
+``ingredients``, ``namespace_for``, ``env_vars_for``, ``flag_words``, ``source_state`` / ``changed_source``,
+``TORCH_STYLE_FLAG`` / ``STABLE_ABI_FLAG``, ``KEY_CHARS``. May import: ``jitops.target`` and the stages
+below it (registry, kernels, spec, base, errors, _version).
+
+The cache key: ingredients, source digests, ``compute_key``, the namespace, and
 the environment-variable policy (which variables a key holds, which are scrubbed).
 
 Pure functions of values handed in, plus the hashing of source files. A key
@@ -6,9 +11,9 @@ holds exactly what changes its binary: a variable that only matters to nvcc
 or to cpp_extension's CUDA paths is in CUDA keys only, so setting
 ``TORCH_CUDA_ARCH_LIST`` never rebuilds a CPU op.
 
-Imports: base (fsutil), errors, spec (``checks.shown``), target (the variables the probe records, the
-compiler's ingredient; System, Target and Tool for annotations). The key sits above target: what a
-build targets is probed first, then keyed.
+Imports: errors, fsutil, spec, checks (``shown``, ``LINE_BREAK``, ``NVCC_UNSAFE``), target (the variables the
+probe records; System, Target for annotations), compilers (the compiler's ingredient), toolchain (Tool, for
+annotations). The key sits above target: what a build targets is probed first, then keyed.
 """
 
 from __future__ import annotations

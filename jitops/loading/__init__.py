@@ -1,8 +1,10 @@
-"""The load stage: a verified entry into this process.
+"""Subpackage ``jitops.loading`` (stage 12): a verified entry into this process.
 
-Owns: ``loader`` (dlopen, schemas, the per-process memo; ``load_library``, ``get_op``), ``ops`` (the
-callable ``Op``), ``functionalize`` (in-place and ``out=`` ops inside ``torch.compile``).
+Owns: ``loader`` (dlopen, schemas, the per-process memo), ``ops`` (the callable ``Op``), ``functionalize``
+(in-place and ``out=`` ops inside ``torch.compile``).
 
-May import: ``jitops.build`` (``ensure_entry``), ``jitops.plan``, ``jitops.store``, ``jitops.key``,
-``jitops.spec``, ``jitops.base``, ``jitops.errors``.
+Public names (from their modules): ``loader.get`` / ``reference`` / ``load_library``; ``ops.Op`` / ``ScalarOp``.
+
+May import (tests/test_layout.py): ``jitops.build`` (``entry.ensure_entry``) and every stage below it (remote,
+plan, store, key, target, registry, kernels, spec, base, errors, _version).
 """

@@ -5,8 +5,8 @@ The warm path (a verified cache entry) reads a manifest, hashes one library
 no subprocess, no import of ``torch.utils.cpp_extension``. Settings are read once
 per public call here and passed down.
 
-Imports: cache (an entry's library path), entry, errors, functionalize (lazily), key, ops, plan, registry (lazily:
-``get`` and ``reference`` only, not the drop-in), settings, spec.
+Imports: cache (an entry's library path), entry, errors, functionalize (lazily), key, manifest, ops, plan, registry
+(lazily: ``get`` and ``reference`` only, not the drop-in), settings, spec.
 """
 
 from __future__ import annotations

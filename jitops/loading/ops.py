@@ -1,6 +1,6 @@
 """The callable handle that :func:`jitops.get` returns for one dispatcher op.
 
-Imports: nothing of jitops at run time (LoadedLibrary and OpSpec are read by attribute).
+Imports: nothing of jitops at run time (plan.LoadedLibrary and spec.OpSpec, read by attribute, for annotations).
 """
 
 from __future__ import annotations

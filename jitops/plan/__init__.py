@@ -1,4 +1,8 @@
-"""A frozen, typed Plan: what ``get()`` would build for one library and target.
+"""Subpackage ``jitops.plan`` (stage 9), one module: what is decided before any lock. Public names:
+``make_plan``, ``Plan``, ``LoadedLibrary``, ``runnable_here``. May import: ``jitops.store`` and the stages
+below it (key, target, registry, kernels, spec, base, errors, _version).
+
+A frozen, typed Plan: what ``get()`` would build for one library and target.
 
 ``make_plan`` probes once (torch, compiler identity, ISA, arch), decides the
 target and computes the key, before any lock. The plan's fields are typed

@@ -1,4 +1,9 @@
-"""Op names -> specs for this process: the builtins, kernel packages' entry points, and
+"""Subpackage ``jitops.registry`` (stage 5): which ops this process knows. Owns: this module
+(``register`` -> ``Registration``, ``find``, ``lookup``, ``list_ops``, ``registry``) and ``entrypoints``
+(third-party kernel packages, ``load_entry_points``). May import: ``jitops.kernels`` and the stages below it
+(spec, base, errors, _version).
+
+This module: Op names -> specs for this process: the builtins, kernel packages' entry points, and
 what :func:`register` added. ``register`` returns a handle whose ``undo()`` takes it back.
 
 The loader's memo needs no callback from here: it remembers the spec object

@@ -23,7 +23,7 @@ dependency:
 
 - ``c10d_store``, ``digest``, ``job``  the job's own store as a tier (issue 16)
 
-This file imports ``jitops.settings``, the session when the tier is on, and
+This file imports ``jitops.base.settings``, the session when the tier is on, and
 ``.job`` only inside a torchrun job (``DistributedSettings.in_job``).
 """
 

@@ -1,7 +1,7 @@
 """What an archive trusts (issue 28): ``cache export`` signs what this machine built, ``cache import``
 verifies what is signed and notes each entry it installs as imported.
 
-Imports ``jitops.cache``, ``jitops.manifest``, ``jitops.settings`` (via ``.config``), ``.origin``;
+Imports ``jitops.store.cache``, ``jitops.store.manifest``, ``jitops.base.settings`` (via ``.config``), ``.origin``;
 ``.signing`` (``cryptography``) lazily: without it archives go out unsigned, and signed ones are refused.
 Each function returns a hook for ``cache_archive.export`` / ``import_archive``.
 """

@@ -1,4 +1,4 @@
-"""URL -> store. Imports ``.store`` and, for the URL's scheme only, its backend module."""
+"""URL -> store. Imports ``.config``, ``.store`` and, for the URL's scheme only, its backend module."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """What the remote-tier commands do: ``cache keygen/push/pull/stats``, ``cache ls --remote``,
 ``warm --push`` and doctor's remote checks.
 
-Imports ``jitops.cache``, ``jitops.errors``, ``jitops.manifest``,
-``jitops.settings``, ``jitops.registry`` and ``jitops.plan`` (plans, lazily)
+Imports ``jitops.store.cache``, ``jitops.errors``, ``jitops.store.manifest``,
+``jitops.base.settings``, ``jitops.registry`` and ``jitops.plan`` (plans, lazily)
 and this package; argparse only to declare its sub-commands. Each command
 reads ``Settings`` once and passes it down. Returns exit codes;
 prints, like the rest of the CLI.

@@ -7,7 +7,7 @@ type and says where the signing key pair lives: the user's *config* dir
 (``JITOPS_CONFIG_DIR``, else platformdirs' ``user_config_dir("jitops")``),
 never the cache, which may be shared or wiped.
 
-Imports: ``jitops.settings`` only (platformdirs lazily).
+Imports: ``jitops.base.settings`` only (platformdirs lazily).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The job store's trust without a key pair: an entry is accepted when its digests match what its builder published.
 
-Imports only the stdlib and ``jitops.manifest`` (EntryProblem); ``.signing``
+Imports only the stdlib and ``jitops.store.manifest`` (EntryProblem); ``.signing``
 (``cryptography``) is never needed for it. The building rank's "signature"
 is the sha256 of the entry's manifest (which holds the library's own sha256
 and size), next to the sha256 of the whole blob that the c10d backend

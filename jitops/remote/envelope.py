@@ -1,6 +1,6 @@
 """What one remote entry is on the wire: a signed header line, then an exported archive.
 
-Imports only the stdlib and ``jitops.manifest`` (EntryProblem). The archive is
+Imports only the stdlib and ``jitops.store.manifest`` (EntryProblem). The archive is
 exactly what ``jitops cache export`` writes for one entry (no toolchain
 records), so the remote and export/import share one format and one set of
 checks (``cache_archive.import_entry``: only the key's members are read, and its

@@ -1,6 +1,6 @@
 """The job's own store as a tier (issue 16): torchrun's TCPStore, or the default process group's store.
 
-Imports ``jitops.settings``, ``.c10d_store``, ``.digest``, ``.store``, ``.tier``;
+Imports ``jitops.base.settings``, ``.c10d_store``, ``.digest``, ``.store``, ``.tier``;
 ``.signing`` only with ``JITOPS_DISTRIBUTED=signed``; ``torch.distributed`` only
 when a job is found (``DistributedSettings.in_job``, checked by the caller).
 

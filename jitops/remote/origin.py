@@ -1,6 +1,6 @@
 """An entry's provenance: the note written beside it when it was not built here (issues 16, 28).
 
-Imports ``jitops.cache`` (the note's path, ``Cache.origin_path``) and ``jitops.fsutil``.
+Imports ``jitops.store.cache`` (the note's path, ``Cache.origin_path``), ``jitops.store.manifest`` and ``jitops.base.fsutil``.
 Whatever installs an entry that this machine did not build writes the note *before*
 publishing it: ``cache import`` ("imported", the archive and its signer), a remote fetch
 or ``cache pull`` ("pulled", the store), the job's store ("job-store"). Builds publish

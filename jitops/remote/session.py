@@ -1,6 +1,6 @@
 """The process's one remote tier: made on first use (connect, ping, load keys), reset in a forked child.
 
-Imports ``.tier``, ``.backends`` and ``.signing`` (the last two when the tier is made).
+Imports ``.config``, ``.store``, ``.tier``; ``jitops.errors``, ``.backends`` and ``.signing`` when the tier is made.
 """
 
 from __future__ import annotations

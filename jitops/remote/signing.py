@@ -1,6 +1,6 @@
 """Ed25519 keys for the remote tier: key pairs, fingerprints, the trusted set, sign and verify.
 
-Imports ``cryptography``, ``jitops.fsutil``, ``jitops.errors``, ``jitops.manifest``
+Imports ``cryptography``, ``jitops.base.fsutil``, ``jitops.errors``, ``jitops.store.manifest``
 (EntryProblem) and ``.config``. What is signed is the entry's manifest bytes
 (which hold the key, the library's sha256 and size, and every ingredient),
 behind a domain prefix so a signature can never be replayed as anything else.

@@ -1,6 +1,6 @@
 """Counters of the remote tier: kept per process, logged at exit, summed into the cache for ``cache stats``.
 
-Imports only the stdlib and ``jitops.fsutil``. The totals file's path comes
+Imports only the stdlib and ``jitops.base.fsutil``. The totals file's path comes
 from the caller (``Cache.remote_stats``: ``jitops.cache`` builds every cache path).
 """
 

@@ -1,7 +1,7 @@
 """The remote tier's flow, behind the local cache.
 
-Imports ``jitops.cache``, ``jitops.cache_archive`` (export/import of one
-entry), ``jitops.errors``, ``jitops.manifest``, ``jitops.settings`` (via
+Imports ``jitops.store.cache``, ``jitops.store.archive`` (export/import of one
+entry), ``jitops.errors``, ``jitops.store.manifest``, ``jitops.base.settings`` (via
 ``.config``) and this package's lower modules; never the loader, entry or
 plan (the plan arrives as an argument, the wait limit too). Called only after a local miss,
 under the local key lock, so one process per node talks to the store:

@@ -1,4 +1,10 @@
-"""Op specs (immutable data) and the registry that maps public names to them.
+"""Subpackage ``jitops.spec`` (stage 3 of ``STAGES`` in tests/test_layout.py): ops as immutable data.
+Owns: this module (``OpSpec``, ``Registry``, ``validate_name``, ``SOURCE_SUFFIXES`` / ``HEADER_SUFFIXES``),
+``checks`` (checks of public arguments, ``shown``, what a flag word may not hold), ``headers`` (what a
+source's text says about the headers it needs) and ``user_spec`` (user build arguments -> ``BuildOptions``
+-> ``OpSpec``). May import: ``jitops.base``, ``jitops.errors``, ``jitops._version`` (today: errors only).
+
+This module: Op specs (immutable data) and the registry that maps public names to them.
 
 A spec describes one kernel library: where its sources are, which schemas it
 defines, its flags and the Python module that holds its fake kernels,

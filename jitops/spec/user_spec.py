@@ -4,7 +4,7 @@
 keywords (``extra_cflags``, ...); each turns them into a :class:`BuildOptions`
 right away, and only that value travels on.
 
-Imports: errors, spec (checks: what a flag word may hold).
+Imports: errors, spec, checks (what a flag word may hold).
 """
 
 from __future__ import annotations

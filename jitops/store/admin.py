@@ -15,7 +15,7 @@ lstat (``Cache.iter_entries``, ``fsutil.children``): a link where the layout
 keeps a folder is never entered; ``clear`` unlinks one that stands for an
 owned folder (``logs/``, ``objects/``...), never what it points at.
 
-Imports: cache, cache_parts, fsutil, key, manifest, obstruct (filelock lazily).
+Imports: cache, fsutil, key, manifest, obstruct, parts (filelock lazily).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ member) when given a signer; ``import`` takes members through ``archive_reader``
 (limits, signature before library) and checks every entry like a build before
 publishing it, noting its origin first when asked to.
 
-Imports: archive_reader, cache, cache_admin (entries, check), errors, fsutil, key, manifest.
+Imports: _version, admin (entries, check), archive_reader, cache, errors, fsutil, key, manifest.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ symlinks, other owners and group/world-writable paths. Every walk of the tree (`
 
 A passed check is stamped (``stamps``, the user's state dir): later ones skip the sha256 while the library keeps its stat.
 
-Imports: errors (CacheError), fsutil, key (KEY_CHARS, compute_key), manifest (entry data types); obstruct lazily (builds).
+Imports: errors (CacheError), fsutil, key (KEY_CHARS, compute_key), manifest (entry data types); obstruct lazily (builds); stamps for annotations.
 """
 
 from __future__ import annotations

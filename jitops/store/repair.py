@@ -4,7 +4,7 @@
 module walks the whole layout for the user who asked: :func:`scan` lists, :func:`repair` clears
 (through the cache's trash). Only the cache's own ``v1`` tree.
 
-Imports: base (fsutil), store (cache, obstruct).
+Imports: cache, fsutil, obstruct.
 """
 
 from __future__ import annotations

@@ -1,11 +1,17 @@
-"""Probing the system, and the pure decisions made from what was probed.
+"""Subpackage ``jitops.target`` (stage 6): the machine and its tools. Owns: this module (``probe``,
+``System``, ``Target``, ``choose_target``, ``BUILD_ENV_VARS``), ``archs`` (CUDA arch lists, ``-gencode``),
+``toolchain`` (``Tool``, ``find_cxx`` / ``find_nvcc`` / ``find_ninja``) and ``compilers`` (``cxx``,
+``kind_of``, ``openmp_flags``, ``compiler_ingredient``). May import: ``jitops.registry`` and the stages
+below it (kernels, spec, base, errors, _version); today spec.checks, base, errors, _version.
+
+This module: probing the system, and the pure decisions made from what was probed.
 
 ``probe()`` is the only function here that looks at the machine. It returns a
 frozen :class:`System`. Choosing a target, the flags for it and the CUDA arch
 list are pure functions of that value, so GPU cases are unit-tested on a
 CPU-only machine by building a ``System`` by hand.
 
-Imports: archs, errors, _version, base (torchcompat, lazily). Holds the build variables the probe records
+Imports: archs, errors, _version; torchcompat lazily. Holds the build variables the probe records
 (``BUILD_ENV_VARS``: host ones in every key, CUDA ones in CUDA keys only; key.env_vars_for picks).
 """
 

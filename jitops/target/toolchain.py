@@ -5,7 +5,7 @@ key, but the warm path must start no subprocess. So the identity is cached on
 disk under the cache root, keyed by the binary's path, size, mtime and inode:
 a changed compiler binary gets a new fingerprint and is asked again.
 
-Imports: checks (``shown``), errors, fsutil, target.
+Imports: checks (``shown``), errors, target; fsutil lazily.
 """
 
 from __future__ import annotations
