@@ -22,7 +22,7 @@ from jitops.base.settings import VARIABLES, Settings
 from jitops.build import freeze as jfreeze
 from jitops.build import runner as build_mod
 from jitops.cli import main
-from jitops.errors import ArgumentError, ConfigError, FrozenBuildWarning, FrozenError, JitopsError
+from jitops.errors import ArgumentError, ConfigError, FrozenBuildWarning, FrozenError, JitopsError, ToolchainError
 from jitops.spec import OpSpec
 from jitops.store import admin as cache_admin
 from jitops.store.cache import Cache
@@ -131,6 +131,31 @@ def test_another_compiler_is_named_as_the_reason(fake, monkeypatch: pytest.Monke
         jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
     assert f"the toolchain differs: {warmed.path} was built with " in str(info.value)
     assert "this machine has g++ 99.1" in str(info.value) and calls == ["frz_tool"]
+
+
+def test_other_keys_and_a_missing_compiler_are_named_as_the_reason(fake, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """An edited source (the cached entry has another key), then no compiler at all: FrozenError, not ToolchainError."""
+    make, cache, calls = fake
+    spec = make("frz_keys")
+    jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
+    (spec.root / "k.cpp").write_text("// frz_keys, edited after warm-up\n")
+    jitops.freeze()
+    with pytest.raises(FrozenError, match="no entry has this key: the 1 cached for 'frz_keys' differ in sources"
+                                          r".*`jitops explain frz_keys`"):
+        jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
+
+    def no_compiler(*args: Any, **kwargs: Any) -> Any:
+        raise ToolchainError("cannot build op 'frz_keys': no C++ compiler found. Fix: install one")
+
+    monkeypatch.setattr(jplan.compilers, "cxx", no_compiler)
+    with pytest.raises(FrozenError, match=r"and this machine has no compiler to build with \(cannot build op 'frz_keys': "
+                                          r"no C\+\+ compiler found\)\. Nothing was built"):
+        jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
+    jitops.freeze("warn")
+    with warnings.catch_warnings(), pytest.raises(ToolchainError):  # warn mode would build, and cannot: the usual
+        warnings.simplefilter("error", FrozenBuildWarning)  # error, and no warning
+        jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
+    assert calls == ["frz_keys"]
 
 
 def test_load_load_inline_the_drop_in_and_warm_all_refuse(fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]

@@ -133,20 +133,20 @@ def _why_missed(plan: Plan, status: EntryStatus) -> str:
     """Why nothing cached matched ``plan``, for FrozenError (the miss path only: it may verify other entries)."""
     if isinstance(status, Damaged):
         return f"its entry is damaged ({status.reason})"
-    if plan.toolchain_error is not None:  # entry_status looked for an entry from another compiler, and found none
-        return (f"no entry has this key or differs only in the compiler, and this machine has no compiler to build "
-                f"with ({str(plan.toolchain_error).partition(' Fix: ')[0]})")
-    other = find_compatible(plan)
+    other = find_compatible(plan) if plan.toolchain_error is None else None  # entry_status has looked without one
     if other is not None:
         theirs, ours = (" / ".join(str(t.get("version")) for t in (i.get("compiler"), i.get("nvcc")) if isinstance(t, dict))
                         for i in (other.manifest.ingredients, plan.ingredients))
         return f"the toolchain differs: {other.path} was built with {theirs}, this machine has {ours}"
     lib = plan.cache.library_dir(plan.spec.name)
     count = sum(1 for _ in lib.glob("*/*")) if lib.is_dir() else 0
-    if not count:
-        return f"no entry: nothing is cached for {plan.spec.name!r}"
     explain = f" (`jitops explain {plan.spec.exports[0]}` names the differing ingredients)" if plan.spec.exports else ""
-    return f"no entry has this key: the {count} cached for {plan.spec.name!r} differ in sources, torch or flags{explain}"
+    why = (f"no entry has this key: the {count} cached for {plan.spec.name!r} differ in sources, torch or flags{explain}"
+           if count else f"no entry: nothing is cached for {plan.spec.name!r}")
+    if plan.toolchain_error is not None:
+        why += (", none differs only in the compiler, and this machine has no compiler to build with "
+                f"({str(plan.toolchain_error).partition(' Fix: ')[0].rstrip('. ')})")
+    return why
 
 
 def _frozen(plan: Plan, status: EntryStatus, settings: Settings) -> None:

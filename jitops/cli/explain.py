@@ -71,7 +71,7 @@ def explain_plan(plan: planning.Plan) -> Explanation:
         rank = (len(diffs), int(m.target != plan.target.name))
         if best is None or rank < best[:2]:
             best = (*rank, path, diffs)
-    missing = f" (and it cannot: {str(plan.toolchain_error).partition(' Fix: ')[0]})" if plan.toolchain_error else ""
+    missing = f" (and it cannot: {str(plan.toolchain_error).partition(' Fix: ')[0].rstrip('. ')})" if plan.toolchain_error else ""
     if best is None:
         return Explanation(plan, f"would build {plan.what}: nothing is cached for {spec.name!r} yet{missing}", False)
     return Explanation(plan, f"would build {plan.what}: no cached entry has this key; the nearest differs in "
