@@ -4,7 +4,7 @@
 caches it (content-addressed, per device) and returns a callable dispatcher
 op. Importing jitops is inert: no torch import, no subprocess, no file access.
 
-Imports: errors, spec, _version; checks, dropin, loader, registry and user on first use (import stays inert); ops for annotations.
+Imports: errors, spec, _version; checks, dropin, freeze, loader, registry and user on first use (import stays inert); ops for annotations.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .errors import ArgumentError, BuildError, BuildInterrupted, CacheError, ConfigError, InvalidNameError, JitopsError, KernelSourceError, LockTimeout, NoPythonModuleError, OfflineMiss, TargetError, ToolchainError, UnknownOpError
+from .errors import ArgumentError, BuildError, BuildInterrupted, CacheError, ConfigError, FrozenBuildWarning, FrozenError, InvalidNameError, JitopsError, KernelSourceError, LockTimeout, NoPythonModuleError, OfflineMiss, TargetError, ToolchainError, UnknownOpError
 from .spec import OpSpec
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .registry import Registration
     from .api.dropin import load, load_inline
     from .api.user import UserLibrary, register_kernel_dir
+    from .build.freeze import freeze, unfreeze
 
 _USER_API = ("UserLibrary", "load", "load_inline", "register_kernel_dir")
 
@@ -35,6 +36,10 @@ def __getattr__(name: str) -> Any:
         from .api import user
 
         return getattr(user, name)
+    if name in ("freeze", "unfreeze"):  # frozen mode (issue 31): no build after warm-up
+        from .build import freeze
+
+        return getattr(freeze, name)
     raise AttributeError(f"module 'jitops' has no attribute {name!r}")
 
 __all__ = [
@@ -43,6 +48,8 @@ __all__ = [
     "BuildInterrupted",
     "CacheError",
     "ConfigError",
+    "FrozenBuildWarning",
+    "FrozenError",
     "InvalidNameError",
     "JitopsError",
     "KernelSourceError",
@@ -55,6 +62,7 @@ __all__ = [
     "UnknownOpError",
     "UserLibrary",
     "__version__",
+    "freeze",
     "get",
     "list_ops",
     "load",
@@ -62,6 +70,7 @@ __all__ = [
     "reference",
     "register",
     "register_kernel_dir",
+    "unfreeze",
 ]
 
 

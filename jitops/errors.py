@@ -74,6 +74,16 @@ class OfflineMiss(JitopsError, LookupError):
     """JITOPS_OFFLINE=1 and the cache has no usable entry for this op and target."""
 
 
+class FrozenError(JitopsError, RuntimeError):
+    """Frozen mode (``JITOPS_FREEZE=error`` or ``jitops.freeze()``) and a use that would build: names the op library,
+    its key, the cache and why nothing there matched. Nothing was built."""
+
+
+class FrozenBuildWarning(JitopsError, UserWarning):
+    """Warn mode (``JITOPS_FREEZE=warn`` or ``jitops.freeze("warn")``): a build after warm-up, once per op library and
+    process. A JitopsError too, so ``-W error::jitops.FrozenBuildWarning`` raises something ``except JitopsError`` catches."""
+
+
 class ConfigError(JitopsError, ValueError):
     """An environment variable (``JITOPS_*``, build flags, ``MAX_JOBS``) has a value jitops cannot use."""
 

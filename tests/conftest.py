@@ -37,7 +37,7 @@ os.environ["JITOPS_STATE_DIR"] = _SESSION_STATE
 # or torch (same op names, same graph code) is never what a test gets back.
 _SESSION_INDUCTOR = tempfile.mkdtemp(prefix="jitops-test-inductor-")
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _SESSION_INDUCTOR)
-for _var in ("JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_BUILDER", "JITOPS_STRICT", "JITOPS_LOCK_TIMEOUT"):
+for _var in ("JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_BUILDER", "JITOPS_STRICT", "JITOPS_LOCK_TIMEOUT", "JITOPS_FREEZE"):
     os.environ.pop(_var, None)
 
 

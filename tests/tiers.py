@@ -12,7 +12,7 @@ from collections.abc import Iterable
 # Files whose tests without a compile, process or slow mark are all fast (pure: seconds in all).
 FAST_FILES = frozenset({
     "tests/test_bench.py", "tests/test_build_errors.py", "tests/test_cache_parts.py", "tests/test_cli.py",
-    "tests/test_compilers.py", "tests/test_cuda_target.py", "tests/test_cuda_toolchain.py", "tests/test_errors.py", "tests/test_first_minutes.py", "tests/test_functionalize.py", "tests/test_get_path.py",
+    "tests/test_compilers.py", "tests/test_cuda_target.py", "tests/test_cuda_toolchain.py", "tests/test_errors.py", "tests/test_first_minutes.py", "tests/test_freeze.py", "tests/test_functionalize.py", "tests/test_get_path.py",
     "tests/test_gpu_safe.py", "tests/test_ninja.py", "tests/test_pch_background.py", "tests/test_pure_core.py", "tests/test_selfcheck.py", "tests/test_tiers.py",
     "tests/test_torch_versions.py", "tests/test_stable_abi.py", "tests/test_layout.py",
 })

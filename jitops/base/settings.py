@@ -28,11 +28,12 @@ from ..errors import ConfigError
 VARIABLES = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
              "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_FAKE_BUILD_SECONDS", "MAX_JOBS", "JITOPS_PCH",
              "JITOPS_LEAN_EXTENSION_H", "JITOPS_PCH_BACKGROUND", "JITOPS_PCH_MAX_SIZE",
-             "JITOPS_STATE_DIR",
+             "JITOPS_STATE_DIR", "JITOPS_FREEZE",
              "JITOPS_REMOTE_CACHE", "JITOPS_REMOTE_CACHE_MODE", "JITOPS_REMOTE_TRUSTED_KEYS", "JITOPS_REMOTE_SIGNING_KEY",
              "JITOPS_CONFIG_DIR", "JITOPS_REMOTE_CONNECT_TIMEOUT", "JITOPS_REMOTE_TIMEOUT",
              "JITOPS_REMOTE_LEASE_SECONDS", "JITOPS_REMOTE_FAILURE_SECONDS", "JITOPS_DISTRIBUTED", "JITOPS_HOST_ID")
 BUILDERS = ("real", "fake")
+FREEZE_MODES = ("error", "warn")  # JITOPS_FREEZE / jitops.freeze(): a build raises FrozenError, or builds and warns
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -51,10 +52,7 @@ def _bad(name: str, raw: str, expected: str, fix: str) -> ConfigError:
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = env.get(name, "")
-    if raw.strip().lower() in (*_TRUE, *_FALSE):
-        return _progress(raw.strip())
-    raise _bad(name, raw, "an on/off value", f"set {name}=1 to turn it on, or unset it")
+    return _optional(env, name, _progress, "an on/off value", f"set {name}=1 to turn it on, or unset it") or False
 
 
 def _optional(env: Mapping[str, str], name: str, parse: Callable[[str], T], expected: str, fix: str) -> T | None:
@@ -104,6 +102,12 @@ def _progress(text: str) -> bool:
     return text.lower() in _TRUE
 
 
+def _freeze(text: str) -> str | None:
+    if text.lower() not in (*FREEZE_MODES, *_FALSE):
+        raise ValueError(text)
+    return text.lower() if text.lower() in FREEZE_MODES else None
+
+
 def _size(text: str) -> int:  # 1G, 500M, 1.5GiB or a byte count (binary units); 0: no cap
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", text.lower())
     return int(float("x") if m is None else float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
@@ -128,6 +132,17 @@ def _positive(env: Mapping[str, str], name: str, default: float) -> float:
     return _bounded_seconds(env, name, default) or default  # never None, never 0 (it must be more than 0)
 
 
+def _tier(env: Mapping[str, str], url: str, mode: str, connect_timeout: float) -> RemoteSettings:
+    """A tier's settings: the remote cache's, or the job store's (which shares its keys, timeouts and lease)."""
+    d = RemoteSettings
+    return RemoteSettings(url=url, mode=mode, trusted_keys=env.get("JITOPS_REMOTE_TRUSTED_KEYS") or None,
+        signing_key=env.get("JITOPS_REMOTE_SIGNING_KEY") or None, config_dir=env.get("JITOPS_CONFIG_DIR") or None,
+        connect_timeout=_positive(env, "JITOPS_REMOTE_CONNECT_TIMEOUT", connect_timeout),
+        op_timeout=_positive(env, "JITOPS_REMOTE_TIMEOUT", d.op_timeout),
+        lease_seconds=_positive(env, "JITOPS_REMOTE_LEASE_SECONDS", d.lease_seconds),
+        failure_seconds=_positive(env, "JITOPS_REMOTE_FAILURE_SECONDS", d.failure_seconds))
+
+
 def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings | None:
     """The remote tier's settings, or None when ``JITOPS_REMOTE_CACHE`` is unset (the tier is off)."""
     env = os.environ if environ is None else environ
@@ -137,15 +152,7 @@ def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings 
     mode = env.get("JITOPS_REMOTE_CACHE_MODE", "").strip().lower() or "auto"
     if mode not in ("read", "write", "auto"):
         raise _bad("JITOPS_REMOTE_CACHE_MODE", mode, "a mode", "set it to read or write, or unset it")
-    d = RemoteSettings
-    return RemoteSettings(
-        url=url, mode=mode, trusted_keys=env.get("JITOPS_REMOTE_TRUSTED_KEYS") or None,
-        signing_key=env.get("JITOPS_REMOTE_SIGNING_KEY") or None, config_dir=env.get("JITOPS_CONFIG_DIR") or None,
-        connect_timeout=_positive(env, "JITOPS_REMOTE_CONNECT_TIMEOUT", d.connect_timeout),
-        op_timeout=_positive(env, "JITOPS_REMOTE_TIMEOUT", d.op_timeout),
-        lease_seconds=_positive(env, "JITOPS_REMOTE_LEASE_SECONDS", d.lease_seconds),
-        failure_seconds=_positive(env, "JITOPS_REMOTE_FAILURE_SECONDS", d.failure_seconds),
-    )
+    return _tier(env, url, mode, RemoteSettings.connect_timeout)
 
 
 @dataclass(frozen=True)
@@ -193,16 +200,7 @@ def distributed_settings(env: Mapping[str, str]) -> DistributedSettings | None:
     if port is not None and not 0 < port < 65536:
         port = None  # no TCP port: not a job's store (torch.distributed would refuse it with a raw TypeError)
     addr = env.get("MASTER_ADDR", "").strip() or None
-    d = RemoteSettings
-    tier = RemoteSettings(
-        url=f"c10d://{addr}:{port}" if addr and port else "c10d://default-store", mode="write",
-        trusted_keys=env.get("JITOPS_REMOTE_TRUSTED_KEYS") or None,
-        signing_key=env.get("JITOPS_REMOTE_SIGNING_KEY") or None, config_dir=env.get("JITOPS_CONFIG_DIR") or None,
-        connect_timeout=_positive(env, "JITOPS_REMOTE_CONNECT_TIMEOUT", 10.0),
-        op_timeout=_positive(env, "JITOPS_REMOTE_TIMEOUT", d.op_timeout),
-        lease_seconds=_positive(env, "JITOPS_REMOTE_LEASE_SECONDS", d.lease_seconds),
-        failure_seconds=_positive(env, "JITOPS_REMOTE_FAILURE_SECONDS", d.failure_seconds),
-    )
+    tier = _tier(env, f"c10d://{addr}:{port}" if addr and port else "c10d://default-store", "write", 10.0)
     return DistributedSettings(signed=word == "signed", master_addr=addr, master_port=port, world_size=world,
                                rank=_whole(env.get("RANK", "")) or 0,
                                host_id=env.get("JITOPS_HOST_ID", "").strip() or None, tier=tier,
@@ -233,6 +231,7 @@ class Settings:
     pch_background: bool = True  # JITOPS_PCH_BACKGROUND (on unless 0): PCHs built after the build, detached (pch_bg)
     pch_max_size: int = 1 << 30  # JITOPS_PCH_MAX_SIZE: cap on PCHs + per-file objects, LRU after builds; 0: none
     state_dir: Path | None = None  # JITOPS_STATE_DIR, absolute; None: platformdirs' user state dir (self-check verdicts)
+    freeze: str | None = None  # JITOPS_FREEZE: "error"/"warn" after warm-up (build.freeze; jitops.freeze() wins); None: off
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -265,6 +264,8 @@ class Settings:
             state_dir=_cache_dir(env.get("JITOPS_STATE_DIR", "")),
             pch_background=_on_unless_off(env, "JITOPS_PCH_BACKGROUND"),
             pch_max_size=1 << 30 if cap is None else cap,
+            freeze=_optional(env, "JITOPS_FREEZE", _freeze, "a freeze mode (error, warn, or 0 for off)",
+                             "set JITOPS_FREEZE=error (a build raises FrozenError) or warn (builds, warns once per op), or unset it"),
         )
 
     def cache_root(self) -> Path:

@@ -3,7 +3,7 @@
 it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``,
 ``explain`` and ``info`` all ask :func:`entry_status`.
 
-Imports: errors, key, manifest, plan, roots, settings, toolchain; cache for annotations
+Imports: errors, freeze, key, manifest, plan, roots, settings, toolchain; cache for annotations
 (lock, publish and selfcheck lazily, on the miss path only; the ``remote`` package
 too, and only when ``settings.remote`` is set or this process is in a torchrun job).
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..target import toolchain
+from . import freeze
 from ..errors import BuildError, OfflineMiss, SourcesChanged
 from ..key import without_tools
 from ..store.manifest import EntryProblem, Hit, Manifest
@@ -128,6 +129,33 @@ def _warm_hint(plan: Plan) -> str:
             "(e.g. in the step that fills the cache)")
 
 
+def _why_missed(plan: Plan, status: EntryStatus) -> str:
+    """Why nothing cached matched ``plan``, for FrozenError (the miss path only: it may verify other entries)."""
+    if isinstance(status, Damaged):
+        return f"its entry is damaged ({status.reason})"
+    other = find_compatible(plan) if plan.toolchain_error is None else None  # entry_status has looked without one
+    if other is not None:
+        theirs, ours = (" / ".join(str(t.get("version")) for t in (i.get("compiler"), i.get("nvcc")) if isinstance(t, dict))
+                        for i in (other.manifest.ingredients, plan.ingredients))
+        return f"the toolchain differs: {other.path} was built with {theirs}, this machine has {ours}"
+    lib = plan.cache.library_dir(plan.spec.name)
+    count = sum(1 for _ in lib.glob("*/*")) if lib.is_dir() else 0
+    explain = f" (`jitops explain {plan.spec.exports[0]}` names the differing ingredients)" if plan.spec.exports else ""
+    why = (f"no entry has this key: the {count} cached for {plan.spec.name!r} differ in sources, torch or flags{explain}"
+           if count else f"no entry: nothing is cached for {plan.spec.name!r}")
+    if plan.toolchain_error is not None:
+        why += (", none differs only in the compiler, and this machine has no compiler to build with "
+                f"({str(plan.toolchain_error).partition(' Fix: ')[0].rstrip('. ')})")
+    return why
+
+
+def _frozen(plan: Plan, status: EntryStatus, settings: Settings) -> None:
+    """Frozen mode, just before a build: FrozenError, or (warn mode) the first warning for this library."""
+    if freeze.mode(settings)[0] is not None:
+        what = f"op library {plan.spec.name!r} ({plan.target.name}, key {plan.key[:12]}) in the cache {plan.cache.root}"
+        freeze.check(settings, plan.spec.name, what, _why_missed(plan, status), _warm_hint(plan))
+
+
 SOURCE_ATTEMPTS = 3  # builds of one call whose sources keep changing under them, before BuildError
 
 
@@ -147,6 +175,8 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
     if isinstance(status, Compatible):
         return Entry(status.plan, status.path, status.manifest, built=False)
     if plan.toolchain_error is not None and not offline:
+        if freeze.mode(settings)[0] == "error":
+            _frozen(plan, status, settings)  # raises: nothing may be built here, which says more than "no compiler"
         raise plan.toolchain_error
     if offline:
         why = f" ({status.reason})" if isinstance(status, Damaged) else ""
@@ -157,6 +187,9 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
         )
     job = settings.distributed is not None and settings.distributed.in_job()  # the job's store (issue 16)
     remote = settings.remote is not None or job
+    missed = plan  # the cache looked in, for frozen mode's message (a private one may replace it below)
+    if not remote and freeze.mode(settings)[0] == "error":
+        _frozen(missed, status, settings)  # raises before any lock, self-check or build
     pending = before_first_build(plan, settings, check_toolchain=not remote)
     from .publish import build_and_publish  # miss path only: keeps the warm path's imports small
 
@@ -166,6 +199,7 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
 
     def build() -> Manifest:
         nonlocal pending
+        _frozen(missed, status, settings)  # here, not before: a fetch from a remote tier builds nothing
         if remote:  # deferred from before_first_build: only a build needs a sound toolchain
             from .selfcheck import start
 

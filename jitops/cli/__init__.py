@@ -153,6 +153,10 @@ def cmd_warm(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from . import diagnose
 
+    if args.offline_ready:
+        return _offline_ready(args.offline_ready, args.device)
+    if args.device:
+        raise SystemExit("jitops doctor: --device goes with --offline-ready OP...")
     checks = diagnose.doctor(_registry().specs(), recheck=args.recheck)
     for c in checks:
         _out(f"{c.status.upper():<5} {c.name:<12} {c.detail}")
@@ -162,6 +166,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if failed:
         print(f"jitops doctor: a build would fail here ({', '.join(failed)}); see the fixes above", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _offline_ready(ops: Sequence[str], device: str | None) -> int:
+    """``doctor --offline-ready``: one line per op, exit 1 unless every op would load with zero builds here."""
+    from .explain import offline_ready
+
+    rows = offline_ready(ops, device)
+    for name, ready, why in rows:
+        _out(f"{'READY' if ready else 'NOT READY':<9} {name:<16} {why}")
+    unready = [name for name, ready, _ in rows if not ready]
+    if unready:
+        print(f"jitops doctor: {len(unready)} of {len(rows)} ops would build (or fail) on first use here: "
+              f"{', '.join(unready)}", file=sys.stderr)
+    return 1 if unready else 0
 
 
 def _show(value: Any) -> str:
@@ -235,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="check that builds work here; exit 1 with the fix if not")
     p.add_argument("--recheck", action="store_true", help="run the toolchain self-check again even if a fresh verdict "
                    "is remembered")
+    p.add_argument("--offline-ready", nargs="+", metavar="OP", help="instead: whether `jitops.get(OP)` would load "
+                   "each OP here with zero builds (exit 1 if not; builds nothing)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="with --offline-ready: the device (default: get()'s)")
     p.set_defaults(fn=cmd_doctor)
     p = sub.add_parser("explain", help="why this machine would build or rebuild an op")
     p.add_argument("op")

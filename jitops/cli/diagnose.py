@@ -213,9 +213,10 @@ def _ops(specs: Sequence[OpSpec], settings: Settings) -> list[Check]:
             out.append(Check(f"op {spec.name}", "ok", f"cached for {plan.target.name} ({plan.key[:12]})"))
         elif isinstance(status, Compatible):
             out.append(Check(f"op {spec.name}", "ok", f"cached for {plan.target.name} (built by another compiler)"))
-        elif settings.offline:
-            out.append(Check(f"op {spec.name}", "fail", f"not cached for {plan.target.name}; offline mode cannot build "
-                             "it", f"run `jitops warm {spec.exports[0]}` with this cache, or unset JITOPS_OFFLINE"))
+        elif settings.offline or settings.freeze == "error":
+            var = "JITOPS_OFFLINE" if settings.offline else "JITOPS_FREEZE"
+            out.append(Check(f"op {spec.name}", "fail", f"not cached for {plan.target.name}; {var} forbids building "
+                             "it", f"run `jitops warm {spec.exports[0]}` with this cache, or unset {var}"))
         else:
             out.append(Check(f"op {spec.name}", "info", f"not built yet for {plan.target.name} (first use builds it)"))
     return out
@@ -249,7 +250,8 @@ def doctor(specs: Sequence[OpSpec], settings: Settings | None = None, *, recheck
         _obstructions(root),
         *_devices(system),
         Check("modes", "info", f"offline {'on' if offline else 'off'} (JITOPS_OFFLINE), fallback to PyTorch "
-                               f"{'on' if settings.fallback else 'off'} (JITOPS_FALLBACK)"),
+                               f"{'on' if settings.fallback else 'off'} (JITOPS_FALLBACK), frozen "
+                               f"{settings.freeze or 'off'} (JITOPS_FREEZE)"),
         _settings(settings, system),
         *_ops(specs, settings),
         _fingerprint_check(specs, system, settings),

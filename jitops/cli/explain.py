@@ -1,20 +1,24 @@
-"""``jitops explain``: why this machine would load, build or rebuild an op.
+"""``jitops explain``: why this machine would load, build or rebuild an op; and ``jitops doctor
+--offline-ready``: whether each of some ops would load with zero builds (issue 31).
 
 The answer comes from :func:`entry.entry_status`, the question ``get`` asks; on a miss the
 plan's ingredients are compared with the nearest cached entry's, leaf by leaf.
 
-Imports: entry, manifest, plan, settings, spec.
+Imports: entry, errors, manifest, plan, registry, settings, spec.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import plan as planning
+from .. import registry
 from ..build.entry import Compatible, Damaged, entry_status
+from ..errors import JitopsError
 from ..store.manifest import Hit
 from ..base.settings import Settings
 from ..spec import OpSpec
@@ -36,6 +40,7 @@ def diff_ingredients(cached: Any, here: Any, prefix: str = "") -> list[tuple[str
 class Explanation:
     plan: planning.Plan
     verdict: str
+    ready: bool  # get() would load an entry with no build (entry_status: Hit or Compatible)
     nearest: Path | None = None
     diffs: tuple[tuple[str, Any, Any], ...] = ()
 
@@ -43,15 +48,19 @@ class Explanation:
 def explain(spec: OpSpec, device: str | None = None, archs: str | None = None,
             settings: Settings | None = None) -> Explanation:
     """Why this machine would load, build or rebuild ``spec``, against the nearest cached entry."""
-    plan = planning.make_plan(spec, device, archs, settings=settings)
-    status = entry_status(plan)
+    return explain_plan(planning.make_plan(spec, device, archs, settings=settings))
+
+
+def explain_plan(plan: planning.Plan) -> Explanation:
+    """:func:`explain` for a plan already made. Reads the cache; builds nothing."""
+    spec, status = plan.spec, entry_status(plan)
     if isinstance(status, Hit):
-        return Explanation(plan, f"cached: loads {plan.entry} with no build")
+        return Explanation(plan, f"cached: loads {plan.entry} with no build", True)
     if isinstance(status, Damaged):
         return Explanation(plan, f"would rebuild: the entry for this key is damaged ({status.reason}); the next use "
-                                 "sets it aside and builds again", plan.entry)
+                                 "sets it aside and builds again", False, plan.entry)
     if isinstance(status, Compatible):
-        return Explanation(plan, f"cached: no compiler here, loads {status.path} (same ingredients, other compiler)")
+        return Explanation(plan, f"cached: no compiler here, loads {status.path} (same ingredients, other compiler)", True)
     here = json.loads(json.dumps(plan.ingredients))
     best: tuple[int, int, Path, list[tuple[str, Any, Any]]] | None = None
     for path in sorted(plan.cache.library_dir(spec.name).glob("*/*")):
@@ -62,8 +71,35 @@ def explain(spec: OpSpec, device: str | None = None, archs: str | None = None,
         rank = (len(diffs), int(m.target != plan.target.name))
         if best is None or rank < best[:2]:
             best = (*rank, path, diffs)
-    missing = f" (and it cannot: {str(plan.toolchain_error).partition(' Fix: ')[0]})" if plan.toolchain_error else ""
+    missing = f" (and it cannot: {str(plan.toolchain_error).partition(' Fix: ')[0].rstrip('. ')})" if plan.toolchain_error else ""
     if best is None:
-        return Explanation(plan, f"would build {plan.what}: nothing is cached for {spec.name!r} yet{missing}")
+        return Explanation(plan, f"would build {plan.what}: nothing is cached for {spec.name!r} yet{missing}", False)
     return Explanation(plan, f"would build {plan.what}: no cached entry has this key; the nearest differs in "
-                             f"{best[0]} ingredient(s){missing}", best[2], tuple(best[3]))
+                             f"{best[0]} ingredient(s){missing}", False, best[2], tuple(best[3]))
+
+
+def offline_ready(names: Sequence[str], device: str | None = None,
+                  settings: Settings | None = None) -> list[tuple[str, bool, str]]:
+    """(op, ready, why) per op name: would ``jitops.get(op, device=device)`` load it here with zero builds?
+
+    The plan is the one ``get`` makes (the toolchain probe, the GPU's archs); then the cache is only read.
+    """
+    settings = Settings.from_env() if settings is None else settings
+    rows = []
+    for name in names:
+        try:
+            plan = planning.make_plan(registry.lookup(name), device, settings=settings)
+            ex = explain_plan(planning.runnable_here(plan, None, settings))
+        except JitopsError as e:  # an unknown op, no target for the device: reported on its line, the others still
+            rows.append((name, False, str(e)))
+            continue
+        where = f"{ex.plan.target.name}, key {ex.plan.key[:12]}"
+        if ex.ready:
+            rows.append((name, True, f"{where}: {ex.verdict}"))
+            continue
+        near = f" ({', '.join(d[0] for d in ex.diffs[:3])}{', ...' if len(ex.diffs) > 3 else ''})" if ex.diffs else ""
+        remote = "; a remote tier is set (a fetch from it builds nothing), but only this cache was checked" \
+            if settings.remote is not None else ""
+        rows.append((name, False, f"{where}: {ex.verdict}{near}{remote}. Fix: `jitops warm {name}` here or in the "
+                                  "image build, with the same torch, compiler and flags"))
+    return rows

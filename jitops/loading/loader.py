@@ -20,7 +20,7 @@ from typing import Any
 
 from ..store.cache import Cache
 from ..build.entry import ensure_entry
-from ..errors import ConfigError, JitopsError, KernelSourceError, OfflineMiss, ToolchainError
+from ..errors import ConfigError, FrozenError, JitopsError, KernelSourceError, OfflineMiss, ToolchainError
 from ..key import source_stamp
 from ..store.manifest import Manifest
 from .ops import Op, op_from_library, ops_in_namespace, reference_for
@@ -143,7 +143,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     stamp = source_stamp(spec) if spec.editable else None
     try:
         lib = load_library(spec, device, settings=settings)
-    except (ToolchainError, OfflineMiss, ConfigError) as e:  # ConfigError: e.g. unsplittable CXXFLAGS (issue 20)
+    except (ToolchainError, OfflineMiss, FrozenError, ConfigError) as e:  # ConfigError: e.g. unsplittable CXXFLAGS (issue 20)
         if not (settings.fallback if fallback is None else fallback):
             raise
         return _fallback_op(spec, name, e)
