@@ -4,9 +4,7 @@ this module (``main``, ``build_parser``; ``list``, ``info``, ``warm``, ``doctor`
 ``main(argv) -> int``. May import: every stage below it (bench, jitops, distributed, api, loading, build,
 remote, plan, store, key, target, registry, kernels, spec, base, errors, _version).
 
-This module: the ``jitops`` command (also ``python -m jitops``).
-
-``main(argv) -> int`` is the only place that turns errors into exit codes and
+This module: the ``jitops`` command (also ``python -m jitops``). ``main(argv) -> int`` is the only place that turns errors into exit codes and
 messages on stderr: 0 success, 1 a failure (a failed build, a failed check, a
 damaged entry), 2 bad usage. ``--help``, ``list`` and the cache commands
 (except ``cache fingerprint``) answer without importing torch.
