@@ -15,7 +15,7 @@ has succeeded, :func:`spawn` starts one child per PCH that:
   never a half PCH in ``pch/``;
 * is bounded: the compile is killed after ``limit`` seconds (and on SIGTERM),
   its staging removed;
-* then bounds the rebuildable caches (:func:`cache_admin.cap_parts`).
+* then bounds the rebuildable caches (:func:`store.admin.cap_parts`).
 
 An edit that arrives meanwhile finds the lock held and compiles without the
 PCH (state ``busy``); later edits find it published (``hit``).

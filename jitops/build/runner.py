@@ -10,7 +10,7 @@ C library with ``cc`` in milliseconds. It is a real, loadable library; tests
 pair it with specs whose kernels are registered from Python.
 
 A job that carries a cache (``publish`` gives one to every real build) is built file by file by
-:mod:`jitops.tubuild`: cached objects, precompiled headers, and timings (``BuildResult.timings``).
+:mod:`jitops.build.tubuild`: cached objects, precompiled headers, and timings (``BuildResult.timings``).
 
 Imports: errors, job (BuildJob, BuildResult); build_errors, fsutil, ninja, stable, tubuild lazily, on a build.
 """

@@ -159,7 +159,7 @@ def command(job: Any, out: Path) -> list[str]:
 
 
 def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
-    """The builder of stable plans (``build.BUILDERS["stable"]``, a ``build.BuildJob``): one compiler run, no ninja."""
+    """The builder of stable plans (``runner.BUILDERS["stable"]``, a ``job.BuildJob``): one compiler run, no ninja."""
     if job.device != "cpu":
         raise TargetError(f"library {job.library!r}: stable-ABI kernels are built for CPU only so far. Fix: device='cpu'")
     out = job.build_dir / f"{job.library}.so"

@@ -1,13 +1,13 @@
 """The remote cache tier (issue 15): a second, shared, signed cache behind the local one.
 
 Nothing here is imported unless ``Settings.remote`` is set (``JITOPS_REMOTE_CACHE``),
-a torchrun job misses an op (``DistributedSettings.in_job``: the job-store tier; ``jitops.entry``
+a torchrun job misses an op (``DistributedSettings.in_job``: the job-store tier; ``jitops.build.entry``
 checks both before importing, after a local miss), ``jitops.distributed.warm`` is called, or a
 ``jitops cache`` remote command runs. Modules, lowest first; each imports only those above it, plus
 ``jitops`` modules named in its docstring, the stdlib and its one optional
 dependency:
 
-- ``config``   the settings type (read by ``jitops.settings``) and the key pair's dir
+- ``config``   the settings type (read by ``jitops.base.settings``) and the key pair's dir
 - ``stats``, ``envelope``  counters; the signed wire format of one entry
 - ``origin``   an entry's provenance note (imported, pulled, job store); ``cache push`` and
                ``cache export`` sign only entries without one (built here)

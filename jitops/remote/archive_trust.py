@@ -3,7 +3,7 @@ verifies what is signed and notes each entry it installs as imported.
 
 Imports ``jitops.store.cache``, ``jitops.store.manifest``, ``jitops.base.settings`` (via ``.config``), ``.origin``;
 ``.signing`` (``cryptography``) lazily: without it archives go out unsigned, and signed ones are refused.
-Each function returns a hook for ``cache_archive.export`` / ``import_archive``.
+Each function returns a hook for ``store.archive.export`` / ``import_archive``.
 """
 
 from __future__ import annotations

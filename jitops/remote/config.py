@@ -1,7 +1,7 @@
 """The remote tier's settings, as the package receives them.
 
 The ``JITOPS_REMOTE_*`` and ``JITOPS_CONFIG_DIR`` variables are read by
-``jitops.settings`` (the one reader of ``JITOPS_*``) into
+``jitops.base.settings`` (the one reader of ``JITOPS_*``) into
 ``Settings.remote`` / ``Settings.config_dir``; this module re-exports that
 type and says where the signing key pair lives: the user's *config* dir
 (``JITOPS_CONFIG_DIR``, else platformdirs' ``user_config_dir("jitops")``),

@@ -3,7 +3,7 @@
 Imports only the stdlib and ``jitops.store.manifest`` (EntryProblem). The archive is
 exactly what ``jitops cache export`` writes for one entry (no toolchain
 records), so the remote and export/import share one format and one set of
-checks (``cache_archive.import_entry``: only the key's members are read, and its
+checks (``store.archive.import_entry``: only the key's members are read, and its
 library only after this signature verifies over the manifest member). The header
 names the key, the signer's fingerprint and its signature over the entry's manifest bytes.
 """

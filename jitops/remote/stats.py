@@ -1,7 +1,7 @@
 """Counters of the remote tier: kept per process, logged at exit, summed into the cache for ``cache stats``.
 
 Imports only the stdlib and ``jitops.base.fsutil``. The totals file's path comes
-from the caller (``Cache.remote_stats``: ``jitops.cache`` builds every cache path).
+from the caller (``Cache.remote_stats``: ``jitops.store.cache`` builds every cache path).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ under the local key lock, so one process per node talks to the store:
 
 1. fetch ``entries/<lib>/<target>/<key>``: download, check in private staging
    (signature by a trusted key, the expected key, sha256 and size: all in
-   ``cache_archive.import_archive``), publish with the atomic protocol;
+   ``store.archive.import_archive``), publish with the atomic protocol;
 2. else a fresh failure record for the key fails at once with its message;
 3. else take the key's lease (write mode) and build, renewing the lease
    while building, then upload (signed) or record the failure; or wait for the

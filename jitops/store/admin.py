@@ -1,7 +1,7 @@
-"""Managing a cache root: list, verify, prune (LRU) and clear (export and import: cache_archive).
+"""Managing a cache root: list, verify, prune (LRU) and clear (export and import: store.archive).
 
 Prune bounds everything the cache holds that it can rebuild: entries, per-file
-objects and precompiled headers (cache_parts), as one least-recently-used list
+objects and precompiled headers (store.parts), as one least-recently-used list
 ordered by last use, whatever the kind (unusable ones first: damaged entries,
 dangling object records). A PCH saves seconds per edit while it is in use and
 costs hundreds of MB when it is not, so it is judged by its use like the rest.

@@ -15,7 +15,7 @@ Every archive reader in jitops goes through :func:`read` (issue 28, audit defect
   library is taken only when its size is what that manifest says (with ``want``, the remote tier's
   one-entry archives, a library before its manifest is refused; a hand-made tar may order them either way).
 
-What lands in ``staging`` is still unverified: ``cache_archive`` checks it like a build before publishing.
+What lands in ``staging`` is still unverified: ``store.archive`` checks it like a build before publishing.
 
 Imports: cache (LAYOUT, MAX_MANIFEST_BYTES), errors, fsutil, key (KEY_CHARS), manifest.
 """
