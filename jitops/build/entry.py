@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..target import toolchain
 from . import freeze
-from ..errors import BuildError, OfflineMiss, SourcesChanged
+from ..errors import BuildError, OfflineMiss, SourcesChanged, ToolchainError
 from ..key import without_tools
 from ..store.manifest import EntryProblem, Hit, Manifest
 from ..plan import Plan
@@ -205,6 +205,10 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
     if plan.toolchain_error is not None and not offline:
         if freeze.mode(settings)[0] == "error":
             _frozen(plan, status, settings)  # raises: nothing may be built here, which says more than "no compiler"
+        if isinstance(status, Damaged):  # an entry (a bundle's too) was refused: say why beside the missing compiler
+            head, fix, rest = str(plan.toolchain_error).partition(" Fix: ")
+            raise ToolchainError(f"{head} No cached or bundled entry could be used instead: {status.reason}.{fix}{rest}"
+                                 ) from plan.toolchain_error
         raise plan.toolchain_error
     if offline:
         why = f" ({status.reason})" if isinstance(status, Damaged) else ""
