@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import torch
 
+import jitops.api.warm as jwarm
 import jitops.build.entry as jentry
 import jitops.plan as jplan
 from jitops.cli import main
@@ -248,3 +249,16 @@ def test_a_bundle_cache_refuses_every_write(tmp_path: Path) -> None:
     with pytest.raises(PermissionError, match="read-only"):
         bundle.new_staging("add", "0" * 64)
     assert not (tmp_path / "v1").exists()
+
+
+@pytest.mark.parametrize("argv,message", [(["--name", "Bad-Name"], "bundle name 'Bad-Name'"),
+                                          (["--version", "1.x"], "bundle version '1.x'")])
+def test_a_bad_name_or_version_is_refused_before_any_build(private_cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                           message: str) -> None:
+    built: list[str] = []
+    monkeypatch.setattr(jentry, "ensure_entry", lambda plan, **kw: built.append(plan.spec.name))
+    monkeypatch.setattr(jwarm, "ensure_entry", lambda plan, **kw: built.append(plan.spec.name))
+    rc = main(["bundle", "build", "--ops", "add", "--out", str(private_cache / "out"), *argv])
+    assert rc == 1 and message in capsys.readouterr().err
+    assert built == [] and not (private_cache / "out").exists()

@@ -23,12 +23,14 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from ..plan import make_plan
     from ..registry import lookup
     from ..store import bundles
-    from ..store.bundle_wheel import Packed, write_wheel
+    from ..store.bundle_wheel import Packed, check_version, package_name, write_wheel
     from ..store.manifest import Hit
 
     import torch
 
     settings = Settings.from_env()
+    version = check_version(args.version or time.strftime("%Y.%m.%d.%H%M%S", time.gmtime()))
+    package_name(args.name)  # both checked before anything is built
     names = [n for n in (s.strip() for s in args.ops.split(",")) if n]
     if not names:
         raise SystemExit("jitops bundle build: name the ops, e.g. --ops add,softmax")
@@ -51,7 +53,6 @@ def cmd_bundle(args: argparse.Namespace) -> int:
             packed.append(Packed(status.plan.cache, status.path, status.manifest))
         else:
             raise JitopsError(f"jitops bundle build: {task.what} has no verified entry after warming ({status})")
-    version = args.version or time.strftime("%Y.%m.%d.%H%M%S", time.gmtime())
     written = write_wheel(packed, Path(args.out), args.name, version, torch.__version__)
     print(f"bundle  {written.distribution} {written.version} ({written.size / 1024:.0f} KiB): {written.path}")
     for library, size in sorted(written.per_library.items()):

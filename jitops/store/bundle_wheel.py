@@ -60,6 +60,13 @@ def package_name(name: str) -> str:
     return f"jitops_bundle_{name}"
 
 
+def check_version(version: str) -> str:
+    """``version`` normalized (PEP 440: 08 -> 8), or ArgumentError."""
+    if not VERSION.match(version):
+        raise ArgumentError(f"bundle version {version!r}: use digits and dots, e.g. 1.0")
+    return ".".join(str(int(part)) for part in version.split("."))
+
+
 def tags(packed: list[Packed]) -> str:
     """The wheel's python-abi-platform tag for what the entries are keyed on."""
     platform = re.sub(r"[^A-Za-z0-9]", "_", sysconfig.get_platform())
@@ -77,12 +84,9 @@ def _record_line(arc: str, data: bytes) -> str:
 def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, torch_version: str) -> Written:
     """Write the wheel into ``out_dir``; what was written. Each entry is re-read exactly as verified (a library
     whose size or sha256 differs from its manifest by now is refused)."""
-    pkg = package_name(name)
-    if not VERSION.match(version):
-        raise ArgumentError(f"bundle version {version!r}: use digits and dots, e.g. 1.0")
+    pkg, version = package_name(name), check_version(version)
     if not packed:
         raise ArgumentError("a bundle needs at least one entry. Fix: name the ops with --ops")
-    version = ".".join(str(int(part)) for part in version.split("."))  # normalized (PEP 440): 08 -> 8
     dist = f"{pkg}-{version}"
     files: dict[str, tuple[bytes, int]] = {f"{pkg}/__init__.py": (
         b'"""A jitops bundle: verified op libraries (jitops bundle build)."""\n'
