@@ -50,4 +50,10 @@ def get_add(bundle_root: str) -> dict[str, Any]:
                                         if line.split() and line.split()[-1].startswith(bundle_root)})
     out["spawned"] = spawned
     out["bundles"] = [b.name for b in bundles.installed()]
+    from jitops.cli.explain import explain  # what `jitops explain add` says here, after the get
+    from jitops.registry import lookup
+
+    ex = explain(lookup("add"))
+    out["explain"] = {"verdict": ex.verdict, "ready": ex.ready, "nearest": str(ex.nearest) if ex.nearest else None,
+                      "diffs": [d[0] for d in ex.diffs]}
     return out

@@ -146,6 +146,7 @@ def test_installed_bundle_serves_get_with_no_build(installed: Path, tmp_path: Pa
     assert out["mapped_from_bundle"] == [str(_library(installed))]
     assert _compiles(out["spawned"]) == []
     assert out["bundles"] == [f"{PACKAGE} ({NAME})"]
+    assert out["explain"]["ready"] and f"(the bundle {PACKAGE} ({NAME}))" in out["explain"]["verdict"]
     assert [p for p in cache.rglob("*") if p.is_file() and {"entries", "staging"} & set(p.parts)] == []
     assert _snapshot(installed) == before  # nothing written into the bundle (no stamp, no use mark)
 
@@ -169,6 +170,7 @@ def test_a_flipped_byte_in_the_bundle_is_refused_and_never_loaded(installed: Pat
     assert "JitopsError" in out["error"]["mro"]
     assert f"the bundle {PACKAGE} ({NAME}) refused" in out["error"]["msg"] and "sha256" in out["error"]["msg"]
     assert out["mapped_from_bundle"] == []  # never loaded
+    assert not out["explain"]["ready"] and "sha256" in out["explain"]["verdict"]  # `jitops explain add` says why
     assert _compiles(out["spawned"]) == []
 
 
@@ -192,6 +194,7 @@ def test_a_bundle_entry_with_another_key_is_not_used(installed: Path, tmp_path: 
     out = _child(site, tmp_path / "cache", tmp_path, compiler=compiler, freeze=True)
     assert out.get("error", {}).get("type") == "FrozenError", out
     assert out["mapped_from_bundle"] == []
+    assert out["explain"]["nearest"] == str(moved) and "torch_version" in out["explain"]["diffs"]  # the reason shown
 
 
 # ------------------------------------------------------------------ the tier's logic (fake builder, in-process)

@@ -52,19 +52,24 @@ def explain(spec: OpSpec, device: str | None = None, archs: str | None = None,
     return explain_plan(planning.make_plan(spec, device, archs, settings=settings))
 
 
+def _bundle(path: Path) -> str:
+    bundle = bundles.holding(path)
+    return f" (the bundle {bundle.name})" if bundle is not None else ""
+
+
 def explain_plan(plan: planning.Plan) -> Explanation:
     """:func:`explain` for a plan already made. Reads the cache; builds nothing."""
     spec, status = plan.spec, entry_status(plan)
     if isinstance(status, Hit):
-        bundle = bundles.holding(status.path)
-        return Explanation(plan, f"cached: loads {status.path} with no build" + (f" (the bundle {bundle.name})" if bundle else ""), True)
+        return Explanation(plan, f"cached: loads {status.path} with no build{_bundle(status.path)}", True)
     if isinstance(status, Damaged) and not plan.entry.exists():  # only a bundle's entry was refused: skipped, not set aside
         return Explanation(plan, f"would build {plan.what}: no usable entry ({status.reason})", False)
     if isinstance(status, Damaged):
         return Explanation(plan, f"would rebuild: the entry for this key is damaged ({status.reason}); the next use "
                                  "sets it aside and builds again", False, plan.entry)
     if isinstance(status, Compatible):
-        return Explanation(plan, f"cached: no compiler here, loads {status.path} (same ingredients, other compiler)", True)
+        return Explanation(plan, f"cached: no compiler here, loads {status.path} (same ingredients, other compiler)"
+                                 f"{_bundle(status.path)}", True)
     here = json.loads(json.dumps(plan.ingredients))
     best: tuple[int, int, Path, list[tuple[str, Any, Any]]] | None = None
     for path in [p for c in (plan.cache, *bundles.installed()) for p in sorted(c.library_dir(spec.name).glob("*/*"))]:
