@@ -50,8 +50,14 @@ def get_add(bundle_root: str) -> dict[str, Any]:
                                         if line.split() and line.split()[-1].startswith(bundle_root)})
     out["spawned"] = spawned
     out["bundles"] = [b.name for b in bundles.installed()]
-    from jitops.cli.explain import explain  # what `jitops explain add` says here, after the get
+    from jitops.api import warm
+    from jitops.cli.explain import explain, offline_ready  # `jitops explain add`, `doctor --offline-ready add`
     from jitops.registry import lookup
+
+    ((_, ready, why),) = offline_ready(["add"])
+    out["offline_ready"] = [ready, why]
+    (warmed,) = warm.warm(warm.tasks_for([lookup("add")], ["cpu"]), jobs=1)  # `jitops warm add`
+    out["warm"] = [warmed.status, warmed.message]
 
     ex = explain(lookup("add"))
     out["explain"] = {"verdict": ex.verdict, "ready": ex.ready, "nearest": str(ex.nearest) if ex.nearest else None,

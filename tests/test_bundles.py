@@ -147,6 +147,7 @@ def test_installed_bundle_serves_get_with_no_build(installed: Path, tmp_path: Pa
     assert _compiles(out["spawned"]) == []
     assert out["bundles"] == [f"{PACKAGE} ({NAME})"]
     assert out["explain"]["ready"] and f"(the bundle {PACKAGE} ({NAME}))" in out["explain"]["verdict"]
+    assert out["offline_ready"][0] is True and out["warm"] == ["cached", out["entry"]]  # doctor and warm see it too
     assert [p for p in cache.rglob("*") if p.is_file() and {"entries", "staging"} & set(p.parts)] == []
     assert _snapshot(installed) == before  # nothing written into the bundle (no stamp, no use mark)
 
@@ -171,6 +172,7 @@ def test_a_flipped_byte_in_the_bundle_is_refused_and_never_loaded(installed: Pat
     assert f"the bundle {PACKAGE} ({NAME}) refused" in out["error"]["msg"] and "sha256" in out["error"]["msg"]
     assert out["mapped_from_bundle"] == []  # never loaded
     assert not out["explain"]["ready"] and "sha256" in out["explain"]["verdict"]  # `jitops explain add` says why
+    assert out["offline_ready"][0] is False and "sha256" in out["offline_ready"][1]
     assert _compiles(out["spawned"]) == []
 
 
