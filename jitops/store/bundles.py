@@ -9,7 +9,7 @@ group/world-writable path), owned by this user or root (a bundle pip-installed b
 never written: no stamp is recorded for it (``Cache.verify`` stamps only a writable manifest, and a bundle's
 caches carry no ``Stamps``), nothing is made, touched or set aside in it.
 
-Imports: cache, manifest (errors, fsutil through cache).
+Imports: cache.
 """
 
 from __future__ import annotations
