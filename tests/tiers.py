@@ -14,7 +14,7 @@ FAST_FILES = frozenset({
     "tests/test_bench.py", "tests/test_build_errors.py", "tests/test_cache_parts.py", "tests/test_cli.py",
     "tests/test_compilers.py", "tests/test_cuda_target.py", "tests/test_cuda_toolchain.py", "tests/test_errors.py", "tests/test_first_minutes.py", "tests/test_freeze.py", "tests/test_functionalize.py", "tests/test_get_path.py",
     "tests/test_gpu_safe.py", "tests/test_ninja.py", "tests/test_pch_background.py", "tests/test_pure_core.py", "tests/test_selfcheck.py", "tests/test_tiers.py",
-    "tests/test_torch_versions.py", "tests/test_stable_abi.py", "tests/test_layout.py",
+    "tests/test_torch_versions.py", "tests/test_stable_abi.py", "tests/test_layout.py", "tests/test_bundles.py",
 })
 # Named tests, whatever their marks: one real build of each builtin library, and a smoke test of each public
 # entry point. "file::test" takes every parametrization; "file::test[id]" just that one.
@@ -33,6 +33,8 @@ FAST_TESTS = frozenset({
     # with the fake builder; test_selfcheck.py and test_bench.py: doctor, bench)
     "tests/test_cli_process.py::test_console_script_is_main",
     "tests/test_cli_process.py::test_explain_names_the_changed_ingredient",
+    # jitops bundle build (add, from the session cache) and get() from the installed wheel with no compiler
+    "tests/test_bundles.py::test_installed_bundle_serves_get_with_no_build[no-compiler]",
     # jitops.distributed: get outside a job, warm's rank and world from a process group
     "tests/test_distributed.py::test_without_torch_distributed_nothing_changes",
     "tests/test_distributed.py::test_warm_takes_rank_and_world_from_an_initialized_process_group",

@@ -100,11 +100,11 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def insecure_reason(path: Path, *, want_dir: bool) -> str | None:
+def insecure_reason(path: Path, *, want_dir: bool, owners: tuple[int, ...] = ()) -> str | None:
     """Why ``path`` must not be trusted, or None.
 
     Refused: a symlink, the wrong kind of file, an owner other than this
-    user, and group- or world-writable modes.
+    user (or one of ``owners``: root for a package installed by root), and group- or world-writable modes.
     """
     try:
         st = os.lstat(path)
@@ -118,7 +118,7 @@ def insecure_reason(path: Path, *, want_dir: bool) -> str | None:
         return f"{path} is not a directory"
     if not want_dir and not stat.S_ISREG(st.st_mode):
         return f"{path} is not a regular file"
-    if st.st_uid != os.geteuid():
+    if st.st_uid != os.geteuid() and st.st_uid not in owners:
         return f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"{path} is group- or world-writable (mode {stat.S_IMODE(st.st_mode):o})"

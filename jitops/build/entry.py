@@ -3,7 +3,9 @@
 it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``,
 ``explain`` and ``info`` all ask :func:`entry_status`.
 
-Imports: errors, freeze, key, manifest, plan, roots, settings, toolchain; cache for annotations
+After a local miss, installed bundles (``store.bundles``, read once per process) are asked the same way.
+
+Imports: bundles, errors, freeze, key, manifest, plan, roots, settings, toolchain; cache for annotations
 (lock, publish and selfcheck lazily, on the miss path only; the ``remote`` package
 too, and only when ``settings.remote`` is set or this process is in a torchrun job).
 """
@@ -21,10 +23,11 @@ from typing import TYPE_CHECKING
 
 from ..target import toolchain
 from . import freeze
-from ..errors import BuildError, OfflineMiss, SourcesChanged
+from ..errors import BuildError, OfflineMiss, SourcesChanged, ToolchainError
 from ..key import without_tools
 from ..store.manifest import EntryProblem, Hit, Manifest
 from ..plan import Plan
+from ..store import bundles
 from ..store.roots import writable_cache
 from ..base.settings import Settings
 
@@ -46,7 +49,8 @@ class Compatible:
 
 @dataclass(frozen=True)
 class Damaged:
-    """An entry has the plan's key but must not be loaded; the next build sets it aside."""
+    """An entry has the plan's key but must not be loaded (the next build sets a cached one aside; a bundle's is
+    only skipped): ``reason`` names each refusal."""
 
     reason: str
 
@@ -59,38 +63,62 @@ class Miss:
 EntryStatus = Hit | Compatible | Damaged | Miss
 
 
-def find_compatible(plan: Plan) -> Compatible | None:
+def find_compatible(plan: Plan, cache: Cache | None = None, refused: list[str] | None = None) -> Compatible | None:
     """With no compiler here, an entry equal to the plan in every ingredient but the toolchain.
 
     This is how a slim container without a compiler loads a cache that was
-    warmed elsewhere (same torch, flags and sources).
+    warmed elsewhere (same torch, flags and sources). ``cache``: another one
+    than the plan's (a bundle); ``refused`` collects why a candidate failed its check.
     """
+    cache = plan.cache if cache is None else cache
     wanted = without_tools(plan.ingredients)
-    parent = plan.cache.target_dir(plan.spec.name, plan.target.name)
-    if plan.cache.root_problem() is not None or not os.path.isdir(parent):
+    parent = cache.target_dir(plan.spec.name, plan.target.name)
+    if cache.root_problem() is not None or not os.path.isdir(parent):
         return None
     for entry in sorted(parent.iterdir()):
-        m = plan.cache.read_manifest(entry)
+        m = cache.read_manifest(entry)
         if m is None or without_tools(m.ingredients) != wanted:
             continue
         try:
-            verified = plan.cache.verify(entry, m.key, plan.spec.name, plan.target.name)
-        except EntryProblem:
+            verified = cache.verify(entry, m.key, plan.spec.name, plan.target.name)
+        except EntryProblem as e:
+            if refused is not None:
+                refused.append(str(e))
             continue
-        return Compatible(entry, verified, plan.with_tools_of(verified))
+        return Compatible(entry, verified, dataclasses.replace(plan.with_tools_of(verified), cache=cache))
     return None
 
 
 def entry_status(plan: Plan) -> EntryStatus:
-    """What the cache holds for ``plan``. Reads and verifies; writes nothing."""
+    """What the cache, then each installed bundle, holds for ``plan``. Reads and verifies; writes nothing."""
     found = plan.cache.lookup(plan.address)
     if isinstance(found, Hit):
         return found
+    refused = [found.reason] if found.reason is not None else []
+    caches = bundles.installed()  # entry points are read on the first local miss only
+    for bundle in caches:
+        there = bundle.lookup(plan.address)
+        if isinstance(there, Hit):
+            return there
+        if there.reason is not None:
+            refused.append(f"the bundle {bundle.name} refused: {there.reason}")
     if plan.toolchain_error is not None:
         compatible = find_compatible(plan)
+        for bundle in caches:
+            if compatible is not None:
+                return compatible
+            problems: list[str] = []
+            compatible = find_compatible(plan, bundle, problems)
+            refused += [f"the bundle {bundle.name} refused: {p}" for p in problems]
         if compatible is not None:
             return compatible
-    return Damaged(found.reason) if found.reason is not None else Miss()
+    return Damaged("; ".join(refused)) if refused else Miss()
+
+
+def _from(plan: Plan, path: Path) -> Plan:
+    """``plan``, reading from the bundle that holds ``path`` if one does (the loader never writes into it)."""
+    bundle = bundles.holding(path)
+    return plan if bundle is None else dataclasses.replace(plan, cache=bundle)
 
 
 @dataclass(frozen=True)
@@ -171,12 +199,16 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
     offline = settings.offline if offline is None else offline
     status = entry_status(plan)
     if isinstance(status, Hit):
-        return Entry(plan, status.path, status.manifest, built=False)
+        return Entry(_from(plan, status.path), status.path, status.manifest, built=False)
     if isinstance(status, Compatible):
         return Entry(status.plan, status.path, status.manifest, built=False)
     if plan.toolchain_error is not None and not offline:
         if freeze.mode(settings)[0] == "error":
             _frozen(plan, status, settings)  # raises: nothing may be built here, which says more than "no compiler"
+        if isinstance(status, Damaged):  # an entry (a bundle's too) was refused: say why beside the missing compiler
+            head, fix, rest = str(plan.toolchain_error).partition(" Fix: ")
+            raise ToolchainError(f"{head} No cached or bundled entry could be used instead: {status.reason}.{fix}{rest}"
+                                 ) from plan.toolchain_error
         raise plan.toolchain_error
     if offline:
         why = f" ({status.reason})" if isinstance(status, Damaged) else ""

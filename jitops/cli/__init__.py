@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import cache as cli_cache
+from . import bundle as cli_bundle, cache as cli_cache
 from ..store.cache import Cache
 from ..errors import JitopsError
 from ..base.settings import Settings
@@ -271,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="FILE", help="also write a torch.profiler Chrome trace of every case to FILE")
     p.set_defaults(fn=cmd_bench)
     cli_cache.add_parser(sub, _target_args)
+    cli_bundle.add_parser(sub)
     return parser
 
 

@@ -2,9 +2,9 @@
 --offline-ready``: whether each of some ops would load with zero builds (issue 31).
 
 The answer comes from :func:`entry.entry_status`, the question ``get`` asks; on a miss the
-plan's ingredients are compared with the nearest cached entry's, leaf by leaf.
+plan's ingredients are compared with the nearest cached or bundled entry's, leaf by leaf.
 
-Imports: entry, errors, manifest, plan, registry, settings, spec.
+Imports: entry, errors, manifest, plan, registry, settings, spec, store.bundles (installed bundles: their entries are candidates too).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 from .. import plan as planning
 from .. import registry
 from ..build.entry import Compatible, Damaged, entry_status
+from ..store import bundles
 from ..errors import JitopsError
 from ..store.manifest import Hit
 from ..base.settings import Settings
@@ -51,20 +52,28 @@ def explain(spec: OpSpec, device: str | None = None, archs: str | None = None,
     return explain_plan(planning.make_plan(spec, device, archs, settings=settings))
 
 
+def _bundle(path: Path) -> str:
+    bundle = bundles.holding(path)
+    return f" (the bundle {bundle.name})" if bundle is not None else ""
+
+
 def explain_plan(plan: planning.Plan) -> Explanation:
     """:func:`explain` for a plan already made. Reads the cache; builds nothing."""
     spec, status = plan.spec, entry_status(plan)
     if isinstance(status, Hit):
-        return Explanation(plan, f"cached: loads {plan.entry} with no build", True)
+        return Explanation(plan, f"cached: loads {status.path} with no build{_bundle(status.path)}", True)
+    if isinstance(status, Damaged) and not plan.entry.exists():  # only a bundle's entry was refused: skipped, not set aside
+        return Explanation(plan, f"would build {plan.what}: no usable entry ({status.reason})", False)
     if isinstance(status, Damaged):
         return Explanation(plan, f"would rebuild: the entry for this key is damaged ({status.reason}); the next use "
                                  "sets it aside and builds again", False, plan.entry)
     if isinstance(status, Compatible):
-        return Explanation(plan, f"cached: no compiler here, loads {status.path} (same ingredients, other compiler)", True)
+        return Explanation(plan, f"cached: no compiler here, loads {status.path} (same ingredients, other compiler)"
+                                 f"{_bundle(status.path)}", True)
     here = json.loads(json.dumps(plan.ingredients))
     best: tuple[int, int, Path, list[tuple[str, Any, Any]]] | None = None
-    for path in sorted(plan.cache.library_dir(spec.name).glob("*/*")):
-        m = plan.cache.read_manifest(path)
+    for path in [p for c in (plan.cache, *bundles.installed()) for p in sorted(c.library_dir(spec.name).glob("*/*"))]:
+        m = plan.cache.read_manifest(path)  # installed bundles' entries too: the nearest may be a bundle's
         if m is None:
             continue
         diffs = diff_ingredients(m.ingredients, here)

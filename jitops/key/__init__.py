@@ -266,9 +266,16 @@ def ingredients(
 TOOL_INGREDIENTS = ("compiler", "nvcc")
 
 
+TOOL_ENV_VARS = ("CXX", "CC")  # in the key's env only to pick the compiler, whose identity is "compiler"
+
+
 def without_tools(ingr: Mapping[str, Any]) -> dict[str, Any]:
-    """The ingredients less the toolchain identity: what a compiler-less machine can still match."""
-    return {k: v for k, v in ingr.items() if k not in TOOL_INGREDIENTS}
+    """The ingredients less the toolchain identity (the compiler, nvcc, and the variables that pick the compiler):
+    what a compiler-less machine can still match (a slim image with ``CXX`` pointing at no working compiler too)."""
+    out = {k: v for k, v in ingr.items() if k not in TOOL_INGREDIENTS}
+    if isinstance(out.get("env"), dict):
+        out["env"] = {k: v for k, v in out["env"].items() if k not in TOOL_ENV_VARS}
+    return out
 
 
 def compute_key(ingr: Mapping[str, Any]) -> str:

@@ -22,7 +22,6 @@ symlinks, other owners and group/world-writable paths. Every walk of the tree (`
 ``sweep_staging``, ``walkable``) is by lstat: a link where a folder belongs is never entered.
 
 A passed check is stamped (``stamps``, the user's state dir): later ones skip the sha256 while the library keeps its stat.
-
 Imports: errors (CacheError), fsutil, key (KEY_CHARS, compute_key), manifest (entry data types); obstruct lazily (builds); stamps for annotations.
 """
 
@@ -58,6 +57,7 @@ def _safe_host() -> str:
 class Cache:
     """Paths and operations on one cache root."""
 
+    owners: tuple[int, ...] = ()  # trusted owners besides this user (store.bundles: root, for a root-installed bundle)
     FOLDERS = ("entries", "staging", "locks", "logs", "toolchains", "trash", "inline", "objects", "pch")  # obstruct.scan
 
     def __init__(self, root: Path, stamps: Stamps | None = None) -> None:
@@ -117,7 +117,7 @@ class Cache:
     def root_problem(self) -> str | None:
         """Why this root must not be used for loading, or None."""
         for p in (self.root, self.base):
-            reason = fsutil.insecure_reason(p, want_dir=True)
+            reason = fsutil.insecure_reason(p, want_dir=True, owners=self.owners)
             if reason is not None:
                 return reason
         return None
@@ -126,7 +126,7 @@ class Cache:
         """Return the manifest of a loadable entry, or raise EntryProblem."""
         mpath = entry / MANIFEST
         for p in (entry.parent.parent.parent, entry.parent.parent, entry.parent, entry, mpath):
-            if (reason := fsutil.insecure_reason(p, want_dir=p is not mpath)) is not None:
+            if (reason := fsutil.insecure_reason(p, want_dir=p is not mpath, owners=self.owners)) is not None:
                 raise EntryProblem(reason)
         try:
             with open(mpath, "rb") as f:
@@ -144,7 +144,7 @@ class Cache:
         if compute_key(m.ingredients) != key:
             raise EntryProblem(f"{mpath}: its ingredients do not hash to its key")
         lib = entry / m.library_file
-        if (reason := fsutil.insecure_reason(lib, want_dir=False)) is not None:
+        if (reason := fsutil.insecure_reason(lib, want_dir=False, owners=self.owners)) is not None:
             raise EntryProblem(reason)
         st = os.lstat(lib)
         if st.st_size != m.size:

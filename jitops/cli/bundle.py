@@ -1,0 +1,74 @@
+"""``jitops bundle build``: warm the named ops, then write their verified entries as a wheel (store.bundle_wheel)
+that pip installs and the bundle tier (store.bundles) loads from with zero builds.
+
+Imports: errors, base.settings; lazily api.warm, build.entry, build.runner, plan, registry, store.bundle_wheel,
+store.bundles, target, torch (its version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from ..base.settings import Settings
+from ..errors import JitopsError
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from ..api import warm
+    from ..build.entry import Compatible, entry_status
+    from ..build.runner import default_jobs
+    from ..plan import make_plan
+    from ..registry import lookup
+    from ..store import bundles
+    from ..store.bundle_wheel import Packed, check_version, package_name, write_wheel
+    from ..store.manifest import Hit
+
+    import torch
+
+    settings = Settings.from_env()
+    version = check_version(args.version or time.strftime("%Y.%m.%d.%H%M%S", time.gmtime()))
+    package_name(args.name)  # both checked before anything is built
+    names = [n for n in (s.strip() for s in args.ops.split(",")) if n]
+    if not names:
+        raise SystemExit("jitops bundle build: name the ops, e.g. --ops add,softmax")
+    specs = list(dict.fromkeys(lookup(n) for n in names))
+    tasks = warm.tasks_for(specs, [args.device])
+    if len(tasks) != len(specs):
+        missing = sorted({s.name for s in specs} - {t.spec.name for t in tasks})
+        raise JitopsError(f"jitops bundle build: {', '.join(missing)} have no {args.device} sources")
+    outcomes = warm.warm(tasks, jobs=default_jobs(settings.jobs), settings=settings)
+    failed = [f"{o.task.what}: {o.message}" for o in outcomes if o.status in ("failed", "skipped")]
+    if failed:
+        raise JitopsError("jitops bundle build: nothing was written; these entries could not be made: " + "; ".join(failed))
+    packed: list[Packed] = []
+    for task in tasks:
+        plan = make_plan(task.spec, task.device, settings=settings)
+        status = entry_status(plan)  # verified again: only what would load here is packed
+        if isinstance(status, Hit):
+            packed.append(Packed(bundles.holding(status.path) or plan.cache, status.path, status.manifest))
+        elif isinstance(status, Compatible):
+            packed.append(Packed(status.plan.cache, status.path, status.manifest))
+        else:
+            raise JitopsError(f"jitops bundle build: {task.what} has no verified entry after warming ({status})")
+    written = write_wheel(packed, Path(args.out), args.name, version, torch.__version__)
+    print(f"bundle  {written.distribution} {written.version} ({written.size / 1024:.0f} KiB): {written.path}")
+    for library, size in sorted(written.per_library.items()):
+        print(f"  {library:<16} {size / 1024:>8.0f} KiB uncompressed")
+    print(f"install: pip install --no-deps {written.path}  (requires torch {torch.__version__.split('+')[0]})")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """``jitops bundle build``, under the main parser's subcommands ``sub``."""
+    p = sub.add_parser("bundle", help="write prebuilt, verified entries as an installable wheel")
+    bs = p.add_subparsers(dest="bundle_cmd", required=True, metavar="ACTION")
+    q = bs.add_parser("build", help="warm the ops, then write their entries as a wheel (jitops_bundle_NAME)")
+    q.add_argument("--ops", required=True, metavar="A,B", help="the ops, comma-separated")
+    q.add_argument("--out", required=True, metavar="DIR", help="folder to write the wheel into")
+    q.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="the target (default: cpu)")
+    q.add_argument("--name", default="ops", help="the bundle's name: package jitops_bundle_NAME (default: ops)")
+    q.add_argument("--version", help="the wheel's version (default: the UTC time, YYYY.MM.DD.HHMMSS)")
+    q.set_defaults(fn=cmd_bundle)

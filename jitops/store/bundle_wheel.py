@@ -1,0 +1,126 @@
+"""Writing a bundle (issue 31): verified cache entries as an installable wheel that ``store.bundles`` finds.
+
+The wheel holds one package, ``jitops_bundle_<name>/``: an ``__init__.py`` whose ``ROOT`` is its folder, and
+below it each entry exactly as the cache holds it (``v1/entries/<library>/<target>/<key>/``: manifest and
+library, byte for byte), so a read-only cache over that folder verifies it as the cache would. The entry
+point ``[jitops.bundles] <name> = jitops_bundle_<name>:ROOT`` declares it. Tags: the entries are keyed on the
+Python ABI, the platform and the exact torch, so the wheel is ``cp3X-cp3X-<platform>`` (``py3-none-<platform>``
+when no entry is keyed on the Python ABI) and requires ``torch==<the running torch's public version>``; the
+platform tag is the plain one (``linux_x86_64``): the libraries link against this torch's libraries, not a
+manylinux baseline. A plain zip writer (no build backend): METADATA, WHEEL, entry_points.txt and RECORD (sha256
+of every file).
+
+Imports: cache, manifest, base.fsutil, errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import sys
+import sysconfig
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..base import fsutil
+from ..errors import ArgumentError
+from .cache import Cache
+from .manifest import MANIFEST, Manifest
+
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*$")
+_STAMP = (2020, 1, 1, 0, 0, 0)  # fixed zip times: the same entries give the same wheel
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One verified entry to pack: the cache it is in, its folder, its manifest."""
+
+    cache: Cache
+    entry: Path
+    manifest: Manifest
+
+
+@dataclass(frozen=True)
+class Written:
+    path: Path
+    distribution: str
+    version: str
+    size: int  # bytes of the wheel file
+    per_library: dict[str, int]  # bytes of each library's entries, uncompressed
+
+
+def package_name(name: str) -> str:
+    if not NAME.match(name):
+        raise ArgumentError(f"bundle name {name!r}: use lower-case letters, digits and '_' (a letter first). "
+                            "Fix: e.g. --name myservice")
+    return f"jitops_bundle_{name}"
+
+
+def check_version(version: str) -> str:
+    """``version`` normalized (PEP 440: 08 -> 8), or ArgumentError."""
+    if not VERSION.match(version):
+        raise ArgumentError(f"bundle version {version!r}: use digits and dots, e.g. 1.0")
+    return ".".join(str(int(part)) for part in version.split("."))
+
+
+def tags(packed: list[Packed]) -> str:
+    """The wheel's python-abi-platform tag for what the entries are keyed on."""
+    platform = re.sub(r"[^A-Za-z0-9]", "_", sysconfig.get_platform())
+    if all(p.manifest.ingredients.get("python_abi") is None for p in packed):
+        return f"py3-none-{platform}"
+    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    return f"{py}-{py}{getattr(sys, 'abiflags', '')}-{platform}"
+
+
+def _record_line(arc: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{arc},sha256={digest},{len(data)}"
+
+
+def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, torch_version: str) -> Written:
+    """Write the wheel into ``out_dir``; what was written. Each entry is re-read exactly as verified (a library
+    whose size or sha256 differs from its manifest by now is refused)."""
+    pkg, version = package_name(name), check_version(version)
+    if not packed:
+        raise ArgumentError("a bundle needs at least one entry. Fix: name the ops with --ops")
+    dist = f"{pkg}-{version}"
+    files: dict[str, tuple[bytes, int]] = {f"{pkg}/__init__.py": (
+        b'"""A jitops bundle: verified op libraries (jitops bundle build)."""\n'
+        b"from pathlib import Path\n\nROOT = str(Path(__file__).resolve().parent)\n", 0o644)}
+    per_library: dict[str, int] = {}
+    for p in packed:
+        rel = p.entry.relative_to(p.cache.root).as_posix()
+        for member in (MANIFEST, p.manifest.library_file):
+            data = (p.entry / member).read_bytes()
+            if member != MANIFEST and (len(data) != p.manifest.size
+                                       or hashlib.sha256(data).hexdigest() != p.manifest.sha256):
+                raise ArgumentError(f"{p.entry / member} changed since it was verified. Fix: run the command again")
+            files[f"{pkg}/{rel}/{member}"] = (data, 0o644)
+            per_library[p.manifest.library] = per_library.get(p.manifest.library, 0) + len(data)
+    public_torch = torch_version.split("+", 1)[0]
+    meta = f"{dist}.dist-info"
+    files[f"{meta}/METADATA"] = ((f"Metadata-Version: 2.1\nName: {pkg}\nVersion: {version}\n"
+                                  f"Summary: jitops bundle {name}: prebuilt, verified op libraries\n"
+                                  f"Requires-Dist: torch=={public_torch}\n").encode(), 0o644)
+    tag = tags(packed)
+    files[f"{meta}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: jitops bundle build\nRoot-Is-Purelib: false\n"
+                              f"Tag: {tag}\n".encode(), 0o644)
+    files[f"{meta}/entry_points.txt"] = (f"[jitops.bundles]\n{name} = {pkg}:ROOT\n".encode(), 0o644)
+    files[f"{meta}/top_level.txt"] = (f"{pkg}\n".encode(), 0o644)
+    record = [_record_line(arc, data) for arc, (data, _) in files.items()] + [f"{meta}/RECORD,,"]
+    files[f"{meta}/RECORD"] = (("\n".join(record) + "\n").encode(), 0o644)
+    fsutil.makedirs(out_dir)
+    path = out_dir / f"{dist}-{tag}.whl"
+    tmp = out_dir / f".{path.name}.{os.getpid()}.tmp"
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for arc, (data, mode) in files.items():
+            info = zipfile.ZipInfo(arc, date_time=_STAMP)
+            info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+    os.replace(tmp, path)
+    return Written(path, pkg, version, path.stat().st_size, per_library)

@@ -1,0 +1,269 @@
+"""The bundle tier and ``jitops bundle build`` (issue 31).
+
+One real build: ``add`` for the CPU, in the session cache (shared with test_kernels), packed once per module
+by ``jitops bundle build`` and pip-installed into a folder. Each use of it runs in a fresh interpreter
+(tests/scenarios_bundles.py) with that folder on its path and an empty cache of its own; the tier's logic
+(entry points read once, only on a local miss; a broken bundle skipped; nothing written) runs in-process with
+the fake builder.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import hashlib
+import io
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import jitops.api.warm as jwarm
+import jitops.build.entry as jentry
+import jitops.plan as jplan
+from jitops.cli import main
+from jitops.key import compute_key, namespace_for
+from jitops.store import bundles
+from jitops.store.cache import Cache
+from jitops.store.manifest import MANIFEST, Hit, Manifest
+from tests.cli_helpers import fake_spec, stripped_path
+from tests.helpers import REPO, child_env, run_scenario
+
+NAME = "t31"
+PACKAGE = f"jitops_bundle_{NAME}"
+
+
+@pytest.fixture(scope="module")
+def wheel(session_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """(the wheel ``jitops bundle build --ops add`` wrote, what it printed): add built for real at most once."""
+    out = tmp_path_factory.mktemp("wheel")
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
+        mp.setenv("JITOPS_CACHE_DIR", str(session_cache))
+        mp.setenv("JITOPS_PROGRESS", "0")
+        for var in ("JITOPS_FREEZE", "JITOPS_BUILDER", "JITOPS_OFFLINE"):
+            mp.delenv(var, raising=False)
+        rc = main(["bundle", "build", "--ops", "add", "--out", str(out), "--name", NAME, "--version", "1.0"])
+    assert rc == 0, printed.getvalue()
+    (whl,) = out.glob("*.whl")
+    return whl, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder pip installed the wheel into (``--target``; on a child's PYTHONPATH it is installed there)."""
+    target = tmp_path_factory.mktemp("site") / "T"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(target),
+                           str(wheel[0])], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return target
+
+
+def _library(site: Path) -> Path:
+    (lib,) = (site / PACKAGE / "v1" / "entries" / "add").glob("*/*/libadd.so")
+    return lib
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int, str]]:
+    """Every file under ``folder`` but byte-code caches: size, mtime, sha256 (so any write shows)."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def _child(site: Path, cache: Path, tmp: Path, *, compiler: bool, freeze: bool) -> Any:
+    """``scenarios_bundles.get_add`` in a fresh interpreter: ``site`` on its path, ``cache`` its (empty) cache;
+    without a compiler: CXX=/bin/false and a PATH with no c++, g++, cc or nvcc."""
+    env = {"JITOPS_CACHE_DIR": str(cache), "JITOPS_STATE_DIR": str(tmp / "state"), "JITOPS_FREEZE": "error" if freeze else None,
+           "PYTHONPATH": os.pathsep.join((str(REPO), str(site))), "JITOPS_PROGRESS": "0", "JITOPS_BUILDER": None}
+    full = child_env(PATH=stripped_path(tmp), CXX="/bin/false", CC=None, CUDA_HOME=None, **env) if not compiler else child_env(**env)
+    return run_scenario("scenarios_bundles.get_add", env=full, timeout=240, bundle_root=str(site / PACKAGE))
+
+
+def _compiles(spawned: list[list[str]]) -> list[list[str]]:
+    """The processes started that compile or link (a compiler's identity probe, ``--version``, is none)."""
+    return [argv for argv in spawned if any(w in ("-c", "-shared", "-o") or w.endswith("ninja") for w in argv[1:])]
+
+
+# ------------------------------------------------------------------ (a) the wheel
+
+@pytest.mark.compile
+def test_bundle_build_writes_an_installable_wheel(wheel: tuple[Path, str], installed: Path) -> None:
+    whl, printed = wheel
+    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    assert whl.name == f"{PACKAGE}-1.0-{py}-{py}{sys.abiflags}-{platform}.whl"  # the entries are keyed on both
+    with zipfile.ZipFile(whl) as zf:
+        names = zf.namelist()
+        record = zf.read(f"{PACKAGE}-1.0.dist-info/RECORD").decode().splitlines()
+        for line in record:  # every file is in RECORD with its sha256 and size, and matches it
+            arc, digest, size = line.rsplit(",", 2)
+            if arc.endswith("/RECORD"):
+                continue
+            data = zf.read(arc)
+            assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert int(size) == len(data)
+        assert len(record) == len(names)
+        meta = zf.read(f"{PACKAGE}-1.0.dist-info/METADATA").decode()
+        lib_arc = next(n for n in names if n.endswith("/libadd.so"))
+        manifest = Manifest.parse(zf.read(lib_arc.rpartition("/")[0] + "/" + MANIFEST))
+        lib = zf.read(lib_arc)
+    assert f"Requires-Dist: torch=={torch.__version__.split('+')[0]}" in meta.splitlines()
+    assert hashlib.sha256(lib).hexdigest() == manifest.sha256 and len(lib) == manifest.size
+    assert lib_arc == f"{PACKAGE}/v1/entries/add/{manifest.target}/{manifest.key[:32]}/libadd.so"  # the cache's layout
+    assert PACKAGE in printed and " 1.0 " in printed and "KiB" in printed and "add" in printed
+    (dist,) = metadata.distributions(path=[str(installed)])
+    (ep,) = [e for e in dist.entry_points if e.group == bundles.GROUP]
+    assert (ep.name, ep.value) == (NAME, f"{PACKAGE}:ROOT")
+    assert dist.requires == [f"torch=={torch.__version__.split('+')[0]}"]
+
+
+# ------------------------------------------------------------------ (b) loads with zero builds
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.parametrize("compiler", [False, True], ids=["no-compiler", "compiler"])
+def test_installed_bundle_serves_get_with_no_build(installed: Path, tmp_path: Path, compiler: bool) -> None:
+    """Frozen, in an empty cache: the bundle's add is loaded in place (bit-identical to torch.add), nothing is
+    compiled, nothing is written into the cache's entries or the bundle. Without a compiler (CXX=/bin/false)
+    the entry matches all but the toolchain; with one, by its exact key."""
+    before = _snapshot(installed)
+    cache = tmp_path / "cache"
+    out = _child(installed, cache, tmp_path, compiler=compiler, freeze=True)
+    assert "error" not in out, out
+    assert out["bit_identical"] == [True, True, True]
+    assert out["built"] is False and Path(out["entry"]) == _library(installed).parent
+    assert out["mapped_from_bundle"] == [str(_library(installed))]
+    assert _compiles(out["spawned"]) == []
+    assert out["bundles"] == [f"{PACKAGE} ({NAME})"]
+    assert out["explain"]["ready"] and f"(the bundle {PACKAGE} ({NAME}))" in out["explain"]["verdict"]
+    assert out["offline_ready"][0] is True and out["warm"] == ["cached", out["entry"]]  # doctor and warm see it too
+    assert [p for p in cache.rglob("*") if p.is_file() and {"entries", "staging"} & set(p.parts)] == []
+    assert _snapshot(installed) == before  # nothing written into the bundle (no stamp, no use mark)
+
+
+# ------------------------------------------------------------------ (c) a tampered bundle
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.parametrize("compiler,freeze,error", [(False, True, "FrozenError"), (False, False, "ToolchainError"),
+                                                   (True, True, "FrozenError")])
+def test_a_flipped_byte_in_the_bundle_is_refused_and_never_loaded(installed: Path, tmp_path: Path, compiler: bool,
+                                                                   freeze: bool, error: str) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(installed, site)
+    lib = _library(site)
+    data = bytearray(lib.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    lib.write_bytes(bytes(data))
+    out = _child(site, tmp_path / "cache", tmp_path, compiler=compiler, freeze=freeze)
+    assert out.get("error", {}).get("type") == error, out
+    assert "JitopsError" in out["error"]["mro"]
+    assert f"the bundle {PACKAGE} ({NAME}) refused" in out["error"]["msg"] and "sha256" in out["error"]["msg"]
+    assert out["mapped_from_bundle"] == []  # never loaded
+    assert not out["explain"]["ready"] and "sha256" in out["explain"]["verdict"]  # `jitops explain add` says why
+    assert out["offline_ready"][0] is False and "sha256" in out["offline_ready"][1]
+    assert _compiles(out["spawned"]) == []
+
+
+# ------------------------------------------------------------------ (d) another machine's entry
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.parametrize("compiler", [False, True], ids=["no-compiler", "compiler"])
+def test_a_bundle_entry_with_another_key_is_not_used(installed: Path, tmp_path: Path, compiler: bool) -> None:
+    """A sound entry (self-digested, key = its ingredients) built for another torch: not this plan's, never loaded."""
+    site = tmp_path / "site"
+    shutil.copytree(installed, site)
+    entry = _library(site).parent
+    m = Manifest.parse((entry / MANIFEST).read_bytes())
+    ingredients = {**m.ingredients, "torch_version": "2.99.0"}
+    key = compute_key(ingredients)
+    other = dataclasses.replace(m, ingredients=ingredients, key=key, namespace=namespace_for(m.library, key))
+    (entry / MANIFEST).write_bytes(other.to_json())
+    moved = entry.rename(entry.parent / key[:32])
+    assert Cache(site / PACKAGE).verify(moved, key, "add", m.target).key == key  # a valid entry, for another machine
+    out = _child(site, tmp_path / "cache", tmp_path, compiler=compiler, freeze=True)
+    assert out.get("error", {}).get("type") == "FrozenError", out
+    assert out["mapped_from_bundle"] == []
+    assert out["explain"]["nearest"] == str(moved) and "torch_version" in out["explain"]["diffs"]  # the reason shown
+
+
+# ------------------------------------------------------------------ the tier's logic (fake builder, in-process)
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Each read of the entry points by the bundle tier, counted; a fresh process's view before and after."""
+    calls: list[str] = []
+    real = metadata.entry_points
+
+    def counting(**kwargs: Any) -> Any:
+        calls.append(kwargs.get("group", ""))
+        return real(**kwargs)
+
+    monkeypatch.setattr(bundles.metadata, "entry_points", counting)
+    bundles.forget()
+    yield calls
+    bundles.forget()
+
+
+def test_entry_points_are_read_only_on_a_local_miss_and_once(private_cache: Path, tmp_path: Path, counted: list[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JITOPS_BUILDER", "fake")
+    monkeypatch.setenv("JITOPS_PROGRESS", "0")
+    hit = jplan.make_plan(fake_spec(tmp_path / "specs", "bundle_hit_op"), "cpu")
+    built = jentry.ensure_entry(hit)  # the miss reads the entry points (once), then builds
+    assert built.built and counted == [bundles.GROUP]
+    bundles.forget()
+    counted.clear()
+    assert isinstance(jentry.entry_status(hit), Hit) and counted == []  # a local hit never reads them
+    miss = jplan.make_plan(fake_spec(tmp_path / "specs", "bundle_miss_op"), "cpu")
+    for _ in range(3):
+        assert isinstance(jentry.entry_status(miss), jentry.Miss)
+    assert counted == [bundles.GROUP]  # once per process
+
+
+def test_a_broken_bundle_is_skipped_with_a_warning(tmp_path: Path, counted: list[str], monkeypatch: pytest.MonkeyPatch,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    site = tmp_path / "site"
+    for dist, value in (("jitops_bundle_gone", "jitops_bundle_gone_missing:ROOT"), ("jitops_bundle_file", "os:name")):
+        info = site / f"{dist}-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[{bundles.GROUP}]\n{dist} = {value}\n")
+    monkeypatch.syspath_prepend(str(site))
+    with caplog.at_level(logging.WARNING, logger="jitops"):
+        assert bundles.installed() == []
+    text = caplog.text
+    assert "jitops_bundle_gone" in text and "ModuleNotFoundError" in text
+    assert "jitops_bundle_file" in text and "is not an absolute path to a folder" in text
+
+
+def test_a_bundle_cache_refuses_every_write(tmp_path: Path) -> None:
+    bundle = bundles.BundleCache(tmp_path, "x (x)")
+    with pytest.raises(PermissionError, match="read-only"):
+        bundle.new_staging("add", "0" * 64)
+    assert not (tmp_path / "v1").exists()
+
+
+@pytest.mark.parametrize("argv,message", [(["--name", "Bad-Name"], "bundle name 'Bad-Name'"),
+                                          (["--version", "1.x"], "bundle version '1.x'")])
+def test_a_bad_name_or_version_is_refused_before_any_build(private_cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                           message: str) -> None:
+    built: list[str] = []
+    monkeypatch.setattr(jentry, "ensure_entry", lambda plan, **kw: built.append(plan.spec.name))
+    monkeypatch.setattr(jwarm, "ensure_entry", lambda plan, **kw: built.append(plan.spec.name))
+    rc = main(["bundle", "build", "--ops", "add", "--out", str(private_cache / "out"), *argv])
+    assert rc == 1 and message in capsys.readouterr().err
+    assert built == [] and not (private_cache / "out").exists()
