@@ -49,8 +49,11 @@ def test_record_matches_dataclass() -> None:
                 obj.other = 1  # type: ignore[attr-defined]
         assert (r == r_cls(*args, **kw)) and (r != d) and r.__eq__(d) is NotImplemented
         assert copy.deepcopy(r) == r and copy.copy(d) == d
+        if hasattr(copy, "replace"):  # Python 3.13
+            assert copy.replace(r, note="x") == dataclasses.replace(r, note="x")
     assert d_cls("a", Path("/x")).extra is not d_cls("a", Path("/x")).extra
     assert r_cls("a", Path("/x")).extra is not r_cls("a", Path("/x")).extra  # default_factory: a new dict each time
+    assert r_cls.__doc__ == d_cls.__doc__ and r_cls.__doc__.startswith("Rec(name: 'str', root: 'Path', tags")  # type: ignore[union-attr]
     assert r_cls.tags == () and r_cls.note is None and not hasattr(r_cls, "extra")  # class attributes as dataclass's
     with pytest.raises(TypeError):
         r_cls()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 _T = TypeVar("_T", bound=type)
 _MISSING = dataclasses.MISSING
+_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None) or type("_Factory", (), {"__repr__": lambda self: "<factory>"})()
 
 
 def _fields_of(cls: type) -> list[dataclasses.Field[Any]]:
@@ -105,11 +106,15 @@ def _methods(cls: type, fields: list[dataclasses.Field[Any]]) -> dict[str, Any]:
             "__delattr__": __delattr__}
 
 
+def _replace(self: Any, /, **changes: Any) -> Any:
+    return dataclasses.replace(self, **changes)
+
+
 def _record(cls: _T) -> _T:
     """Make ``cls`` a frozen dataclass, as ``@dataclass(frozen=True)`` would (see the module docstring)."""
     fields = _fields_of(cls)
     own_hash = "__hash__" in cls.__dict__ and cls.__dict__["__hash__"] is not None
-    namespace: dict[str, Any] = {"_HAS_FACTORY": object(), "__setattr": object.__setattr__}
+    namespace: dict[str, Any] = {"_HAS_FACTORY": _FACTORY, "__setattr": object.__setattr__}
     for f in fields:
         if f.default is not _MISSING:
             namespace[f"_dflt_{f.name}"] = f.default
@@ -117,6 +122,7 @@ def _record(cls: _T) -> _T:
             namespace[f"_dflt_{f.name}"] = f.default_factory
     exec(_init_source(fields, hasattr(cls, "__post_init__")), namespace)  # noqa: S102 - our own text
     methods = {"__init__": namespace["__init__"], **_methods(cls, fields)}
+    methods["__init__"].__annotations__ = {**{f.name: f.type for f in fields}, "return": None}  # as dataclass's
     for method, fn in methods.items():
         if method == "__hash__" and own_hash:
             continue
@@ -127,9 +133,15 @@ def _record(cls: _T) -> _T:
         fn.__qualname__ = f"{cls.__qualname__}.{method}"
         setattr(cls, method, fn)
     cls.__dataclass_fields__ = {f.name: f for f in fields}  # type: ignore[attr-defined]
+    setattr(cls, "__replace__", _replace)  # noqa: B010 - copy.replace (3.13), as dataclass sets it there
     setattr(cls, "__match_args__", tuple(f.name for f in fields))  # noqa: B010 - mypy refuses the assignment
-    if not getattr(cls, "__doc__", None):
-        cls.__doc__ = f"{cls.__name__}({', '.join(f.name for f in fields)})"
+    if not getattr(cls, "__doc__", None):  # as dataclass: the signature
+        import inspect
+
+        try:
+            cls.__doc__ = cls.__name__ + str(inspect.signature(cls)).replace(" -> None", "")
+        except (TypeError, ValueError):
+            cls.__doc__ = cls.__name__
     return cls
 
 
