@@ -354,4 +354,5 @@ def dropin_warm_load(name: str, source: str, functions: list[str], call: str) ->
     module = jitops.load_inline(name, source, functions=functions, extra_cflags=["-O1"])
     x = torch.linspace(-1, 1, 5)
     return {"dynamo_before": before, "dynamo_after": "torch._dynamo" in sys.modules,
-            "out": getattr(module, call)(x, x).tolist(), "want": (x.sin() + x.sin()).tolist()}
+            "out": getattr(module, call)(x, x).tolist(), "want": (x.sin() + x.sin()).tolist(),
+            "stable": "jitops.build.stable" in sys.modules}

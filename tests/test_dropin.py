@@ -267,6 +267,23 @@ def test_a_warm_load_in_a_fresh_process_does_not_import_dynamo(sin_add_module: A
                          functions=SIN_ADD_FUNCTIONS, call="sin_add", timeout=300)
     assert not reply["dynamo_before"] and not reply["dynamo_after"], reply
     assert reply["out"] == pytest.approx(reply["want"]), reply
+    assert not reply["stable"], reply  # build/stable: only for a source naming STABLE_TORCH_LIBRARY, or abi= (issue 32)
+
+
+def test_the_stable_abi_check_without_its_module_answers_as_it() -> None:
+    """dropin asks build/stable only when a source names STABLE_TORCH_LIBRARY or abi= is given (its import is
+    off the warm path); every answer, and the refusal of an unknown abi, stays stable.wanted's."""
+    from jitops.build import stable
+
+    texts = ["STABLE_TORCH_LIBRARY(ns, m) {}", "STABLE_TORCH_LIBRARY_IMPL (ns, CPU, m)", "STABLE_TORCH_LIBRARY_FRAGMENT\n(",
+             "TORCH_LIBRARY(ns, m) {}", "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}", "NOT_STABLE_TORCH_LIBRARY(x)", ""]
+    for text in texts:
+        for abi in (None, "stable"):
+            assert dropin._stable_wanted("f", abi, [text]) == stable.wanted("f", abi, [text]), (text, abi)
+    assert dropin._stable_wanted("f", None, None) is stable.wanted("f", None, None) is False
+    for bad in ("unstable", 1):
+        with pytest.raises(jitops.ArgumentError, match="is not an ABI jitops builds for"):
+            dropin._stable_wanted("f", bad, ["int x;"])
 
 
 def test_same_source_same_module_and_no_rebuild(sin_add_module: Any) -> None:

@@ -32,7 +32,7 @@ What each torch parameter does here:
 * ``is_standalone=True`` (an executable) and SYCL sources: a clear ``KernelSourceError``;
   jitops builds shared libraries for torch only.
 
-Imports: runner (LIVE, lazily, only when verbose), checks, cpp_ext_style, errors, settings, stable, user, user_spec (plan for annotations only).
+Imports: runner (LIVE, lazily, only when verbose), checks, cpp_ext_style, errors, settings, user, stable lazily (a source naming STABLE_TORCH_LIBRARY, or abi= given), user_spec (plan for annotations only).
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..spec import checks
-from ..build import stable
 from . import cpp_ext_style as cs, user
 from ..errors import BuildError, KernelSourceError, NoPythonModuleError, TargetError
 from ..base.settings import Settings
@@ -118,9 +117,7 @@ def _common(build_directory: str | None, verbose: bool, with_cuda: bool | None, 
         _note("build_directory", f"build_directory={str(build_directory)!r} is not used: jitops builds in a private "
               "staging folder and keeps each build in its content-addressed cache (JITOPS_CACHE_DIR; `jitops info` "
               "shows where), so edits never overwrite a library in use; nothing is written to build_directory")
-    if with_cuda is None or device is not None:
-        return device
-    return "cuda" if with_cuda else "cpu"
+    return device if with_cuda is None or device is not None else "cuda" if with_cuda else "cpu"
 
 
 def _check(func: str, name: object, device: object, flags: dict[str, object], **lists: object) -> None:
@@ -183,11 +180,16 @@ def _torch_options(extra_cflags: StrOrSeq | None, extra_cuda_cflags: StrOrSeq | 
                    extra_include_paths: StrOrSeq | None) -> BuildOptions:
     """Flags and include paths as torch's loader takes them: each stripped of surrounding whitespace."""
     strip = lambda value, what: [v.strip() for v in _as_list(value, what)]  # noqa: E731
-
     return BuildOptions.of(extra_cflags=[*strip(extra_cflags, "extra_cflags"), *cs.NAME_FLAGS],
                            extra_cuda_cflags=[*strip(extra_cuda_cflags, "extra_cuda_cflags"), *cs.NAME_FLAGS],
                            extra_ldflags=[*strip(extra_ldflags, "extra_ldflags"), *cs.LDFLAGS],
                            extra_include_paths=strip(extra_include_paths, "extra_include_paths"))
+
+
+def _stable_wanted(func: str, abi: object, texts: list[str] | None) -> bool:
+    """stable.wanted; build/stable imported (off the warm path) only for abi= or a source naming STABLE_TORCH_LIBRARY*."""
+    return (abi is not None or any("STABLE_TORCH_LIBRARY" in t for t in texts or ())) and \
+        importlib.import_module("..build.stable", __package__).wanted(func, abi, texts)
 
 
 def load(name: str, sources: StrOrSeq, extra_cflags: StrOrSeq | None = None, extra_cuda_cflags: StrOrSeq | None = None,
@@ -209,7 +211,7 @@ def load(name: str, sources: StrOrSeq, extra_cflags: StrOrSeq | None = None, ext
     device = _common(build_directory, verbose, with_cuda, with_sycl, extra_sycl_cflags, is_python_module,
                      is_standalone, device)
     texts = _texts(sources)
-    if texts is None or _is_jitops_style(texts, None, schemas) or stable.wanted("jitops.load", abi, texts):  # unreadable: user.load names it
+    if texts is None or _is_jitops_style(texts, None, schemas) or _stable_wanted("jitops.load", abi, texts):  # unreadable: user.load names it
         lib, streamed = _run(verbose, lambda: user.load(name, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                                               extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
                                               schemas=schemas, device=device, abi=abi))
@@ -260,11 +262,10 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
     if gil_not_used:  # torch 2.15's parameter (free-threaded Python); accepted under every torch
         _note("gil_not_used", "gil_not_used=True is not used: the pybind11 module jitops generates for functions= "
               "does not declare itself free of the GIL (it runs as under a GIL-enabled Python)")
-    cpp = _as_list(cpp_sources, "cpp_sources")
-    cuda = _as_list(cuda_sources, "cuda_sources")
+    cpp, cuda = _as_list(cpp_sources, "cpp_sources"), _as_list(cuda_sources, "cuda_sources")
     table = cs.function_table(functions)
     cs.check_named(table, cpp + cuda, bool(_as_list(extra_include_paths, "extra_include_paths")))
-    if _is_jitops_style(cpp + cuda, functions, schemas) or (functions is None and stable.wanted("jitops.load_inline", abi, cpp + cuda)):
+    if _is_jitops_style(cpp + cuda, functions, schemas) or (functions is None and _stable_wanted("jitops.load_inline", abi, cpp + cuda)):
         lib, streamed = _run(verbose, lambda: user.load_inline(
             name, cpp_sources, cuda_sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
             extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas, device=device, abi=abi))
@@ -293,8 +294,6 @@ def _texts(sources: StrOrSeq) -> list[str] | None:
 
 def _is_jitops_style(texts: list[str], functions: Any, schemas: StrOrSeq | None) -> bool:
     """jitops's own registration (JITOPS_LIBRARY, or schemas=) and nothing torch-only (functions=, pybind11)."""
-    if functions is not None:
-        return False
-    if schemas:
-        return True
+    if functions is not None or schemas:
+        return functions is None
     return any(_JITOPS_STYLE.search(t) for t in texts) and not any(cs._PYBIND.search(t) for t in texts)

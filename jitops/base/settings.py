@@ -10,7 +10,7 @@ To add a setting: one field, one line in :meth:`Settings.from_env` using the
 parsers below (each names the variable, its value and the fix on bad input),
 and one entry in :data:`VARIABLES` so ``jitops doctor`` shows it.
 
-Imports: errors only (and platformdirs, lazily, for the default cache and state roots).
+Imports: errors and record only (and platformdirs, lazily, for the default cache and state roots).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from ..errors import ConfigError
+from .record import record
 
 # The variables Settings reads, in display order (doctor shows the ones set).
 VARIABLES = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
@@ -113,7 +113,7 @@ def _size(text: str) -> int:  # 1G, 500M, 1.5GiB or a byte count (binary units);
     return int(float("x") if m is None else float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
 
 
-@dataclass(frozen=True)
+@record
 class RemoteSettings:
     """The remote tier's variables (issue 15); present only when ``JITOPS_REMOTE_CACHE`` is set."""
 
@@ -155,7 +155,7 @@ def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings 
     return _tier(env, url, mode, RemoteSettings.connect_timeout)
 
 
-@dataclass(frozen=True)
+@record
 class DistributedSettings:
     """The job's c10d store as a cache tier (issue 16); None when ``JITOPS_DISTRIBUTED=0``. Read here because only
     this module reads the environment: torchrun's ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/
@@ -210,7 +210,7 @@ def distributed_settings(env: Mapping[str, str]) -> DistributedSettings | None:
 NOT_IN_A_JOB = distributed_settings({})  # the default: on, and idle until a job is found
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     """What the environment asks of jitops; parsed once, passed down."""
 

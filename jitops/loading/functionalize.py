@@ -18,15 +18,16 @@ tensor, one result); an op that does not fit is left alone. Eager calls
 never reach these kernels: the Functionalize key is active only while torch
 traces.
 
-Imports: nothing of jitops (torch, lazily).
+Imports: record (torch, lazily).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
+
+from ..base.record import record
 
 log = logging.getLogger("jitops")
 
@@ -36,7 +37,7 @@ REQUIRED = ("_from_functional_tensor", "_is_functional_tensor", "_sync", "_funct
             "_C._dispatch_has_kernel_for_dispatch_key", "_C._jit_get_schemas_for_operator")
 
 
-@dataclass(frozen=True)
+@record
 class Pairing:
     """A mutable overload and the functional overload that computes its result."""
 

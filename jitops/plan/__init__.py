@@ -10,7 +10,7 @@ target and computes the key, before any lock. The plan's fields are typed
 ``ingredients`` is a view derived from them, used only for the key and the
 manifest. Also the data type of a loaded library, which ops and user use.
 
-Imports: archs, cache, compilers, errors, key, manifest, roots, settings, spec, target,
+Imports: archs, cache, compilers, errors, key, manifest, record, roots, settings, spec, target,
 toolchain.
 """
 
@@ -20,7 +20,6 @@ import dataclasses
 import functools
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from ..errors import ToolchainError
 from ..key import Stamp, build_flags, changed_source, compute_key, ingredients, namespace_for, source_state
 from ..store.manifest import Address, Manifest
 from ..store.roots import cache_for_reading
+from ..base.record import record
 from ..base.settings import Settings
 from ..spec import OpSpec
 from ..target import System, Target, choose_target, probe
@@ -39,7 +39,7 @@ from ..target.toolchain import Tool, check_nvcc_matches_torch
 log = logging.getLogger("jitops.plan")
 
 
-@dataclass(frozen=True)
+@record
 class Plan:
     """Everything decided about one build of one library, before any lock."""
 
@@ -156,7 +156,7 @@ def runnable_here(plan: Plan, archs: str | None, settings: Settings | None = Non
     return make_plan(plan.spec, "cuda", here, settings=settings)
 
 
-@dataclass(frozen=True)
+@record
 class LoadedLibrary:
     """One library loaded into this process."""
 

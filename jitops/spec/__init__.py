@@ -13,7 +13,7 @@ public op names (``add`` and ``add_``; ``softmax`` and ``log_softmax``).
 
 Nothing here imports torch.
 
-Imports: errors.
+Imports: errors, record.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import os
 import re
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..base.record import record
 from ..errors import ArgumentError, InvalidNameError, UnknownOpError
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
@@ -60,7 +60,7 @@ def _op_name_of(schema: str) -> str:
     return head.split(".", 1)[0]
 
 
-@dataclass(frozen=True)
+@record
 class OpSpec:
     """One kernel library, described as data.
 

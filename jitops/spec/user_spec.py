@@ -4,18 +4,18 @@
 keywords (``extra_cflags``, ...); each turns them into a :class:`BuildOptions`
 right away, and only that value travels on.
 
-Imports: errors, spec, checks (what a flag word may hold).
+Imports: errors, record, spec, checks (what a flag word may hold).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..base.record import record
 from ..errors import ArgumentError, KernelSourceError
 from .checks import LINE_BREAK, NVCC_UNSAFE
 from . import OpSpec
@@ -49,7 +49,7 @@ def _check_tree_size(root: Path, name: str) -> None:
             )
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class BuildOptions:
     """The build arguments ``load``, ``load_inline`` and ``register_kernel_dir`` share, checked once."""
 

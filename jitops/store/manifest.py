@@ -4,7 +4,7 @@ Address, and the answers of a cache tier (Hit, Miss, EntryProblem).
 A data type below the cache and its users. Its bytes are canonical JSON that
 carries the sha256 of its own body, so any changed byte is detected.
 
-Imports: nothing of jitops.
+Imports: record.
 """
 
 from __future__ import annotations
@@ -14,15 +14,17 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
+
+from ..base.record import record
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 2  # 2: canonical bytes + self-digest, so any changed byte is detected
 
 
-@dataclass(frozen=True)
+@record
 class Manifest:
     key: str
     library: str
@@ -112,7 +114,7 @@ class EntryProblem(Exception):
     """Why an entry cannot be used; the entry is then a cache miss."""
 
 
-@dataclass(frozen=True)
+@record
 class Address:
     """Which entry: a library, its target's name and the key. The unit every tier stores."""
 
@@ -121,7 +123,7 @@ class Address:
     key: str
 
 
-@dataclass(frozen=True)
+@record
 class Hit:
     """A verified entry: safe to load."""
 
@@ -129,7 +131,7 @@ class Hit:
     manifest: Manifest
 
 
-@dataclass(frozen=True)
+@record
 class Miss:
     """No loadable entry. ``reason`` is None when there is none at all, else why the one there is refused."""
 

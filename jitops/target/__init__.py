@@ -11,7 +11,7 @@ frozen :class:`System`. Choosing a target, the flags for it and the CUDA arch
 list are pure functions of that value, so GPU cases are unit-tested on a
 CPU-only machine by building a ``System`` by hand.
 
-Imports: archs, errors, _version; torchcompat lazily. Holds the build variables the probe records
+Imports: archs, errors, record, _version; torchcompat lazily. Holds the build variables the probe records
 (``BUILD_ENV_VARS``: host ones in every key, CUDA ones in CUDA keys only; key.env_vars_for picks).
 """
 
@@ -24,9 +24,10 @@ import sys
 import sysconfig
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from .._version import __version__
+from ..base.record import record
 from .archs import arch_gencode_flags, default_arch, parse_arch_list
 from ..errors import TargetError
 
@@ -57,7 +58,7 @@ CUDA_ENV_VARS = ("TORCH_CUDA_ARCH_LIST", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAG
 BUILD_ENV_VARS = HOST_ENV_VARS + CUDA_ENV_VARS
 
 
-@dataclass(frozen=True)
+@record
 class System:
     """Everything about this machine and process that can change a binary."""
 
@@ -152,7 +153,7 @@ def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> Sys
 # ------------------------------------------------------------------ targets
 
 
-@dataclass(frozen=True)
+@record
 class Target:
     """What a build is for: ``cpu`` (with its ISA) or ``cuda`` with an arch list."""
 

@@ -5,7 +5,7 @@ key, but the warm path must start no subprocess. So the identity is cached on
 disk under the cache root, keyed by the binary's path, size, mtime and inode:
 a changed compiler binary gets a new fingerprint and is asked again.
 
-Imports: checks (``shown``), errors, target; fsutil lazily.
+Imports: checks (``shown``), errors, record, target; fsutil lazily.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import shlex
 import shutil
 import subprocess
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..base.record import record
 from ..spec.checks import shown
 from ..errors import ToolchainError
 from . import System
@@ -42,7 +42,7 @@ def _reset_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-@dataclass(frozen=True)
+@record
 class Tool:
     """A build tool. ``path`` is canonical (symlinks resolved) and goes into the key;
     ``command`` is what gets run: the name the user gave, which can select a
