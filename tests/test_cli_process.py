@@ -234,3 +234,18 @@ def test_ctrl_c_during_warm_stops_its_compilers_and_publishes_nothing(tmp_path: 
         time.sleep(0.1)
     assert _processes_using(root) == []
     assert not list((root / "v1" / "entries").glob("*/*/*"))
+
+
+def test_doctor_passes_an_empty_cache_root_and_fails_it_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A cache folder nothing was built in yet (no v1) is a fresh cache, not a refused one (it failed doctor
+    whenever no test had built into the session cache before it); offline it holds nothing to load."""
+    from jitops.cli.diagnose import _cache
+
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    check = _cache(root, offline=False, strict=False)
+    assert check.status == "ok" and "(empty)" in check.detail, check
+    assert _cache(root, offline=True, strict=False).status == "fail"
+    (root / "v1").symlink_to(tmp_path)  # a link where v1 belongs is still refused
+    assert _cache(root, offline=False, strict=False).status == "fail"

@@ -26,6 +26,7 @@ from ..build import selfcheck
 from .. import plan as planning
 from .._version import __version__
 from ..build.runner import default_jobs
+from ..base import fsutil
 from ..store.cache import Cache
 from ..build.entry import Compatible, entry_status
 from ..errors import ConfigError, JitopsError, TargetError, ToolchainError
@@ -151,7 +152,11 @@ def _cache(root: Path, offline: bool, strict: bool) -> Check:
     st = os.stat(root)
     free = shutil.disk_usage(root).free
     detail = f"{root} (owner uid {st.st_uid}, mode {st.st_mode & 0o777:o}, {free / 2**30:.1f} GiB free)"
-    problem = cache.root_problem()
+    fresh = not os.path.lexists(cache.base)  # nothing built here yet: the first build makes v1
+    if fresh and offline:
+        return Check("cache", "fail", f"{root} holds no cache yet (offline mode needs a warmed cache)",
+                     "run `jitops warm --all` with this JITOPS_CACHE_DIR, or unset JITOPS_OFFLINE")
+    problem = cache.root_problem() if not fresh else fsutil.insecure_reason(root, want_dir=True)
     if problem is not None:
         return Check("cache", "fail", f"{detail}: refused: {problem}",
                      "make it yours with mode 0700 (`chmod 700` as its owner), or set JITOPS_CACHE_DIR elsewhere")
@@ -161,7 +166,7 @@ def _cache(root: Path, offline: bool, strict: bool) -> Check:
                      "make it writable by this user, or set JITOPS_CACHE_DIR to a directory you own")
     if not offline and free < 2**30:
         return Check("cache", "warn", f"{detail}: little free space", "free space or `jitops cache prune --max-size 1G`")
-    return Check("cache", "ok", detail + (" (read-only use: offline)" if offline else ""))
+    return Check("cache", "ok", detail + (" (read-only use: offline)" if offline else "") + (" (empty)" if fresh else ""))
 
 
 def _obstructions(root: Path) -> Check:
