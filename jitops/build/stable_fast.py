@@ -41,7 +41,7 @@ from . import pch, pch_bg
 log = logging.getLogger("jitops")
 
 STUB_FORMAT = 1
-_soname: dict[str, str | None] = {}  # real library path -> its SONAME, this process
+_soname: dict[tuple[str, int, int], str | None] = {}  # (path, size, mtime_ns) -> its SONAME, this process
 
 
 def prefix_of(sources: tuple[Path, ...]) -> list[str]:
@@ -85,8 +85,13 @@ def after(job: Any, later: dict[str, dict[str, Any]]) -> bool:
 
 def soname(path: str) -> str | None:
     """The DT_SONAME of an ELF64 little-endian shared library (headers only), or None."""
-    if path in _soname:
-        return _soname[path]
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    memo = (path, st.st_size, st.st_mtime_ns)
+    if memo in _soname:
+        return _soname[memo]
     found = None
     try:
         with open(path, "rb") as f:
@@ -110,7 +115,7 @@ def soname(path: str) -> str | None:
                         break
     except (OSError, struct.error, IndexError, UnicodeDecodeError):
         found = None
-    _soname[path] = found
+    _soname[memo] = found
     return found
 
 
