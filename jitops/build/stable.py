@@ -3,7 +3,8 @@
 A source that spells ``STABLE_TORCH_LIBRARY`` (or a call with ``abi="stable"``) is compiled with
 ``-DTORCH_TARGET_VERSION`` and torch's include root only, no Python or pybind11 headers, in one
 compiler command (compile and link), and linked against nothing of torch but the library that holds
-the stable C shim. It registers in the build's own namespace, as jitops's other user kernels do::
+the stable C shim (through a stub of it with its SONAME), with the PCH of the stable headers shared by
+every stable kernel once one exists (both: stable_fast). It registers in the build's own namespace, as jitops's other user kernels do::
 
     #include <torch/csrc/stable/library.h>
     #include <torch/csrc/stable/tensor.h>
@@ -22,7 +23,7 @@ stable kernel's errors cross as ``std::runtime_error`` (``STD_TORCH_CHECK``), wh
 tests/test_stable_abi.py checks arrives as ``RuntimeError``. A remembered verdict still applies to
 the compiler as a whole.
 
-Imports: checks, errors, key, settings, spec, torchcompat, user_spec; torch lazily. api.user and build.runner call it.
+Imports: checks, errors, key, settings, spec, torchcompat, user_spec; stable_fast and torch lazily. api.user and build.runner call it.
 """
 
 from __future__ import annotations
