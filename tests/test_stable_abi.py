@@ -277,9 +277,11 @@ def test_the_stable_pch_is_made_off_the_wait_shared_and_verified(built: jitops.U
     assert pch.find(copy, key, "gcc") is None and not copy.build_path("pch", key).exists()  # set aside
 
 
-def _job(root: str, cflags: tuple[str, ...] = ("-O2",), cache: Cache | None = None) -> types.SimpleNamespace:
+def _job(root: str, cflags: tuple[str, ...] = ("-O2",), cache: Cache | None = None,
+         ldflags: tuple[str, ...] = ()) -> types.SimpleNamespace:
     return types.SimpleNamespace(include_dirs=(Path("/inc"), Path(root)), root=Path(root), cflags=cflags,
-                                 cache=cache, cxx="c++", identity="{}", env=dict(os.environ), build_dir=Path(root))
+                                 cache=cache, cxx="c++", identity="{}", env=dict(os.environ), build_dir=Path(root),
+                                 ldflags=ldflags)
 
 
 def test_the_stable_pch_key_leaves_out_the_library_and_holds_flags_and_torch() -> None:
@@ -293,16 +295,52 @@ def test_the_stable_pch_key_leaves_out_the_library_and_holds_flags_and_torch() -
 
 
 @pytest.mark.compile
-def test_the_link_stub_is_made_once_checked_and_remade_when_damaged(tmp_path: Path) -> None:
-    """A stub with libtorch_cpu's SONAME, made once into the cache; a damaged one is made again."""
+def test_the_link_stub_is_made_once_per_process_in_the_build_folder(tmp_path: Path) -> None:
+    """A stub with libtorch_cpu's SONAME, made by the build's runner once per process and written into each
+    build's own folder (nothing in the cache); flags that forbid undefined symbols get the real library."""
     real = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
     name = stable_fast.soname(real)
     assert name is not None and name.startswith("libtorch_cpu")
-    job = _job(str(tmp_path), cache=Cache(tmp_path / "c"))
-    stub = stable_fast.link_stub(job, real)
-    assert stub is not None and stable_fast.soname(str(stub)) == name and stub.stat().st_size < 100_000
-    first = stub.stat().st_mtime_ns
-    assert stable_fast.link_stub(job, real) == stub and stub.stat().st_mtime_ns == first  # reused
-    stub.write_bytes(b"not an ELF file")
-    again = stable_fast.link_stub(job, real)
-    assert again == stub and stable_fast.soname(str(stub.resolve())) == name
+    ran: list[list[str]] = []
+
+    def run(cmd: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+        ran.append(cmd)
+        return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True).returncode, ""
+
+    stable_fast._stubs.clear()
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir(), two.mkdir()
+    stub = stable_fast.link_stub(_job(str(one)), real, run)
+    assert stub is not None and stub.parent == one and stable_fast.soname(str(stub)) == name
+    assert stub.stat().st_size < 100_000 and len(ran) == 1
+    again = stable_fast.link_stub(_job(str(two)), real, run)  # the next build: the same bytes, no command
+    assert again is not None and again.parent == two and again.read_bytes() == stub.read_bytes() and len(ran) == 1
+    for flag in ("-Wl,-z,defs", "-Wl,--no-undefined"):
+        assert stable_fast.link_stub(_job(str(two), ldflags=(flag,)), real, run) is None
+
+
+@pytest.mark.compile
+def test_a_link_that_forbids_undefined_symbols_builds_against_the_real_library() -> None:
+    """`-z defs` needs the shim's symbols: the stub has none, so such a build links against libtorch_cpu."""
+    lib = jitops.load_inline("stable_zdefs", FIRST.replace("* static_cast<float>(s)", "* 3.0f"),
+                             extra_ldflags=["-Wl,-z,defs"])
+    assert lib.library.manifest.timings["link"] == stable.SHIM_LIBRARY
+    torch.testing.assert_close(_with_fake(lib).scale(torch.ones(2), 1.0), torch.full((2,), 3.0))
+
+
+def test_pch_words_reach_the_compiler_unquoted_and_background_off_builds_none(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """pch.pch_words are quoted for ninja's shell; the stable builder runs an argv list, so a cache path with a
+    space must reach g++ as one plain word. JITOPS_PCH_BACKGROUND=0: no detached child, no PCH."""
+    src = tmp_path / "k.cpp"
+    src.write_text("#include <torch/csrc/stable/library.h>\nint x;\n")
+    job = _job(str(tmp_path), cache=Cache(tmp_path / "my cache"))
+    job.sources, job.pch, job.pch_build, job.pch_background = (src,), "gcc", True, True
+    where = tmp_path / "my cache" / "v1" / "pch" / "k"
+    monkeypatch.setattr(pch, "find", lambda cache, key, kind: types.SimpleNamespace(words=pch.pch_words(kind, where)))
+    words, state, later = stable_fast.use_pch(job, "/torch/include", "t")
+    assert state == "hit" and words == ["-include", str(where / pch.HEADER), "-Winvalid-pch"] and not later
+    monkeypatch.setattr(pch, "find", lambda cache, key, kind: None)
+    assert stable_fast.use_pch(job, "/torch/include", "t")[1:] != ("off (background)", {})
+    job.pch_background = False
+    assert stable_fast.use_pch(job, "/torch/include", "t") == ([], "off (background)", {})

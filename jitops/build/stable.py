@@ -177,7 +177,7 @@ def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str]
     out = job.build_dir / f"{job.library}.so"
     include, lib = _torch_dirs()
     words, state, later = stable_fast.use_pch(job, include, _torch_id())
-    stub = stable_fast.link_stub(job, os.path.join(lib, f"lib{SHIM_LIBRARY}.so"))
+    stub = stable_fast.link_stub(job, os.path.join(lib, f"lib{SHIM_LIBRARY}.so"), run)
     start = time.monotonic()
     cmd = command(job, out, words, stub)
     rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
@@ -186,6 +186,9 @@ def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str]
         rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
     elif words and "-Winvalid-pch" in log:
         state = "rejected"
+    if rc != 0 and stub is not None and "undefined reference" in log:  # a flag forbade undefined symbols after all
+        stub, cmd = None, command(job, out, (), None)
+        rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
     seconds = time.monotonic() - start
     if rc == 0 and later and not stable_fast.after(job, later):
         state = "unavailable"

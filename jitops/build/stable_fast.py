@@ -13,34 +13,30 @@ have the same prefix.
 
 **Link stub.** The library must name the C shim's library (``libtorch_cpu.so``) as NEEDED so its
 ``aoti_torch_*`` symbols resolve at load time, but linking against the real 430 MB library costs the
-linker ~0.25-0.3 s of reading its symbol table, on every build. A shared link leaves undefined symbols
-undefined either way (no ``--no-undefined``), so the real library contributes only its SONAME: a
-9 KB stub with the same SONAME (read from the real library's ELF header) gives the same NEEDED entry
-and the same undefined symbols. It is built once per compiler into the cache (``pch/``, beside the
-PCHs; its sha256 recorded and checked before each use) and is linked with ``--no-as-needed``. Anything
-wrong (no SONAME, no cache, a damaged stub) links against the real library as before.
+linker ~0.25-0.45 s of reading its symbol table, on every build. A shared link leaves undefined symbols
+undefined either way (no ``-z defs``), so the real library contributes only its SONAME: a stub with
+the same SONAME (read from the real library's ELF header) and no symbols gives the same NEEDED entry
+and the same undefined symbols. It is made once per process (through the build's supervised runner)
+and written into each build's private folder, linked with ``--no-as-needed``. Link flags that forbid
+undefined symbols (``-z defs``, ``--no-undefined``), no SONAME, or a failed stub: the real library, as
+before; a link with the stub that still reports an undefined reference is run again against it.
 
-Imports: fsutil, pch, pch_bg (the Cache and the job are passed in).
+Imports: pch, pch_bg (the Cache, the job and its runner are passed in).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import shlex
 import struct
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from ..base import fsutil
 from . import pch, pch_bg
 
 log = logging.getLogger("jitops")
 
-STUB_FORMAT = 1
 _soname: dict[tuple[str, int, int], str | None] = {}  # (path, size, mtime_ns) -> its SONAME, this process
 
 
@@ -66,10 +62,12 @@ def use_pch(job: Any, include: str, torch_id: str) -> tuple[list[str], str, dict
     flags = pch_flags(job, include, torch_id)
     key = pch.key_of(job.identity, job.pch, " ".join(flags), prefix)
     found = pch.find(job.cache, key, job.pch)
-    if found is not None:
-        return found.words, "hit", {}
+    if found is not None:  # pch_words are quoted for ninja's shell; the stable builder runs an argv list
+        return shlex.split(" ".join(found.words)), "hit", {}
     if not job.pch_build:
         return [], "none", {}
+    if not job.pch_background:  # JITOPS_PCH_BACKGROUND=0: no detached child; the stable path builds none then
+        return [], "off (background)", {}
     if pch_bg.busy(job.cache, key):
         return [], "busy", {}
     # The torch marker is a comment in the key's text only: it never reaches the compiler.
@@ -119,34 +117,32 @@ def soname(path: str) -> str | None:
     return found
 
 
-def link_stub(job: Any, real: str) -> Path | None:
-    """A verified stub of ``real`` (same SONAME, no symbols) to link against, built once into the cache; None:
-    link against ``real``."""
-    cache = job.cache
+_NO_UNDEFINED = ("defs", "no-undefined", "unresolved-symbols")  # link flags that need the real library's symbols
+_stubs: dict[tuple[str, str], bytes] = {}  # (compiler, SONAME) -> the stub's bytes, made once per process
+
+
+def link_stub(job: Any, real: str, run: Any) -> Path | None:
+    """A stub of ``real`` (same SONAME, no symbols) in the build's own folder, to link against; None: link against
+    ``real`` (no SONAME, link flags that forbid undefined symbols, or the stub could not be made).
+
+    Made per process by the build's supervised ``run`` (one ``g++ -shared`` of nothing, ~30 ms) and written into
+    each build's private folder: nothing in the cache to verify, share, prune or lose mid-build."""
     name = soname(real)
-    if cache is None or name is None or not fsutil.may_hold(cache.pch):
+    if name is None or any(m in w for w in job.ldflags for m in _NO_UNDEFINED):
         return None
-    key = hashlib.sha256(json.dumps([STUB_FORMAT, job.cxx, job.identity, name]).encode()).hexdigest()
-    stub, record = cache.build_path("pch", key, ".stub.so"), cache.build_path("pch", key, ".stub.json")
-    try:
-        m = fsutil.read_record(record)
-        if m is not None and fsutil.insecure_reason(stub, want_dir=False) is None and m.get("sha256") == fsutil.sha256_file(stub):
-            return stub
-    except OSError:
-        pass
     part = job.build_dir / "shim-stub.so"
-    cmd = [job.cxx, "-shared", "-nostdlib", f"-Wl,-soname,{name}", "-x", "c++", os.devnull, "-o", str(part)]
+    made = _stubs.get((job.cxx, name))
     try:
-        done = subprocess.run(cmd, cwd=job.build_dir, env=job.env, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=60)
-        if done.returncode != 0 or soname(str(part)) != name:
-            log.info("note: could not make a link stub for %s; linking against the library itself", name)
-            return None
-        fsutil.makedirs(stub.parent)
-        fsutil.atomic_write(stub, part.read_bytes(), durable=False)
-        fsutil.atomic_write(record, json.dumps({"format": STUB_FORMAT, "soname": name,
-                                                "sha256": fsutil.sha256_file(stub)}).encode(), durable=False)
-        return stub
-    except (OSError, subprocess.SubprocessError) as e:
-        log.info("note: could not keep a link stub for %s (%s); linking against the library itself", name, e)
-        return part if part.is_file() and soname(str(part)) == name else None
+        if made is None:
+            cmd = [job.cxx, "-shared", "-nostdlib", f"-Wl,-soname,{name}", "-x", "c++", os.devnull, "-o", str(part)]
+            rc, _ = run(cmd, cwd=job.build_dir, env=job.env)
+            if rc != 0 or soname(str(part)) != name:
+                log.info("note: could not make a link stub for %s; linking against the library itself", name)
+                return None
+            _stubs[(job.cxx, name)] = part.read_bytes()
+        else:
+            part.write_bytes(made)
+        return part
+    except OSError as e:
+        log.info("note: could not make a link stub for %s (%s); linking against the library itself", name, e)
+        return None
