@@ -19,7 +19,7 @@ edited pybind11 module loads next to the old one in the same process. A fixed
 different build of one that is loaded already is refused before anything is
 built or loaded (loading it would abort the process).
 
-Imports: errors, headers, spec; loader, ops and plan lazily (plan and settings for annotations).
+Imports: record, errors, headers, spec; loader, ops and plan lazily (plan and settings for annotations).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ import re
 import threading
 import types
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..base.record import record
 from ..errors import BuildError, InvalidNameError, KernelSourceError
 from ..spec.headers import EXTENSION_H, spells_python_api
 from ..spec import OpSpec
@@ -61,7 +61,7 @@ _fixed: dict[str, str] = {}  # fixed namespace -> key of the build that register
 _results: dict[tuple[str, bool], Any] = {}  # (key, is_python_module) -> what load returned
 
 
-@dataclass(frozen=True)
+@record
 class Loaded:
     """What a torch-style load returns (``value``) and the build behind it (``library``)."""
 

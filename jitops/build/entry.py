@@ -5,7 +5,7 @@ it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``,
 
 After a local miss, installed bundles (``store.bundles``, read once per process) are asked the same way.
 
-Imports: bundles, errors, freeze, key, manifest, plan, roots, settings, toolchain; cache for annotations
+Imports: record, bundles, errors, freeze, key, manifest, plan, roots, settings, toolchain; cache for annotations
 (lock, publish and selfcheck lazily, on the miss path only; the ``remote`` package
 too, and only when ``settings.remote`` is set or this process is in a torchrun job).
 """
@@ -17,10 +17,10 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..base.record import record
 from ..target import toolchain
 from . import freeze
 from ..errors import BuildError, OfflineMiss, SourcesChanged, ToolchainError
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jitops")
 
 
-@dataclass(frozen=True)
+@record
 class Compatible:
     """No compiler here, and an entry equal to the plan in every ingredient but the toolchain."""
 
@@ -47,7 +47,7 @@ class Compatible:
     plan: Plan  # the plan with that entry's toolchain and key
 
 
-@dataclass(frozen=True)
+@record
 class Damaged:
     """An entry has the plan's key but must not be loaded (the next build sets a cached one aside; a bundle's is
     only skipped): ``reason`` names each refusal."""
@@ -55,7 +55,7 @@ class Damaged:
     reason: str
 
 
-@dataclass(frozen=True)
+@record
 class Miss:
     """Nothing cached for this plan: the next use builds it."""
 
@@ -121,7 +121,7 @@ def _from(plan: Plan, path: Path) -> Plan:
     return plan if bundle is None else dataclasses.replace(plan, cache=bundle)
 
 
-@dataclass(frozen=True)
+@record
 class Entry:
     """A verified cache entry; ``plan`` is the plan whose key and cache it matches."""
 
