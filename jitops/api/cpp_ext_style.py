@@ -256,11 +256,11 @@ def load(spec: OpSpec, texts: Sequence[str], *, display: str, functions: Mapping
     namespaces = fixed_namespaces(texts)
     # One fixed-namespace library at a time: two edits loaded by two threads must not both pass the check.
     with _fixed_lock if namespaces else contextlib.nullcontext():
-        if namespaces:  # the key this source would have, checked before anything is built or loaded
-            _check_fixed(spec, runnable_here(make_plan(spec, device, None, settings=settings), None, settings).key,
-                         namespaces)
+        plan = runnable_here(make_plan(spec, device, None, settings=settings), None, settings) if namespaces else None
+        if plan is not None:  # the key this source would have, checked before anything is built or loaded
+            _check_fixed(spec, plan.key, namespaces)
         try:
-            lib = load_library(spec, device, settings=settings)
+            lib = load_library(spec, device, settings=settings, plan=plan)  # that plan: its key computed once
         except BuildError as e:
             raise e.with_traceback(None) from None  # the compiler's story, not jitops's frames
         for ns in namespaces:

@@ -81,11 +81,13 @@ def _user_ops(cache: Cache, entry: Any, manifest: Manifest, ns: str) -> tuple[st
 
 
 def load_library(spec: OpSpec, device: str | None = None, archs: str | None = None, *,
-                 offline: bool | None = None, settings: Settings | None = None) -> LoadedLibrary:
-    """Get one library loaded: from memory, from the cache, or by building it."""
+                 offline: bool | None = None, settings: Settings | None = None, plan: Plan | None = None) -> LoadedLibrary:
+    """Get one library loaded: from memory, from the cache, or by building it. ``plan``: the caller's, made
+    moments ago for the same arguments (``make_plan`` + ``runnable_here``; its key from the sources as they are)."""
     settings = Settings.from_env() if settings is None else settings
     offline = settings.offline if offline is None else offline
-    plan = runnable_here(make_plan(spec, device, archs, settings=settings), archs, settings)
+    if plan is None:
+        plan = runnable_here(make_plan(spec, device, archs, settings=settings), archs, settings)
     hit = _libraries.get(plan.key)
     if hit is not None:
         return hit
