@@ -7,6 +7,9 @@ cases fail before compiling or within the first header. Pure tests check the key
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import types
 import re
 import shutil
 import subprocess
@@ -16,7 +19,8 @@ import pytest
 import torch
 
 import jitops
-from jitops.build import stable
+from jitops.build import pch, pch_bg, stable, stable_fast
+from jitops.store.cache import Cache
 from jitops.errors import ArgumentError, ConfigError, KernelSourceError, TargetError
 from jitops.key import STABLE_ABI_FLAG, build_flags, compute_key, ingredients
 from jitops.spec import OpSpec
@@ -88,8 +92,10 @@ def test_opcheck_and_torch_compile_fullgraph(built: jitops.UserLibrary) -> None:
 @pytest.mark.compile
 def test_rerun_is_a_hit_and_an_edit_rebuilds(built: jitops.UserLibrary) -> None:
     assert jitops.load_inline("stable_scale", FIRST) is built  # same source: the same object, nothing built
+    assert pch_bg.wait(300)  # the stable headers' PCH, started after the first build (a user edits meanwhile)
     edited = jitops.load_inline("stable_scale", EDITED)
     assert edited.library.built and edited.library.key != built.library.key
+    assert edited.library.manifest.timings["files"]["stable_scale.cpp"]["pch"] == "hit"  # the edit compiles with it
     x = torch.randn(16)
     torch.testing.assert_close(edited.scale(x, 2.0), x * 2 + 1)
     torch.testing.assert_close(built.scale(x, 2.0), x * 2)  # the old handle keeps its code
@@ -237,3 +243,66 @@ def test_arguments_the_stable_path_cannot_honour_are_refused(tmp_path: Path) -> 
             jitops.load("stable_args", [str(src)], **kw)  # type: ignore[arg-type]
         with pytest.raises(ArgumentError, match="takes no"):
             jitops.load_inline("stable_args", FIRST, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.compile
+def test_the_stable_pch_is_made_off_the_wait_shared_and_verified(built: jitops.UserLibrary, session_cache: Path,
+                                                                  tmp_path: Path) -> None:
+    """The first stable build (an empty cache: the module fixture's, unless another stable kernel with the same
+    prefix made the PCH first) compiled without the PCH and started it detached: published after the build's
+    compile ended. Another library of the same prefix and flags uses it on its first build; a damaged copy is
+    set aside, never used. Its link named the shim's library through the stub."""
+    first = built.library.manifest.timings
+    assert first["files"]["stable_scale.cpp"]["pch"] in ("background", "hit") and first["link"] == "stub"
+    assert pch_bg.wait(300)
+    store = Cache(session_cache)
+    made = [d for d in store.pch.iterdir() if (d / "manifest.json").is_file()
+            and "torch/csrc/stable/library.h" in (d / pch.HEADER).read_text()]
+    assert len(made) == 1, made
+    if first["files"]["stable_scale.cpp"]["pch"] == "background":  # never on the user's wait
+        assert (made[0] / "manifest.json").stat().st_mtime > first["at"]
+    other = jitops.load_inline("stable_other", FIRST.replace("* static_cast<float>(s)", "* 2.0f"))
+    assert other.library.manifest.timings["files"]["stable_other.cpp"]["pch"] == "hit"
+    torch.testing.assert_close(other.scale(torch.ones(3), 5.0), torch.full((3,), 2.0))
+    key = json.loads((made[0] / "manifest.json").read_text())["key"]
+    copy = Cache(tmp_path / "c")
+    shutil.copytree(made[0], copy.build_path("pch", key))
+    assert pch.find(copy, key, "gcc") is not None  # the intact copy verifies
+    gch = copy.build_path("pch", key) / "prefix.h.gch"
+    with open(gch, "r+b") as f:  # same size, one byte flipped in the middle
+        f.seek(os.path.getsize(gch) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    assert pch.find(copy, key, "gcc") is None and not copy.build_path("pch", key).exists()  # set aside
+
+
+def _job(root: str, cflags: tuple[str, ...] = ("-O2",), cache: Cache | None = None) -> types.SimpleNamespace:
+    return types.SimpleNamespace(include_dirs=(Path("/inc"), Path(root)), root=Path(root), cflags=cflags,
+                                 cache=cache, cxx="c++", identity="{}", env=dict(os.environ), build_dir=Path(root))
+
+
+def test_the_stable_pch_key_leaves_out_the_library_and_holds_flags_and_torch() -> None:
+    def key(job: types.SimpleNamespace, torch_id: str = "2.13.0 abc") -> str:
+        return pch.key_of(job.identity, "gcc", " ".join(stable_fast.pch_flags(job, "/torch/include", torch_id)), ["#include <a>"])
+
+    assert key(_job("/lib/a")) == key(_job("/lib/b"))  # shared by every library (its folder is not in it)
+    assert key(_job("/lib/a")) != key(_job("/lib/a", ("-O1",)))  # not used when the flags differ
+    assert key(_job("/lib/a")) != key(_job("/lib/a"), "2.14.0 def")  # nor under another torch's headers
+    assert all("JITOPS_NS" not in w for w in stable_fast.pch_flags(_job("/lib/a"), "/i", "t"))
+
+
+@pytest.mark.compile
+def test_the_link_stub_is_made_once_checked_and_remade_when_damaged(tmp_path: Path) -> None:
+    """A stub with libtorch_cpu's SONAME, made once into the cache; a damaged one is made again."""
+    real = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    name = stable_fast.soname(real)
+    assert name is not None and name.startswith("libtorch_cpu")
+    job = _job(str(tmp_path), cache=Cache(tmp_path / "c"))
+    stub = stable_fast.link_stub(job, real)
+    assert stub is not None and stable_fast.soname(str(stub)) == name and stub.stat().st_size < 100_000
+    first = stub.stat().st_mtime_ns
+    assert stable_fast.link_stub(job, real) == stub and stub.stat().st_mtime_ns == first  # reused
+    stub.write_bytes(b"not an ELF file")
+    again = stable_fast.link_stub(job, real)
+    assert again == stub and stable_fast.soname(str(stub.resolve())) == name

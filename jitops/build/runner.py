@@ -195,7 +195,9 @@ _TIMINGS: dict[int, dict[str, Any]] = {}  # id(job) -> timings of its per-file b
 def stable_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
     from .stable import build as one_command  # torch's stable C ABI: one supervised compile-and-link, no ninja
 
-    return one_command(job, _RUN.get(), on_line)
+    rc, out, lib, timings = one_command(job, _RUN.get(), on_line)
+    _TIMINGS[id(job)] = timings
+    return rc, out, lib
 
 
 BUILDERS: dict[str, Callable[..., tuple[int, str, Path]]] = {"real": real_build, "fake": fake_build, "stable": stable_build}

@@ -3,7 +3,8 @@
 A source that spells ``STABLE_TORCH_LIBRARY`` (or a call with ``abi="stable"``) is compiled with
 ``-DTORCH_TARGET_VERSION`` and torch's include root only, no Python or pybind11 headers, in one
 compiler command (compile and link), and linked against nothing of torch but the library that holds
-the stable C shim. It registers in the build's own namespace, as jitops's other user kernels do::
+the stable C shim (through a stub of it with its SONAME), with the PCH of the stable headers shared by
+every stable kernel once one exists (both: stable_fast). It registers in the build's own namespace, as jitops's other user kernels do::
 
     #include <torch/csrc/stable/library.h>
     #include <torch/csrc/stable/tensor.h>
@@ -22,7 +23,7 @@ stable kernel's errors cross as ``std::runtime_error`` (``STD_TORCH_CHECK``), wh
 tests/test_stable_abi.py checks arrives as ``RuntimeError``. A remembered verdict still applies to
 the compiler as a whole.
 
-Imports: checks, errors, key, settings, spec, torchcompat, user_spec; torch lazily. api.user and build.runner call it.
+Imports: checks, errors, key, settings, spec, torchcompat, user_spec; stable_fast and torch lazily. api.user and build.runner call it.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 _TARGET = re.compile(r"^-DTORCH_TARGET_VERSION=(0x[0-9a-fA-F]{1,16}|\d+)$")
 # Headers of torch's C++ API (ATen, c10, torch/extension.h...), Python's and pybind11's: not in the stable set.
 _FULL_API = re.compile(r"^(ATen|c10|caffe2|pybind11|jitops)/|^Python\.h$|^torch/(?!csrc/stable/|headeronly/|csrc/inductor/aoti_torch/(c|generated)/)")
+_PCH_ERROR = re.compile(r"error: .*(PCH|[Pp]recompiled|\.gch\b|/pch/\w+/prefix\.h\b)")
 _ERROR_MARK = "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined"
 SHIM_LIBRARY = "torch_cpu"  # holds the stable C shim (aoti_torch_*, torch_*)
 
@@ -145,8 +147,9 @@ def _torch_dirs() -> tuple[str, str]:
     return os.path.join(root, "include"), os.path.join(root, "lib")
 
 
-def command(job: Any, out: Path) -> list[str]:
-    """One compiler command: compile and link, torch's include root only, the C shim's library only."""
+def command(job: Any, out: Path, pch_words: Sequence[str] = (), stub: Path | None = None) -> list[str]:
+    """One compiler command: compile and link, torch's include root only, the C shim's library only (or its
+    link stub: stable_fast), with the PCH's words when one is used."""
     include, lib = _torch_dirs()
     marks = set(_abi_macro_words(job.cflags))
     if len(marks) != 1:  # CXXFLAGS too: the spec's one target word, nothing else naming the ABI's macros
@@ -154,18 +157,48 @@ def command(job: Any, out: Path) -> list[str]:
                           f"{sorted(marks)}; only the library's own -DTORCH_TARGET_VERSION may. Fix: remove the "
                           "others from CXXFLAGS / CFLAGS, and give a target through extra_cflags")
     dirs = [w for d in job.include_dirs for w in ("-I", str(d))]
+    shim = (["-Wl,--no-as-needed", str(stub), "-Wl,--as-needed"] if stub is not None
+            else [f"-L{lib}", "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"])
     return [job.cxx, "-shared", "-fPIC", *job.cflags, f"-DJITOPS_NS={job.namespace}", *dirs, "-isystem", include,
-            *map(str, job.sources), "-o", str(out), *job.ldflags, f"-L{lib}", "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"]
+            *pch_words, *map(str, job.sources), "-o", str(out), *job.ldflags, *shim]
 
 
-def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
-    """The builder of stable plans (``runner.BUILDERS["stable"]``, a ``job.BuildJob``): one compiler run, no ninja."""
+def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str], None] | None = None
+          ) -> tuple[int, str, Path, dict[str, Any]]:
+    """The builder of stable plans (``runner.BUILDERS["stable"]``, a ``job.BuildJob``): one compiler run, no ninja;
+    with the shared PCH of its header prefix and the shim's link stub when the job has a cache (stable_fast).
+    A failure while using the PCH runs once more without it. Also returns its timings."""
+    import time
+
+    from . import stable_fast
+
     if job.device != "cpu":
         raise TargetError(f"library {job.library!r}: stable-ABI kernels are built for CPU only so far. Fix: device='cpu'")
     out = job.build_dir / f"{job.library}.so"
-    cmd = command(job, out)
+    include, lib = _torch_dirs()
+    words, state, later = stable_fast.use_pch(job, include, _torch_id())
+    stub = stable_fast.link_stub(job, os.path.join(lib, f"lib{SHIM_LIBRARY}.so"))
+    start = time.monotonic()
+    cmd = command(job, out, words, stub)
     rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
-    return rc, " ".join(cmd) + "\n" + log, out
+    if rc != 0 and words and _PCH_ERROR.search(log):  # never for the user's own errors: those show at once
+        state, cmd = "rejected", command(job, out, (), stub)
+        rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
+    elif words and "-Winvalid-pch" in log:
+        state = "rejected"
+    seconds = time.monotonic() - start
+    if rc == 0 and later and not stable_fast.after(job, later):
+        state = "unavailable"
+    timings = {"files": {os.path.basename(str(s)): {"object": "compiled", "pch": state, "seconds": round(seconds, 3)}
+                         for s in job.sources},
+               "link_seconds": 0.0, "link": "stub" if stub is not None else SHIM_LIBRARY, "at": time.time()}
+    return rc, " ".join(cmd) + "\n" + log, out, timings
+
+
+def _torch_id() -> str:
+    import torch
+
+    return f"{torch.__version__} {getattr(torch.version, 'git_version', '')}"
 
 
 def translate(name: str, e: BuildError) -> KernelSourceError | None:

@@ -1,0 +1,152 @@
+"""What makes a stable-ABI build cheap: a shared PCH of its header prefix and a link stub for the C shim's library.
+
+**PCH.** The stable headers (``torch/csrc/stable/{library,tensor,ops}.h``) are ~60 % of a stable kernel's
+compile with g++ (1.2 s -> 0.6 s here). Their PCH is keyed like pch.py's (compiler, exact flags less
+``-DJITOPS_NS`` and the library's own folder, the header prefix's text) plus torch's version and include
+folder: a stable entry's key holds no torch version, its PCH must (torch's headers are system headers,
+outside the PCH's manifest). So every stable kernel with the same compiler, flags and prefix shares one,
+across libraries and edits. It is built by :mod:`pch_bg` after the first build that lacked it has
+returned (never on the user's wait: a detached, low-priority child), verified before each use by
+:func:`pch.find`, and gcc itself ignores one it cannot use (``-Winvalid-pch``: one note, never a wrong
+result). One compiler command builds all of a library's files, so the PCH is used only when they all
+have the same prefix.
+
+**Link stub.** The library must name the C shim's library (``libtorch_cpu.so``) as NEEDED so its
+``aoti_torch_*`` symbols resolve at load time, but linking against the real 430 MB library costs the
+linker ~0.25-0.3 s of reading its symbol table, on every build. A shared link leaves undefined symbols
+undefined either way (no ``--no-undefined``), so the real library contributes only its SONAME: a
+9 KB stub with the same SONAME (read from the real library's ELF header) gives the same NEEDED entry
+and the same undefined symbols. It is built once per compiler into the cache (``pch/``, beside the
+PCHs; its sha256 recorded and checked before each use) and is linked with ``--no-as-needed``. Anything
+wrong (no SONAME, no cache, a damaged stub) links against the real library as before.
+
+Imports: fsutil, pch, pch_bg (the Cache and the job are passed in).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shlex
+import struct
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from ..base import fsutil
+from . import pch, pch_bg
+
+log = logging.getLogger("jitops")
+
+STUB_FORMAT = 1
+_soname: dict[tuple[str, int, int], str | None] = {}  # (path, size, mtime_ns) -> its SONAME, this process
+
+
+def prefix_of(sources: tuple[Path, ...]) -> list[str]:
+    """The header prefix all C++ sources share (one compiler command builds them all), else []."""
+    prefixes = {tuple(pch.header_prefix(Path(s).read_text(errors="replace"))) for s in sources}
+    return list(prefixes.pop()) if len(prefixes) == 1 and all(str(s).endswith(pch.CXX_SUFFIXES) for s in sources) else []
+
+
+def pch_flags(job: Any, include: str, torch_id: str) -> list[str]:
+    """The compiler words of the PCH (shell-quoted): the build's, less -DJITOPS_NS and the library's folder."""
+    dirs = [w for d in job.include_dirs if job.root is None or Path(d) != Path(job.root) for w in ("-I", str(d))]
+    return [shlex.quote(w) for w in ("-fPIC", *job.cflags, *dirs, "-isystem", include)] + [f"# torch {torch_id}"]
+
+
+def use_pch(job: Any, include: str, torch_id: str) -> tuple[list[str], str, dict[str, dict[str, Any]]]:
+    """(words for the compile, state, {key: pch_bg.spawn's keywords} to build after the build)."""
+    if not job.pch or job.cache is None:
+        return [], "off", {}
+    prefix = prefix_of(job.sources)
+    if not prefix:
+        return [], "no prefix", {}
+    flags = pch_flags(job, include, torch_id)
+    key = pch.key_of(job.identity, job.pch, " ".join(flags), prefix)
+    found = pch.find(job.cache, key, job.pch)
+    if found is not None:
+        return found.words, "hit", {}
+    if not job.pch_build:
+        return [], "none", {}
+    if pch_bg.busy(job.cache, key):
+        return [], "busy", {}
+    # The torch marker is a comment in the key's text only: it never reaches the compiler.
+    words = [w for w in flags if not w.startswith("# torch ")]
+    return [], "background", {key: {"kind": job.pch, "cxx": job.cxx, "flags": words, "prefix": prefix,
+                                    "root": job.root or job.build_dir}}
+
+
+def after(job: Any, later: dict[str, dict[str, Any]]) -> bool:
+    """Once the build succeeded: start the PCH it lacked, detached. Whether one was started."""
+    return bool(later) and bool(pch_bg.spawn(job.cache, later, job.env, job.pch_max_size))
+
+
+def soname(path: str) -> str | None:
+    """The DT_SONAME of an ELF64 little-endian shared library (headers only), or None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    memo = (path, st.st_size, st.st_mtime_ns)
+    if memo in _soname:
+        return _soname[memo]
+    found = None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:6] == b"\x7fELF\x02\x01":
+                shoff, = struct.unpack_from("<Q", head, 0x28)
+                shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
+                f.seek(shoff)
+                table = f.read(shentsize * shnum)
+                sections = [struct.unpack_from("<IIQQQQIIQQ", table, i * shentsize) for i in range(shnum)]
+                for s in sections:
+                    if s[1] == 6:  # SHT_DYNAMIC; its sh_link names the string table
+                        strtab = sections[s[6]]
+                        f.seek(s[4])
+                        dyn = f.read(min(s[5], 1 << 20))
+                        for i in range(0, len(dyn) - 15, 16):
+                            tag, val = struct.unpack_from("<qQ", dyn, i)
+                            if tag == 14:  # DT_SONAME
+                                f.seek(strtab[4] + val)
+                                found = f.read(256).split(b"\0", 1)[0].decode() or None
+                        break
+    except (OSError, struct.error, IndexError, UnicodeDecodeError):
+        found = None
+    _soname[memo] = found
+    return found
+
+
+def link_stub(job: Any, real: str) -> Path | None:
+    """A verified stub of ``real`` (same SONAME, no symbols) to link against, built once into the cache; None:
+    link against ``real``."""
+    cache = job.cache
+    name = soname(real)
+    if cache is None or name is None or not fsutil.may_hold(cache.pch):
+        return None
+    key = hashlib.sha256(json.dumps([STUB_FORMAT, job.cxx, job.identity, name]).encode()).hexdigest()
+    stub, record = cache.build_path("pch", key, ".stub.so"), cache.build_path("pch", key, ".stub.json")
+    try:
+        m = fsutil.read_record(record)
+        if m is not None and fsutil.insecure_reason(stub, want_dir=False) is None and m.get("sha256") == fsutil.sha256_file(stub):
+            return stub
+    except OSError:
+        pass
+    part = job.build_dir / "shim-stub.so"
+    cmd = [job.cxx, "-shared", "-nostdlib", f"-Wl,-soname,{name}", "-x", "c++", os.devnull, "-o", str(part)]
+    try:
+        done = subprocess.run(cmd, cwd=job.build_dir, env=job.env, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=60)
+        if done.returncode != 0 or soname(str(part)) != name:
+            log.info("note: could not make a link stub for %s; linking against the library itself", name)
+            return None
+        fsutil.makedirs(stub.parent)
+        fsutil.atomic_write(stub, part.read_bytes(), durable=False)
+        fsutil.atomic_write(record, json.dumps({"format": STUB_FORMAT, "soname": name,
+                                                "sha256": fsutil.sha256_file(stub)}).encode(), durable=False)
+        return stub
+    except (OSError, subprocess.SubprocessError) as e:
+        log.info("note: could not keep a link stub for %s (%s); linking against the library itself", name, e)
+        return part if part.is_file() and soname(str(part)) == name else None
