@@ -419,3 +419,28 @@ def test_register_returns_a_handle_that_undoes_it(tmp_path: Path) -> None:
             assert registry().find("undo_me_two") is replaced and registry().find("undo_me_op") is None
         assert registry().find("undo_me_op") is spec and registry().find("undo_me_two") is None
     assert registry().find("undo_me_op") is None
+
+
+def test_the_probes_cheap_answers_equal_the_standard_librarys() -> None:
+    """The warm path's shortcuts (issue 32 item 4) give the key the same ingredients: SOABI from the extension
+    suffix, not sysconfig; flag strings split without shlex where they hold no quote, escape or odd whitespace."""
+    import random
+    import shlex
+    import sysconfig
+
+    from jitops.spec.checks import shell_words
+
+    assert target._python_abi() == sysconfig.get_config_var("SOABI")
+    rnd = random.Random(32)
+    alphabet = " \t\r\n-=_#;$a1é\x0b\x1f'\"\\"
+    for text in ["", "-O2 -Wall", '-DNAME="a b"', *("".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 10)))
+                                                     for _ in range(3000))]:
+        try:
+            expected: list[str] | None = shlex.split(text)
+        except ValueError:
+            expected = None
+        try:
+            got: list[str] | None = shell_words(text)
+        except ValueError:
+            got = None
+        assert got == expected, repr(text)

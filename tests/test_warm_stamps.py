@@ -212,3 +212,28 @@ def test_no_stamp_is_written_where_a_warm_load_promises_zero_writes(
     again = jplan.make_plan(fake_spec(tmp_path / "specs", "quiet"), "cpu")
     assert isinstance(again.cache.lookup(again.address), Hit)
     assert _stamp_files(state) == []
+
+
+def test_recorded_op_names_are_bound_to_key_library_and_namespace(tmp_path: Path) -> None:
+    """A library's op names (issue 32 item 4: a warm load need not list the dispatcher) come back only for the
+    same key, library sha256 and namespace, from a file this user alone wrote; anything else is none."""
+    st = stamps.Stamps(lambda: tmp_path / "state")
+    key, sha, ns = "a" * 64, "b" * 64, "jitops_lib_0123"
+    assert st.op_names(key, sha, ns) is None
+    st.record_op_names(key, sha, ns, ("scale", "scale_"))
+    assert st.op_names(key, sha, ns) == ("scale", "scale_")
+    st.record_op_names("c" * 64, sha, "jitops_other", ())
+    assert st.op_names("c" * 64, sha, "jitops_other") == ()  # none (a pybind11 module) is an answer too
+    for other in (("d" * 64, sha, ns), (key, "d" * 64, ns), (key, sha, "jitops_lib_9999")):
+        assert st.op_names(*other) is None
+    [path] = [p for p in (tmp_path / "state" / "verified").glob("*.ops") if "scale" in p.read_text()]
+    body = json.loads(path.read_bytes())
+    for bad in (dict(body, ops=["x; rm"]), dict(body, ops="scale"), dict(body, namespace="jitops_other"), dict(body, v=2)):
+        path.write_bytes(json.dumps(bad).encode())
+        assert st.op_names(key, sha, ns) is None, bad
+    path.write_bytes(json.dumps(body).encode())
+    os.chmod(path, 0o660)
+    assert st.op_names(key, sha, ns) is None  # group-writable: not this user's word alone
+    offline = stamps.Stamps(lambda: tmp_path / "offline-state", write=False)
+    offline.record_op_names(key, sha, ns, ("scale",))
+    assert offline.op_names(key, sha, ns) is None and not (tmp_path / "offline-state").exists()

@@ -19,7 +19,7 @@ edited pybind11 module loads next to the old one in the same process. A fixed
 different build of one that is loaded already is refused before anything is
 built or loaded (loading it would abort the process).
 
-Imports: errors, headers, spec; loader, ops and plan lazily (plan and settings for annotations).
+Imports: record, errors, headers, spec; loader, ops and plan lazily (plan and settings for annotations).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ import re
 import threading
 import types
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..base.record import record
 from ..errors import BuildError, InvalidNameError, KernelSourceError
 from ..spec.headers import EXTENSION_H, spells_python_api
 from ..spec import OpSpec
@@ -61,7 +61,7 @@ _fixed: dict[str, str] = {}  # fixed namespace -> key of the build that register
 _results: dict[tuple[str, bool], Any] = {}  # (key, is_python_module) -> what load returned
 
 
-@dataclass(frozen=True)
+@record
 class Loaded:
     """What a torch-style load returns (``value``) and the build behind it (``library``)."""
 
@@ -256,11 +256,11 @@ def load(spec: OpSpec, texts: Sequence[str], *, display: str, functions: Mapping
     namespaces = fixed_namespaces(texts)
     # One fixed-namespace library at a time: two edits loaded by two threads must not both pass the check.
     with _fixed_lock if namespaces else contextlib.nullcontext():
-        if namespaces:  # the key this source would have, checked before anything is built or loaded
-            _check_fixed(spec, runnable_here(make_plan(spec, device, None, settings=settings), None, settings).key,
-                         namespaces)
+        plan = runnable_here(make_plan(spec, device, None, settings=settings), None, settings) if namespaces else None
+        if plan is not None:  # the key this source would have, checked before anything is built or loaded
+            _check_fixed(spec, plan.key, namespaces)
         try:
-            lib = load_library(spec, device, settings=settings)
+            lib = load_library(spec, device, settings=settings, plan=plan)  # that plan: its key computed once
         except BuildError as e:
             raise e.with_traceback(None) from None  # the compiler's story, not jitops's frames
         for ns in namespaces:

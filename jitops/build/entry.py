@@ -5,7 +5,8 @@ it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``,
 
 After a local miss, installed bundles (``store.bundles``, read once per process) are asked the same way.
 
-Imports: bundles, errors, freeze, key, manifest, plan, roots, settings, toolchain; cache for annotations
+Imports: record, errors, key, manifest, plan, roots, settings, toolchain; bundles and freeze lazily (after a local
+miss; a hit's plan asks bundles only once they were read); cache for annotations
 (lock, publish and selfcheck lazily, on the miss path only; the ``remote`` package
 too, and only when ``settings.remote`` is set or this process is in a torchrun job).
 """
@@ -16,18 +17,17 @@ import contextvars
 import dataclasses
 import logging
 import os
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..base.record import record
 from ..target import toolchain
-from . import freeze
 from ..errors import BuildError, OfflineMiss, SourcesChanged, ToolchainError
 from ..key import without_tools
 from ..store.manifest import EntryProblem, Hit, Manifest
 from ..plan import Plan
-from ..store import bundles
 from ..store.roots import writable_cache
 from ..base.settings import Settings
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jitops")
 
 
-@dataclass(frozen=True)
+@record
 class Compatible:
     """No compiler here, and an entry equal to the plan in every ingredient but the toolchain."""
 
@@ -47,7 +47,7 @@ class Compatible:
     plan: Plan  # the plan with that entry's toolchain and key
 
 
-@dataclass(frozen=True)
+@record
 class Damaged:
     """An entry has the plan's key but must not be loaded (the next build sets a cached one aside; a bundle's is
     only skipped): ``reason`` names each refusal."""
@@ -55,7 +55,7 @@ class Damaged:
     reason: str
 
 
-@dataclass(frozen=True)
+@record
 class Miss:
     """Nothing cached for this plan: the next use builds it."""
 
@@ -95,6 +95,7 @@ def entry_status(plan: Plan) -> EntryStatus:
     if isinstance(found, Hit):
         return found
     refused = [found.reason] if found.reason is not None else []
+    from ..store import bundles  # a hit asks no bundle: imported on the first local miss only
     caches = bundles.installed()  # entry points are read on the first local miss only
     for bundle in caches:
         there = bundle.lookup(plan.address)
@@ -117,11 +118,12 @@ def entry_status(plan: Plan) -> EntryStatus:
 
 def _from(plan: Plan, path: Path) -> Plan:
     """``plan``, reading from the bundle that holds ``path`` if one does (the loader never writes into it)."""
-    bundle = bundles.holding(path)
+    bundles = sys.modules.get("jitops.store.bundles")  # not imported: no bundle was read, none holds it
+    bundle = bundles.holding(path) if bundles is not None else None
     return plan if bundle is None else dataclasses.replace(plan, cache=bundle)
 
 
-@dataclass(frozen=True)
+@record
 class Entry:
     """A verified cache entry; ``plan`` is the plan whose key and cache it matches."""
 
@@ -179,9 +181,15 @@ def _why_missed(plan: Plan, status: EntryStatus) -> str:
 
 def _frozen(plan: Plan, status: EntryStatus, settings: Settings) -> None:
     """Frozen mode, just before a build: FrozenError, or (warn mode) the first warning for this library."""
-    if freeze.mode(settings)[0] is not None:
+    from . import freeze  # a hit never asks
+    if _freeze_mode(settings) is not None:
         what = f"op library {plan.spec.name!r} ({plan.target.name}, key {plan.key[:12]}) in the cache {plan.cache.root}"
         freeze.check(settings, plan.spec.name, what, _why_missed(plan, status), _warm_hint(plan))
+
+
+def _freeze_mode(settings: Settings) -> str | None:
+    from . import freeze  # the miss path only
+    return freeze.mode(settings)[0]
 
 
 SOURCE_ATTEMPTS = 3  # builds of one call whose sources keep changing under them, before BuildError
@@ -203,7 +211,7 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
     if isinstance(status, Compatible):
         return Entry(status.plan, status.path, status.manifest, built=False)
     if plan.toolchain_error is not None and not offline:
-        if freeze.mode(settings)[0] == "error":
+        if _freeze_mode(settings) == "error":
             _frozen(plan, status, settings)  # raises: nothing may be built here, which says more than "no compiler"
         if isinstance(status, Damaged):  # an entry (a bundle's too) was refused: say why beside the missing compiler
             head, fix, rest = str(plan.toolchain_error).partition(" Fix: ")
@@ -220,7 +228,7 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
     job = settings.distributed is not None and settings.distributed.in_job()  # the job's store (issue 16)
     remote = settings.remote is not None or job
     missed = plan  # the cache looked in, for frozen mode's message (a private one may replace it below)
-    if not remote and freeze.mode(settings)[0] == "error":
+    if not remote and _freeze_mode(settings) == "error":
         _frozen(missed, status, settings)  # raises before any lock, self-check or build
     pending = before_first_build(plan, settings, check_toolchain=not remote)
     from .publish import build_and_publish  # miss path only: keeps the warm path's imports small

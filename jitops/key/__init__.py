@@ -11,7 +11,7 @@ holds exactly what changes its binary: a variable that only matters to nvcc
 or to cpp_extension's CUDA paths is in CUDA keys only, so setting
 ``TORCH_CUDA_ARCH_LIST`` never rebuilds a CPU op.
 
-Imports: errors, fsutil, spec, checks (``shown``, ``LINE_BREAK``, ``NVCC_UNSAFE``), target (the variables the
+Imports: errors, fsutil, spec, checks (``shown``, ``shell_words``, ``LINE_BREAK``, ``NVCC_UNSAFE``), target (the variables the
 probe records; System, Target for annotations), compilers (the compiler's ingredient), toolchain (Tool, for
 annotations). The key sits above target: what a build targets is probed first, then keyed.
 """
@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base import fsutil
-from ..spec.checks import LINE_BREAK, NVCC_UNSAFE, shown
+from ..spec.checks import LINE_BREAK, NVCC_UNSAFE, shell_words, shown
 from ..errors import ConfigError
 from ..spec import HEADER_SUFFIXES, SOURCE_SUFFIXES, OpSpec
 from ..target import BUILD_ENV_VARS, HOST_ENV_VARS
@@ -87,7 +86,7 @@ def key_env(build_env: tuple[tuple[str, str], ...], device: str, builder: str = 
 def split_flags(var: str, value: str) -> tuple[str, ...]:
     """A flag variable (``CXXFLAGS``, ``LDFLAGS``, ...) split as a shell would; ConfigError if it cannot be."""
     try:
-        words = tuple(shlex.split(value))
+        words = tuple(shell_words(value))
     except ValueError as e:
         raise ConfigError(
             f"{var}={shown(value)} cannot be split into compiler flags ({str(e).lower()}). "

@@ -5,7 +5,7 @@ The warm path (a verified cache entry) reads a manifest, hashes one library
 no subprocess, no import of ``torch.utils.cpp_extension``. Settings are read once
 per public call here and passed down.
 
-Imports: cache (an entry's library path), entry, errors, functionalize (lazily), key, manifest, ops, plan, registry
+Imports: fsutil, cache (an entry's library path; its stamps: a library's recorded op names), entry, errors, functionalize (lazily), key, manifest, ops, plan, registry
 (lazily: ``get`` and ``reference`` only, not the drop-in), settings, spec.
 """
 
@@ -16,13 +16,15 @@ import os
 import threading
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from ..base import fsutil
 from ..store.cache import Cache
 from ..build.entry import ensure_entry
 from ..errors import ConfigError, FrozenError, JitopsError, KernelSourceError, OfflineMiss, ToolchainError
 from ..key import source_stamp
-from ..store.manifest import Manifest
+from ..store.manifest import MANIFEST, Manifest
 from .ops import Op, op_from_library, ops_in_namespace, reference_for
 from ..plan import LoadedLibrary, Plan, make_plan, runnable_here
 from ..base.settings import Settings
@@ -55,7 +57,7 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Any, built: bool) 
     torch.ops.load_library(str(Cache.library_path(entry, manifest)))
     if plan.spec.python:
         importlib.import_module(plan.spec.python).register(ns)
-    ops = plan.spec.exports or tuple(ops_in_namespace(ns))  # a user library's ops: from the dispatcher
+    ops = plan.spec.exports or _user_ops(plan.cache, entry, manifest, ns)
     if ops and ns not in _torch_impls:  # a library without ops (a pybind11 module) needs none
         from . import functionalize
 
@@ -64,12 +66,28 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Any, built: bool) 
     return LoadedLibrary(plan.spec, plan.key, ns, plan.target.name, entry, manifest, built, ops)
 
 
+def _user_ops(cache: Cache, entry: Any, manifest: Manifest, ns: str) -> tuple[str, ...]:
+    """A user library's ops: those recorded for this verified library and namespace (``stamps``), else listed
+    from the dispatcher (thousands of names, a few ms) and recorded for the next process, as stamps are (not
+    offline, not from a read-only cache)."""
+    stamps = cache.stamps
+    known = stamps.op_names(manifest.key, manifest.sha256, ns) if stamps is not None else None
+    if known is not None:
+        return known
+    ops = tuple(ops_in_namespace(ns))
+    if stamps is not None and fsutil.writable(Path(entry) / MANIFEST):
+        stamps.record_op_names(manifest.key, manifest.sha256, ns, ops)
+    return ops
+
+
 def load_library(spec: OpSpec, device: str | None = None, archs: str | None = None, *,
-                 offline: bool | None = None, settings: Settings | None = None) -> LoadedLibrary:
-    """Get one library loaded: from memory, from the cache, or by building it."""
+                 offline: bool | None = None, settings: Settings | None = None, plan: Plan | None = None) -> LoadedLibrary:
+    """Get one library loaded: from memory, from the cache, or by building it. ``plan``: the caller's, made
+    moments ago for the same arguments (``make_plan`` + ``runnable_here``; its key from the sources as they are)."""
     settings = Settings.from_env() if settings is None else settings
     offline = settings.offline if offline is None else offline
-    plan = runnable_here(make_plan(spec, device, archs, settings=settings), archs, settings)
+    if plan is None:
+        plan = runnable_here(make_plan(spec, device, archs, settings=settings), archs, settings)
     hit = _libraries.get(plan.key)
     if hit is not None:
         return hit

@@ -9,7 +9,8 @@ values are not parsed here: ``JITOPS_*`` and ``MAX_JOBS`` in
 
 Pure: no file access, no torch. May import only :mod:`jitops.errors`,
 :mod:`jitops.spec` (name rules) and the standard library. Also what a flag word may not hold
-(``NVCC_UNSAFE``, ``LINE_BREAK``), read by spec.user_spec and key.
+(``NVCC_UNSAFE``, ``LINE_BREAK``) and how a flag string splits into words (``shell_words``), read by
+spec.user_spec and key.
 """
 
 from __future__ import annotations
@@ -28,6 +29,20 @@ _SHOWN = 80
 # quotes and -Xcompiler values bare (it re-parses what ninja quoted), so no word nvcc gets may hold one.
 NVCC_UNSAFE = re.compile(r"[$`;&|<>\n\r]")
 LINE_BREAK = re.compile(r"[\n\r]")  # no flag needs one, and ninja cannot express one in a variable
+
+
+# What makes shlex.split differ from str.split: quotes, its escape, and the ASCII whitespace it does not split on.
+_SHELL_SPECIAL = frozenset("'\"\\\x0b\x0c\x1c\x1d\x1e\x1f")
+
+
+def shell_words(text: str) -> list[str]:
+    """``shlex.split(text)`` (ValueError for unbalanced quotes), without shlex for the usual flag string that holds
+    no quote, backslash or unusual whitespace: the same words, for a fraction of the cost on the warm path."""
+    if text.isascii() and _SHELL_SPECIAL.isdisjoint(text):
+        return text.split()
+    import shlex
+
+    return shlex.split(text)
 
 
 def shown(value: object) -> str:

@@ -4,20 +4,19 @@
 keywords (``extra_cflags``, ...); each turns them into a :class:`BuildOptions`
 right away, and only that value travels on.
 
-Imports: errors, record, spec, checks (what a flag word may hold).
+Imports: errors, record, spec, checks (what a flag word may hold; ``shell_words``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..base.record import record
 from ..errors import ArgumentError, KernelSourceError
-from .checks import LINE_BREAK, NVCC_UNSAFE
+from .checks import LINE_BREAK, NVCC_UNSAFE, shell_words
 from . import OpSpec
 
 _NINJA_UNSAFE = re.compile(r"[|\n\r]")  # no escape for these in a ninja path (ninja.check_expressible)
@@ -77,7 +76,7 @@ def _check_flag(arg: str, item: str) -> None:
 
     Items stay as given: ``key.build_flags`` splits them, once."""
     try:
-        words = shlex.split(item)
+        words = shell_words(item)
     except ValueError as e:
         raise ArgumentError(
             f"{arg} item {item[:200]!r} cannot be split into words as a shell would ({str(e).lower()}). Fix: balance "

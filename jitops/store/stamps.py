@@ -20,6 +20,12 @@ library file is the very one that was hashed:
   write within the same timestamp tick as the stamp cannot go unseen (git's "racily clean" rule).
   A fresh build is therefore hashed once more by the next process, which stamps it.
 
+Beside the stamps, the op names a loaded library defined in its namespace (``<state>/verified/<digest>.ops``),
+so that later processes need not list the dispatcher's thousands of ops (a few ms) to find them. They are
+bound to the entry's key, its library's sha256 and its namespace: the same verified library, loaded under the
+same per-key namespace with the same schemas (part of the key), defines the same ops. Read and written as
+stamps are (this user's files only; anything odd: none, and the caller lists the dispatcher).
+
 Imports: fsutil.
 """
 
@@ -93,6 +99,36 @@ class Stamps:
             return False
         return (data["entry"] == os.fsdecode(entry) and data["manifest"] == manifest_digest(manifest) and data["sha256"] == sha256
                 and tuple(data["stat"]) == identity(st))
+
+    def _ops_path(self, key: str, sha256: str, namespace: str) -> Path:
+        return self.folder / f"{hashlib.sha256(f'{key}:{sha256}:{namespace}'.encode()).hexdigest()[:32]}.ops"
+
+    def op_names(self, key: str, sha256: str, namespace: str) -> tuple[str, ...] | None:
+        """The op names recorded for this library in this namespace, or None (then list the dispatcher)."""
+        try:
+            if self._problem() is not None:
+                return None
+            data = fsutil.read_private_record(self._ops_path(key, sha256, namespace), MAX_BYTES * 16)
+        except (OSError, ValueError):
+            return None
+        ops = data.get("ops") if data is not None else None
+        if (data is None or data.get("v") != 1 or (data.get("key"), data.get("sha256"), data.get("namespace")) != (key, sha256, namespace)
+                or not isinstance(ops, list) or not all(isinstance(o, str) and o.isidentifier() for o in ops)):
+            return None
+        return tuple(ops)
+
+    def record_op_names(self, key: str, sha256: str, namespace: str, ops: tuple[str, ...]) -> None:
+        """Remember ``ops`` for this library and namespace (best effort; never offline)."""
+        if not self.write:
+            return
+        try:
+            fsutil.makedirs(self.folder)
+            if (reason := self._problem()) is not None:
+                raise OSError(reason)
+            body = {"v": 1, "key": key, "sha256": sha256, "namespace": namespace, "ops": list(ops)}
+            fsutil.atomic_write(self._ops_path(key, sha256, namespace), json.dumps(body).encode(), durable=False)
+        except (OSError, ValueError) as e:
+            log.debug("could not record the op names of %s in %s: %s", namespace, self.folder, e)
 
     def record(self, entry: Path, manifest: bytes, sha256: str, before: os.stat_result, lib: Path) -> None:
         """Stamp ``entry`` after a full check hashed ``lib`` (stat ``before`` taken before the hash): best effort,

@@ -23,6 +23,7 @@ the identity it reads; key imports it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from collections.abc import Sequence
@@ -44,6 +45,7 @@ def compiler_ingredient(tool: toolchain.Tool) -> dict[str, Any]:
             "openmp": list(tool.openmp)}
 
 
+@functools.lru_cache(maxsize=16)  # a pure function, asked twice per plan (check_supported, openmp_flags)
 def kind_of(version: str) -> tuple[str, tuple[int, ...]]:
     """("gcc" | "clang" | "unknown", version numbers) from a ``--version`` line."""
     m = re.search(r"clang version (\d+)\.(\d+)(?:\.(\d+))?", version)

@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import threading
@@ -76,6 +75,8 @@ def find_cxx(system: System, op: str) -> str:
     path = os.path.abspath(found) if found else None
     words = cxx.split()
     if path is None and len(words) > 1 and shutil.which(words[0]):  # CXX="g++ -O2": a compiler and its flags
+        import shlex  # this message only (a warm load need not import it)
+
         raise ToolchainError(
             f"cannot build op {op!r}: CXX={shown(cxx)} holds flags as well as the compiler; jitops runs CXX as one "
             f"program. Fix: set CXX={shlex.quote(words[0])} and put the flags in CXXFLAGS "
