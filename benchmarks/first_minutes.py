@@ -115,15 +115,20 @@ def main(argv: list[str] | None = None) -> int:
             for var in ("JITOPS_OFFLINE", "JITOPS_PCH", "JITOPS_BUILDER", "JITOPS_PCH_BACKGROUND", "CXX"):
                 base.pop(var, None)
             print(f"first minutes, fresh caches, {'loaded: 2 CPU-bound children' if args.load else 'no extra load'}, "
-                  f"{os.cpu_count()} cores ...", flush=True)
+                  f"{os.cpu_count()} cores, load average at start {_load()} ...", flush=True)
             for loader in loaders:
                 results[loader] = measure(loader, Path(tmp), base)
     finally:
         for b in burners:
             b.kill()
             b.wait()
+    print(f"load average at the end (1, 5, 15 min; other users' jobs included): {_load()}")
     report(results, loaders)
     return 0
+
+
+def _load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def report(results: dict[str, dict], loaders: list[str]) -> None:
