@@ -202,7 +202,8 @@ def test_generated_bindings_follow_the_users_source() -> None:
                                        implicit_headers=True, wrap_errors=True)
     text = files["x.cpp"]
     lines = text.splitlines()
-    assert lines[:3] == ["#include <torch/extension.h>", "#include <vector>", "int f(int a) { return a; }"]
+    # "#line 1": the compiler numbers the user's lines from 1 again (errors name the line of the user's string)
+    assert lines[:4] == ["#include <torch/extension.h>", "#line 1", "#include <vector>", "int f(int a) { return a; }"]
     assert "jitops::dropin::def<&f>(m, \"f\");" in text and 'bind<&f, true>(m, "f", "say \\"hi\\"")' in text
     unwrapped = cpp_ext_style.inline_files("x", ["int f(int a);"], [], {"f": "f"}, implicit_headers=True, wrap_errors=False)
     assert 'bind<&f, false>(m, "f", "f");' in unwrapped["x.cpp"]  # with_pytorch_error_handling=False, as torch
