@@ -55,7 +55,7 @@ else:
         return jitops.load_inline(name, text, functions=["sq"])
 for step, o in (("cold user kernel", 0), ("first edit", 1), ("second edit", 2)):
     if step == "second edit" and sys.argv[1] != "torch":
-        from jitops import pch_bg
+        from jitops.build import pch_bg
         s = time.perf_counter()
         pch_bg.wait(900)
         out["PCH ready (wait, not counted)"] = time.perf_counter() - s
@@ -115,15 +115,20 @@ def main(argv: list[str] | None = None) -> int:
             for var in ("JITOPS_OFFLINE", "JITOPS_PCH", "JITOPS_BUILDER", "JITOPS_PCH_BACKGROUND", "CXX"):
                 base.pop(var, None)
             print(f"first minutes, fresh caches, {'loaded: 2 CPU-bound children' if args.load else 'no extra load'}, "
-                  f"{os.cpu_count()} cores ...", flush=True)
+                  f"{os.cpu_count()} cores, load average at start {_load()} ...", flush=True)
             for loader in loaders:
                 results[loader] = measure(loader, Path(tmp), base)
     finally:
         for b in burners:
             b.kill()
             b.wait()
+    print(f"load average at the end (1, 5, 15 min; other users' jobs included): {_load()}")
     report(results, loaders)
     return 0
+
+
+def _load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def report(results: dict[str, dict], loaders: list[str]) -> None:

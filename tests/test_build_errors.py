@@ -86,3 +86,13 @@ def test_long_messages_fit_one_screen(tmp_path: Path) -> None:
     lines = msg.splitlines()
     assert len(lines) <= MAX_ERROR_LINES and lines[-1] == f"full log: {tmp_path / 'x.log'}"
     assert "(exit code 1; no compiler error line found; last output:)" in msg and "linker line 99" in msg
+
+
+def test_excerpt_numbers_lines_as_a_line_directive_does(tmp_path: Path) -> None:
+    """The drop-in prepends <torch/extension.h> and "#line 1" (issue 29): the excerpt shows the user's lines with
+    the numbers the compiler reports, never the prepended header."""
+    src = tmp_path / "mine.cpp"
+    src.write_text("#include <torch/extension.h>\n#line 1\nint a = 1;\nint b = nope;\nint c = 3;\n")
+    msg = format_build_error(_job(tmp_path), 1, f"{src}:2:9: error: 'nope' was not declared in this scope\n", None)
+    assert msg.splitlines()[2:5] == ["        1 | int a = 1;", "  >     2 | int b = nope;", "          |         ^"]
+    assert "#include" not in msg and "(mine.cpp:2)" in msg

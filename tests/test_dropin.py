@@ -202,7 +202,8 @@ def test_generated_bindings_follow_the_users_source() -> None:
                                        implicit_headers=True, wrap_errors=True)
     text = files["x.cpp"]
     lines = text.splitlines()
-    assert lines[:3] == ["#include <torch/extension.h>", "#include <vector>", "int f(int a) { return a; }"]
+    # "#line 1": the compiler numbers the user's lines from 1 again (errors name the line of the user's string)
+    assert lines[:4] == ["#include <torch/extension.h>", "#line 1", "#include <vector>", "int f(int a) { return a; }"]
     assert "jitops::dropin::def<&f>(m, \"f\");" in text and 'bind<&f, true>(m, "f", "say \\"hi\\"")' in text
     unwrapped = cpp_ext_style.inline_files("x", ["int f(int a);"], [], {"f": "f"}, implicit_headers=True, wrap_errors=False)
     assert 'bind<&f, false>(m, "f", "f");' in unwrapped["x.cpp"]  # with_pytorch_error_handling=False, as torch
@@ -421,3 +422,17 @@ def test_verbose_puts_a_failed_builds_log_on_stderr(capsys: pytest.CaptureFixtur
                         no_implicit_headers=True, verbose=True)
     assert "undefined_thing" in str(info.value)  # the compiler's error is in the exception
     assert "undefined_thing" in capsys.readouterr().err
+
+
+def test_compile_errors_name_the_line_of_the_users_string() -> None:
+    """Issue 29 item 2: torch style prepends <torch/extension.h> (torch's own errors are then one line off), jitops
+    style prepends nothing; both report the line of the user's string. A missing header fails at once (before
+    the prepended header is parsed), so each build costs about a second."""
+    torch_style = "int first = 1;\n#include <jitops_issue29_no_such_header.h>\n"
+    jitops_style = "#include <jitops/op.h>\n\n#include <jitops_issue29_no_such_header.h>\nJITOPS_LIBRARY(m) {}\n"
+    for name, text, line in (("lines_torch", torch_style, 2), ("lines_jitops", jitops_style, 3)):
+        with pytest.raises(jitops.BuildError) as info:
+            jit_load_inline(name, text)
+        first = next(ln for ln in str(info.value).splitlines() if "error:" in ln)
+        assert f"{name}.cpp:{line}:" in first and "jitops_issue29_no_such_header.h" in first, str(info.value)
+        assert f"  >     {line} | #include <jitops_issue29_no_such_header.h>" in str(info.value), str(info.value)

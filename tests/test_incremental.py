@@ -42,6 +42,8 @@ def test_header_prefix_is_the_leading_angle_includes() -> None:
     assert pch.header_prefix(src) == ["#include <a/b.h>", "# include <c.h>  // why"]
     assert pch.header_prefix("#define X 1\n#include <a.h>\n") == []  # a macro first changes what headers mean
     assert pch.header_prefix("#include <a.h>\n#include <b.h>") == ["#include <a.h>", "#include <b.h>"]
+    # the drop-in's "#line 1" after the prepended header: the user's own includes stay in the prefix (issue 29)
+    assert pch.header_prefix("#include <a.h>\n#line 1\n#include <b.h>\nint x;") == ["#include <a.h>", "#include <b.h>"]
 
 
 def test_pch_flags_leave_out_only_the_library_name_and_folder(tmp_path: Path) -> None:

@@ -49,6 +49,9 @@ NAME_FLAGS = ("-UTORCH_EXTENSION_NAME", "-DTORCH_EXTENSION_NAME=JITOPS_NS")
 LDFLAGS = ("-ltorch_python",)  # pybind11's type casters for at::Tensor live there
 CPP_HEADER = "#include <torch/extension.h>"
 CUDA_HEADERS = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>")
+# After the prepended headers: the user's first line is line 1 again, so a compiler error names the line of the
+# user's string (torch's own load_inline is one line off; issue 29). pch.header_prefix reads past it.
+LINE_ONE = "#line 1"
 
 _FIXED_NS = re.compile(r"\bTORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*([A-Za-z_]\w*)\s*,")
 _PYBIND = re.compile(r"\bPYBIND11_MODULE\s*\(\s*([A-Za-z_]\w*)\s*,")
@@ -144,11 +147,11 @@ def bindings(functions: Mapping[str, str], wrap_errors: bool, ops: bool = True) 
 def inline_files(name: str, cpp_sources: Sequence[str], cuda_sources: Sequence[str], functions: Mapping[str, str], *,
                  implicit_headers: bool, wrap_errors: bool) -> dict[str, str]:
     """The generated translation units of a torch-style ``load_inline``, as torch writes them."""
-    cpp = ([CPP_HEADER] if implicit_headers else []) + list(cpp_sources)
+    cpp = ([CPP_HEADER, LINE_ONE] if implicit_headers else []) + list(cpp_sources)
     ops = not any(spells_python_api(t) for t in (*cpp_sources, *cuda_sources))
     files = {f"{name}.cpp": "\n".join(cpp) + bindings(functions, wrap_errors, ops)}
     if cuda_sources:
-        files[f"{name}_cuda.cu"] = "\n".join((list(CUDA_HEADERS) if implicit_headers else []) + list(cuda_sources))
+        files[f"{name}_cuda.cu"] = "\n".join(([*CUDA_HEADERS, LINE_ONE] if implicit_headers else []) + list(cuda_sources))
     return files
 
 

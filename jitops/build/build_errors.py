@@ -22,7 +22,8 @@ _OOM_MARKERS = ("Killed signal terminated program", "internal compiler error: Ki
                 "out of memory allocating", "cannot allocate memory", "unable to execute command: Killed",
                 "terminated with signal 9")
 MAX_ERROR_LINES = 40
-MAX_LINE_CHARS = 200  # template errors can run to thousands of characters
+MAX_LINE_CHARS = 200
+_LINE_DIRECTIVE = re.compile(r"\s*#\s*line\s+(\d+)\s*$")  # "#line N" without a file name  # template errors can run to thousands of characters
 
 
 def error_sites(log_text: str, limit: int = 3) -> list[tuple[str, int, int | None, str]]:
@@ -43,19 +44,33 @@ def error_sites(log_text: str, limit: int = 3) -> list[tuple[str, int, int | Non
 
 
 def _excerpt(path: str, line: int, col: int | None = None, context: int = 2) -> list[str]:
-    """A few numbered source lines around ``line``, marked with '>' (and a caret under ``col``)."""
+    """A few numbered source lines around ``line``, marked with '>' (and a caret under ``col``).
+
+    Numbers are the compiler's: a ``#line N`` directive (the drop-in's, after the headers it prepends) renumbers
+    the lines after it, and the excerpt shows only lines after the last directive before ``line``."""
     try:
         lines = Path(path).read_text(errors="replace").splitlines()
     except OSError:
         return []
-    if not 1 <= line <= len(lines):
+    numbered: list[tuple[int, int, str]] = []  # (segment, the compiler's line number, text)
+    n, segment = 1, 0
+    for text in lines:
+        directive = _LINE_DIRECTIVE.match(text)
+        if directive:
+            n, segment = int(directive.group(1)), segment + 1
+            continue
+        numbered.append((segment, n, text))
+        n += 1
+    at = [i for i, (_, k, _) in enumerate(numbered) if k == line]
+    if not at:
         return []
-    lo, hi = max(1, line - context), min(len(lines), line + context)
+    i = at[-1]
+    around = [e for e in numbered[max(0, i - context):i + context + 1] if e[0] == numbered[i][0]]
     out = []
-    for n in range(lo, hi + 1):
-        text = lines[n - 1].expandtabs(8)[:MAX_LINE_CHARS]  # gcc counts display columns, tabs to 8
-        out.append(f"  {'>' if n == line else ' '} {n:5d} | {text}".rstrip())
-        if n == line and col is not None and 1 <= col <= len(text) + 1:
+    for _, k, raw in around:
+        text = raw.expandtabs(8)[:MAX_LINE_CHARS]  # gcc counts display columns, tabs to 8
+        out.append(f"  {'>' if k == line else ' '} {k:5d} | {text}".rstrip())
+        if k == line and col is not None and 1 <= col <= len(text) + 1:
             out.append(f"          | {' ' * (col - 1)}^")
     return out
 

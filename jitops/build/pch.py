@@ -61,12 +61,12 @@ FORMAT = 1
 HEADER = "prefix.h"
 CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".C")
 _INCLUDE = re.compile(r"\s*#\s*include\s*<[^>]+>\s*(//.*)?$")
-_SKIP = re.compile(r"\s*(//.*)?$")
+_SKIP = re.compile(r"\s*(//.*|#\s*line\s+\d+\s*)?$")  # #line: the drop-in's "#line 1" (cpp_ext_style)
 _verified: dict[tuple[str, int, int, int], str] = {}  # (path, size, mtime_ns, inode) -> sha256, this process
 
 
 def header_prefix(text: str) -> list[str]:
-    """The leading ``#include <...>`` lines of a source; blank and ``//`` lines between them are skipped."""
+    """The leading ``#include <...>`` lines of a source; blank, ``//`` and ``#line N`` lines between them are skipped."""
     out: list[str] = []
     for line in text.splitlines():
         if _INCLUDE.match(line):
