@@ -22,8 +22,8 @@ _OOM_MARKERS = ("Killed signal terminated program", "internal compiler error: Ki
                 "out of memory allocating", "cannot allocate memory", "unable to execute command: Killed",
                 "terminated with signal 9")
 MAX_ERROR_LINES = 40
-MAX_LINE_CHARS = 200
-_LINE_DIRECTIVE = re.compile(r"\s*#\s*line\s+(\d+)\s*$")  # "#line N" without a file name  # template errors can run to thousands of characters
+MAX_LINE_CHARS = 200  # template errors can run to thousands of characters
+_LINE_DIRECTIVE = re.compile(r"\s*#\s*line\s+(\d+)\s*$")  # "#line N" without a file name
 
 
 def error_sites(log_text: str, limit: int = 3) -> list[tuple[str, int, int | None, str]]:
