@@ -344,3 +344,26 @@ def test_pch_words_reach_the_compiler_unquoted_and_background_off_builds_none(tm
     assert stable_fast.use_pch(job, "/torch/include", "t")[1:] != ("off (background)", {})
     job.pch_background = False
     assert stable_fast.use_pch(job, "/torch/include", "t") == ([], "off (background)", {})
+
+
+@pytest.mark.compile
+def test_a_stable_build_needs_no_ninja_and_starts_no_self_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One compiler command builds a stable kernel: a machine without ninja still builds it, and the self-check
+    (a C++-API probe) is neither started nor imported for it."""
+    from jitops.build import entry
+    from jitops.base.settings import Settings
+    from jitops.errors import ToolchainError
+    from jitops.target import toolchain
+
+    def no_ninja(op: str) -> str:
+        raise ToolchainError(f"cannot build op {op!r}: ninja is not installed")
+
+    monkeypatch.setattr(toolchain, "find_ninja", no_ninja)
+    settings = Settings.from_env({})
+    stable_plan = types.SimpleNamespace(ingredients={"abi": "stable", "compiler": "g++"}, spec=types.SimpleNamespace(name="k"))
+    assert entry.before_first_build(stable_plan, settings) is None  # type: ignore[arg-type]
+    other = types.SimpleNamespace(ingredients={"compiler": "g++"}, spec=types.SimpleNamespace(name="k"))
+    with pytest.raises(ToolchainError, match="ninja"):
+        entry.before_first_build(other, settings)  # type: ignore[arg-type]
+    lib = jitops.load_inline("stable_noninja", FIRST.replace("* static_cast<float>(s)", "* 4.0f"))  # a real build
+    torch.testing.assert_close(_with_fake(lib).scale(torch.ones(2), 1.0), torch.full((2,), 4.0))

@@ -1,9 +1,8 @@
 """What ``get()`` would do with a plan, answered once: :func:`entry_status` ->
 ``Hit | Compatible | Damaged | Miss``; and :func:`ensure_entry`, which acts on
-it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``,
-``explain`` and ``info`` all ask :func:`entry_status`.
-
-After a local miss, installed bundles (``store.bundles``, read once per process) are asked the same way.
+it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``, ``explain`` and ``info`` all ask
+:func:`entry_status`. After a local miss, installed bundles (``store.bundles``, read once per process) are asked
+the same way.
 
 Imports: record, errors, key, manifest, plan, roots, settings, toolchain; bundles and freeze lazily (after a local
 miss; a hit's plan asks bundles only once they were read); cache for annotations
@@ -143,6 +142,8 @@ def before_first_build(plan: Plan, settings: Settings, *, check_toolchain: bool 
     ``check_toolchain=False`` defers it to the build itself (the remote tier: a
     remote hit builds nothing, so needs no check).
     """
+    if plan.ingredients.get("abi") == "stable":  # one compiler command (build/stable.py): no ninja, no self-check
+        return None
     toolchain.find_ninja(plan.spec.name)  # a missing tool fails here, before any lock
     if not check_toolchain:
         return None

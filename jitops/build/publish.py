@@ -92,7 +92,7 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             cuda_cflags=plan.cuda_cflags,
             ldflags=compilers.build_flags(plan.ldflags, omp),
             cxx=plan.compiler.run if plan.compiler else "c++",  # the command the user named; the key holds its realpath
-            ninja=toolchain.find_ninja(spec.name),
+            ninja="" if plan.builder == "stable" else toolchain.find_ninja(spec.name),  # stable: one g++ command
             nvcc=plan.nvcc.path if plan.nvcc else None,
             build_dir=build_dir,
             env=build_env(work / "tmp"),
