@@ -87,7 +87,7 @@ def check_nvcc_flags(spec: OpSpec, build_log: str, want: tuple[str, ...]) -> Non
 _CHILD = """
 import json, sys, torch
 sys.path.insert(0, {repo!r})
-from jitops import loader
+from jitops.loading import loader
 import jitops.build.entry as jentry
 import jitops.plan as jplan
 import jitops.registry as jregistry
