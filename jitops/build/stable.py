@@ -23,7 +23,7 @@ stable kernel's errors cross as ``std::runtime_error`` (``STD_TORCH_CHECK``), wh
 tests/test_stable_abi.py checks arrives as ``RuntimeError``. A remembered verdict still applies to
 the compiler as a whole.
 
-Imports: checks, errors, key, settings, spec, torchcompat, user_spec; stable_fast and torch lazily. api.user and build.runner call it.
+Imports: checks, errors, key, settings, spec, torchcompat, user_spec; stable_fast, tubuild (`PCH_ERROR`) and torch lazily. api.user and build.runner call it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 _TARGET = re.compile(r"^-DTORCH_TARGET_VERSION=(0x[0-9a-fA-F]{1,16}|\d+)$")
 # Headers of torch's C++ API (ATen, c10, torch/extension.h...), Python's and pybind11's: not in the stable set.
 _FULL_API = re.compile(r"^(ATen|c10|caffe2|pybind11|jitops)/|^Python\.h$|^torch/(?!csrc/stable/|headeronly/|csrc/inductor/aoti_torch/(c|generated)/)")
-_PCH_ERROR = re.compile(r"error: .*(PCH|[Pp]recompiled|\.gch\b|/pch/\w+/prefix\.h\b)")
 _ERROR_MARK = "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined"
 SHIM_LIBRARY = "torch_cpu"  # holds the stable C shim (aoti_torch_*, torch_*)
 
@@ -171,6 +170,7 @@ def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str]
     import time
 
     from . import stable_fast
+    from .tubuild import PCH_ERROR  # the compiler's words for a PCH it refused (gcc and clang)
 
     if job.device != "cpu":
         raise TargetError(f"library {job.library!r}: stable-ABI kernels are built for CPU only so far. Fix: device='cpu'")
@@ -181,7 +181,7 @@ def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str]
     start = time.monotonic()
     cmd = command(job, out, words, stub)
     rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
-    if rc != 0 and words and _PCH_ERROR.search(log):  # never for the user's own errors: those show at once
+    if rc != 0 and words and PCH_ERROR.search(log):  # never for the user's own errors: those show at once
         state, cmd = "rejected", command(job, out, (), stub)
         rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
     elif words and "-Winvalid-pch" in log:
