@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from jitops.store import cache, admin as cache_admin, parts as cache_parts
-from jitops.build import pch_bg
+from jitops.build import pch, pch_bg
 from jitops.target import toolchain
 from jitops.build import runner as build
 from jitops.base.settings import Settings
@@ -237,3 +237,24 @@ def test_a_child_never_remakes_a_cache_that_is_gone(tmp_path: Path) -> None:
     done = run_scenario("scenarios_pch.background_child", spec=spec, timeout=120)  # a child: it renices itself
     assert done["code"] == 0 and any("gone or unsafe" in line for line in done["log"]), done
     assert not gone.exists()
+
+
+@pytest.mark.compile
+def test_a_prefix_that_does_not_compile_as_a_pch_is_not_retried_after_every_build(tmp_path: Path) -> None:
+    """A compiler that fails every PCH compile (the files themselves compile): the child's failure leaves a mark,
+    the next builds compile without a PCH and start no child until the mark is a day old."""
+    script = tmp_path / "cxx"
+    script.write_text('#!/bin/sh\ncase "$*" in *c++-header*) echo "error: no PCH here" >&2; exit 1 ;; esac\n'
+                      'exec g++ "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    store = cache.Cache(tmp_path / "cache")
+    assert _state(tmp_path, script, store, 1) == "first use"
+    assert _state(tmp_path, script, store, 2) == "background"
+    assert pch_bg.wait(120) and _published(store) == []
+    (mark,) = store.pch.glob("*.failed")
+    assert _state(tmp_path, script, store, 3) == "refused" and pch_bg.running() == []
+    old = time.time() - pch.RETRY_AFTER - 60  # a day later it is tried again
+    os.utime(mark, (old, old))
+    assert _state(tmp_path, script, store, 4) == "background"
+    assert pch_bg.wait(120) and mark.stat().st_mtime > old  # failed again: the mark renewed
+    assert {p.kind for p in cache_parts.pchs(store, time.time())} == {"pch"}  # the mark is the key's part

@@ -292,6 +292,9 @@ def test_the_stable_pch_key_leaves_out_the_library_and_holds_flags_and_torch() -
     assert key(_job("/lib/a")) != key(_job("/lib/a", ("-O1",)))  # not used when the flags differ
     assert key(_job("/lib/a")) != key(_job("/lib/a"), "2.14.0 def")  # nor under another torch's headers
     assert all("JITOPS_NS" not in w for w in stable_fast.pch_flags(_job("/lib/a"), "/i", "t"))
+    # link words that change the one compile-and-link command's compile are the PCH's too (-fopenmp: _OPENMP)
+    assert key(_job("/lib/a", ldflags=("-fopenmp",))) != key(_job("/lib/a"))
+    assert key(_job("/lib/a", ldflags=("-lm", "-L/x"))) == key(_job("/lib/a"))
 
 
 @pytest.mark.compile

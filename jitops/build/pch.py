@@ -12,7 +12,9 @@ difference makes it stale: rebuilt). System headers are torch's and Python's:
 torch's identity in the key stands for them, as in the entry key.
 
 Built from a prefix's second build on (a library built once and never edited
-costs no PCH: neither the time nor ~300 MB of disk for g++'s lean set), once,
+costs no PCH: neither the time nor ~300 MB of disk for g++'s lean set; the
+stable headers' PCH, shared by every stable kernel and ~0.5 s to make, after
+the first: stable_fast), once,
 under the key's lock (taken without waiting: if another process
 holds it, this build goes without), in a private staging dir, after the build
 returned, in a detached low-priority child (pch_bg; JITOPS_PCH_BACKGROUND=0:
@@ -23,7 +25,9 @@ files the compiler reads (the ``.gch``/``.pch`` that ``pch_words`` names, and
 ``prefix.h``: size and sha256, hashed once per process). Anything wrong is set aside and built again. GCC uses it through
 ``-include prefix.h`` with ``prefix.h.gch`` beside it and ``-Winvalid-pch``:
 a PCH gcc rejects is ignored by gcc itself, which then parses the text (one
-note, never a wrong result). clang uses ``-include-pch``; a build that fails
+note, never a wrong result). A prefix whose PCH does not compile (a header
+found only through the library's own folder) leaves a ``<key>.failed`` mark and
+is not tried again for :data:`RETRY_AFTER`. clang uses ``-include-pch``; a build that fails
 with a PCH is run again without (tubuild). A PCH never changes an entry's key.
 
 nvcc: no PCH. nvcc 13.0 has no precompiled-header option; its own C++ front
@@ -184,6 +188,27 @@ def seen_before(cache: Cache, key: str) -> bool:
     return False
 
 
+RETRY_AFTER = 24 * 3600.0  # seconds before a prefix whose PCH did not compile is tried again
+
+
+def refused(cache: Cache, key: str) -> bool:
+    """Whether this PCH failed to compile within :data:`RETRY_AFTER` (its ``.failed`` mark): not tried again
+    after every build. Its key covers compiler, flags and prefix text, not the headers the prefix reads (a
+    header fixed outside the library), so the mark expires instead of standing forever."""
+    try:
+        return time.time() - os.stat(cache.build_path("pch", key, ".failed")).st_mtime < RETRY_AFTER
+    except OSError:
+        return False
+
+
+def _mark_refused(cache: Cache, key: str) -> None:
+    mark = cache.build_path("pch", key, ".failed")
+    if fsutil.may_hold(cache.pch):  # never through a link at v1/pch
+        with contextlib.suppress(OSError):
+            fsutil.makedirs(mark.parent)
+            fsutil.atomic_write(mark, b"")
+
+
 def building(cache: Cache, key: str) -> bool:
     """Whether another process holds the PCH's lock now (builds it: pch_bg's child or a build beside)."""
     from ..errors import LockTimeout
@@ -262,8 +287,9 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
             return None
         if not pch.is_file() or not (p.out / "prefix.d").is_file():
             why = (p.out / "pch.log").read_text(errors="replace").strip().splitlines()[-1:] if (p.out / "pch.log").is_file() else []
-            log.info("note: could not precompile the header prefix of PCH %s (%s); its files compile without a PCH",
-                     p.key[:12], why[0] if why else "no output")
+            log.info("note: could not precompile the header prefix of PCH %s (%s); its files compile without a PCH"
+                     " (not tried again for %d h)", p.key[:12], why[0] if why else "no output", RETRY_AFTER // 3600)
+            _mark_refused(cache, p.key)
             return None
         ours = (str(p.out) + "/", str(cache.pch) + "/")  # the prefix header itself
         files = [f for f in read_depfile(p.out / "prefix.d") if f != HEADER and not os.path.abspath(f).startswith(ours)]

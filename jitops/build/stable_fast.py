@@ -46,10 +46,17 @@ def prefix_of(sources: tuple[Path, ...]) -> list[str]:
     return list(prefixes.pop()) if len(prefixes) == 1 and all(str(s).endswith(pch.CXX_SUFFIXES) for s in sources) else []
 
 
+# Link words that also change how the one compile-and-link command compiles (-fopenmp defines _OPENMP, -pthread
+# _REENTRANT, -m*/-O*/-std* the target and language): the PCH is built with them, or gcc would refuse it.
+_COMPILING_LDFLAGS = ("-f", "-m", "-O", "-D", "-U", "-std", "-pthread", "-g")
+
+
 def pch_flags(job: Any, include: str, torch_id: str) -> list[str]:
-    """The compiler words of the PCH (shell-quoted): the build's, less -DJITOPS_NS and the library's folder."""
+    """The compiler words of the PCH (shell-quoted): the build's, less -DJITOPS_NS and the library's folder, with
+    the link flags that change the compile."""
     dirs = [w for d in job.include_dirs if job.root is None or Path(d) != Path(job.root) for w in ("-I", str(d))]
-    return [shlex.quote(w) for w in ("-fPIC", *job.cflags, *dirs, "-isystem", include)] + [f"# torch {torch_id}"]
+    linking = [w for w in job.ldflags if w.startswith(_COMPILING_LDFLAGS)]
+    return [shlex.quote(w) for w in ("-fPIC", *job.cflags, *dirs, "-isystem", include, *linking)] + [f"# torch {torch_id}"]
 
 
 def use_pch(job: Any, include: str, torch_id: str) -> tuple[list[str], str, dict[str, dict[str, Any]]]:
@@ -66,6 +73,8 @@ def use_pch(job: Any, include: str, torch_id: str) -> tuple[list[str], str, dict
         return shlex.split(" ".join(found.words)), "hit", {}
     if not job.pch_build:
         return [], "none", {}
+    if pch.refused(job.cache, key):  # its prefix did not compile as a PCH lately: not tried after every build
+        return [], "refused", {}
     if not job.pch_background:  # JITOPS_PCH_BACKGROUND=0: no detached child; the stable path builds none then
         return [], "off (background)", {}
     if pch_bg.busy(job.cache, key):

@@ -158,6 +158,8 @@ class _Files:
                 state = "built"
             elif pkey in self.later:
                 state = "background"
+            elif pch.refused(cache, pkey):
+                state = "refused"  # its prefix did not compile as a PCH lately (pch.refused)
             elif not job.pch_build:
                 state = "none"  # builtin ops: built once per machine, a PCH would only cost their cold build
             elif pkey in self.first or not pch.seen_before(cache, pkey):

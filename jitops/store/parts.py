@@ -118,11 +118,11 @@ def objects(cache: Cache, now: float) -> list[Part]:
 
 
 def pchs(cache: Cache, now: float) -> list[Part]:
-    """Each PCH key's folder, ``.seen`` and ``.h`` files (any of them may be there without the others)."""
+    """Each PCH key's folder, ``.seen``, ``.failed`` and ``.h`` files (any of them may be there without the others)."""
     parts: dict[str, Part] = {}
     for fname in _listdir(cache, cache.pch):
         key, _, suffix = fname.partition(".")
-        if suffix not in ("", "seen", "h"):
+        if suffix not in ("", "seen", "h", "failed"):
             continue
         part = parts.setdefault(key, Part("pch", key))
         path = cache.build_path("pch", key, f".{suffix}" if suffix else "")
