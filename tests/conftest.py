@@ -28,14 +28,28 @@ from tests import tiers
 # loader: every compile test shares it, so each op is built once. Never import
 # this module from a test (shared helpers live in tests/helpers.py): a second
 # import would make a second cache.
-_SESSION_CACHE = os.environ.get("JITOPS_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="jitops-test-cache-")
+# With pytest-xdist (``-n N``: CI), the controller makes the folders and its workers (started with its
+# environment) share them: one cache for every worker, so each op is still built once (jitops's own lock makes
+# a second worker wait for the first's build, as two processes of a user's would).
+_WORKER = "PYTEST_XDIST_WORKER" in os.environ
+
+
+def _session_dir(var: str, prefix: str) -> str:
+    path = os.environ.get(var) if _WORKER else None
+    if not path:
+        path = tempfile.mkdtemp(prefix=prefix)
+        os.environ[var] = path
+    return path
+
+
+_SESSION_CACHE = os.environ.get("JITOPS_TEST_CACHE_DIR") or _session_dir("_JITOPS_TEST_SESSION_CACHE", "jitops-test-cache-")
 os.environ["JITOPS_CACHE_DIR"] = _SESSION_CACHE
 # The state dir (toolchain self-check verdicts) is the session's too: no test reads or writes the real home's.
-_SESSION_STATE = tempfile.mkdtemp(prefix="jitops-test-state-")
+_SESSION_STATE = _session_dir("_JITOPS_TEST_SESSION_STATE", "jitops-test-state-")
 os.environ["JITOPS_STATE_DIR"] = _SESSION_STATE
 # torch.compile's on-disk caches, private to the session too: a compiled graph from another run, checkout
 # or torch (same op names, same graph code) is never what a test gets back.
-_SESSION_INDUCTOR = tempfile.mkdtemp(prefix="jitops-test-inductor-")
+_SESSION_INDUCTOR = _session_dir("_JITOPS_TEST_SESSION_INDUCTOR", "jitops-test-inductor-")
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _SESSION_INDUCTOR)
 for _var in ("JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_BUILDER", "JITOPS_STRICT", "JITOPS_LOCK_TIMEOUT", "JITOPS_FREEZE"):
     os.environ.pop(_var, None)
@@ -53,39 +67,47 @@ def _cuda_available() -> bool:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--full", action="store_true", default=False,
                      help="run the whole suite (what CI runs); without it a bare run is the fast tier (README: Tests)")
+    parser.addoption("--tier", choices=("fast", "versions", "full"), default=None,
+                     help="fast: the bare run's; versions: the fast tier, every pure test and the builtin ops' parity "
+                          "tests (CI's other torch versions); full: as --full")
 
 
-def _fast_tier(config: pytest.Config) -> bool:
-    """The bare command: no --full, no test paths, no -m, no -k."""
+def _tier(config: pytest.Config) -> str:
+    """``--tier`` if given; else the bare command (no --full, no test paths, no -m, no -k) is the fast tier."""
     named = config.args_source == pytest.Config.ArgsSource.ARGS
-    return not (config.getoption("--full") or named or config.getoption("markexpr") or config.getoption("keyword"))
+    if config.getoption("--tier"):
+        return str(config.getoption("--tier"))
+    full = config.getoption("--full") or named or config.getoption("markexpr") or config.getoption("keyword")
+    return "full" if full else "fast"
 
 
-def _select_fast_tier(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _select_fast_tier(config: pytest.Config, items: list[pytest.Item], tier: str) -> None:
     stale = tiers.stale([i.nodeid for i in items])
     if stale:  # a renamed test must not drop out of the fast tier unnoticed
         raise pytest.UsageError(f"tests/tiers.py FAST_TESTS names tests that do not exist: {stale}")
-    fast = {i.nodeid for i in items if tiers.is_fast(i.nodeid, {m.name for m in i.iter_markers()})}
+    chosen = tiers.in_versions_tier if tier == "versions" else tiers.is_fast
+    fast = {i.nodeid for i in items if chosen(i.nodeid, {m.name for m in i.iter_markers()})}
     keep = [i for i in items if i.nodeid in fast]
     left = [i for i in items if i.nodeid not in fast]
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = keep
-    config.stash[_LEFT] = len(left)
+    config.stash[_LEFT] = (tier, len(left))
 
 
-_LEFT = pytest.StashKey[int]()
+_LEFT = pytest.StashKey[tuple[str, int]]()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
-    left = config.stash.get(_LEFT, None)
+    tier, left = config.stash.get(_LEFT, ("", 0))
     if left:
-        terminalreporter.write_line(f"fast tier: {left} more tests run with `python -m pytest --full` (what CI runs)")
+        terminalreporter.write_line(f"{tier} tier: {left} more tests run with `python -m pytest --full` (what CI runs)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _fast_tier(config):
-        _select_fast_tier(config, items)
+    tier = _tier(config)
+    if tier != "full":
+        _select_fast_tier(config, items, tier)
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -100,6 +122,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     if "jitops.build.pch_bg" in sys.modules:  # background PCH builds this process started: none outlives the run
         sys.modules["jitops.build.pch_bg"].wait(600)
+    if _WORKER:  # the controller removes the shared folders once every worker has finished
+        return
     if not os.environ.get("JITOPS_TEST_CACHE_DIR"):
         shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
     shutil.rmtree(_SESSION_INDUCTOR, ignore_errors=True)

@@ -18,6 +18,11 @@ def test_only_allow_listed_tests_are_fast() -> None:
     assert not tiers.is_fast("tests/test_kernels.py::test_opcheck[cpu-0]", ["compile"])
     for new in ("tests/adversarial/test_new.py::test_a", "tests/test_new_file.py::test_b"):
         assert not tiers.is_fast(new, [])  # not listed: full tier only
+    # the versions tier: the fast tier, pure tests anywhere, the builtin ops' parity files (no process test)
+    assert tiers.in_versions_tier("tests/test_kernels.py::test_opcheck[cpu-0]", ["compile"])
+    assert tiers.in_versions_tier("tests/adversarial/test_new.py::test_a", [])
+    assert not tiers.in_versions_tier("tests/test_dropin.py::test_x", ["compile"])
+    assert not tiers.in_versions_tier("tests/test_kernels.py::test_x", ["compile", "process"])
     assert tiers.stale(["tests/test_kernels.py::test_gradcheck[cpu]"]) == sorted(tiers.FAST_TESTS - {
         "tests/test_kernels.py::test_gradcheck"})
 
@@ -40,3 +45,6 @@ def test_the_bare_command_is_the_fast_tier_and_full_is_everything() -> None:
     assert not any(n.startswith("tests/adversarial/") for n in fast)  # new suites run in CI's full tier
     named, _ = _collected("tests/test_kernels.py")  # a named file: every test in it, as before
     assert named == {n for n in full if n.startswith("tests/test_kernels.py::")}
+    versions, out = _collected("--tier", "versions")
+    assert fast < versions < full and f"versions tier: {len(full) - len(versions)} more tests" in out
+    assert {n for n in full if n.startswith("tests/test_parity_softmax.py::test_parity_cpu[")} <= versions

@@ -45,6 +45,12 @@ FAST_TESTS = frozenset({
     "tests/test_entrypoints.py::test_broken_packages_are_skipped_with_a_warning",
 })
 HEAVY = frozenset({"compile", "process", "slow", "cuda"})
+# The versions tier (``--tier versions``: CI's torch-versions leg, each extra torch): the fast tier, every pure
+# test, and these files' compile tests, which use only the builtin ops the fast tier builds anyway (a kernel
+# bit-identical to one torch must be checked against each): no other build.
+VERSIONS_FILES = frozenset({
+    "tests/test_kernels.py", "tests/test_parity_softmax.py", "tests/test_parity_add_nms.py", "tests/test_nms_parity.py",
+})
 
 
 def is_fast(nodeid: str, marks: Iterable[str]) -> bool:
@@ -61,3 +67,10 @@ def stale(nodeids: Iterable[str]) -> list[str]:
     for n in nodeids:
         seen.update((n, n.split("[")[0]))
     return sorted(t for t in FAST_TESTS if t not in seen)
+
+
+def in_versions_tier(nodeid: str, marks: Iterable[str]) -> bool:
+    """Whether ``nodeid`` runs in the versions tier: the fast tier, pure tests, the builtin ops' parity files."""
+    path = nodeid.partition("::")[0]
+    heavy = HEAVY.intersection(marks)
+    return is_fast(nodeid, marks) or not heavy or (path in VERSIONS_FILES and heavy <= {"compile"})
