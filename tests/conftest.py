@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,12 @@ from tests import tiers
 # loader: every compile test shares it, so each op is built once. Never import
 # this module from a test (shared helpers live in tests/helpers.py): a second
 # import would make a second cache.
+# A run started in the background by a shell without job control (`nohup pytest ... &`) inherits SIGINT ignored,
+# and so would every child: the tests that interrupt a build with SIGINT (a user's Ctrl-C) would see it ignored.
+# A handler, unlike SIG_IGN, is reset to the default at exec: children get Ctrl-C as a user's process does.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # With pytest-xdist (``-n N``: CI), the controller makes the folders and its workers (started with its
 # environment) share them: one cache for every worker, so each op is still built once (jitops's own lock makes
 # a second worker wait for the first's build, as two processes of a user's would).

@@ -314,3 +314,29 @@ def test_a_refused_schema_is_the_same_kernel_source_error_every_time(fake) -> No
     for _ in range(2):
         with pytest.raises(KernelSourceError, match="refuses the schema"):
             jitops.load_inline("badschema", "// nothing\n", schemas=["ok_op(Tensor x) -> Tensor", "bad_op(Tensor x -> Tensor"])
+
+
+def test_a_library_loaded_again_in_a_process_registers_its_python_side_once(fake, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's registrations (a twin op's schema, fake kernels) live as long as the process: the library's Python
+    side runs once per namespace, even when the library is loaded again (the memo of loaded libraries emptied).
+    Its second run raised torch's "registered ... multiple times" (found by two tests sharing an xdist worker)."""
+    import dataclasses
+    import sys
+
+    mod = tmp_path / "pyside_once.py"
+    mod.write_text("import torch\nCALLS = []\n_LIBS = []\n"
+                   "def register(ns):\n    CALLS.append(ns)\n    lib = torch.library.Library(ns, 'FRAGMENT')\n"
+                   "    _LIBS.append(lib)\n    lib.define('twin_once(Tensor x) -> Tensor')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "pyside_once", raising=False)
+    make, _cache = fake
+    spec = dataclasses.replace(make("pyside"), python="pyside_once")
+    jitops.register(spec, replace=True)
+    first = jitops.get("pyside")
+    monkeypatch.setattr(loader, "_ops", {})
+    monkeypatch.setattr(loader, "_libraries", {})
+    again = jitops.get("pyside")  # the same key and namespace, loaded again
+    assert again.library is not None and first.library is not None
+    assert again.library.namespace == first.library.namespace
+    assert sys.modules["pyside_once"].CALLS == [first.library.namespace]

@@ -1,40 +1,30 @@
 """Precompiled headers, owned by jitops: one per header prefix, compiler, flags and torch.
 
-A TU's header prefix is the leading run of ``#include <...>`` lines (blank and
-comment lines between them allowed) before anything else: the part that takes
-~90 % of a compile to parse and that an edit rarely touches. Its PCH lives in
-the cache (``Cache.build_path("pch", key)``), never beside torch or the sources. Its key
-covers the compiler and torch identity, the TU's exact flags (less
-``-DTORCH_EXTENSION_NAME``, which torch's headers do not read, so libraries of
-other names share it, and less the library's own folder) and the prefix's text; its manifest lists the non-system
-headers the prefix read (``-MMD``) with their sha256, re-hashed before use (a
-difference makes it stale: rebuilt). System headers are torch's and Python's:
-torch's identity in the key stands for them, as in the entry key.
+A TU's header prefix is the leading run of ``#include <...>`` lines (blank and comment lines between them allowed)
+before anything else: the part that takes ~90 % of a compile to parse and that an edit rarely touches. Its PCH lives
+in the cache (``Cache.build_path("pch", key)``), never beside torch or the sources. Its key covers the compiler and
+torch identity, the TU's exact flags (less ``-DTORCH_EXTENSION_NAME``, which torch's headers do not read, so
+libraries of other names share it, and less the library's own folder) and the prefix's text; its manifest lists the
+non-system headers the prefix read (``-MMD``) with their sha256, re-hashed before use (a difference makes it stale:
+rebuilt). System headers are torch's and Python's: torch's identity in the key stands for them, as in the entry key.
 
-Built from a prefix's second build on (a library built once and never edited
-costs no PCH: neither the time nor ~300 MB of disk for g++'s lean set; the
-stable headers' PCH, shared by every stable kernel and ~0.5 s to make, after
-the first: stable_fast), once,
-under the key's lock (taken without waiting: if another process
-holds it, this build goes without), in a private staging dir, after the build
-returned, in a detached low-priority child (pch_bg; JITOPS_PCH_BACKGROUND=0:
-beside the build's compiles, one more ninja job); its files compile without the
-PCH, a later build uses it; manifest
-last, renamed into place; verified before use: owner, mode, and exactly the
-files the compiler reads (the ``.gch``/``.pch`` that ``pch_words`` names, and
-``prefix.h``: size and sha256, hashed once per process). Anything wrong is set aside and built again. GCC uses it through
-``-include prefix.h`` with ``prefix.h.gch`` beside it and ``-Winvalid-pch``:
-a PCH gcc rejects is ignored by gcc itself, which then parses the text (one
-note, never a wrong result). A prefix whose PCH does not compile (a header
-found only through the library's own folder) leaves a ``<key>.failed`` mark and
-is not tried again for :data:`RETRY_AFTER`. clang uses ``-include-pch``; a build that fails
-with a PCH is run again without (tubuild). A PCH never changes an entry's key.
+Built from a prefix's second build on (a library built once and never edited costs no PCH: neither the time nor ~300
+MB of disk for g++'s lean set; the stable headers' PCH, shared by every stable kernel and ~0.5 s to make, after the
+first: stable_fast), once, under the key's lock (taken without waiting: if another process holds it, this build goes
+without), in a private staging dir, after the build returned, in a detached low-priority child (pch_bg;
+JITOPS_PCH_BACKGROUND=0: beside the build's compiles, one more ninja job); its files compile without the PCH, a
+later build uses it; manifest last, renamed into place; verified before use: owner, mode, and exactly the files the
+compiler reads (the ``.gch``/``.pch`` that ``pch_words`` names, and ``prefix.h``: size and sha256, hashed once per
+process). Anything wrong is set aside and built again. GCC uses it through ``-include prefix.h`` with
+``prefix.h.gch`` beside it and ``-Winvalid-pch``: a PCH gcc rejects is ignored by gcc itself, which then parses the
+text (one note, never a wrong result). A prefix whose PCH does not compile (a header found only through the
+library's own folder) leaves a ``<key>.failed`` mark and is not tried again for :data:`RETRY_AFTER`. clang uses
+``-include-pch``; a build that fails with a PCH is run again without (tubuild). A PCH never changes an entry's key.
 
-nvcc: no PCH. nvcc 13.0 has no precompiled-header option; its own C++ front
-end (cudafe++, EDG) parses the whole ``.cu`` with its headers, and the host
-compiler then gets cudafe++'s fully preprocessed output, headers already
-expanded, to which a host PCH cannot apply. A ``.cu`` file still gains from
-the object cache (an edit to another file does not recompile it).
+nvcc: no PCH. nvcc 13.0 has no precompiled-header option; its own C++ front end (cudafe++, EDG) parses the whole
+``.cu`` with its headers, and the host compiler then gets cudafe++'s fully preprocessed output, headers already
+expanded, to which a host PCH cannot apply. A ``.cu`` file still gains from the object cache (an edit to another
+file does not recompile it).
 
 Imports: errors, fsutil, lock, objcache (the Cache is passed in).
 """
@@ -89,9 +79,8 @@ def pch_words(kind: str, directory: Path) -> list[str]:
 
 
 def pch_flags(words: list[str], root: Path) -> list[str]:
-    """A TU's flags as its PCH is built with: without -DTORCH_EXTENSION_NAME (per library, unused by
-    torch's headers) and without the library's own folder (a new one per load_inline edit), so the
-    prefix can only read headers outside the library, which its manifest then covers."""
+    """A TU's flags as its PCH is built with: without -DTORCH_EXTENSION_NAME (per library, unused by torch's headers)
+    and the library's own folder (a new one per load_inline edit): the prefix reads only headers its manifest covers."""
     own = f"-I{shlex.quote(str(root))}"
     # Not even -U: gcc refuses a PCH built with -UTORCH_EXTENSION_NAME in a file that defines it (the drop-in's).
     return [w for w in words if not w.startswith("-DTORCH_EXTENSION_NAME=") and w not in (own, "-UTORCH_EXTENSION_NAME")]
@@ -119,8 +108,7 @@ def pch_file(kind: str) -> str:
 
 def _hash_once(path: Path, want: object) -> None:
     """ValueError unless the regular file ``path`` has the sha256 ``want`` (hashed once per process per version)."""
-    reason = fsutil.insecure_reason(path, want_dir=False)
-    if reason is not None:
+    if (reason := fsutil.insecure_reason(path, want_dir=False)) is not None:
         raise ValueError(reason)
     st = os.lstat(path)
     memo = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
@@ -131,14 +119,12 @@ def _hash_once(path: Path, want: object) -> None:
 
 
 def _verify(directory: Path, key: str, kind: str) -> dict[str, object]:
-    """The manifest of a usable PCH in ``directory``, or ValueError / OSError saying why not.
-
-    Checked is exactly what the compiler reads: the PCH file :func:`pch_words` names (``prefix.h.gch`` /
-    ``.pch``) and ``prefix.h`` (gcc parses it when it rejects the ``.gch``), each against its sha256."""
+    """The manifest of a usable PCH in ``directory``, or ValueError / OSError saying why not. Checked is exactly what
+    the compiler reads: the PCH file :func:`pch_words` names and ``prefix.h`` (gcc parses it when it rejects the
+    ``.gch``), each against its sha256."""
     from ..store.objcache import headers_unchanged
 
-    reason = fsutil.insecure_reason(directory, want_dir=True)
-    if reason is not None:
+    if (reason := fsutil.insecure_reason(directory, want_dir=True)) is not None:
         raise ValueError(reason)
     m = fsutil.read_record(directory / "manifest.json")
     if m is None or m.get("format") != FORMAT or m.get("key") != key:
@@ -149,8 +135,7 @@ def _verify(directory: Path, key: str, kind: str) -> dict[str, object]:
     if m.get("file") != pch_file(kind):
         raise ValueError(f"its manifest names {str(m.get('file'))[:40]!r}, not the {pch_file(kind)} the compiler reads")
     pch = directory / pch_file(kind)
-    size = os.lstat(pch).st_size
-    if size != m.get("size"):
+    if (size := os.lstat(pch).st_size) != m.get("size"):
         raise ValueError(f"{pch} has {size} bytes, its manifest says {m.get('size')}")
     _hash_once(pch, m.get("sha256"))
     _hash_once(directory / HEADER, m.get("header_sha256"))
@@ -180,33 +165,22 @@ def seen_before(cache: Cache, key: str) -> bool:
         return False
     if os.path.isfile(mark):
         return True
-    try:
+    with contextlib.suppress(OSError):
         fsutil.makedirs(mark.parent)
         fsutil.atomic_write(mark, b"")
-    except OSError:
-        pass
     return False
 
 
-RETRY_AFTER = 24 * 3600.0  # seconds before a prefix whose PCH did not compile is tried again
+RETRY_AFTER = 24 * 3600.0  # a prefix whose PCH did not compile (its <key>.failed mark) is tried again after this
 
 
 def refused(cache: Cache, key: str) -> bool:
-    """Whether this PCH failed to compile within :data:`RETRY_AFTER` (its ``.failed`` mark): not tried again
-    after every build. Its key covers compiler, flags and prefix text, not the headers the prefix reads (a
-    header fixed outside the library), so the mark expires instead of standing forever."""
+    """Whether this PCH failed to compile within RETRY_AFTER (not retried after every build; the key holds no header
+    the prefix reads, and one outside the library may be fixed: the mark expires)."""
     try:
         return time.time() - os.stat(cache.build_path("pch", key, ".failed")).st_mtime < RETRY_AFTER
     except OSError:
         return False
-
-
-def _mark_refused(cache: Cache, key: str) -> None:
-    mark = cache.build_path("pch", key, ".failed")
-    if fsutil.may_hold(cache.pch):  # never through a link at v1/pch
-        with contextlib.suppress(OSError):
-            fsutil.makedirs(mark.parent)
-            fsutil.atomic_write(mark, b"")
 
 
 def building(cache: Cache, key: str) -> bool:
@@ -289,7 +263,9 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
             why = (p.out / "pch.log").read_text(errors="replace").strip().splitlines()[-1:] if (p.out / "pch.log").is_file() else []
             log.info("note: could not precompile the header prefix of PCH %s (%s); its files compile without a PCH"
                      " (not tried again for %d h)", p.key[:12], why[0] if why else "no output", RETRY_AFTER // 3600)
-            _mark_refused(cache, p.key)
+            if fsutil.may_hold(cache.pch):  # never through a link at v1/pch
+                with contextlib.suppress(OSError):
+                    fsutil.atomic_write(cache.build_path("pch", p.key, ".failed"), b"")
             return None
         ours = (str(p.out) + "/", str(cache.pch) + "/")  # the prefix header itself
         files = [f for f in read_depfile(p.out / "prefix.d") if f != HEADER and not os.path.abspath(f).startswith(ours)]
@@ -320,7 +296,5 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
 
 def _set_aside(cache: Cache, directory: Path, why: str) -> None:
     log.info("note: precompiled header %s is unusable (%s); it is rebuilt", directory, why)
-    try:
+    with contextlib.suppress(OSError):
         cache.discard(directory)
-    except OSError:
-        pass

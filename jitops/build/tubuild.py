@@ -1,31 +1,25 @@
 """A real build file by file: cached objects linked as they are, a PCH for the rest, timings.
 
-For each source: its object is looked up in the object cache (objcache); a
-miss is compiled by ninja, with the precompiled header of its header prefix
-(pch) when the build has one for its compiler. The namespace is compiled from
-one generated file (ninja.NAMESPACE_TU), so objects do not depend on the key.
-A build that fails while using a PCH runs again without one (one note): a PCH
-is never the reason a build fails. A header prefix's PCH is built from its
-second build on (the first build of a prefix only records it: a library built
-once and never edited costs no PCH), beside the compiles, for the build after
-(user libraries only: builtin ops are built once per machine). Times come from ninja's own log. Per-file states: ``hit``
-(compiled with the PCH), ``built`` (compiled without; its PCH built beside),
-``background`` (compiled without; its PCH built after the build, detached:
-pch_bg), ``busy`` (another process builds it), ``first use`` (the prefix's first build:
-recorded, no PCH yet), ``none`` (builtin), ``no prefix``,
-``off`` (JITOPS_PCH=0), ``rejected`` (the compiler refused it), ``unavailable``.
+For each source: its object is looked up in the object cache (objcache); a miss is compiled by ninja, with the
+precompiled header of its header prefix (pch) when the build has one for its compiler. The namespace is compiled
+from one generated file (ninja.NAMESPACE_TU), so objects do not depend on the key. A build that fails while using a
+PCH runs again without one (one note): a PCH is never the reason a build fails. A header prefix's PCH is built from
+its second build on (the first build of a prefix only records it: a library built once and never edited costs no
+PCH), beside the compiles, for the build after (user libraries only: builtin ops are built once per machine). Times
+come from ninja's own log. Per-file states: ``hit`` (compiled with the PCH), ``built`` (compiled without; its PCH
+built beside), ``background`` (compiled without; its PCH built after the build, detached: pch_bg), ``busy`` (another
+process builds it), ``first use`` (the prefix's first build: recorded, no PCH yet), ``refused`` (it did not compile
+lately: pch.refused), ``none`` (builtin), ``no prefix``, ``off`` (JITOPS_PCH=0), ``rejected`` (the compiler refused
+it), ``unavailable``.
 
-The lean stand-in for ``<torch/extension.h>`` (user libraries, C++ and ``.cu``
-files that include it and spell no Python API, never the drop-in's torch-style sources;
-JITOPS_LEAN_EXTENSION_H=0 turns
-it off; nvcc's front end gains most: 67 s -> 27 s for a small kernel here):
-such a file is compiled first with ``include/jitops/standin`` on the include
-path, where ``torch/extension.h`` is ``<torch/types.h>`` plus the system headers
-the real one reads (see that header for why). If that compile fails with an error
-the stand-in can cause (a missing name), the files that used it are compiled again
-at once with the real header, and only that compile's output is shown (and the
-library skips the stand-in for the rest of the process); a syntax or type error of
-the user's own is shown at once. Its flags are in the object's key and the PCH's.
+The lean stand-in for ``<torch/extension.h>`` (user libraries, C++ and ``.cu`` files that include it and spell no
+Python API, never the drop-in's torch-style sources; JITOPS_LEAN_EXTENSION_H=0 turns it off; nvcc's front end gains
+most: 67 s -> 27 s for a small kernel here): such a file is compiled first with ``include/jitops/standin`` on the
+include path, where ``torch/extension.h`` is ``<torch/types.h>`` plus the system headers the real one reads (see
+that header for why). If that compile fails with an error the stand-in can cause (a missing name), the files that
+used it are compiled again at once with the real header, and only that compile's output is shown (and the library
+skips the stand-in for the rest of the process); a syntax or type error of the user's own is shown at once. Its
+flags are in the object's key and the PCH's.
 
 Imports: fsutil, headers, key (TORCH_STYLE_FLAG), ninja, objcache, pch, pch_bg (background PCHs); admin
 lazily (the size bound after a build); job.BuildJob for annotations (it and its Cache are read by attribute).

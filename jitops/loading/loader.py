@@ -37,6 +37,7 @@ _ops: dict[tuple[str, str | None], tuple[Op, OpSpec, Any]] = {}
 _torch_libs: dict[str, Any] = {}  # namespace -> torch.library.Library (kept alive)
 _torch_impls: dict[str, Any] = {}  # namespace -> its Functionalize kernels' Library (kept alive)
 _fallback_warned: set[str] = set()
+_python_registered: set[str] = set()  # namespaces whose Python side (fake kernels, autograd) torch already holds
 
 
 def _reset_after_fork() -> None:
@@ -55,8 +56,9 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Any, built: bool) 
     if plan.spec.schemas and ns not in _torch_libs:
         _define_schemas(ns, plan.spec)
     torch.ops.load_library(str(Cache.library_path(entry, manifest)))
-    if plan.spec.python:
+    if plan.spec.python and ns not in _python_registered:  # torch's registrations are per process, as this set
         importlib.import_module(plan.spec.python).register(ns)
+        _python_registered.add(ns)
     ops = plan.spec.exports or _user_ops(plan.cache, entry, manifest, ns)
     if ops and ns not in _torch_impls:  # a library without ops (a pybind11 module) needs none
         from . import functionalize
