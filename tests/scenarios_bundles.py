@@ -63,3 +63,62 @@ def get_add(bundle_root: str) -> dict[str, Any]:
     out["explain"] = {"verdict": ex.verdict, "ready": ex.ready, "nearest": str(ex.nearest) if ex.nearest else None,
                       "diffs": [d[0] for d in ex.diffs]}
     return out
+
+
+def get_every_op(bundle_root: str) -> dict[str, Any]:
+    """``jitops.get`` of softmax, log_softmax, add and nms (frozen: a build would raise): per op, whether it matches
+    torch's op (nms: jitops's Python reference, torchvision's formulas) bit for bit, whether it was built, its time
+    per call and the baseline's; the processes started; what got mapped from ``bundle_root``."""
+    import time
+
+    import torch
+
+    import jitops
+
+    spawned: list[list[str]] = []
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event in SPAWNS:
+            argv = args[1] if event in ("subprocess.Popen", "os.posix_spawn", "os.exec") else ()
+            spawned.append([event, *map(str, argv or ())])
+
+    sys.addaudithook(hook)
+
+    def per_call(fn: Any, *args: Any, **kw: Any) -> float:
+        fn(*args, **kw)
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(20):
+                fn(*args, **kw)
+            best = min(best, (time.perf_counter() - t) / 20)
+        return best
+
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return a.dtype == b.dtype and a.shape == b.shape and a.view(torch.uint8).equal(b.view(torch.uint8))
+
+    g = torch.Generator().manual_seed(31)
+    x = torch.randn(64, 4099, generator=g)
+    boxes = torch.rand(500, 4, generator=g) * 100
+    boxes[:, 2:] += boxes[:, :2]
+    scores = torch.rand(500, generator=g)
+    out: dict[str, Any] = {}
+    try:
+        softmax, log_softmax, add, nms = (jitops.get(n) for n in ("softmax", "log_softmax", "add", "nms"))
+    except Exception as e:  # noqa: BLE001 - the test reads it
+        out["error"] = {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e)}
+    else:
+        from jitops.kernels.nms.python import nms_reference
+
+        b = torch.randn(64, 4099, generator=g)
+        cases = {"softmax": (softmax, torch.softmax, (x, 1)), "log_softmax": (log_softmax, torch.log_softmax, (x, 1)),
+                 "add": (add, torch.add, (x, b)), "nms": (nms, nms_reference, (boxes, scores, 0.5))}
+        for name, (mine, theirs, args) in cases.items():
+            out[name] = {"bit_identical": same(mine(*args), theirs(*args)), "built": mine.library.built,
+                         "entry": str(mine.library.entry), "seconds": per_call(mine, *args),
+                         "baseline_seconds": per_call(theirs, *args)}
+    maps = Path("/proc/self/maps").read_text()
+    out["mapped_from_bundle"] = sorted({line.split()[-1] for line in maps.splitlines()
+                                        if line.split() and line.split()[-1].startswith(bundle_root)})
+    out["spawned"] = spawned
+    return out

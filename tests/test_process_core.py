@@ -7,6 +7,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,26 +38,35 @@ def _no_compiler_path(tmp_path: Path, venv: Path) -> str:
     return str(bindir)
 
 
-@pytest.mark.compile
-@pytest.mark.process
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_wheel_installs_without_compiler_and_builds_with_one(tmp_path: Path) -> None:
-    dist = tmp_path / "dist"
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(a fresh virtualenv with torch and jitops's wheel installed, as a user's pip does, the wheel)."""
+    tmp = tmp_path_factory.mktemp("installed")
+    dist = tmp / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)],
                    check=True, capture_output=True, timeout=300)
     wheels = list(dist.glob("jitops-*.whl"))
     assert len(wheels) == 1 and wheels[0].name.endswith("-py3-none-any.whl"), wheels
-    names = set(zipfile.ZipFile(wheels[0]).namelist())
-    for required in ("jitops/kernels/softmax/softmax_cpu.cpp", "jitops/kernels/softmax/softmax_cuda.cu",
-                     "jitops/kernels/softmax/softmax_common.h", "jitops/include/jitops/op.h", "jitops/py.typed"):
-        assert required in names, required
-
-    venv = tmp_path / "venv"
+    venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
     torch_req = "torch==" + __import__("torch").__version__.split("+")[0]
-    subprocess.run([*pip, torch_req, str(wheels[0])], check=True, capture_output=True, timeout=600)
+    # Without PYTHONPATH: a checkout on it (with the jitops.egg-info `pip wheel` leaves) would make pip skip jitops.
+    subprocess.run([*pip, torch_req, str(wheels[0])], check=True, capture_output=True, timeout=600,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    return venv, wheels[0]
+
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_wheel_installs_without_compiler_and_builds_with_one(installed: tuple[Path, Path], tmp_path: Path) -> None:
+    venv, wheel = installed
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for required in ("jitops/kernels/softmax/softmax_cpu.cpp", "jitops/kernels/softmax/softmax_cuda.cu",
+                     "jitops/kernels/softmax/softmax_common.h", "jitops/include/jitops/op.h", "jitops/py.typed"):
+        assert required in names, required
 
     env = {k: v for k, v in os.environ.items() if k not in ("CXX", "CC", "PYTHONPATH")}
     env.update(PATH=_no_compiler_path(tmp_path, venv), JITOPS_CACHE_DIR=str(tmp_path / "cache"))
@@ -75,3 +85,72 @@ def test_wheel_installs_without_compiler_and_builds_with_one(tmp_path: Path) -> 
                           timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert last_json(proc.stdout) == {"ok": True, "built": True}
+
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_four_op_bundle_serves_a_fresh_virtualenv_with_no_compiler(installed: tuple[Path, Path], session_cache: Path,
+                                                                     tmp_path: Path) -> None:
+    """Issue 31: ``jitops bundle build`` of softmax, log_softmax, add and nms (from the session cache, built for real),
+    pip-installed into the fresh virtualenv (jitops from its wheel, not this checkout); there, with CXX a compiler that
+    fails and no c++/g++/cc on PATH, frozen, in an empty cache: every op is the bundle's native library, bit-identical
+    to torch's op (nms: the reference), nothing compiled. A byte flipped in one installed library: refused, never
+    mapped, and with no compiler the named error."""
+    import contextlib
+    import io
+
+    from jitops.cli import main
+
+    venv, _ = installed
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
+        mp.setenv("JITOPS_CACHE_DIR", str(session_cache))
+        mp.setenv("JITOPS_PROGRESS", "0")
+        rc = main(["bundle", "build", "--ops", "softmax,log_softmax,add,nms", "--out", str(tmp_path / "whl"),
+                   "--name", "four", "--version", "1.0"])
+    assert rc == 0, printed.getvalue()
+    (whl,) = (tmp_path / "whl").glob("*.whl")
+    python = str(venv / "bin" / "python")
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(whl)], check=True,
+                   capture_output=True, timeout=240, env=clean)
+    site = Path(subprocess.run([python, "-c", "import jitops_bundle_four as b; print(b.__file__)"], check=True,
+                               capture_output=True, text=True, timeout=60, env=clean).stdout.strip()).parent
+    assert str(site).startswith(str(venv))  # the bundle and jitops come from the venv, not this checkout
+    bindir = tmp_path / "bin-nocc"
+    bindir.mkdir()
+    (bindir / "python").symlink_to(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "PYTHONPATH", "CUDA_HOME")}
+    env.update(PATH=str(bindir), CXX="/bin/false", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_FREEZE="error",
+               JITOPS_STATE_DIR=str(tmp_path / "state"), JITOPS_PROGRESS="0")
+
+    def child() -> Any:
+        proc = subprocess.run(scenario_argv("scenarios_bundles.get_every_op", python=python, bundle_root=str(site)),
+                              env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return last_json(proc.stdout)
+
+    out = child()
+    assert "error" not in out, out
+    for op in ("softmax", "log_softmax", "add", "nms"):
+        got = out[op]
+        assert got["bit_identical"] is True and got["built"] is False, (op, got)
+        assert str(got["entry"]).startswith(str(site)), (op, got)
+        print(f"{op}: {got['seconds'] * 1e6:.1f} us a call from the bundle, baseline {got['baseline_seconds'] * 1e6:.1f} us")
+    assert len(out["mapped_from_bundle"]) == 3  # softmax's library holds log_softmax
+    assert [argv for argv in out["spawned"] if any(w in ("-c", "-shared", "-o") for w in argv[1:])] == []
+
+    (lib,) = site.glob("v1/entries/softmax/*/*/libsoftmax.so")
+    data = bytearray(lib.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    lib.write_bytes(bytes(data))
+    for frozen, error in (("error", "FrozenError"), (None, "ToolchainError")):
+        env.pop("JITOPS_FREEZE", None)
+        if frozen:
+            env["JITOPS_FREEZE"] = frozen
+        out = child()
+        assert out.get("error", {}).get("type") == error, out
+        assert "JitopsError" in out["error"]["mro"] and "sha256" in out["error"]["msg"], out
+        assert str(lib) not in out["mapped_from_bundle"]  # never the tampered code
