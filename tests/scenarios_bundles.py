@@ -121,4 +121,5 @@ def get_every_op(bundle_root: str) -> dict[str, Any]:
     out["mapped_from_bundle"] = sorted({line.split()[-1] for line in maps.splitlines()
                                         if line.split() and line.split()[-1].startswith(bundle_root)})
     out["spawned"] = spawned
+    out["jitops_file"] = jitops.__file__
     return out

@@ -318,7 +318,8 @@ def test_a_library_built_with_the_pch_behaves_as_one_built_without(session_cache
     assert with_pch["ok"], with_pch
     assert with_pch["states"][-1] == ["hit"] or not with_pch["built"], with_pch
     plain_root = tmp_path / "plain-cache"
-    shutil.copytree(session_cache / "v1" / "toolchains", plain_root / "v1" / "toolchains")  # no second self-check
+    shutil.copytree(session_cache / "v1" / "toolchains", plain_root / "v1" / "toolchains",  # no second self-check
+                    ignore=shutil.ignore_patterns("*.tmp"))  # (a live cache: another worker may be writing)
     plain = run_scenario("load_inline_and_run", env=child_env(JITOPS_CACHE_DIR=str(plain_root), JITOPS_PCH="0"),
                          name="pchsq", sources=[TORCH_KERNEL])
     assert plain["ok"] and plain["built"], plain

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from jitops.store import cache, admin as cache_admin, parts as cache_parts
-from jitops.build import pch, pch_bg
+from jitops.build import pch_bg, pch_marks
 from jitops.target import toolchain
 from jitops.build import runner as build
 from jitops.base.settings import Settings
@@ -253,8 +253,31 @@ def test_a_prefix_that_does_not_compile_as_a_pch_is_not_retried_after_every_buil
     assert pch_bg.wait(120) and _published(store) == []
     (mark,) = store.pch.glob("*.failed")
     assert _state(tmp_path, script, store, 3) == "refused" and pch_bg.running() == []
-    old = time.time() - pch.RETRY_AFTER - 60  # a day later it is tried again
+    old = time.time() - pch_marks.RETRY_AFTER - 60  # a day later it is tried again
     os.utime(mark, (old, old))
     assert _state(tmp_path, script, store, 4) == "background"
     assert pch_bg.wait(120) and mark.stat().st_mtime > old  # failed again: the mark renewed
     assert {p.kind for p in cache_parts.pchs(store, time.time())} == {"pch"}  # the mark is the key's part
+
+
+@pytest.mark.parametrize(("status", "log", "marked"), [
+    ("1", "prefix.h:1:10: fatal error: mine.h: No such file or directory\n", True),  # the compiler refused it
+    ("1", "g++: fatal error: Killed signal terminated program cc1plus\n", False),  # the OOM killer: may pass later
+    ("1", "fatal error: cannot write PCH file: No space left on device\n", False),
+    ("4", "internal compiler error: Segmentation fault\n", False),
+    ("0", "", False),
+])
+def test_only_the_compilers_refusal_marks_a_prefix(tmp_path: Path, status: str, log: str, marked: bool) -> None:
+    """In a cache that has no v1/pch yet (a stable or builtin build's); a killed compiler, a full disk or an ICE is
+    no reason to go without a PCH for a day."""
+    store = cache.Cache(tmp_path / "cache")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / pch_marks.STATUS).write_text(status + "\n")
+    (out / "pch.log").write_text(log)
+    assert pch_marks.mark_refused(store, "k" * 64, out) is marked
+    assert pch_marks.refused(store, "k" * 64) is marked
+    link = cache.Cache(tmp_path / "linked")  # never written through a link at v1/pch
+    link.base.mkdir(parents=True)
+    link.pch.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    assert pch_marks.mark_refused(link, "k" * 64, out) is False and not (tmp_path / "elsewhere").exists()

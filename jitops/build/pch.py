@@ -18,7 +18,7 @@ compiler reads (the ``.gch``/``.pch`` that ``pch_words`` names, and ``prefix.h``
 process). Anything wrong is set aside and built again. GCC uses it through ``-include prefix.h`` with
 ``prefix.h.gch`` beside it and ``-Winvalid-pch``: a PCH gcc rejects is ignored by gcc itself, which then parses the
 text (one note, never a wrong result). A prefix whose PCH does not compile (a header found only through the
-library's own folder) leaves a ``<key>.failed`` mark and is not tried again for :data:`RETRY_AFTER`. clang uses
+library's own folder) leaves a ``<key>.failed`` mark and is not tried again for a day (pch_marks). clang uses
 ``-include-pch``; a build that fails with a PCH is run again without (tubuild). A PCH never changes an entry's key.
 
 nvcc: no PCH. nvcc 13.0 has no precompiled-header option; its own C++ front end (cudafe++, EDG) parses the whole
@@ -26,7 +26,7 @@ nvcc: no PCH. nvcc 13.0 has no precompiled-header option; its own C++ front end 
 expanded, to which a host PCH cannot apply. A ``.cu`` file still gains from the object cache (an edit to another
 file does not recompile it).
 
-Imports: errors, fsutil, lock, objcache (the Cache is passed in).
+Imports: errors, fsutil, lock, objcache, pch_marks (the Cache is passed in).
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..base import fsutil
+from . import pch_marks
+from .pch_marks import building, refused, seen_before  # noqa: F401 - where callers have always found them
 
 if TYPE_CHECKING:
     from ..store.cache import Cache
@@ -158,43 +160,6 @@ def find(cache: Cache, key: str, kind: str) -> Use | None:
         return None
 
 
-def seen_before(cache: Cache, key: str) -> bool:
-    """Whether a build has compiled a file with this prefix before; records this one (best effort)."""
-    mark = cache.build_path("pch", key, ".seen")
-    if not fsutil.may_hold(cache.pch):  # a link at v1/pch (`jitops cache repair`): no PCH, nothing written through it
-        return False
-    if os.path.isfile(mark):
-        return True
-    with contextlib.suppress(OSError):
-        fsutil.makedirs(mark.parent)
-        fsutil.atomic_write(mark, b"")
-    return False
-
-
-RETRY_AFTER = 24 * 3600.0  # a prefix whose PCH did not compile (its <key>.failed mark) is tried again after this
-
-
-def refused(cache: Cache, key: str) -> bool:
-    """Whether this PCH failed to compile within RETRY_AFTER (not retried after every build; the key holds no header
-    the prefix reads, and one outside the library may be fixed: the mark expires)."""
-    try:
-        return time.time() - os.stat(cache.build_path("pch", key, ".failed")).st_mtime < RETRY_AFTER
-    except OSError:
-        return False
-
-
-def building(cache: Cache, key: str) -> bool:
-    """Whether another process holds the PCH's lock now (builds it: pch_bg's child or a build beside)."""
-    from ..errors import LockTimeout
-    from ..store.lock import key_lock
-
-    try:
-        with key_lock(cache.lock_path("pch", key), "a precompiled header", 0):
-            return False
-    except LockTimeout:
-        return True
-
-
 @dataclass
 class Pending:
     """A PCH being built beside a build's compiles: its command (run in ``out``), then ``finish``."""
@@ -244,7 +209,8 @@ def start(cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], pref
         words = [shlex.quote(cxx), *flags, *more, "-x", "c++-header", shlex.quote(header), "-o", f"{file}.part",
                  "-MMD", "-MF", "prefix.d"]
         # Never fails the build: a PCH that cannot be made is a note (finish). Renamed when complete.
-        command = f"cd {shlex.quote(str(out))} && ({' '.join(words)} && mv {file}.part {file}) > pch.log 2>&1 || true"
+        command = (f"cd {shlex.quote(str(out))} && {{ ({' '.join(words)} && mv {file}.part {file}) > pch.log 2>&1; "
+                   f"echo $? > {pch_marks.STATUS}; }} || true")
         return Pending(key, kind, out, file, command, root, hold, staging)
     except BaseException:
         hold.close()
@@ -261,11 +227,9 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
             return None
         if not pch.is_file() or not (p.out / "prefix.d").is_file():
             why = (p.out / "pch.log").read_text(errors="replace").strip().splitlines()[-1:] if (p.out / "pch.log").is_file() else []
-            log.info("note: could not precompile the header prefix of PCH %s (%s); its files compile without a PCH"
-                     " (not tried again for %d h)", p.key[:12], why[0] if why else "no output", RETRY_AFTER // 3600)
-            if fsutil.may_hold(cache.pch):  # never through a link at v1/pch
-                with contextlib.suppress(OSError):
-                    fsutil.atomic_write(cache.build_path("pch", p.key, ".failed"), b"")
+            log.info("note: could not precompile the header prefix of PCH %s (%s); its files compile without a PCH",
+                     p.key[:12], why[0] if why else "no output")
+            pch_marks.mark_refused(cache, p.key, p.out)
             return None
         ours = (str(p.out) + "/", str(cache.pch) + "/")  # the prefix header itself
         files = [f for f in read_depfile(p.out / "prefix.d") if f != HEADER and not os.path.abspath(f).startswith(ours)]

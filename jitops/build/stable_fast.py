@@ -48,14 +48,15 @@ def prefix_of(sources: tuple[Path, ...]) -> list[str]:
 
 # Link words that also change how the one compile-and-link command compiles (-fopenmp defines _OPENMP, -pthread
 # _REENTRANT, -m*/-O*/-std* the target and language): the PCH is built with them, or gcc would refuse it.
-_COMPILING_LDFLAGS = ("-f", "-m", "-O", "-D", "-U", "-std", "-pthread", "-g")
+_COMPILING_LDFLAGS = ("-f", "-m", "-O", "-D", "-U", "-std", "-g")
+_COMPILING_LDWORDS = frozenset({"-pthread", "-p", "-pg", "--coverage"})
 
 
 def pch_flags(job: Any, include: str, torch_id: str) -> list[str]:
     """The compiler words of the PCH (shell-quoted): the build's, less -DJITOPS_NS and the library's folder, with
     the link flags that change the compile."""
     dirs = [w for d in job.include_dirs if job.root is None or Path(d) != Path(job.root) for w in ("-I", str(d))]
-    linking = [w for w in job.ldflags if w.startswith(_COMPILING_LDFLAGS)]
+    linking = [w for w in job.ldflags if w.startswith(_COMPILING_LDFLAGS) or w in _COMPILING_LDWORDS]
     return [shlex.quote(w) for w in ("-fPIC", *job.cflags, *dirs, "-isystem", include, *linking)] + [f"# torch {torch_id}"]
 
 

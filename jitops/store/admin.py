@@ -192,7 +192,7 @@ def parts_size(cache: Cache) -> int:
 
 def kind_sizes(cache: Cache, infos: list[EntryInfo], parts: list[Part]) -> list[tuple[str, int, int]]:
     """(kind, items, bytes) of each folder the cache keeps, for ``jitops cache ls``: entries, objects, PCHs
-    (with their ``.seen``/``.h`` marks), then staging, logs, trash, inline sources, toolchain records, locks."""
+    (with their ``.seen``/``.failed``/``.h`` marks), then staging, logs, trash, inline sources, toolchain records, locks."""
     use = cache_parts.usage(parts)
     pch_bytes = sum(p.size for p in parts if p.kind == "pch")
     out = [("entries", len(infos), sum(e.size for e in infos)), ("objects", *use["object"]),

@@ -96,7 +96,7 @@ class Cache:
         return self.folders["inline"] / f"{name}-{digest}"
 
     def build_path(self, folder: str, digest: str, suffix: str = "") -> Path:
-        """objects/: ``<key>.json`` (a file's record), ``<sha256>.o``; pch/: ``<key>/``, ``.seen``, ``.h`` (pch.py)."""
+        """objects/: ``<key>.json`` (a file's record), ``<sha256>.o``; pch/: ``<key>/``, ``.seen``, ``.failed``, ``.h`` (pch.py, pch_marks)."""
         return self.folders[folder] / f"{digest[:KEY_CHARS]}{suffix}"
 
     def log_file(self, library: str, target: str) -> Path:

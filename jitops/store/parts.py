@@ -2,7 +2,7 @@
 
 A *part* is what is evicted as one: an object (``objects/<sha256>.o`` with every
 ``<key>.json`` record naming it), or a precompiled header (``pch/<key>/`` with
-its ``<key>.seen`` and ``<key>.h`` files). Records whose object is gone and
+its ``<key>.seen``, ``<key>.failed`` and ``<key>.h`` files). Records whose object is gone and
 objects no record names are parts of their own, marked unusable (evicted
 first), once older than ``GRACE`` (a record is written just after its object).
 
