@@ -130,7 +130,9 @@ def test_the_self_check_runs_beside_the_build_and_gates_publish_and_load(
         if ok:
             got = entry.ensure_entry(plan, settings=local)
             assert got.built and got.manifest == "manifest"  # type: ignore[comparison-overlap]
-            assert published[-1] == ["probe started", "build started", "verdict"], published
+            # published after the verdict; the probe and the build overlap (the probe ends only once the build has
+            # started), in either order of starting: which thread appends first is the scheduler's choice
+            assert published[-1][-1] == "verdict" and sorted(published[-1][:2]) == ["build started", "probe started"]
         else:
             before = len(published)
             with pytest.raises(ToolchainError, match="fails the toolchain self-check.*SIGABRT"):
