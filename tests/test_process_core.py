@@ -117,11 +117,8 @@ def test_a_four_op_bundle_serves_a_fresh_virtualenv_with_no_compiler(installed: 
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(whl)], check=True,
                    capture_output=True, timeout=240, env=clean)
     (site,) = venv.glob("lib/python*/site-packages/jitops_bundle_four")  # where pip put it
-    bindir = tmp_path / "bin-nocc"
-    bindir.mkdir()
-    (bindir / "python").symlink_to(venv / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if k not in ("CC", "PYTHONPATH", "CUDA_HOME")}
-    env.update(PATH=str(bindir), CXX="/bin/false", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_FREEZE="error",
+    env.update(PATH=_no_compiler_path(tmp_path, venv), CXX="/bin/false", JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_FREEZE="error",
                JITOPS_STATE_DIR=str(tmp_path / "state"), JITOPS_PROGRESS="0")
 
     def child() -> Any:
