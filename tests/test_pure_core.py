@@ -12,6 +12,7 @@ import pytest
 
 import jitops
 from jitops.target import toolchain
+from jitops.target.archs import parse_arch_list
 from jitops import spec, target
 import jitops.key as jkey
 import jitops.store.manifest as jmanifest
@@ -165,8 +166,8 @@ def test_plan_keys_the_builder_from_settings_not_the_environment(tmp_path: Path)
 
 
 def test_cuda_arch_spellings_give_one_key() -> None:
-    a = target.Target("cuda", "AVX512", target.parse_arch_list("9.0;8.0"))
-    b = target.Target("cuda", "AVX512", target.parse_arch_list("8.0, 9.0"))
+    a = target.Target("cuda", "AVX512", parse_arch_list("9.0;8.0"))
+    b = target.Target("cuda", "AVX512", parse_arch_list("8.0, 9.0"))
     assert a == b and key_of(tgt=a, nvcc=NVCC) == key_of(tgt=b, nvcc=NVCC)
 
 

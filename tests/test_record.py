@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -55,10 +56,14 @@ def test_record_matches_dataclass() -> None:
     assert r_cls("a", Path("/x")).extra is not r_cls("a", Path("/x")).extra  # default_factory: a new dict each time
     assert r_cls.__doc__ == d_cls.__doc__ and r_cls.__doc__.startswith("Rec(name: 'str', root: 'Path', tags")  # type: ignore[union-attr]
     assert r_cls.tags == () and r_cls.note is None and not hasattr(r_cls, "extra")  # class attributes as dataclass's
-    with pytest.raises(TypeError):
-        r_cls()
-    with pytest.raises(TypeError):
-        r_cls("a", Path("/x"), bogus=1)
+    assert inspect.signature(r_cls) == inspect.signature(d_cls)  # the fields' signature, not (*args, **kwargs)
+    for args, kw in [((), {}), (("a",), {}), (("a", Path("/x")), {"bogus": 1}), (("a", Path("/x")), {"name": "b"}),
+                     (("a", Path("/x"), (), {}, None, 3, 4), {})]:
+        with pytest.raises(TypeError) as d_err:
+            d_cls(*args, **kw)
+        with pytest.raises(TypeError) as r_err:
+            r_cls(*args, **kw)
+        assert str(r_err.value) == str(d_err.value)
 
 
 def test_record_hash_post_init_and_own_methods() -> None:

@@ -19,7 +19,7 @@ edited pybind11 module loads next to the old one in the same process. A fixed
 different build of one that is loaded already is refused before anything is
 built or loaded (loading it would abort the process).
 
-Imports: record, errors, headers, spec; loader, ops and plan lazily (plan and settings for annotations).
+Imports: patterns, record, errors, headers, spec; loader, ops and plan lazily (plan and settings for annotations).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ..base.record import record
 from ..errors import BuildError, InvalidNameError, KernelSourceError
 from ..spec.headers import EXTENSION_H, spells_python_api
 from ..spec import OpSpec
+from ..base.patterns import lazy
 
 if TYPE_CHECKING:
     from ..plan import LoadedLibrary
@@ -53,10 +54,10 @@ CUDA_HEADERS = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda
 # user's string (torch's own load_inline is one line off; issue 29). pch.header_prefix reads past it.
 LINE_ONE = "#line 1"
 
-_FIXED_NS = re.compile(r"\bTORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*([A-Za-z_]\w*)\s*,")
-_PYBIND = re.compile(r"\bPYBIND11_MODULE\s*\(\s*([A-Za-z_]\w*)\s*,")
-_IDENT = re.compile(r"[A-Za-z_]\w*", re.ASCII)
-_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s*"', re.MULTILINE)
+_FIXED_NS = lazy(r"\bTORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*([A-Za-z_]\w*)\s*,")
+_PYBIND = lazy(r"\bPYBIND11_MODULE\s*\(\s*([A-Za-z_]\w*)\s*,")
+_IDENT = lazy(r"[A-Za-z_]\w*", re.ASCII)
+_QUOTED_INCLUDE = lazy(r'^\s*#\s*include\s*"', re.MULTILINE)
 
 _lock = threading.Lock()
 _fixed_lock = threading.Lock()  # held from the fixed-namespace check until the library is loaded

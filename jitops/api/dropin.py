@@ -32,7 +32,7 @@ What each torch parameter does here:
 * ``is_standalone=True`` (an executable) and SYCL sources: a clear ``KernelSourceError``;
   jitops builds shared libraries for torch only.
 
-Imports: runner (LIVE, lazily, only when verbose), checks, cpp_ext_style, errors, settings, user, stable lazily (a source naming STABLE_TORCH_LIBRARY, or abi= given), user_spec (plan for annotations only).
+Imports: runner (LIVE, lazily, only when verbose), checks, cpp_ext_style, errors, patterns, settings, user, stable lazily (a source naming STABLE_TORCH_LIBRARY, or abi= given), user_spec (plan for annotations only).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-import re
 import sys
 import types
 from pathlib import Path
@@ -51,14 +50,15 @@ from . import cpp_ext_style as cs, user
 from ..errors import BuildError, KernelSourceError, NoPythonModuleError, TargetError
 from ..base.settings import Settings
 from ..spec.user_spec import BuildOptions, StrOrSeq, _as_list, _spec
+from ..base.patterns import lazy
 
 if TYPE_CHECKING:
     from ..plan import LoadedLibrary
 
 log = logging.getLogger("jitops")
 verbose_log = logging.getLogger("jitops.verbose")
-_JITOPS_STYLE = re.compile(r"\bJITOPS_LIBRARY(?:_IMPL)?\s*\(")
-_REGISTERS = re.compile(r"\bTORCH_LIBRARY\w*\s*\(|\bRegisterOperators\b")  # registrations: loading is the point
+_JITOPS_STYLE = lazy(r"\bJITOPS_LIBRARY(?:_IMPL)?\s*\(")
+_REGISTERS = lazy(r"\bTORCH_LIBRARY\w*\s*\(|\bRegisterOperators\b")  # registrations: loading is the point
 _noted: set[str] = set()  # parameters already noted in this process
 
 

@@ -16,7 +16,6 @@ Imports: nothing of jitops.
 
 from __future__ import annotations
 
-import re
 import warnings
 
 SUPPORTED = ((2, 13), (2, 15))  # oldest and newest minor tested; pyproject says torch>=2.13,<2.16
@@ -25,8 +24,10 @@ _warned: set[str] = set()
 
 def parse(version: str) -> tuple[int, int] | None:
     """``"2.13.0+cpu"`` -> ``(2, 13)``; None for what is not a release number."""
-    m = re.match(r"^(\d+)\.(\d+)", version)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    major, _, rest = version.partition(".")
+    minor = rest[:len(rest) - len(rest.lstrip("0123456789"))]  # the digits after the first dot ("13" of "13.0+cpu")
+    ok = major.isascii() and major.isdigit() and minor != ""
+    return (int(major), int(minor)) if ok else None  # (no regex: compiling one is most of a warm import's cost)
 
 
 def check_version(version: str) -> bool:

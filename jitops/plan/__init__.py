@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from ..target import compilers, toolchain
-from ..target.archs import check_runnable, default_arch, runnable_code
 from ..store.cache import Cache
 from ..errors import ToolchainError
 from ..key import Stamp, build_flags, changed_source, compute_key, ingredients, namespace_for, source_state
@@ -146,7 +145,11 @@ def runnable_here(plan: Plan, archs: str | None, settings: Settings | None = Non
     current GPU's own arch. Without a GPU there is nothing to check.
     """
     cap = plan.system.device_capability
-    if plan.target.device != "cuda" or cap is None or runnable_code(plan.target.archs, cap) is not None:
+    if plan.target.device != "cuda" or cap is None:
+        return plan
+    from ..target.archs import check_runnable, default_arch, runnable_code  # (CUDA only)
+
+    if runnable_code(plan.target.archs, cap) is not None:
         return plan
     if archs:
         check_runnable(plan.target.archs, cap, f"op library {plan.spec.name!r} built for {plan.target.name}")

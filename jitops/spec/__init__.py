@@ -2,7 +2,7 @@
 Owns: this module (``OpSpec``, ``Registry``, ``validate_name``, ``SOURCE_SUFFIXES`` / ``HEADER_SUFFIXES``),
 ``checks`` (checks of public arguments, ``shown``, what a flag word may not hold), ``headers`` (what a
 source's text says about the headers it needs) and ``user_spec`` (user build arguments -> ``BuildOptions``
--> ``OpSpec``). May import: ``jitops.base``, ``jitops.errors``, ``jitops._version`` (today: errors only).
+-> ``OpSpec``). May import: ``jitops.base``, ``jitops.errors``, ``jitops._version`` (today: errors, base.patterns, base.record).
 
 This module: Op specs (immutable data) and the registry that maps public names to them.
 
@@ -27,9 +27,10 @@ from pathlib import Path
 
 from ..base.record import record
 from ..errors import ArgumentError, InvalidNameError, UnknownOpError
+from ..base.patterns import lazy
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
-_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}", re.ASCII)
+_NAME_RE = lazy(r"[a-z][a-z0-9_]{0,63}", re.ASCII)
 
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inl")

@@ -8,7 +8,7 @@ values are not parsed here: ``JITOPS_*`` and ``MAX_JOBS`` in
 :mod:`jitops.base.settings`, flag variables (``CXXFLAGS``...) in :mod:`jitops.key`.
 
 Pure: no file access, no torch. May import only :mod:`jitops.errors`,
-:mod:`jitops.spec` (name rules) and the standard library. Also what a flag word may not hold
+:mod:`jitops.spec` (name rules), ``base.patterns`` and the standard library. Also what a flag word may not hold
 (``NVCC_UNSAFE``, ``LINE_BREAK``) and how a flag string splits into words (``shell_words``), read by
 spec.user_spec and key.
 """
@@ -16,19 +16,19 @@ spec.user_spec and key.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 
 from ..errors import ArgumentError
 from . import OpSpec, validate_name
+from ..base.patterns import lazy
 
 _SHOWN = 80
 
 
 # Characters that make sh run or redirect something. nvcc passes its -D values to sh inside double
 # quotes and -Xcompiler values bare (it re-parses what ninja quoted), so no word nvcc gets may hold one.
-NVCC_UNSAFE = re.compile(r"[$`;&|<>\n\r]")
-LINE_BREAK = re.compile(r"[\n\r]")  # no flag needs one, and ninja cannot express one in a variable
+NVCC_UNSAFE = lazy(r"[$`;&|<>\n\r]")
+LINE_BREAK = lazy(r"[\n\r]")  # no flag needs one, and ninja cannot express one in a variable
 
 
 # What makes shlex.split differ from str.split: quotes, its escape, and the ASCII whitespace it does not split on.

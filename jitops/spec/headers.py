@@ -3,19 +3,20 @@
 Plain regular expressions, shared by the drop-in (cpp_ext_style: which bindings, on the warm path too)
 and the per-file build (tubuild: where the stand-in may stand in), so a warm load imports no build code.
 
-Imports: nothing of jitops.
+Imports: base.patterns (``lazy``).
 """
 
 from __future__ import annotations
 
 import re
+from ..base.patterns import lazy
 
-EXTENSION_H = re.compile(r"^\s*#\s*include\s*[<\"]torch/extension\.h[>\"]", re.MULTILINE)
+EXTENSION_H = lazy(r"^\s*#\s*include\s*[<\"]torch/extension\.h[>\"]", re.MULTILINE)
 # Python's or pybind11's API: such a file needs the real header (the drop-in's generated bindings are not the user's).
-PYTHON_API = re.compile(r"\b(PYBIND11_\w+|pybind11|py::|Py_\w+|Py[A-Z][A-Za-z]*_\w+|PyObject|PyMODINIT_FUNC|THP\w+)")
+PYTHON_API = lazy(r"\b(PYBIND11_\w+|pybind11|py::|Py_\w+|Py[A-Z][A-Za-z]*_\w+|PyObject|PyMODINIT_FUNC|THP\w+)")
 
 
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+_COMMENT = lazy(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 def spells_python_api(text: str) -> bool:

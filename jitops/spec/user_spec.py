@@ -4,13 +4,12 @@
 keywords (``extra_cflags``, ...); each turns them into a :class:`BuildOptions`
 right away, and only that value travels on.
 
-Imports: errors, record, spec, checks (what a flag word may hold; ``shell_words``).
+Imports: errors, patterns, record, spec, checks (what a flag word may hold; ``shell_words``).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,8 +17,9 @@ from ..base.record import record
 from ..errors import ArgumentError, KernelSourceError
 from .checks import LINE_BREAK, NVCC_UNSAFE, shell_words
 from . import OpSpec
+from ..base.patterns import lazy
 
-_NINJA_UNSAFE = re.compile(r"[|\n\r]")  # no escape for these in a ninja path (ninja.check_expressible)
+_NINJA_UNSAFE = lazy(r"[|\n\r]")  # no escape for these in a ninja path (ninja.check_expressible)
 MAX_TREE_FILES = 2000  # a source folder bigger than this is not a kernel folder
 
 StrOrSeq = str | Sequence[str]

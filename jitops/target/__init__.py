@@ -28,7 +28,6 @@ from dataclasses import field
 
 from .._version import __version__
 from ..base.record import record
-from .archs import arch_gencode_flags, default_arch, parse_arch_list
 from ..errors import TargetError
 
 # Flags for the CPU ISA that torch itself dispatches to here. at::vec picks
@@ -183,7 +182,11 @@ class Target:
         return OPENMP_FLAGS if self.openmp else ()
 
     def cuda_cflags(self) -> tuple[str, ...]:
-        return BASE_CUDA_CFLAGS + arch_gencode_flags(self.archs) if self.device == "cuda" else ()
+        if self.device != "cuda":
+            return ()
+        from .archs import arch_gencode_flags  # (CUDA only: a CPU load never imports archs)
+
+        return BASE_CUDA_CFLAGS + arch_gencode_flags(self.archs)
 
 
 def choose_target(system: System, device: str | None = None, archs: str | tuple[str, ...] | None = None) -> Target:
@@ -205,6 +208,8 @@ def choose_target(system: System, device: str | None = None, archs: str | tuple[
             f"cannot build for cuda: this torch ({system.torch_version}) is a CPU-only build "
             "(torch.version.cuda is None); install a CUDA build of torch, or use device='cpu'"
         )
+    from .archs import default_arch, parse_arch_list  # (CUDA only: a CPU load never imports archs)
+
     env_archs = (system.env("TORCH_CUDA_ARCH_LIST") or "").strip()
     if archs:
         arch_list = parse_arch_list(archs if isinstance(archs, str) else ",".join(archs))

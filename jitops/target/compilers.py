@@ -16,7 +16,7 @@ GCC and clang are supported. Two facts differ between them:
 Compilers known to be too old for torch's headers are refused with a
 ToolchainError before any build.
 
-Imports: errors, target, toolchain. ``compiler_ingredient`` (the compiler's part of a key) lives here, with
+Imports: errors, patterns, target, toolchain. ``compiler_ingredient`` (the compiler's part of a key) lives here, with
 the identity it reads; key imports it.
 """
 
@@ -33,6 +33,7 @@ from typing import Any
 from . import toolchain
 from ..errors import ToolchainError
 from . import OPENMP_FLAGS, System
+from ..base.patterns import lazy
 
 # torch's headers need C++17 and compile with -std=c++17 or later: older compilers fail deep inside them.
 MINIMUM = {"gcc": (9, 0), "clang": (10, 0)}
@@ -48,7 +49,7 @@ def compiler_ingredient(tool: toolchain.Tool) -> dict[str, Any]:
 @functools.lru_cache(maxsize=16)  # a pure function, asked twice per plan (check_supported, openmp_flags)
 def kind_of(version: str) -> tuple[str, tuple[int, ...]]:
     """("gcc" | "clang" | "unknown", version numbers) from a ``--version`` line."""
-    m = re.search(r"clang version (\d+)\.(\d+)(?:\.(\d+))?", version)
+    m = re.search(r"clang version (\d+)\.(\d+)(?:\.(\d+))?", version) if "clang version" in version else None
     if m:
         return "clang", tuple(int(g) for g in m.groups() if g is not None)
     # "g++ (Debian 12.2.0-14) 12.2.0", "c++ (GCC) 11.4.1 20231218", "x86_64-linux-gnu-g++-12 (Debian ...) 12.2.0"
@@ -58,7 +59,7 @@ def kind_of(version: str) -> tuple[str, tuple[int, ...]]:
     return "unknown", ()
 
 
-_TRIPLE = re.compile(r"^[A-Za-z0-9_]+(-[A-Za-z0-9_.]+)+$")  # what `-dumpmachine` prints: x86_64-linux-gnu
+_TRIPLE = lazy(r"^[A-Za-z0-9_]+(-[A-Za-z0-9_.]+)+$")  # what `-dumpmachine` prints: x86_64-linux-gnu
 
 
 def check_supported(tool: toolchain.Tool, op: str, cache_dir: Path | None = None, *, record: bool = True) -> None:
