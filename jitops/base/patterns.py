@@ -1,9 +1,11 @@
-"""``lazy``: a regular expression compiled at its first use, not at import (issue 32 item 4).
+"""``lazy``: a regular expression compiled at its first use, not at import; ``chars``: a character class with
+no regex at all (issue 32 item 4).
 
 ``re.compile`` at module level costs 50-300 us a pattern in a fresh process (``re``'s cache is empty);
 the warm ``get()`` / ``load()`` imports some twenty of them and uses a handful. A ``lazy`` pattern
 has ``re.Pattern``'s methods and attributes (``search``, ``match``, ``fullmatch``, ``sub``,
 ``finditer``, ``pattern``, ...), each forwarded to the pattern compiled the first time one is asked for.
+``chars("|\n\r")`` is what ``[|\n\r]`` is to ``search``: the first such character of a text, or None.
 
 Imports: nothing of jitops.
 """
@@ -33,3 +35,19 @@ class lazy:  # noqa: N801 - used as re.compile is
 
     def __repr__(self) -> str:
         return f"lazy({self._args[0]!r})"
+
+
+class chars:  # noqa: N801 - used as a compiled character class is
+    """A character class (``[$`;&|<>]``) whose ``search(text)`` gives the first of its characters in ``text``,
+    or None: what the class's pattern's ``search`` finds, as truth and as text, with nothing to compile."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self, characters: str) -> None:
+        self._set = frozenset(characters)
+
+    def search(self, text: str) -> str | None:
+        return None if self._set.isdisjoint(text) else next(c for c in text if c in self._set)
+
+    def __repr__(self) -> str:
+        return f"chars({''.join(sorted(self._set))!r})"

@@ -2,7 +2,7 @@
 Owns: this module (``OpSpec``, ``Registry``, ``validate_name``, ``SOURCE_SUFFIXES`` / ``HEADER_SUFFIXES``),
 ``checks`` (checks of public arguments, ``shown``, what a flag word may not hold), ``headers`` (what a
 source's text says about the headers it needs) and ``user_spec`` (user build arguments -> ``BuildOptions``
--> ``OpSpec``). May import: ``jitops.base``, ``jitops.errors``, ``jitops._version`` (today: errors, base.patterns, base.record).
+-> ``OpSpec``). May import: ``jitops.base``, ``jitops.errors``, ``jitops._version`` (today: errors, base.record).
 
 This module: Op specs (immutable data) and the registry that maps public names to them.
 
@@ -20,17 +20,21 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from ..base.record import record
 from ..errors import ArgumentError, InvalidNameError, UnknownOpError
-from ..base.patterns import lazy
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
-_NAME_RE = lazy(r"[a-z][a-z0-9_]{0,63}", re.ASCII)
+_NAME_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz")
+_NAME_REST = _NAME_FIRST | frozenset("0123456789_")
+
+
+def _is_name(text: str) -> bool:
+    """``NAME_PATTERN``, checked without compiling a regex (the warm path checks a name in every process)."""
+    return 0 < len(text) <= 64 and text[0] in _NAME_FIRST and _NAME_REST.issuperset(text)
 
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inl")
@@ -43,12 +47,12 @@ def validate_name(name: object, what: str = "op name") -> str:
     lowercase letters, digits and underscores, so it can never form a path
     separator, a parent reference, a shell metacharacter or a homoglyph.
     """
-    if isinstance(name, str) and _NAME_RE.fullmatch(name):
+    if isinstance(name, str) and _is_name(name):
         return name
     shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
     # A name that differs from a valid one only in case, padding or '-' gets that name as the fix.
     near = name.strip().lower().replace("-", "_") if isinstance(name, str) else ""
-    hint = f". Did you mean {near!r}?" if near and near != name and _NAME_RE.fullmatch(near) else ""
+    hint = f". Did you mean {near!r}?" if near and near != name and _is_name(near) else ""
     raise InvalidNameError(
         f"invalid {what} {shown}: names must match {NAME_PATTERN} "
         f"(ASCII lowercase letters, digits and '_', starting with a letter, at most 64 characters){hint}"

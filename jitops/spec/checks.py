@@ -20,15 +20,15 @@ from collections.abc import Iterable, Mapping
 
 from ..errors import ArgumentError
 from . import OpSpec, validate_name
-from ..base.patterns import lazy
+from ..base.patterns import chars
 
 _SHOWN = 80
 
 
 # Characters that make sh run or redirect something. nvcc passes its -D values to sh inside double
 # quotes and -Xcompiler values bare (it re-parses what ninja quoted), so no word nvcc gets may hold one.
-NVCC_UNSAFE = lazy(r"[$`;&|<>\n\r]")
-LINE_BREAK = lazy(r"[\n\r]")  # no flag needs one, and ninja cannot express one in a variable
+NVCC_UNSAFE = chars("$`;&|<>\n\r")
+LINE_BREAK = chars("\n\r")  # no flag needs one, and ninja cannot express one in a variable
 
 
 # What makes shlex.split differ from str.split: quotes, its escape, and the ASCII whitespace it does not split on.

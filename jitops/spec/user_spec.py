@@ -17,9 +17,9 @@ from ..base.record import record
 from ..errors import ArgumentError, KernelSourceError
 from .checks import LINE_BREAK, NVCC_UNSAFE, shell_words
 from . import OpSpec
-from ..base.patterns import lazy
+from ..base.patterns import chars
 
-_NINJA_UNSAFE = lazy(r"[|\n\r]")  # no escape for these in a ninja path (ninja.check_expressible)
+_NINJA_UNSAFE = chars("|\n\r")  # no escape for these in a ninja path (ninja.check_expressible)
 MAX_TREE_FILES = 2000  # a source folder bigger than this is not a kernel folder
 
 StrOrSeq = str | Sequence[str]
