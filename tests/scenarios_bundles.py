@@ -13,6 +13,19 @@ from typing import Any
 SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.forkpty", "os.system")
 
 
+def _audit_spawns() -> list[list[str]]:
+    """From now on, each process this one starts: the audit event and its argv (filled in as they happen)."""
+    spawned: list[list[str]] = []
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event in SPAWNS:
+            argv = args[1] if event in ("subprocess.Popen", "os.posix_spawn", "os.exec") else ()
+            spawned.append([event, *map(str, argv or ())])
+
+    sys.addaudithook(hook)
+    return spawned
+
+
 def get_add(bundle_root: str) -> dict[str, Any]:
     """``jitops.get("add")``; (the error, or the loaded entry, whether it built, its bits against torch.add), the
     processes started, whether any file under ``bundle_root`` was mapped, the bundles this process found."""
@@ -22,14 +35,7 @@ def get_add(bundle_root: str) -> dict[str, Any]:
     from jitops.loading import loader
     from jitops.store import bundles
 
-    spawned: list[list[str]] = []  # each process started: its argv (a compiler's --version probe is no build)
-
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event in SPAWNS:
-            argv = args[1] if event in ("subprocess.Popen", "os.posix_spawn", "os.exec") else ()
-            spawned.append([event, *map(str, argv or ())])
-
-    sys.addaudithook(hook)
+    spawned = _audit_spawns()  # each process started: its argv (a compiler's --version probe is no build)
     out: dict[str, Any] = {}
     try:
         op = jitops.get("add")
@@ -75,14 +81,7 @@ def get_every_op(bundle_root: str) -> dict[str, Any]:
 
     import jitops
 
-    spawned: list[list[str]] = []
-
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event in SPAWNS:
-            argv = args[1] if event in ("subprocess.Popen", "os.posix_spawn", "os.exec") else ()
-            spawned.append([event, *map(str, argv or ())])
-
-    sys.addaudithook(hook)
+    spawned = _audit_spawns()
 
     def per_call(fn: Any, *args: Any, **kw: Any) -> float:
         fn(*args, **kw)
