@@ -46,3 +46,27 @@ def test_lazy_compiles_at_first_use_and_then_is_the_pattern() -> None:
     assert p.pattern == r"^\s*#\s*include\s*\"" and p.flags & re.MULTILINE
     assert p._compiled is re.compile(r"^\s*#\s*include\s*\"", re.MULTILINE)
     assert torchcompat.parse("\u0662.13") is None  # a non-ASCII digit is no release number (\d would take it)
+
+
+def test_needs_skips_texts_without_the_literal_and_finds_what_the_regex_finds() -> None:
+    from jitops.api.cpp_ext_style import _FIXED_NS, _PYBIND
+    from jitops.api.dropin import _JITOPS_STYLE, _REGISTERS
+    from jitops.build.stable import _FULL_API, _INCLUDE, _LITERAL_DEF, _NAMESPACE, _STABLE, _TARGET
+    from jitops.spec.headers import EXTENSION_H
+
+    fresh = lazy(r"\bTORCH_LIBRARY\s*\(", needs="TORCH_LIBRARY")
+    assert fresh.search("int main() {}") is None and fresh._compiled is None  # absent: nothing compiled
+    texts = ['#include <torch/extension.h>\nPYBIND11_MODULE(m, mod) { mod.def("f", &f); }',
+             "TORCH_LIBRARY(ns, m) { m.def(\"g(Tensor x) -> Tensor\"); }\nTORCH_LIBRARY_FRAGMENT(ns2, m) {}",
+             "JITOPS_LIBRARY(m) {}\nstatic c10::RegisterOperators r;",
+             'STABLE_TORCH_LIBRARY(JITOPS_NS, m) { m.def("scale(Tensor x) -> Tensor"); }\n'
+             "STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m) {}\n#include <ATen/ATen.h>",
+             "-DTORCH_TARGET_VERSION=0x020d000000000000", "Python.h", "torch/csrc/stable/tensor.h", "c10/util/Half.h",
+             "int main() { return 0; }"]
+    for p in (_FIXED_NS, _PYBIND, _JITOPS_STYLE, _REGISTERS, _FULL_API, _INCLUDE, _LITERAL_DEF, _NAMESPACE, _STABLE,
+              _TARGET, EXTENSION_H):
+        for t in texts:
+            plain = re.compile(p.pattern, p.flags)
+            assert [m.span() for m in p.finditer(t)] == [m.span() for m in plain.finditer(t)], (p, t)
+            assert p.findall(t) == plain.findall(t) and bool(p.search(t)) == bool(plain.search(t))
+            assert bool(p.match(t)) == bool(plain.match(t)) and bool(p.fullmatch(t)) == bool(plain.fullmatch(t))

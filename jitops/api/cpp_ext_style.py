@@ -54,8 +54,8 @@ CUDA_HEADERS = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda
 # user's string (torch's own load_inline is one line off; issue 29). pch.header_prefix reads past it.
 LINE_ONE = "#line 1"
 
-_FIXED_NS = lazy(r"\bTORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*([A-Za-z_]\w*)\s*,")
-_PYBIND = lazy(r"\bPYBIND11_MODULE\s*\(\s*([A-Za-z_]\w*)\s*,")
+_FIXED_NS = lazy(r"\bTORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*([A-Za-z_]\w*)\s*,", needs="TORCH_LIBRARY")
+_PYBIND = lazy(r"\bPYBIND11_MODULE\s*\(\s*([A-Za-z_]\w*)\s*,", needs="PYBIND11_MODULE")
 _IDENT = lazy(r"[A-Za-z_]\w*", re.ASCII)
 _QUOTED_INCLUDE = lazy(r'^\s*#\s*include\s*"', re.MULTILINE)
 
@@ -105,7 +105,7 @@ def function_table(functions: object) -> dict[str, str]:
 def check_named(functions: Mapping[str, str], texts: Sequence[str], include_paths: bool) -> None:
     """Before compiling: each name in ``functions=`` is spelled in the sources (or may come from a header of the
     user's: a quoted #include, or extra_include_paths); else torch's build fails in its generated bindings."""
-    if include_paths or any(_QUOTED_INCLUDE.search(t) for t in texts):
+    if not functions or include_paths or any(_QUOTED_INCLUDE.search(t) for t in texts):
         return
     words = {w for t in texts for w in _IDENT.findall(t)}
     missing = [f for f in functions if f not in words]

@@ -57,8 +57,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jitops")
 verbose_log = logging.getLogger("jitops.verbose")
-_JITOPS_STYLE = lazy(r"\bJITOPS_LIBRARY(?:_IMPL)?\s*\(")
-_REGISTERS = lazy(r"\bTORCH_LIBRARY\w*\s*\(|\bRegisterOperators\b")  # registrations: loading is the point
+_JITOPS_STYLE = lazy(r"\bJITOPS_LIBRARY(?:_IMPL)?\s*\(", needs="JITOPS_LIBRARY")
+_REGISTERS = lazy(r"\bTORCH_LIBRARY\w*\s*\(|\bRegisterOperators\b", needs=("TORCH_LIBRARY", "RegisterOperators"))  # registrations: loading is the point
 _noted: set[str] = set()  # parameters already noted in this process
 
 

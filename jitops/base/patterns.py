@@ -13,24 +13,46 @@ Imports: nothing of jitops.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 
 class lazy:  # noqa: N801 - used as re.compile is
-    """``re.compile(pattern, flags)``, deferred to the first use."""
+    """``re.compile(pattern, flags)``, deferred to the first use. ``needs``: literal texts one of which every match
+    contains (``"TORCH_LIBRARY"`` for ``\\bTORCH_LIBRARY\\s*\\(``): ``search``, ``match``, ``fullmatch``,
+    ``finditer`` and ``findall`` of a text holding none of them find nothing without compiling the pattern."""
 
-    __slots__ = ("_args", "_compiled")
+    __slots__ = ("_args", "_compiled", "_needs")
 
-    def __init__(self, pattern: str, flags: int | re.RegexFlag = 0) -> None:
+    def __init__(self, pattern: str, flags: int | re.RegexFlag = 0, *, needs: str | tuple[str, ...] = ()) -> None:
         self._args = (pattern, flags)
         self._compiled: re.Pattern[str] | None = None
+        self._needs = (needs,) if isinstance(needs, str) else needs
 
     def compiled(self) -> re.Pattern[str]:
         if self._compiled is None:
             self._compiled = re.compile(*self._args)
         return self._compiled
 
-    def __getattr__(self, name: str) -> Any:  # only for what __slots__ does not hold: the Pattern's API
+    def _absent(self, text: str) -> bool:
+        return bool(self._needs) and not any(n in text for n in self._needs)
+
+    def search(self, text: str, *args: int) -> re.Match[str] | None:
+        return None if self._absent(text) else self.compiled().search(text, *args)
+
+    def match(self, text: str, *args: int) -> re.Match[str] | None:
+        return None if self._absent(text) else self.compiled().match(text, *args)
+
+    def fullmatch(self, text: str, *args: int) -> re.Match[str] | None:
+        return None if self._absent(text) else self.compiled().fullmatch(text, *args)
+
+    def finditer(self, text: str, *args: int) -> Iterator[re.Match[str]]:
+        return iter(()) if self._absent(text) else self.compiled().finditer(text, *args)
+
+    def findall(self, text: str, *args: int) -> list[Any]:
+        return [] if self._absent(text) else self.compiled().findall(text, *args)
+
+    def __getattr__(self, name: str) -> Any:  # what the methods above are not: the rest of the Pattern's API
         return getattr(self.compiled(), name)
 
     def __repr__(self) -> str:

@@ -23,14 +23,13 @@ stable kernel's errors cross as ``std::runtime_error`` (``STD_TORCH_CHECK``), wh
 tests/test_stable_abi.py checks arrives as ``RuntimeError``. A remembered verdict still applies to
 the compiler as a whole.
 
-Imports: checks, errors, key, settings, spec, torchcompat, user_spec; stable_fast, tubuild (`PCH_ERROR`) and torch lazily. api.user and build.runner call it.
+Imports: checks, errors, key, patterns, settings, spec, torchcompat, user_spec; stable_fast, tubuild (`PCH_ERROR`) and torch lazily. api.user and build.runner call it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,18 +41,20 @@ from ..base.settings import Settings
 from ..spec import OpSpec
 from ..base.torchcompat import SUPPORTED, parse
 from ..spec.user_spec import BuildOptions, StrOrSeq, _as_list, _spec
+from ..base.patterns import lazy
 
 BUILDER = "stable"  # the builder name its plans carry (keyed as env.JITOPS_BUILDER, as any non-default builder)
 ABIS = ("stable",)  # what abi= accepts besides None (detect from the source)
-_STABLE = re.compile(r"\bSTABLE_TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(")
-_NAMESPACE = re.compile(r"\bSTABLE_TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,")
-_IMPL_NAMESPACE = re.compile(r"\bSTABLE_TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,")
-_DEF = re.compile(r"\.def\s*\(")
-_LITERAL_DEF = re.compile(r'\.def\s*\(\s*"\s*(\w+)\s*[(.]')
-_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
-_TARGET = re.compile(r"^-DTORCH_TARGET_VERSION=(0x[0-9a-fA-F]{1,16}|\d+)$")
+_STABLE = lazy(r"\bSTABLE_TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(", needs="STABLE_TORCH_LIBRARY")
+_NAMESPACE = lazy(r"\bSTABLE_TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,", needs="STABLE_TORCH_LIBRARY")
+_IMPL_NAMESPACE = lazy(r"\bSTABLE_TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,", needs="STABLE_TORCH_LIBRARY_IMPL")
+_DEF = lazy(r"\.def\s*\(", needs=".def")
+_LITERAL_DEF = lazy(r'\.def\s*\(\s*"\s*(\w+)\s*[(.]', needs=".def")
+_INCLUDE = lazy(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', needs="include")
+_TARGET = lazy(r"^-DTORCH_TARGET_VERSION=(0x[0-9a-fA-F]{1,16}|\d+)$", needs="-DTORCH_TARGET_VERSION=")
 # Headers of torch's C++ API (ATen, c10, torch/extension.h...), Python's and pybind11's: not in the stable set.
-_FULL_API = re.compile(r"^(ATen|c10|caffe2|pybind11|jitops)/|^Python\.h$|^torch/(?!csrc/stable/|headeronly/|csrc/inductor/aoti_torch/(c|generated)/)")
+_FULL_API = lazy(r"^(ATen|c10|caffe2|pybind11|jitops)/|^Python\.h$|^torch/(?!csrc/stable/|headeronly/|csrc/inductor/aoti_torch/(c|generated)/)",
+                 needs=("ATen/", "c10/", "caffe2/", "pybind11/", "jitops/", "Python.h", "torch/"))
 _ERROR_MARK = "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined"
 SHIM_LIBRARY = "torch_cpu"  # holds the stable C shim (aoti_torch_*, torch_*)
 
