@@ -37,6 +37,7 @@ def test_chars_search_is_the_character_class(text: str) -> None:
 def test_torch_version_parse_is_the_regex(version: str) -> None:
     m = re.match(r"^([0-9]+)\.([0-9]+)", version)
     assert torchcompat.parse(version) == ((int(m.group(1)), int(m.group(2))) if m else None)
+    assert torchcompat.parse("\u0662.13") is None  # a non-ASCII digit is no release number (\d would take it)
 
 
 def test_lazy_compiles_at_first_use_and_then_is_the_pattern() -> None:
@@ -45,7 +46,6 @@ def test_lazy_compiles_at_first_use_and_then_is_the_pattern() -> None:
     assert p.search('x\n  #include "a.h"') is not None and p.search("#include <a.h>") is None
     assert p.pattern == r"^\s*#\s*include\s*\"" and p.flags & re.MULTILINE
     assert p._compiled is re.compile(r"^\s*#\s*include\s*\"", re.MULTILINE)
-    assert torchcompat.parse("\u0662.13") is None  # a non-ASCII digit is no release number (\d would take it)
 
 
 def test_needs_skips_texts_without_the_literal_and_finds_what_the_regex_finds() -> None:
@@ -70,3 +70,17 @@ def test_needs_skips_texts_without_the_literal_and_finds_what_the_regex_finds() 
             assert [m.span() for m in p.finditer(t)] == [m.span() for m in plain.finditer(t)], (p, t)
             assert p.findall(t) == plain.findall(t) and bool(p.search(t)) == bool(plain.search(t))
             assert bool(p.match(t)) == bool(plain.match(t)) and bool(p.fullmatch(t)) == bool(plain.fullmatch(t))
+
+
+def test_compiler_version_patterns_with_needs_are_the_plain_ones() -> None:
+    from jitops.target.compilers import _CLANG, _GCC, kind_of
+
+    lines = ["g++ (Debian 12.2.0-14) 12.2.0", "g++ (GCC) 8.5.0 20210514", "c++ (GCC) 11.4.1 20231218", "x86_64-linux-gnu-g++-12 (Debian 12.2.0) 12.2.0",
+             "gcc (GCC) 9.1.0", "Debian clang version 14.0.6", "Ubuntu clang version 18.1.3 (1ubuntu1)",
+             "icpx (ICX) 2024.0.0", "true", ""]
+    for line in lines:
+        for p in (_CLANG, _GCC):
+            plain = re.compile(p.pattern, p.flags)
+            assert bool(p.search(line)) == bool(plain.search(line)) and bool(p.match(line)) == bool(plain.match(line))
+    assert kind_of("g++ (Debian 12.2.0-14) 12.2.0") == ("gcc", (12, 2, 0))
+    assert kind_of("Debian clang version 14.0.6") == ("clang", (14, 0, 6)) and kind_of("icpx (ICX) 2024.0.0")[0] == "unknown"

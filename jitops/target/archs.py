@@ -6,7 +6,7 @@ on a machine without one. An arch is written as in ``TORCH_CUDA_ARCH_LIST``:
 9.0), ``"10.0f"`` (family SASS), and a ``+PTX`` suffix adds PTX for that
 arch, which the driver JIT-compiles for newer devices.
 
-Imports: checks (``shown``), errors, patterns. Imported only for a CUDA target (lazily by target and plan).
+Imports: checks (``shown``), errors. Imported only for a CUDA target (lazily by target and plan).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import re
 
 from ..spec.checks import shown
 from ..errors import TargetError
-from ..base.patterns import lazy
 
 # torch 2.14.1's cpp_extension._get_cuda_arch_flags names, with the same
 # expansions (torch replaces these substrings; jitops matches whole entries,
@@ -38,8 +37,8 @@ NAMED_ARCHS: dict[str, str] = {
     "Rubin": "10.7+PTX",
 }
 _BY_LOWER = {k.lower(): v for k, v in NAMED_ARCHS.items()}
-_ARCH_RE = lazy(r"^(\d+)\.(\d+)([af]?)(\+ptx)?$", re.IGNORECASE)
-_SM_RE = lazy(r"^sm_(\d+)(\d)[af]?$")  # "sm_120" -> 12, 0
+_ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)(\+ptx)?$", re.IGNORECASE)
+_SM_RE = re.compile(r"^sm_(\d+)(\d)[af]?$")  # "sm_120" -> 12, 0
 
 
 def _split(arch: str) -> tuple[int, int, str, bool]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,14 +45,18 @@ def compiler_ingredient(tool: toolchain.Tool) -> dict[str, Any]:
             "openmp": list(tool.openmp)}
 
 
+_CLANG = lazy(r"clang version (\d+)\.(\d+)(?:\.(\d+))?", needs="clang version")
+_GCC = lazy(r"^\S*(?:g\+\+|gcc|c\+\+|cc)\S* \(.*\) (\d+)\.(\d+)(?:\.(\d+))?", needs=("g++", "c++", "cc"))
+
+
 @functools.lru_cache(maxsize=16)  # a pure function, asked twice per plan (check_supported, openmp_flags)
 def kind_of(version: str) -> tuple[str, tuple[int, ...]]:
     """("gcc" | "clang" | "unknown", version numbers) from a ``--version`` line."""
-    m = re.search(r"clang version (\d+)\.(\d+)(?:\.(\d+))?", version) if "clang version" in version else None
+    m = _CLANG.search(version)
     if m:
         return "clang", tuple(int(g) for g in m.groups() if g is not None)
     # "g++ (Debian 12.2.0-14) 12.2.0", "c++ (GCC) 11.4.1 20231218", "x86_64-linux-gnu-g++-12 (Debian ...) 12.2.0"
-    m = re.match(r"^\S*(?:g\+\+|gcc|c\+\+|cc)\S* \(.*\) (\d+)\.(\d+)(?:\.(\d+))?", version)
+    m = _GCC.match(version)
     if m:
         return "gcc", tuple(int(g) for g in m.groups() if g is not None)
     return "unknown", ()
