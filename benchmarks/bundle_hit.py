@@ -1,13 +1,16 @@
-"""The first ``jitops.get(op)`` in a fresh process: from an installed bundle, from the local cache, and a cold build.
+"""The first ``jitops.get(op)`` in a fresh process: from an installed bundle (unsigned, and signed), from the local
+cache, and a cold build.
 
     python benchmarks/bundle_hit.py [--op add] [--runs 5] [--cold-runs 5] [--json OUT]
 
 Setup (not timed): ``jitops bundle build --ops OP`` into a private cache (one build, which also warms that
-cache), the wheel pip-installed (``--no-deps --target``) into a private folder. Then, each in a fresh
-interpreter, ``--runs`` times: BUNDLE (an empty cache of its own each run, the bundle's folder on the path:
-the local miss, the entry points read once, the bundle's entry verified with a full sha256, loaded in place),
-LOCAL (the warmed cache, no bundle on the path: a verified-stamp hit), and ``--cold-runs`` times COLD (an
-empty cache, no bundle: a real build). Timed in the child: ``jitops.get(op)`` alone, after ``import torch,
+cache), then again with a fresh key pair (``jitops cache keygen``: the same entry, signed); each wheel
+pip-installed (``--no-deps --target``) into a private folder. Then, each in a fresh interpreter, ``--runs``
+times: BUNDLE (an empty cache of its own each run, the unsigned bundle's folder on the path: the local miss,
+the entry points read once, the bundle's entry verified with a full sha256, loaded in place), SIGNED (the same
+with the signed bundle, its key trusted and JITOPS_REQUIRE_SIGNED=1: the signature checked too), LOCAL (the
+warmed cache, no bundle on the path: a verified-stamp hit), and ``--cold-runs`` times COLD (an empty cache, no
+bundle: a real build). Timed in the child: ``jitops.get(op)`` alone, after ``import torch,
 jitops``. Printed: the median and each run per mode, BUNDLE / LOCAL, the wheel's size and its size per op.
 A private JITOPS_STATE_DIR is shared by all runs (LOCAL's stamps live there, as on a real machine).
 """
@@ -65,22 +68,34 @@ def main() -> int:
         base = {k: v for k, v in os.environ.items() if not k.startswith("JITOPS_")}
         base.update(JITOPS_STATE_DIR=str(t / "state"), JITOPS_PROGRESS="0", PYTHONPATH=str(REPO))
         warmed = t / "warmed"
-        build = subprocess.run([sys.executable, "-m", "jitops", "bundle", "build", "--ops", args.op, "--out", str(t / "dist"),
-                                "--name", "bench", "--version", "1"], env={**base, "JITOPS_CACHE_DIR": str(warmed)},
-                               cwd=REPO, capture_output=True, text=True, timeout=900)
-        if build.returncode != 0:
-            raise SystemExit(build.stdout + build.stderr)
-        (wheel,) = (t / "dist").glob("*.whl")
-        site = t / "site"
-        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)],
-                       check=True, capture_output=True, timeout=300)
+        keygen = subprocess.run([sys.executable, "-m", "jitops", "cache", "keygen"], cwd=REPO, capture_output=True,
+                                text=True, timeout=120, env={**base, "JITOPS_CONFIG_DIR": str(t / "signer")})
+        public = next((w.partition("=")[2] for w in keygen.stdout.split() if "=ed25519:" in w), None)
+        if public is None:
+            raise SystemExit(keygen.stdout + keygen.stderr)
+        sites = {}
+        for kind, config in (("bundle", t / "no-key"), ("signed", t / "signer")):
+            build = subprocess.run([sys.executable, "-m", "jitops", "bundle", "build", "--ops", args.op, "--out",
+                                    str(t / kind), "--name", "bench", "--version", "1"], cwd=REPO, capture_output=True,
+                                   text=True, timeout=900, env={**base, "JITOPS_CACHE_DIR": str(warmed),
+                                                                "JITOPS_CONFIG_DIR": str(config)})
+            if build.returncode != 0:
+                raise SystemExit(build.stdout + build.stderr)
+            (wheel,) = (t / kind).glob("*.whl")
+            sites[kind] = t / f"site-{kind}"
+            subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target",
+                            str(sites[kind]), str(wheel)], check=True, capture_output=True, timeout=300)
+        trusting = {"JITOPS_CONFIG_DIR": str(t / "no-key"), "JITOPS_REMOTE_TRUSTED_KEYS": public, "JITOPS_REQUIRE_SIGNED": "1"}
         _run(args.op, {**base, "JITOPS_CACHE_DIR": str(warmed)})  # the first local hit stamps the entry, as any use would
-        times: dict[str, list[float]] = {"bundle": [], "local": [], "cold": []}
+        times: dict[str, list[float]] = {"bundle": [], "signed": [], "local": [], "cold": []}
         for i in range(max(args.runs, args.cold_runs)):
             if i < args.runs:
-                r = _run(args.op, {**base, "JITOPS_CACHE_DIR": str(t / f"empty-{i}"), "PYTHONPATH": f"{REPO}{os.pathsep}{site}"})
-                assert not r["built"] and str(r["entry"]).startswith(str(site)), r
-                times["bundle"].append(float(r["get_s"]))  # type: ignore[arg-type]
+                for kind, more in (("bundle", {}), ("signed", trusting)):
+                    site = sites[kind]
+                    r = _run(args.op, {**base, **more, "JITOPS_CACHE_DIR": str(t / f"empty-{kind}-{i}"),
+                                       "PYTHONPATH": f"{REPO}{os.pathsep}{site}"})
+                    assert not r["built"] and str(r["entry"]).startswith(str(site)), r
+                    times[kind].append(float(r["get_s"]))  # type: ignore[arg-type]
                 r = _run(args.op, {**base, "JITOPS_CACHE_DIR": str(warmed)})
                 assert not r["built"] and str(r["entry"]).startswith(str(warmed)), r
                 times["local"].append(float(r["get_s"]))  # type: ignore[arg-type]
@@ -96,7 +111,8 @@ def main() -> int:
         if v:
             print(f"  {k:<7} {statistics.median(v) * 1000:9.1f} ms   {' '.join(f'{x * 1000:.1f}' for x in v)}")
     if times["bundle"] and times["local"]:
-        print(f"  bundle / local: {statistics.median(times['bundle']) / statistics.median(times['local']):.2f}x")
+        for kind in ("bundle", "signed"):
+            print(f"  {kind} / local: {statistics.median(times[kind]) / statistics.median(times['local']):.2f}x")
     print(f"wheel: {report['wheel_bytes']} bytes; " + "; ".join(str(x).strip() for x in report["build_output"][1:-1]))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))

@@ -55,7 +55,7 @@ def get_add(bundle_root: str) -> dict[str, Any]:
     out["mapped_from_bundle"] = sorted({line.split()[-1] for line in maps.splitlines()
                                         if line.split() and line.split()[-1].startswith(bundle_root)})
     out["spawned"] = spawned
-    out["bundles"] = [b.name for b in bundles.installed()]
+    out["bundles"] = [b.name for b in bundles.found()]
     from jitops.api import warm
     from jitops.cli.explain import explain, offline_ready  # `jitops explain add`, `doctor --offline-ready add`
     from jitops.registry import lookup

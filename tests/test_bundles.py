@@ -45,16 +45,26 @@ PACKAGE = f"jitops_bundle_{NAME}"
 
 
 @pytest.fixture(scope="module")
-def wheel(session_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """(the wheel ``jitops bundle build --ops add`` wrote, what it printed): add built for real at most once."""
+def signer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """(a config dir holding a key pair, its public key): the key the module's bundle is signed with."""
+    from tests.remote_helpers import keygen
+
+    cfg = tmp_path_factory.mktemp("signer") / "config"
+    return cfg, keygen(cfg)
+
+
+@pytest.fixture(scope="module")
+def wheel(session_cache: Path, tmp_path_factory: pytest.TempPathFactory, signer: tuple[Path, str]) -> tuple[Path, str]:
+    """(the wheel ``jitops bundle build --ops add --sign`` wrote, what it printed): add built for real at most once."""
     out = tmp_path_factory.mktemp("wheel")
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
         mp.setenv("JITOPS_CACHE_DIR", str(session_cache))
         mp.setenv("JITOPS_PROGRESS", "0")
-        for var in ("JITOPS_FREEZE", "JITOPS_BUILDER", "JITOPS_OFFLINE"):
+        mp.setenv("JITOPS_CONFIG_DIR", str(signer[0]))
+        for var in ("JITOPS_FREEZE", "JITOPS_BUILDER", "JITOPS_OFFLINE", "JITOPS_REMOTE_SIGNING_KEY"):
             mp.delenv(var, raising=False)
-        rc = main(["bundle", "build", "--ops", "add", "--out", str(out), "--name", NAME, "--version", "1.0"])
+        rc = main(["bundle", "build", "--ops", "add", "--out", str(out), "--name", NAME, "--version", "1.0", "--sign"])
     assert rc == 0, printed.getvalue()
     (whl,) = out.glob("*.whl")
     return whl, printed.getvalue()
@@ -81,11 +91,15 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int, str]]:
             for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
-def _child(site: Path, cache: Path, tmp: Path, *, compiler: bool, freeze: bool) -> Any:
+def _child(site: Path, cache: Path, tmp: Path, *, compiler: bool, freeze: bool, trusted: str | None = None,
+           require_signed: bool = False) -> Any:
     """``scenarios_bundles.get_add`` in a fresh interpreter: ``site`` on its path, ``cache`` its (empty) cache;
-    without a compiler: CXX=/bin/false and a PATH with no c++, g++, cc or nvcc."""
+    without a compiler: CXX=/bin/false and a PATH with no c++, g++, cc or nvcc. ``trusted``: the public key it
+    trusts (the bundle's signer unless a test says otherwise); its own config dir holds no key."""
     env = {"JITOPS_CACHE_DIR": str(cache), "JITOPS_STATE_DIR": str(tmp / "state"), "JITOPS_FREEZE": "error" if freeze else None,
-           "PYTHONPATH": os.pathsep.join((str(REPO), str(site))), "JITOPS_PROGRESS": "0", "JITOPS_BUILDER": None}
+           "PYTHONPATH": os.pathsep.join((str(REPO), str(site))), "JITOPS_PROGRESS": "0", "JITOPS_BUILDER": None,
+           "JITOPS_CONFIG_DIR": str(tmp / "config"), "JITOPS_REMOTE_TRUSTED_KEYS": trusted,
+           "JITOPS_REQUIRE_SIGNED": "1" if require_signed else None, "JITOPS_REMOTE_SIGNING_KEY": None}
     full = child_env(PATH=stripped_path(tmp), CXX="/bin/false", CC=None, CUDA_HOME=None, **env) if not compiler else child_env(**env)
     return run_scenario("scenarios_bundles.get_add", env=full, timeout=240, bundle_root=str(site / PACKAGE))
 
@@ -98,7 +112,7 @@ def _compiles(spawned: list[list[str]]) -> list[list[str]]:
 # ------------------------------------------------------------------ (a) the wheel
 
 @pytest.mark.compile
-def test_bundle_build_writes_an_installable_wheel(wheel: tuple[Path, str], installed: Path) -> None:
+def test_bundle_build_writes_an_installable_wheel(wheel: tuple[Path, str], installed: Path, signer: tuple[Path, str]) -> None:
     whl, printed = wheel
     py = f"cp{sys.version_info.major}{sys.version_info.minor}"
     platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
@@ -118,10 +132,18 @@ def test_bundle_build_writes_an_installable_wheel(wheel: tuple[Path, str], insta
         lib_arc = next(n for n in names if n.endswith("/libadd.so"))
         manifest = Manifest.parse(zf.read(lib_arc.rpartition("/")[0] + "/" + MANIFEST))
         lib = zf.read(lib_arc)
+        signature = tuple(zf.read(lib_arc.rpartition("/")[0] + "/" + bundles.SIGNATURE).decode().split())
+        manifest_bytes = zf.read(lib_arc.rpartition("/")[0] + "/" + MANIFEST)
     assert f"Requires-Dist: torch=={torch.__version__.split('+')[0]}" in meta.splitlines()
     assert hashlib.sha256(lib).hexdigest() == manifest.sha256 and len(lib) == manifest.size
     assert lib_arc == f"{PACKAGE}/v1/entries/add/{manifest.target}/{manifest.key[:32]}/libadd.so"  # the cache's layout
     assert PACKAGE in printed and " 1.0 " in printed and "KiB" in printed and "add" in printed
+    from jitops.remote.signing import Trust, parse_public
+
+    trust = Trust()
+    trust.add(parse_public(signer[1], "test"), "test")
+    assert len(signature) == 2 and f"signed  by {signature[0]} (1 of 1 entries)" in printed
+    trust.verify(manifest_bytes, signature[0], signature[1])  # the entry is signed by the key in the config dir, over its manifest
     (dist,) = metadata.distributions(path=[str(installed)])
     (ep,) = [e for e in dist.entry_points if e.group == bundles.GROUP]
     assert (ep.name, ep.value) == (NAME, f"{PACKAGE}:ROOT")
@@ -133,13 +155,14 @@ def test_bundle_build_writes_an_installable_wheel(wheel: tuple[Path, str], insta
 @pytest.mark.compile
 @pytest.mark.process
 @pytest.mark.parametrize("compiler", [False, True], ids=["no-compiler", "compiler"])
-def test_installed_bundle_serves_get_with_no_build(installed: Path, tmp_path: Path, compiler: bool) -> None:
+def test_installed_bundle_serves_get_with_no_build(installed: Path, tmp_path: Path, compiler: bool,
+                                                   signer: tuple[Path, str]) -> None:
     """Frozen, in an empty cache: the bundle's add is loaded in place (bit-identical to torch.add), nothing is
     compiled, nothing is written into the cache's entries or the bundle. Without a compiler (CXX=/bin/false)
     the entry matches all but the toolchain; with one, by its exact key."""
     before = _snapshot(installed)
     cache = tmp_path / "cache"
-    out = _child(installed, cache, tmp_path, compiler=compiler, freeze=True)
+    out = _child(installed, cache, tmp_path, compiler=compiler, freeze=True, trusted=signer[1])
     assert "error" not in out, out
     assert out["bit_identical"] == [True, True, True]
     assert out["built"] is False and Path(out["entry"]) == _library(installed).parent
@@ -159,14 +182,14 @@ def test_installed_bundle_serves_get_with_no_build(installed: Path, tmp_path: Pa
 @pytest.mark.parametrize("compiler,freeze,error", [(False, True, "FrozenError"), (False, False, "ToolchainError"),
                                                    (True, True, "FrozenError")])
 def test_a_flipped_byte_in_the_bundle_is_refused_and_never_loaded(installed: Path, tmp_path: Path, compiler: bool,
-                                                                   freeze: bool, error: str) -> None:
+                                                                   freeze: bool, error: str, signer: tuple[Path, str]) -> None:
     site = tmp_path / "site"
     shutil.copytree(installed, site)
     lib = _library(site)
     data = bytearray(lib.read_bytes())
     data[len(data) // 2] ^= 0x01
     lib.write_bytes(bytes(data))
-    out = _child(site, tmp_path / "cache", tmp_path, compiler=compiler, freeze=freeze)
+    out = _child(site, tmp_path / "cache", tmp_path, compiler=compiler, freeze=freeze, trusted=signer[1])
     assert out.get("error", {}).get("type") == error, out
     assert "JitopsError" in out["error"]["mro"]
     assert f"the bundle {PACKAGE} ({NAME}) refused" in out["error"]["msg"] and "sha256" in out["error"]["msg"]
@@ -181,7 +204,8 @@ def test_a_flipped_byte_in_the_bundle_is_refused_and_never_loaded(installed: Pat
 @pytest.mark.compile
 @pytest.mark.process
 @pytest.mark.parametrize("compiler", [False, True], ids=["no-compiler", "compiler"])
-def test_a_bundle_entry_with_another_key_is_not_used(installed: Path, tmp_path: Path, compiler: bool) -> None:
+def test_a_bundle_entry_with_another_key_is_not_used(installed: Path, tmp_path: Path, compiler: bool,
+                                                     signer: tuple[Path, str]) -> None:
     """A sound entry (self-digested, key = its ingredients) built for another torch: not this plan's, never loaded."""
     site = tmp_path / "site"
     shutil.copytree(installed, site)
@@ -193,10 +217,41 @@ def test_a_bundle_entry_with_another_key_is_not_used(installed: Path, tmp_path: 
     (entry / MANIFEST).write_bytes(other.to_json())
     moved = entry.rename(entry.parent / key[:32])
     assert Cache(site / PACKAGE).verify(moved, key, "add", m.target).key == key  # a valid entry, for another machine
-    out = _child(site, tmp_path / "cache", tmp_path, compiler=compiler, freeze=True)
+    out = _child(site, tmp_path / "cache", tmp_path, compiler=compiler, freeze=True, trusted=signer[1])
     assert out.get("error", {}).get("type") == "FrozenError", out
     assert out["mapped_from_bundle"] == []
     assert out["explain"]["nearest"] == str(moved) and "torch_version" in out["explain"]["diffs"]  # the reason shown
+
+
+# ------------------------------------------------------------------ (e) signed, unsigned, untrusted
+
+@pytest.mark.compile
+@pytest.mark.process
+@pytest.mark.parametrize("case", ["trusted", "untrusted", "unsigned"])
+def test_with_require_signed_only_a_bundle_signed_by_a_trusted_key_loads(installed: Path, tmp_path: Path, case: str,
+                                                                        signer: tuple[Path, str]) -> None:
+    """JITOPS_REQUIRE_SIGNED=1, no compiler, frozen: the module's signed bundle loads with zero builds where its key
+    is trusted; where another key is, or with its signature files removed, the named error, nothing loaded."""
+    from tests.remote_helpers import keygen
+
+    site = installed
+    if case == "unsigned":
+        site = tmp_path / "site"
+        shutil.copytree(installed, site)
+        for sig in site.rglob(bundles.SIGNATURE):
+            sig.unlink()
+    trusted = keygen(tmp_path / "other") if case == "untrusted" else signer[1]
+    out = _child(site, tmp_path / "cache", tmp_path, compiler=False, freeze=True, trusted=trusted, require_signed=True)
+    assert _compiles(out["spawned"]) == []
+    if case == "trusted":
+        assert "error" not in out, out
+        assert out["bit_identical"] == [True, True, True] and out["mapped_from_bundle"] == [str(_library(site))]
+        return
+    assert out.get("error", {}).get("type") == "FrozenError", out
+    why = "which this node does not trust" if case == "untrusted" else "it is unsigned, and JITOPS_REQUIRE_SIGNED=1"
+    assert f"the bundle {PACKAGE} ({NAME}) refused" in out["error"]["msg"] and why in out["error"]["msg"]
+    assert out["mapped_from_bundle"] == []
+    assert not out["explain"]["ready"] and why in out["explain"]["verdict"]  # `jitops explain add` says why
 
 
 # ------------------------------------------------------------------ the tier's logic (fake builder, in-process)
@@ -243,14 +298,14 @@ def test_a_broken_bundle_is_skipped_with_a_warning(tmp_path: Path, counted: list
         (info / "entry_points.txt").write_text(f"[{bundles.GROUP}]\n{dist} = {value}\n")
     monkeypatch.syspath_prepend(str(site))
     with caplog.at_level(logging.WARNING, logger="jitops"):
-        assert bundles.installed() == []
+        assert bundles.installed(lambda: pytest.fail("no bundle was found: no signature check is made")) == []
     text = caplog.text
     assert "jitops_bundle_gone" in text and "ModuleNotFoundError" in text
     assert "jitops_bundle_file" in text and "is not an absolute path to a folder" in text
 
 
 def test_a_bundle_cache_refuses_every_write(tmp_path: Path) -> None:
-    bundle = bundles.BundleCache(tmp_path, "x (x)")
+    bundle = bundles.BundleCache(tmp_path, "x (x)", lambda manifest, signature: None)
     with pytest.raises(PermissionError, match="read-only"):
         bundle.new_staging("add", "0" * 64)
     assert not (tmp_path / "v1").exists()
@@ -267,3 +322,115 @@ def test_a_bad_name_or_version_is_refused_before_any_build(private_cache: Path, 
     rc = main(["bundle", "build", "--ops", "add", "--out", str(private_cache / "out"), *argv])
     assert rc == 1 and message in capsys.readouterr().err
     assert built == [] and not (private_cache / "out").exists()
+
+
+# ------------------------------------------------------------------ signatures (in-process, fake builder)
+
+def _fake_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> tuple[Path, Path, Any]:
+    """A fake entry built into a private cache, copied into a bundle folder: (bundle root, its entry, the plan)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(cache))
+    monkeypatch.setenv("JITOPS_BUILDER", "fake")
+    monkeypatch.setenv("JITOPS_PROGRESS", "0")
+    plan = jplan.make_plan(fake_spec(tmp_path / "specs", name), "cpu")
+    built = jentry.ensure_entry(plan)
+    root = tmp_path / "bundle"
+    entry = root / built.path.relative_to(cache)
+    shutil.copytree(built.path, entry)
+    return root, entry, plan
+
+
+def _key() -> tuple[Any, str]:
+    """A fresh Ed25519 signer and its public key's text (what JITOPS_REMOTE_TRUSTED_KEYS takes)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from jitops.remote.signing import Signer, fingerprint, public_text
+
+    key = Ed25519PrivateKey.generate()
+    return Signer(key, fingerprint(key.public_key())), public_text(key.public_key())
+
+
+@pytest.mark.parametrize("case,refusal", [
+    ("trusted", None), ("trusted-required", None), ("unsigned", None),
+    ("unsigned-required", "it is unsigned, and JITOPS_REQUIRE_SIGNED=1"),
+    ("untrusted", "which this node does not trust"), ("nothing-trusted", "this machine trusts no key"),
+    ("forged", "does not verify"), ("garbage", "is not a signature"), ("link", "is a symbolic link"),
+    ("world-writable", "group- or world-writable")])
+def test_a_bundle_entry_s_signature_is_checked_before_it_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  case: str, refusal: str | None) -> None:
+    """Each kind of signature (or its absence) through the bundle tier's real check (remote.archive_trust's, as
+    build.entry injects it): a refusal is a Miss naming the cause, never a Hit."""
+    from jitops.base.settings import Settings
+    from jitops.remote.archive_trust import archive_trust
+
+    root, entry, plan = _fake_bundle(tmp_path, monkeypatch, "bundle_signed_op")
+    ours, ours_public = _key()
+    theirs, _ = _key()
+    manifest = (entry / MANIFEST).read_bytes()
+    signature = {"trusted": ours, "trusted-required": ours, "untrusted": theirs, "nothing-trusted": ours,
+                 "forged": ours, "link": ours, "world-writable": ours}.get(case)
+    sig_file = entry / bundles.SIGNATURE
+    if signature is not None:
+        signed = manifest + b" " if case == "forged" else manifest  # forged: a signature over other bytes
+        text = bundles.signature_text((signature.fingerprint, signature.sign(signed)))
+        if case == "link":
+            (tmp_path / "elsewhere").write_bytes(text)
+            sig_file.symlink_to(tmp_path / "elsewhere")
+        else:
+            sig_file.write_bytes(text)
+            sig_file.chmod(0o666 if case == "world-writable" else 0o644)
+    elif case == "garbage":
+        sig_file.write_bytes(b"not a signature at all\n")
+    monkeypatch.setenv("JITOPS_CONFIG_DIR", str(tmp_path / "config"))  # no key of the user's own is trusted
+    if case != "nothing-trusted":
+        monkeypatch.setenv("JITOPS_REMOTE_TRUSTED_KEYS", ours_public)
+    if case.endswith("-required"):
+        monkeypatch.setenv("JITOPS_REQUIRE_SIGNED", "1")
+    bundle = bundles.BundleCache(root, "jitops_bundle_x (x)", archive_trust(Settings.from_env()))
+    found = bundle.lookup(plan.address)
+    if refusal is None:
+        assert isinstance(found, Hit) and found.path == entry, found
+    else:
+        assert not isinstance(found, Hit)
+        assert found.reason is not None and refusal in found.reason, found.reason
+        if case == "unsigned-required":
+            assert "jitops bundle build --sign" in found.reason  # the fix is named
+
+
+def test_bundle_build_sign_needs_a_key_and_never_signs_an_imported_entry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--sign` with no key: refused before any build. With a key, an entry this cache imported (its origin note)
+    is not re-signed: `--sign` refuses it and writes nothing; without `--sign` it is packed unsigned."""
+    from jitops.registry import lookup
+    from jitops.remote.origin import note
+    from tests.remote_helpers import keygen
+
+    cache, cfg, out = tmp_path / "cache", tmp_path / "config", tmp_path / "out"
+    for var, value in (("JITOPS_CACHE_DIR", cache), ("JITOPS_CONFIG_DIR", cfg), ("JITOPS_BUILDER", "fake"),
+                       ("JITOPS_PROGRESS", "0")):
+        monkeypatch.setenv(var, str(value))
+    built: list[str] = []
+    real_warm = jwarm.ensure_entry
+
+    def counting(plan: Any, **kw: Any) -> Any:
+        built.append(plan.spec.name)
+        return real_warm(plan, **kw)
+
+    monkeypatch.setattr(jwarm, "ensure_entry", counting)
+    rc = main(["bundle", "build", "--ops", "add", "--out", str(out), "--sign"])
+    assert rc == 1 and "no signing key" in capsys.readouterr().err
+    assert built == [] and not out.exists()
+    keygen(cfg)
+    rc = main(["bundle", "build", "--ops", "add", "--out", str(out), "--name", "mine", "--version", "1"])
+    printed = capsys.readouterr().out
+    assert rc == 0 and "signed  by SHA256:" in printed and "(1 of 1 entries)" in printed, printed
+    plan = jplan.make_plan(lookup("add"), "cpu")
+    note(Cache(cache), plan.address, "imported", "an archive from elsewhere, unsigned", (plan.entry / MANIFEST).read_bytes())
+    rc = main(["bundle", "build", "--ops", "add", "--out", str(tmp_path / "out2"), "--sign"])
+    assert rc == 1 and "was not built on this machine" in capsys.readouterr().err
+    assert not (tmp_path / "out2").exists()
+    rc = main(["bundle", "build", "--ops", "add", "--out", str(tmp_path / "out3")])
+    assert rc == 0 and "unsigned (no entry was built here" in capsys.readouterr().out
+    (whl,) = (tmp_path / "out3").glob("*.whl")
+    with zipfile.ZipFile(whl) as zf:
+        assert not [n for n in zf.namelist() if n.endswith("/" + bundles.SIGNATURE)]

@@ -278,6 +278,29 @@ def test_export_then_import_into_an_empty_cache_gives_hits(fake, tmp_path: Path,
     assert rc == 0 and "0 imported, 2 already present" in out
 
 
+def test_require_signed_refuses_an_unsigned_archive_and_takes_a_signed_one(
+        fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    """JITOPS_REQUIRE_SIGNED=1 holds for `cache import` as for bundles: unsigned entries are rejected, with the fix."""
+    from tests.remote_helpers import keygen
+
+    make, _cache = fake
+    build(make("cli_req_signed"))
+    monkeypatch.setenv("JITOPS_CONFIG_DIR", str(tmp_path / "empty-config"))
+    unsigned = tmp_path / "unsigned.tar.gz"
+    assert run(["cache", "export", str(unsigned)], capsys)[0] == 0
+    monkeypatch.setenv("JITOPS_CONFIG_DIR", str(tmp_path / "config"))
+    keygen(tmp_path / "config")  # this machine's key, trusted here too
+    signed = tmp_path / "signed.tar.gz"
+    assert run(["cache", "export", str(signed)], capsys)[0] == 0
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "other"))
+    monkeypatch.setenv("JITOPS_REQUIRE_SIGNED", "1")
+    rc, _, err = run(["cache", "import", str(unsigned)], capsys)
+    assert rc == 1 and "it is unsigned, and JITOPS_REQUIRE_SIGNED=1" in err and "jitops cache keygen" in err, err
+    assert not list(Cache(tmp_path / "other").iter_entries())
+    rc, out, _ = run(["cache", "import", str(signed)], capsys)
+    assert rc == 0 and "1 imported" in out, out
+
+
 def _archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
     with tarfile.open(path, "w:gz") as tar:
         for info, data in members:

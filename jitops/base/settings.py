@@ -28,7 +28,7 @@ from .record import record
 VARIABLES = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
              "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_FAKE_BUILD_SECONDS", "MAX_JOBS", "JITOPS_PCH",
              "JITOPS_LEAN_EXTENSION_H", "JITOPS_PCH_BACKGROUND", "JITOPS_PCH_MAX_SIZE",
-             "JITOPS_STATE_DIR", "JITOPS_FREEZE",
+             "JITOPS_STATE_DIR", "JITOPS_FREEZE", "JITOPS_REQUIRE_SIGNED",
              "JITOPS_REMOTE_CACHE", "JITOPS_REMOTE_CACHE_MODE", "JITOPS_REMOTE_TRUSTED_KEYS", "JITOPS_REMOTE_SIGNING_KEY",
              "JITOPS_CONFIG_DIR", "JITOPS_REMOTE_CONNECT_TIMEOUT", "JITOPS_REMOTE_TIMEOUT",
              "JITOPS_REMOTE_LEASE_SECONDS", "JITOPS_REMOTE_FAILURE_SECONDS", "JITOPS_DISTRIBUTED", "JITOPS_HOST_ID")
@@ -66,8 +66,7 @@ def _optional(env: Mapping[str, str], name: str, parse: Callable[[str], T], expe
 
 
 def _seconds(text: str) -> float:
-    value = float(text)
-    if value != value:  # NaN
+    if (value := float(text)) != value:  # NaN
         raise ValueError(text)
     return value
 
@@ -232,6 +231,7 @@ class Settings:
     pch_max_size: int = 1 << 30  # JITOPS_PCH_MAX_SIZE: cap on PCHs + per-file objects, LRU after builds; 0: none
     state_dir: Path | None = None  # JITOPS_STATE_DIR, absolute; None: platformdirs' user state dir (self-check verdicts)
     freeze: str | None = None  # JITOPS_FREEZE: "error"/"warn" after warm-up (build.freeze; jitops.freeze() wins); None: off
+    require_signed: bool = False  # JITOPS_REQUIRE_SIGNED: bundles and imported archives only if signed by a trusted key
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -266,6 +266,7 @@ class Settings:
             pch_max_size=1 << 30 if cap is None else cap,
             freeze=_optional(env, "JITOPS_FREEZE", _freeze, "a freeze mode (error, warn, or 0 for off)",
                              "set JITOPS_FREEZE=error (a build raises FrozenError) or warn (builds, warns once per op), or unset it"),
+            require_signed=_flag(env, "JITOPS_REQUIRE_SIGNED"),
         )
 
     def cache_root(self) -> Path:
@@ -277,8 +278,7 @@ class Settings:
         return Path(platformdirs.user_cache_dir("jitops", appauthor=False))
 
     def state_root(self) -> Path:
-        """Per-user state that outlives cache roots (toolchain self-check verdicts): JITOPS_STATE_DIR, else
-        the user state dir."""
+        """Per-user state that outlives cache roots (self-check verdicts): JITOPS_STATE_DIR, else the user state dir."""
         if self.state_dir is not None:
             return self.state_dir
         import platformdirs

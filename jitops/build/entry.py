@@ -1,13 +1,12 @@
-"""What ``get()`` would do with a plan, answered once: :func:`entry_status` ->
-``Hit | Compatible | Damaged | Miss``; and :func:`ensure_entry`, which acts on
-it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``, ``explain`` and ``info`` all ask
-:func:`entry_status`. After a local miss, installed bundles (``store.bundles``, read once per process) are asked
-the same way.
+"""What ``get()`` would do with a plan, answered once: :func:`entry_status` -> ``Hit | Compatible | Damaged | Miss``;
+and :func:`ensure_entry`, which acts on it (lock, re-check, build, publish). ``get``, ``warm``, ``doctor``, ``explain``
+and ``info`` all ask :func:`entry_status`. After a local miss, installed bundles (``store.bundles``, read once per
+process, signatures checked by ``remote.archive_trust``) are asked the same way.
 
-Imports: record, errors, key, manifest, plan, roots, settings, toolchain; bundles and freeze lazily (after a local
-miss; a hit's plan asks bundles only once they were read); cache for annotations
-(lock, publish and selfcheck lazily, on the miss path only; the ``remote`` package
-too, and only when ``settings.remote`` is set or this process is in a torchrun job).
+Imports: record, errors, key, manifest, plan, roots, settings, toolchain; bundles, remote.archive_trust and freeze
+lazily (after a local miss; a hit's plan asks bundles only once they were read); cache for annotations (lock, publish
+and selfcheck lazily, on the miss path only; the ``remote`` tier too, and only when ``settings.remote`` is set or
+this process is in a torchrun job).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..base.record import record
 from ..target import toolchain
@@ -31,6 +30,7 @@ from ..store.roots import writable_cache
 from ..base.settings import Settings
 
 if TYPE_CHECKING:
+    from ..store.bundles import BundleCache
     from ..store.cache import Cache
     from .selfcheck import Pending
 
@@ -63,11 +63,9 @@ EntryStatus = Hit | Compatible | Damaged | Miss
 
 
 def find_compatible(plan: Plan, cache: Cache | None = None, refused: list[str] | None = None) -> Compatible | None:
-    """With no compiler here, an entry equal to the plan in every ingredient but the toolchain.
-
-    This is how a slim container without a compiler loads a cache that was
-    warmed elsewhere (same torch, flags and sources). ``cache``: another one
-    than the plan's (a bundle); ``refused`` collects why a candidate failed its check.
+    """With no compiler here, an entry equal to the plan in every ingredient but the toolchain: how a slim container
+    loads a cache warmed elsewhere (same torch, flags and sources). ``cache``: another one than the plan's (a
+    bundle); ``refused`` collects why a candidate failed its check.
     """
     cache = plan.cache if cache is None else cache
     wanted = without_tools(plan.ingredients)
@@ -94,8 +92,7 @@ def entry_status(plan: Plan) -> EntryStatus:
     if isinstance(found, Hit):
         return found
     refused = [found.reason] if found.reason is not None else []
-    from ..store import bundles  # a hit asks no bundle: imported on the first local miss only
-    caches = bundles.installed()  # entry points are read on the first local miss only
+    caches = installed_bundles()  # a hit asks no bundle: entry points are read on the first local miss only
     for bundle in caches:
         there = bundle.lookup(plan.address)
         if isinstance(there, Hit):
@@ -113,6 +110,16 @@ def entry_status(plan: Plan) -> EntryStatus:
         if compatible is not None:
             return compatible
     return Damaged("; ".join(refused)) if refused else Miss()
+
+
+def installed_bundles() -> list[BundleCache]:
+    """The installed bundles, each checking signatures against the trusted keys (and JITOPS_REQUIRE_SIGNED)."""
+    from ..store import bundles
+    def trust() -> Any:  # called once, when a bundle is found
+        from ..remote.archive_trust import archive_trust
+        return archive_trust(Settings.from_env())
+
+    return bundles.installed(trust)
 
 
 def _from(plan: Plan, path: Path) -> Plan:
@@ -133,14 +140,11 @@ class Entry:
 
 
 def before_first_build(plan: Plan, settings: Settings, *, check_toolchain: bool = True) -> Pending | None:
-    """The one place that runs before this process builds anything for ``plan``.
+    """The one place that runs before this process builds anything for ``plan`` (the miss path only).
 
-    Starts the toolchain self-check (C++ exceptions from the binaries it builds
-    must reach Python as RuntimeError, not crash it) beside the build: the
-    build publishes, and the loader loads, only after its pass (``Pending``).
-    Only the miss path gets here: the warm path never runs it.
-    ``check_toolchain=False`` defers it to the build itself (the remote tier: a
-    remote hit builds nothing, so needs no check).
+    Starts the toolchain self-check (C++ exceptions from the binaries it builds must reach Python as RuntimeError,
+    not crash it) beside the build: the build publishes, and the loader loads, only after its pass (``Pending``).
+    ``check_toolchain=False`` defers it to the build itself (the remote tier: a remote hit builds nothing).
     """
     if plan.ingredients.get("abi") == "stable":  # one compiler command (build/stable.py): no ninja, no self-check
         return None
@@ -152,8 +156,7 @@ def before_first_build(plan: Plan, settings: Settings, *, check_toolchain: bool 
     return start(plan, settings)
 
 
-def _warm_hint(plan: Plan) -> str:
-    """How to fill the cache for ``plan`` ahead of time: ``jitops warm`` for a registered op, else one online call."""
+def _warm_hint(plan: Plan) -> str:  # how to fill the cache ahead of time: `jitops warm`, else one online call
     if plan.spec.exports:
         return f"run `jitops warm {plan.spec.exports[0]}`"
     return (f"call the same jitops.load / load_inline for {plan.spec.name!r} once without JITOPS_OFFLINE=1 "
@@ -182,8 +185,8 @@ def _why_missed(plan: Plan, status: EntryStatus) -> str:
 
 def _frozen(plan: Plan, status: EntryStatus, settings: Settings) -> None:
     """Frozen mode, just before a build: FrozenError, or (warn mode) the first warning for this library."""
-    from . import freeze  # a hit never asks
     if _freeze_mode(settings) is not None:
+        from . import freeze  # a hit never asks
         what = f"op library {plan.spec.name!r} ({plan.target.name}, key {plan.key[:12]}) in the cache {plan.cache.root}"
         freeze.check(settings, plan.spec.name, what, _why_missed(plan, status), _warm_hint(plan))
 
@@ -198,11 +201,8 @@ SOURCE_ATTEMPTS = 3  # builds of one call whose sources keep changing under them
 
 def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = None,
                  settings: Settings | None = None) -> Entry:
-    """Make sure a verified entry exists for ``plan``, building it if needed. Loads nothing.
-
-    ``jitops warm`` uses this directly (a CUDA entry can be built on a machine
-    without a GPU); the loader loads what it returns. ``jobs`` caps the
-    build's parallel compiles (default: ``settings.jobs``, else by cores and memory).
+    """Make sure a verified entry exists for ``plan``, building it if needed; loads nothing (``jitops warm`` uses it
+    directly: a CUDA entry builds without a GPU). ``jobs`` caps parallel compiles (default: settings, cores, memory).
     """
     settings = Settings.from_env() if settings is None else settings
     offline = settings.offline if offline is None else offline

@@ -1,8 +1,11 @@
 """``jitops bundle build``: warm the named ops, then write their verified entries as a wheel (store.bundle_wheel)
 that pip installs and the bundle tier (store.bundles) loads from with zero builds.
 
-Imports: errors, base.settings; lazily api.warm, build.entry, build.runner, plan, registry, store.bundle_wheel,
-store.bundles, target, torch (its version).
+With a signing key (``jitops cache keygen``, or JITOPS_REMOTE_SIGNING_KEY) each entry built here is signed;
+an entry taken from an installed bundle keeps that bundle's signature; ``--sign`` makes an unsigned entry an error.
+
+Imports: errors, base.settings; lazily api.warm, build.entry, build.runner, plan, registry, remote.archive_trust,
+store.bundle_wheel, store.bundles, store.manifest, torch (its version).
 """
 
 from __future__ import annotations
@@ -22,15 +25,19 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from ..build.runner import default_jobs
     from ..plan import make_plan
     from ..registry import lookup
+    from ..remote.archive_trust import entry_signer
     from ..store import bundles
     from ..store.bundle_wheel import Packed, check_version, package_name, write_wheel
-    from ..store.manifest import Hit
+    from ..store.manifest import Address, Hit
 
     import torch
 
     settings = Settings.from_env()
     version = check_version(args.version or time.strftime("%Y.%m.%d.%H%M%S", time.gmtime()))
-    package_name(args.name)  # both checked before anything is built
+    package_name(args.name)  # both checked before anything is built, and so is the key --sign needs
+    sign_here, signer = entry_signer(settings)
+    if args.sign and sign_here is None:
+        raise JitopsError(f"jitops bundle build --sign: nothing was built or written: {signer}")
     names = [n for n in (s.strip() for s in args.ops.split(",")) if n]
     if not names:
         raise SystemExit("jitops bundle build: name the ops, e.g. --ops add,softmax")
@@ -53,10 +60,28 @@ def cmd_bundle(args: argparse.Namespace) -> int:
             packed.append(Packed(status.plan.cache, status.path, status.manifest))
         else:
             raise JitopsError(f"jitops bundle build: {task.what} has no verified entry after warming ({status})")
-    written = write_wheel(packed, Path(args.out), args.name, version, torch.__version__)
+
+    def sign(p: Packed, manifest: bytes) -> tuple[str, str] | None:
+        if isinstance(p.cache, bundles.BundleCache):  # another bundle's entry: its signature, verified as it was read
+            got = bundles.read_signature(p.entry / bundles.SIGNATURE, p.cache.owners)
+        else:
+            address = Address(p.manifest.library, p.manifest.target, p.manifest.key)
+            got = sign_here(p.cache, address, manifest) if sign_here is not None else None
+        if got is None and args.sign:
+            raise JitopsError(f"jitops bundle build --sign: nothing was written: {p.entry} was not built on this "
+                              "machine (it was imported), and jitops signs only what it built. Fix: `jitops cache "
+                              "clear`, then run this again to build it here, or leave out --sign")
+        return got
+
+    written = write_wheel(packed, Path(args.out), args.name, version, torch.__version__, sign)
     print(f"bundle  {written.distribution} {written.version} ({written.size / 1024:.0f} KiB): {written.path}")
     for library, size in sorted(written.per_library.items()):
         print(f"  {library:<16} {size / 1024:>8.0f} KiB uncompressed")
+    signed = [s for s in written.signers.values() if s is not None]
+    if signed:
+        print(f"signed  by {', '.join(sorted(set(signed)))} ({len(signed)} of {len(written.signers)} entries)")
+    else:
+        print(f"unsigned ({signer if sign_here is None else 'no entry was built here'}; --sign makes this an error)")
     print(f"install: pip install --no-deps {written.path}  (requires torch {torch.__version__.split('+')[0]})")
     return 0
 
@@ -71,4 +96,6 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="the target (default: cpu)")
     q.add_argument("--name", default="ops", help="the bundle's name: package jitops_bundle_NAME (default: ops)")
     q.add_argument("--version", help="the wheel's version (default: the UTC time, YYYY.MM.DD.HHMMSS)")
+    q.add_argument("--sign", action="store_true",
+                   help="require a signature on every entry (signed whenever a signing key exists; see `cache keygen`)")
     q.set_defaults(fn=cmd_bundle)

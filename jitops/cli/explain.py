@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import plan as planning
 from .. import registry
-from ..build.entry import Compatible, Damaged, entry_status
+from ..build.entry import Compatible, Damaged, entry_status, installed_bundles
 from ..store import bundles
 from ..errors import JitopsError
 from ..store.manifest import Hit
@@ -72,7 +72,7 @@ def explain_plan(plan: planning.Plan) -> Explanation:
                                  f"{_bundle(status.path)}", True)
     here = json.loads(json.dumps(plan.ingredients))
     best: tuple[int, int, Path, list[tuple[str, Any, Any]]] | None = None
-    for path in [p for c in (plan.cache, *bundles.installed()) for p in sorted(c.library_dir(spec.name).glob("*/*"))]:
+    for path in [p for c in (plan.cache, *installed_bundles()) for p in sorted(c.library_dir(spec.name).glob("*/*"))]:
         m = plan.cache.read_manifest(path)  # installed bundles' entries too: the nearest may be a bundle's
         if m is None:
             continue

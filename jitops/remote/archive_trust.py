@@ -1,5 +1,6 @@
-"""What an archive trusts (issue 28): ``cache export`` signs what this machine built, ``cache import``
-verifies what is signed and notes each entry it installs as imported.
+"""What an archive or a bundle trusts (issues 28, 31): ``cache export`` and ``bundle build`` sign what this machine
+built; ``cache import`` and the bundle tier verify what is signed (and, with JITOPS_REQUIRE_SIGNED=1, refuse what
+is not); import notes each entry it installs as imported.
 
 Imports ``jitops.store.cache``, ``jitops.store.manifest``, ``jitops.base.settings`` (via ``.config``), ``.origin``;
 ``.signing`` (``cryptography``) lazily: without it archives go out unsigned, and signed ones are refused.
@@ -26,29 +27,44 @@ def _keys(settings: Settings) -> RemoteSettings:
                           config_dir=settings.config_dir)
 
 
-def archive_signer(settings: Settings, cache: Cache) -> Any:
-    """``cache_archive.export``'s ``sign``: this machine's key over entries built here; None without a key."""
+def entry_signer(settings: Settings) -> tuple[Any, str]:
+    """(``sign(cache, address, manifest bytes)``, the key's fingerprint), or (None, why there is no key). ``sign``
+    returns (fingerprint, signature) for an entry built here, None for one ``cache`` installed from elsewhere (an
+    import or the job's store: never re-signed)."""
     try:
         from .signing import load_signer
-    except ImportError:  # cryptography is optional: the archive goes out unsigned
-        return None
-    signer, _why = load_signer(_keys(settings))
+    except ImportError:  # cryptography is optional: nothing is signed
+        return None, "signing needs the `cryptography` package. Fix: pip install cryptography"
+    signer, why = load_signer(_keys(settings))
     if signer is None:
-        return None
+        return None, why or "no signing key"
 
-    def sign(info: Any, manifest: bytes) -> tuple[str, str] | None:
-        address = Address(info.library, info.target, info.manifest.key)
+    def sign(cache: Cache, address: Address, manifest: bytes) -> tuple[str, str] | None:
         return None if installed_from(cache, address) else (signer.fingerprint, signer.sign(manifest))
 
-    return sign
+    return sign, signer.fingerprint
+
+
+def archive_signer(settings: Settings, cache: Cache) -> Any:
+    """``cache_archive.export``'s ``sign``: this machine's key over entries built here; None without a key."""
+    sign, _ = entry_signer(settings)
+    if sign is None:
+        return None
+    return lambda info, manifest: sign(cache, Address(info.library, info.target, info.manifest.key), manifest)
 
 
 def archive_trust(settings: Settings) -> Any:
-    """``cache_archive.import_archive``'s ``verify``: a signed manifest must verify against a trusted key."""
+    """``cache_archive.import_archive``'s ``verify`` and the bundle tier's check (``store.bundles``): a signed
+    manifest must verify against a trusted key; an unsigned one passes unless JITOPS_REQUIRE_SIGNED=1."""
     trusts: list[Any] = []
 
     def verify(manifest: bytes, signature: tuple[str, str] | None) -> None:
         if signature is None:
+            if settings.require_signed:
+                raise EntryProblem("it is unsigned, and JITOPS_REQUIRE_SIGNED=1 accepts only entries signed by a "
+                                   "trusted key. Fix: use a bundle or archive made with a signing key (`jitops cache "
+                                   "keygen`, then `jitops bundle build --sign` or `jitops cache export`), or unset "
+                                   "JITOPS_REQUIRE_SIGNED")
             return  # unsigned: the user's own choice to trust it (the command says so)
         try:
             from .signing import load_trust

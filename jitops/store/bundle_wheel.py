@@ -2,7 +2,8 @@
 
 The wheel holds one package, ``jitops_bundle_<name>/``: an ``__init__.py`` whose ``ROOT`` is its folder, and
 below it each entry exactly as the cache holds it (``v1/entries/<library>/<target>/<key>/``: manifest and
-library, byte for byte), so a read-only cache over that folder verifies it as the cache would. The entry
+library, byte for byte, and the ``signature`` file when ``sign`` gives one), so a read-only cache over that folder
+verifies it as the cache would. The entry
 point ``[jitops.bundles] <name> = jitops_bundle_<name>:ROOT`` declares it. Tags: the entries are keyed on the
 Python ABI, the platform and the exact torch, so the wheel is ``cp3X-cp3X-<platform>`` (``py3-none-<platform>``
 when no entry is keyed on the Python ABI) and requires ``torch==<the running torch's public version>``; the
@@ -10,7 +11,7 @@ platform tag is the plain one (``linux_x86_64``): the libraries link against thi
 manylinux baseline. A plain zip writer (no build backend): METADATA, WHEEL, entry_points.txt and RECORD (sha256
 of every file).
 
-Imports: cache, manifest, base.fsutil, errors.
+Imports: bundles, cache, manifest, base.fsutil, errors.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import re
 import sys
 import sysconfig
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..base import fsutil
 from ..errors import ArgumentError
+from .bundles import SIGNATURE, Signature, signature_text
 from .cache import Cache
 from .manifest import MANIFEST, Manifest
 
@@ -51,6 +54,7 @@ class Written:
     version: str
     size: int  # bytes of the wheel file
     per_library: dict[str, int]  # bytes of each library's entries, uncompressed
+    signers: dict[str, str | None]  # each entry folder (under the package) -> its signer's fingerprint, None: unsigned
 
 
 def package_name(name: str) -> str:
@@ -81,9 +85,14 @@ def _record_line(arc: str, data: bytes) -> str:
     return f"{arc},sha256={digest},{len(data)}"
 
 
-def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, torch_version: str) -> Written:
+Sign = Callable[[Packed, bytes], Signature | None]  # an entry, its manifest's bytes -> its signature, or None
+
+
+def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, torch_version: str,
+                sign: Sign | None = None) -> Written:
     """Write the wheel into ``out_dir``; what was written. Each entry is re-read exactly as verified (a library
-    whose size or sha256 differs from its manifest by now is refused)."""
+    whose size or sha256 differs from its manifest by now is refused); ``sign`` signs the manifest bytes packed
+    (it may raise: nothing is written then)."""
     pkg, version = package_name(name), check_version(version)
     if not packed:
         raise ArgumentError("a bundle needs at least one entry. Fix: name the ops with --ops")
@@ -92,6 +101,7 @@ def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, to
         b'"""A jitops bundle: verified op libraries (jitops bundle build)."""\n'
         b"from pathlib import Path\n\nROOT = str(Path(__file__).resolve().parent)\n", 0o644)}
     per_library: dict[str, int] = {}
+    signers: dict[str, str | None] = {}
     for p in packed:
         rel = p.entry.relative_to(p.cache.root).as_posix()
         for member in (MANIFEST, p.manifest.library_file):
@@ -101,6 +111,10 @@ def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, to
                 raise ArgumentError(f"{p.entry / member} changed since it was verified. Fix: run the command again")
             files[f"{pkg}/{rel}/{member}"] = (data, 0o644)
             per_library[p.manifest.library] = per_library.get(p.manifest.library, 0) + len(data)
+        signature = sign(p, files[f"{pkg}/{rel}/{MANIFEST}"][0]) if sign is not None else None
+        signers[rel] = None if signature is None else signature[0]
+        if signature is not None:
+            files[f"{pkg}/{rel}/{SIGNATURE}"] = (signature_text(signature), 0o644)
     public_torch = torch_version.split("+", 1)[0]
     meta = f"{dist}.dist-info"
     files[f"{meta}/METADATA"] = ((f"Metadata-Version: 2.1\nName: {pkg}\nVersion: {version}\n"
@@ -123,4 +137,4 @@ def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, to
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data)
     os.replace(tmp, path)
-    return Written(path, pkg, version, path.stat().st_size, per_library)
+    return Written(path, pkg, version, path.stat().st_size, per_library, signers)

@@ -9,7 +9,13 @@ group/world-writable path), owned by this user or root (a bundle pip-installed b
 never written: no stamp is recorded for it (``Cache.verify`` stamps only a writable manifest, and a bundle's
 caches carry no ``Stamps``), nothing is made, touched or set aside in it.
 
-Imports: cache.
+Signatures: an entry may hold a ``signature`` file beside its manifest (``<signer fingerprint> <base64 Ed25519
+signature over the manifest's bytes>``, what ``jitops bundle build`` writes with a signing key). The check is
+injected (``installed(trust)``: this stage is below ``remote``, whose trusted keys it uses) and runs inside
+``Cache.verify`` (``vouch``), before the library is hashed: a signed entry must verify against a trusted key; an
+unsigned one is refused when JITOPS_REQUIRE_SIGNED=1 (what the injected check decides).
+
+Imports: base.fsutil, cache, manifest.
 """
 
 from __future__ import annotations
@@ -17,15 +23,23 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
+from ..base import fsutil
 from .cache import Cache
+from .manifest import EntryProblem
 
 log = logging.getLogger("jitops")
 
 GROUP = "jitops.bundles"
 ROOT_UID = 0
+SIGNATURE = "signature"  # beside a bundle entry's manifest
+MAX_SIGNATURE = 1024  # bytes: a fingerprint and one Ed25519 signature need ~140
+
+Signature = tuple[str, str]  # (signer's fingerprint, base64 signature)
+Check = Callable[[bytes, Signature | None], None]  # manifest bytes, its signature: raises EntryProblem to refuse
 
 _lock = threading.Lock()
 _found: list[BundleCache] | None = None
@@ -36,9 +50,13 @@ class BundleCache(Cache):
 
     owners = (ROOT_UID,)
 
-    def __init__(self, root: Path, name: str) -> None:
+    def __init__(self, root: Path, name: str, check: Check) -> None:
         super().__init__(root, stamps=None)  # every check hashes the library; nothing is recorded anywhere
         self.name = name  # "<distribution> <entry point name>", for reasons and listings
+        self.check = check  # the signature policy (remote.archive_trust's, injected by build.entry)
+
+    def vouch(self, entry: Path, manifest: bytes) -> None:
+        self.check(manifest, read_signature(entry / SIGNATURE, self.owners))
 
     def ensure_base(self) -> None:  # every write path starts here (publish, staging, locks): refuse them all
         raise PermissionError(f"the bundle {self.name} at {self.root} is read-only")
@@ -57,12 +75,38 @@ def _root_of(ep: metadata.EntryPoint) -> Path:
     return root
 
 
-def installed() -> list[BundleCache]:
-    """The installed bundles, read once per process (sorted by name: a stable order of lookup)."""
+def read_signature(path: Path, owners: tuple[int, ...] = ()) -> Signature | None:
+    """The signature file at ``path``: None when there is none; EntryProblem when it is a link, writable by others,
+    too large or not two words."""
+    if not os.path.lexists(path):
+        return None
+    if (reason := fsutil.insecure_reason(path, want_dir=False, owners=owners)) is not None:
+        raise EntryProblem(reason)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(MAX_SIGNATURE + 1)
+    except OSError as e:
+        raise EntryProblem(f"cannot read {path}: {e.strerror}") from e
+    words = raw.decode("ascii", "replace").split()
+    if len(raw) > MAX_SIGNATURE or len(words) != 2:
+        raise EntryProblem(f"{path} is not a signature (expected the signer's fingerprint and a base64 signature)")
+    return words[0], words[1]
+
+
+def signature_text(signature: Signature) -> bytes:
+    """What :func:`read_signature` reads back as ``signature``."""
+    return f"{signature[0]} {signature[1]}\n".encode("ascii")
+
+
+def installed(trust: Callable[[], Check]) -> list[BundleCache]:
+    """The installed bundles, read once per process (sorted by name: a stable order of lookup). ``trust`` makes
+    their signature check; it is called once, when the first bundle is found (none installed: never)."""
     global _found
     with _lock:
         if _found is None:
             found: dict[Path, BundleCache] = {}
+            check: Check | None = None
             for ep in metadata.entry_points(group=GROUP):
                 dist = ep.dist.name if ep.dist is not None else "unknown distribution"
                 try:
@@ -71,9 +115,15 @@ def installed() -> list[BundleCache]:
                     log.warning("ignoring jitops bundle entry point %r (%s) from %s: %s: %s", ep.name, ep.value,
                                 dist, type(e).__name__, e)
                     continue
-                found.setdefault(root, BundleCache(root, f"{dist} ({ep.name})"))
+                check = trust() if check is None else check
+                found.setdefault(root, BundleCache(root, f"{dist} ({ep.name})", check))
             _found = sorted(found.values(), key=lambda b: b.name)
         return list(_found)
+
+
+def found() -> list[BundleCache]:
+    """The bundles this process has read so far (none before its first local miss): for listings."""
+    return list(_found or ())
 
 
 def forget() -> None:

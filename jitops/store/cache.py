@@ -72,7 +72,6 @@ class Cache:
         self.owned_dirs = (self.logs, self.toolchains, self.trash, self.origins, self.objects, self.pch)  # `cache clear`
         self.owned_files = (self.remote_stats,)  # files `cache clear` removes: the remote tier's counters
 
-    # ---- paths
     def entry_dir(self, library: str, target: str, key: str) -> Path:
         return self.entries / library / target / key[:KEY_CHARS]
 
@@ -113,7 +112,6 @@ class Cache:
         parts = folder.relative_to(self.base).parts
         return all(fsutil.is_real_dir(self.base.joinpath(*parts[:i])) for i in range(len(parts) + 1))
 
-    # ---- checks
     def root_problem(self) -> str | None:
         """Why this root must not be used for loading, or None."""
         for p in (self.root, self.base):
@@ -143,6 +141,7 @@ class Cache:
             raise EntryProblem(f"{mpath} describes another build (key {m.key[:12]}, {m.library}/{m.target})")
         if compute_key(m.ingredients) != key:
             raise EntryProblem(f"{mpath}: its ingredients do not hash to its key")
+        self.vouch(entry, raw)  # a bundle's signature (store.bundles): checked before the library is hashed
         lib = entry / m.library_file
         if (reason := fsutil.insecure_reason(lib, want_dir=False, owners=self.owners)) is not None:
             raise EntryProblem(reason)
@@ -156,6 +155,9 @@ class Cache:
                 self.stamps.record(entry, raw, m.sha256, st, lib)
         return m
 
+    def vouch(self, entry: Path, manifest: bytes) -> None:  # the cache's own entries need no one else's word
+        return None
+
     def read_manifest(self, entry: Path) -> Manifest | None:
         """The manifest, unverified (for listing and explaining), or None."""
         try:
@@ -163,7 +165,6 @@ class Cache:
         except (OSError, ValueError, TypeError):
             return None
 
-    # ---- the tier interface
     def lookup(self, address: Address) -> Hit | Miss:
         """The verified entry at ``address``, or a Miss saying why not (None: nothing there; never a PermissionError)."""
         entry = self.path_of(address)
@@ -182,7 +183,6 @@ class Cache:
         ours = self.publish(staged, address.library, address.target, address.key)
         return self.lookup(address), ours
 
-    # ---- writing
     def ensure_base(self) -> None:
         from . import obstruct  # a build's way only (warm hits skip it)
         fsutil.makedirs(self.base)
@@ -259,7 +259,6 @@ class Cache:
                 removed += 1
         return removed
 
-    # ---- last use (for LRU pruning)
     def record_use(self, entry: Path) -> None:
         """Mark ``entry`` as used now (the manifest's mtime): best effort, one syscall, errors ignored; skipped where
         the cache is read-only (the manifest lacks its owner write bit, as after ``chmod -R a-w``, even for root)."""
