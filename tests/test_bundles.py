@@ -434,3 +434,39 @@ def test_bundle_build_sign_needs_a_key_and_never_signs_an_imported_entry(
     (whl,) = (tmp_path / "out3").glob("*.whl")
     with zipfile.ZipFile(whl) as zf:
         assert not [n for n in zf.namelist() if n.endswith("/" + bundles.SIGNATURE)]
+
+
+def test_a_verified_signature_is_remembered_and_taken_without_cryptography(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first check verifies with Ed25519 and records it in the state dir; a later one (a new check, as in a new
+    process) takes the record while the signer is trusted, with `signing` (so `cryptography`) unimportable. Not
+    when the signer is no longer trusted, nor from a record others could have written."""
+    from jitops.base.settings import Settings
+    from jitops.remote.archive_trust import archive_trust
+
+    root, entry, plan = _fake_bundle(tmp_path, monkeypatch, "bundle_memo_op")
+    ours, ours_public = _key()
+    manifest = (entry / MANIFEST).read_bytes()
+    (entry / bundles.SIGNATURE).write_bytes(bundles.signature_text((ours.fingerprint, ours.sign(manifest))))
+    for var, value in (("JITOPS_CONFIG_DIR", str(tmp_path / "config")), ("JITOPS_REMOTE_TRUSTED_KEYS", ours_public),
+                       ("JITOPS_REQUIRE_SIGNED", "1"), ("JITOPS_STATE_DIR", str(tmp_path / "state"))):
+        monkeypatch.setenv(var, value)
+
+    def lookup() -> Any:
+        return bundles.BundleCache(root, "jitops_bundle_x (x)", archive_trust(Settings.from_env())).lookup(plan.address)
+
+    assert isinstance(lookup(), Hit)
+    (record,) = (tmp_path / "state" / "verified").glob("*.sig")
+    _, theirs_public = _key()
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "jitops.remote.signing", None)  # any import of it raises ImportError
+        assert isinstance(lookup(), Hit)
+        record.chmod(0o666)  # a record others could have written is no record: the check needs cryptography
+        found = lookup()
+        assert not isinstance(found, Hit) and "needs the `cryptography` package" in str(found.reason)
+        record.chmod(0o644)
+        monkeypatch.setenv("JITOPS_REMOTE_TRUSTED_KEYS", theirs_public)  # the signer is no longer trusted
+        found = lookup()
+        assert not isinstance(found, Hit) and "needs the `cryptography` package" in str(found.reason)
+    found = lookup()
+    assert not isinstance(found, Hit) and "which this node does not trust" in str(found.reason)

@@ -2,7 +2,8 @@
 built; ``cache import`` and the bundle tier verify what is signed (and, with JITOPS_REQUIRE_SIGNED=1, refuse what
 is not); import notes each entry it installs as imported.
 
-Imports ``jitops.store.cache``, ``jitops.store.manifest``, ``jitops.base.settings`` (via ``.config``), ``.origin``;
+Imports ``jitops.store.cache``, ``jitops.store.manifest``, ``jitops.store.stamps``, ``jitops.base.settings`` (via
+``.config``), ``.keyring``, ``.origin``;
 ``.signing`` (``cryptography``) lazily: without it archives go out unsigned, and signed ones are refused.
 Each function returns a hook for ``store.archive.export`` / ``import_archive``.
 """
@@ -13,7 +14,9 @@ from typing import Any
 
 from ..store.cache import Cache
 from ..store.manifest import Address, EntryProblem
+from ..store.stamps import Stamps
 from .config import RemoteSettings, Settings, for_keys
+from .keyring import fingerprint_of, trusted
 from .origin import installed_from, note
 
 
@@ -55,8 +58,12 @@ def archive_signer(settings: Settings, cache: Cache) -> Any:
 
 def archive_trust(settings: Settings) -> Any:
     """``cache_archive.import_archive``'s ``verify`` and the bundle tier's check (``store.bundles``): a signed
-    manifest must verify against a trusted key; an unsigned one passes unless JITOPS_REQUIRE_SIGNED=1."""
+    manifest must verify against a trusted key; an unsigned one passes unless JITOPS_REQUIRE_SIGNED=1. A good
+    signature is remembered (``store.stamps``): while its signer stays trusted, a later check of the same bytes
+    takes the record and imports no ``cryptography``."""
     trusts: list[Any] = []
+    fingerprints: list[set[str]] = []
+    stamps = Stamps(settings.state_root, write=not settings.offline)
 
     def verify(manifest: bytes, signature: tuple[str, str] | None) -> None:
         if signature is None:
@@ -66,6 +73,10 @@ def archive_trust(settings: Settings) -> Any:
                                    "keygen`, then `jitops bundle build --sign` or `jitops cache export`), or unset "
                                    "JITOPS_REQUIRE_SIGNED")
             return  # unsigned: the user's own choice to trust it (the command says so)
+        if not fingerprints:  # read once per check's life (a command, a process's bundles)
+            fingerprints.append({fingerprint_of(raw) for raw, _ in trusted(_keys(settings))})
+        if signature[0] in fingerprints[0] and stamps.signature_verified(manifest, *signature):
+            return
         try:
             from .signing import load_trust
         except ImportError as e:
@@ -77,6 +88,7 @@ def archive_trust(settings: Settings) -> Any:
             raise EntryProblem(f"it is signed by key {signature[0]}, and this machine trusts no key. Fix: add the "
                                "signer's public key to JITOPS_REMOTE_TRUSTED_KEYS")
         trust.verify(manifest, *signature)
+        stamps.record_signature(manifest, *signature)
 
     return verify
 

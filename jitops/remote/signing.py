@@ -1,22 +1,15 @@
-"""Ed25519 keys for the remote tier: key pairs, fingerprints, the trusted set, sign and verify.
+"""Ed25519 keys for the remote tier: key pairs, the trusted set as keys, sign and verify.
 
-Imports ``cryptography``, ``jitops.base.fsutil``, ``jitops.errors``, ``jitops.store.manifest``
-(EntryProblem) and ``.config``. What is signed is the entry's manifest bytes
-(which hold the key, the library's sha256 and size, and every ingredient),
-behind a domain prefix so a signature can never be replayed as anything else.
-
-A public key is one token, ``ed25519:<base64 of 32 bytes>``; its fingerprint
-is ``SHA256:<base64 of its sha256>`` (what messages and ``keygen`` show).
-Trusted keys: every token or file named in ``JITOPS_REMOTE_TRUSTED_KEYS``
-(commas or whitespace between them; a file holds one key per line, ``#``
-comments allowed), plus the user's own ``signing.pub`` in the config dir when
-it and its directory are owned by this user and not group/world-writable.
+Imports ``cryptography``, ``jitops.base.fsutil``, ``jitops.base.record``, ``jitops.errors``,
+``jitops.store.manifest`` (EntryProblem), ``.config`` and ``.keyring`` (tokens, fingerprints, which keys are
+trusted: read without ``cryptography``). What is signed is the entry's manifest bytes (which hold the key, the
+library's sha256 and size, and every ingredient), behind a domain prefix so a signature can never be replayed
+as anything else.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 from dataclasses import field
 from pathlib import Path
@@ -28,11 +21,13 @@ from ..base import fsutil
 from ..base.record import record
 from ..store.manifest import EntryProblem
 from ..errors import ConfigError
-from .config import RemoteSettings, config_dir
+from .config import RemoteSettings
+from .keyring import PREFIX, fingerprint_of, key_paths, own_file_problem, raw_public, read_public, trusted
+
+__all__ = ["DOMAIN", "Signer", "Trust", "fingerprint", "key_paths", "keygen", "load_signer", "load_trust",
+           "own_file_problem", "parse_public", "public_text", "read_public"]
 
 DOMAIN = b"jitops remote entry v1\0"
-PRIVATE_NAME = "signing.key"
-PUBLIC_NAME = "signing.pub"
 
 
 def _raw(pub: Ed25519PublicKey) -> bytes:  # PEM (``serialization``, ~10 ms to import) only where a private key is read
@@ -40,22 +35,15 @@ def _raw(pub: Ed25519PublicKey) -> bytes:  # PEM (``serialization``, ~10 ms to i
 
 
 def fingerprint(pub: Ed25519PublicKey) -> str:
-    return "SHA256:" + base64.b64encode(hashlib.sha256(_raw(pub)).digest()).decode().rstrip("=")
+    return fingerprint_of(_raw(pub))
 
 
 def public_text(pub: Ed25519PublicKey) -> str:
-    return "ed25519:" + base64.b64encode(_raw(pub)).decode()
+    return PREFIX + base64.b64encode(_raw(pub)).decode()
 
 
 def parse_public(token: str, where: str) -> Ed25519PublicKey:
-    try:
-        if not token.startswith("ed25519:"):
-            raise ValueError("does not start with ed25519:")
-        raw = base64.b64decode(token[len("ed25519:"):], validate=True)
-        return Ed25519PublicKey.from_public_bytes(raw)
-    except ValueError as e:
-        raise ConfigError(f"{where}: {token[:60]!r} is not a jitops public key ({e}). Fix: use the line "
-                          "`jitops cache keygen` printed (ed25519:...)") from None
+    return Ed25519PublicKey.from_public_bytes(raw_public(token, where))
 
 
 @record
@@ -81,60 +69,11 @@ class Trust:
             raise EntryProblem(f"its signature does not verify against the trusted key {signer} (forged or damaged)") from e
 
 
-def key_paths(settings: RemoteSettings | None) -> tuple[Path, Path]:
-    d = Path(config_dir(settings))
-    return d / PRIVATE_NAME, d / PUBLIC_NAME
-
-
-MAX_TRUST_FILE = 1 << 20  # bytes of one JITOPS_REMOTE_TRUSTED_KEYS file
-
-
 def load_trust(settings: RemoteSettings) -> Trust:
     trust = Trust()
-    for item in (settings.trusted_keys or "").replace(",", " ").split():
-        if item.startswith("ed25519:"):
-            trust.add(parse_public(item, "JITOPS_REMOTE_TRUSTED_KEYS"), "JITOPS_REMOTE_TRUSTED_KEYS")
-            continue
-        path = Path(os.path.expanduser(item))
-        for line in _key_lines(path, "JITOPS_REMOTE_TRUSTED_KEYS names", "a file of public keys, one per line, "
-                               "or list the keys themselves"):
-            token = line.split("#", 1)[0].strip().split(" ")[0]
-            if token:
-                trust.add(parse_public(token, str(path)), str(path))
-    _, pub_path = key_paths(settings)
-    if os.path.exists(pub_path) and own_file_problem(pub_path) is None:
-        trust.add(parse_public(read_public(pub_path), str(pub_path)), f"{pub_path} (your own key)")
+    for raw, source in trusted(settings):
+        trust.add(Ed25519PublicKey.from_public_bytes(raw), source)
     return trust
-
-
-def _key_lines(path: Path, who: str, fix: str) -> list[str]:
-    """The lines of a small key file; ConfigError naming it when it cannot be read or is not UTF-8 text."""
-    try:
-        with open(path, "rb") as f:  # bounded: a list of keys, never /dev/zero or a disk image
-            raw = f.read(MAX_TRUST_FILE + 1)
-        if len(raw) > MAX_TRUST_FILE:
-            why = f"larger than {MAX_TRUST_FILE // 1024} KiB"
-        else:
-            return raw.decode("utf-8").splitlines()
-    except OSError as e:
-        why = e.strerror or type(e).__name__
-    except UnicodeDecodeError:
-        why = "not UTF-8 text"
-    raise ConfigError(f"{who} {path}, which cannot be read ({why}). Fix: point it at {fix}")
-
-
-def read_public(path: Path) -> str:
-    """The public-key token in ``path`` (the config dir's ``signing.pub``); ConfigError naming the file when it
-    is unreadable, not UTF-8, or empty (check the token with :func:`parse_public`)."""
-    fix = "a file holding the ed25519:... line `jitops cache keygen` printed (`jitops cache keygen --force` writes a new pair)"
-    words = " ".join(_key_lines(path, "the public key file", fix)).split()
-    if not words:
-        raise ConfigError(f"the public key file {path} is empty. Fix: point it at {fix}")
-    return words[0]
-
-
-def own_file_problem(path: Path) -> str | None:
-    return fsutil.insecure_reason(path.parent, want_dir=True) or fsutil.insecure_reason(path, want_dir=False)
 
 
 @record

@@ -26,6 +26,11 @@ bound to the entry's key, its library's sha256 and its namespace: the same verif
 same per-key namespace with the same schemas (part of the key), defines the same ops. Read and written as
 stamps are (this user's files only; anything odd: none, and the caller lists the dispatcher).
 
+And verified signatures (``<state>/verified/<digest>.sig``): a manifest's bytes, a signer's fingerprint and
+the signature that ``remote.archive_trust`` checked with Ed25519 and found good. The check is deterministic in
+those three, so a later process whose trusted keys still hold that fingerprint may take the record for the
+check and need not import ``cryptography`` (~10 ms of a signed bundle's first load). Read and written as stamps.
+
 Imports: fsutil.
 """
 
@@ -129,6 +134,34 @@ class Stamps:
             fsutil.atomic_write(self._ops_path(key, sha256, namespace), json.dumps(body).encode(), durable=False)
         except (OSError, ValueError) as e:
             log.debug("could not record the op names of %s in %s: %s", namespace, self.folder, e)
+
+    def _signature_path(self, manifest: bytes, signer: str, signature: str) -> Path:
+        digest = hashlib.sha256(f"{signer}:{signature}:{manifest_digest(manifest)}".encode()).hexdigest()
+        return self.folder / f"{digest[:32]}.sig"
+
+    def signature_verified(self, manifest: bytes, signer: str, signature: str) -> bool:
+        """True when this very signature by ``signer`` over these manifest bytes was verified before."""
+        try:
+            if self._problem() is not None:
+                return False
+            data = fsutil.read_private_record(self._signature_path(manifest, signer, signature), MAX_BYTES)
+        except (OSError, ValueError):
+            return False
+        return data is not None and data == {"v": 1, "manifest": manifest_digest(manifest), "signer": signer,
+                                             "signature": signature}
+
+    def record_signature(self, manifest: bytes, signer: str, signature: str) -> None:
+        """Remember that ``signature`` by ``signer`` over ``manifest`` verified (best effort; never offline)."""
+        if not self.write:
+            return
+        try:
+            fsutil.makedirs(self.folder)
+            if (reason := self._problem()) is not None:
+                raise OSError(reason)
+            body = {"v": 1, "manifest": manifest_digest(manifest), "signer": signer, "signature": signature}
+            fsutil.atomic_write(self._signature_path(manifest, signer, signature), json.dumps(body).encode(), durable=False)
+        except (OSError, ValueError) as e:
+            log.debug("could not record a verified signature in %s: %s", self.folder, e)
 
     def record(self, entry: Path, manifest: bytes, sha256: str, before: os.stat_result, lib: Path) -> None:
         """Stamp ``entry`` after a full check hashed ``lib`` (stat ``before`` taken before the hash): best effort,
