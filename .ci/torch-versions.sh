@@ -34,7 +34,8 @@ has_torch() { [ -x "$1/bin/python" ] && "$1/bin/python" -c "import torch, sys${3
 # no build (JITOPS_OFFLINE=1: a miss would raise), from the same cache.
 stable_cache=$(mktemp -d)
 stable_state=$(mktemp -d)
-trap 'rm -rf "$stable_cache" "$stable_state"' EXIT
+bundle_dir=$(mktemp -d)  # issue 31's bundle, below
+trap 'rm -rf "$stable_cache" "$stable_state" "$bundle_dir"' EXIT
 stable_load() {  # stable_load PYTHON [ENV...]: the scenario's JSON reply (stdout's last line; stderr to a log)
   env PYTHONPATH="$PWD" JITOPS_CACHE_DIR="$stable_cache" JITOPS_STATE_DIR="$stable_state" "${@:2}" \
     timeout 300 "$1" -m tests.scenario_main scenarios_stable.load_stable '{"name": "ci_scale"}' 2>> "$stable_state/stderr.log" | tail -1
@@ -43,6 +44,28 @@ stable_loaded() {  # the reply says: loaded without a build, and computed x * 4
   python3 -c 'import json, sys; r = json.loads(sys.argv[1]); sys.exit(0 if r.get("built") is False and r.get("out") == [4.0, 4.0, 4.0] else 1)' "$1" 2>/dev/null
 }
 stable_main=$(stable_load "${JITOPS_MAIN_PYTHON:-.venv/bin/python}")
+
+# Issue 31: a bundle of add built under the main leg's torch (no signing key: unsigned) and pip-installed into a
+# folder. Under each other version its entry is another torch's: skipped (`jitops explain add` names
+# torch_version), add built here and bit-identical to torch.add, nothing mapped from the bundle. (No builtin op
+# is built on the stable ABI yet, so none loads from it across versions.)
+main_py=${JITOPS_MAIN_PYTHON:-.venv/bin/python}
+env PYTHONPATH="$PWD" JITOPS_CACHE_DIR="$stable_cache" JITOPS_STATE_DIR="$stable_state" JITOPS_CONFIG_DIR="$bundle_dir/no-key" \
+    JITOPS_PROGRESS=0 timeout 600 "$main_py" -m jitops bundle build --ops add --out "$bundle_dir/dist" --name ci --version 1 \
+    > "$bundle_dir/build.log" 2>&1 \
+  && timeout 300 "$main_py" -m pip install -q --no-deps --no-index --target "$bundle_dir/site" "$bundle_dir"/dist/*.whl \
+    >> "$bundle_dir/build.log" 2>&1
+bundle_built=$?
+bundle_get() {  # bundle_get PYTHON VERSION: scenarios_bundles.other_torch's JSON reply (stderr to a log)
+  env PYTHONPATH="$PWD:$bundle_dir/site" JITOPS_CACHE_DIR="$bundle_dir/cache-$2" JITOPS_STATE_DIR="$stable_state" \
+    JITOPS_CONFIG_DIR="$bundle_dir/no-key" JITOPS_PROGRESS=0 timeout 600 "$1" -m tests.scenario_main \
+    scenarios_bundles.other_torch "{\"bundle_root\": \"$bundle_dir/site/jitops_bundle_ci\"}" 2>> "$bundle_dir/stderr.log" | tail -1
+}
+bundle_rebuilt() {  # the reply says: the bundle's entry differs in torch_version, add was built here, bit-identical
+  python3 -c 'import json, sys; r = json.loads(sys.argv[1]); sys.exit(0 if "error" not in r and r["built"] is True
+and r["mapped_from_bundle"] == [] and r["bit_identical"] == [True, True, True] and "torch_version" in r["before"]["diffs"]
+and "/jitops_bundle_ci/" in r["before"]["nearest"] else 1)' "$1" 2>/dev/null
+}
 
 for v in "${versions[@]}"; do
   t=$(date +%s)
@@ -79,6 +102,16 @@ for v in "${versions[@]}"; do
     results+=("torch $v: stable-ABI entry built under the main torch loaded with no build")
   else
     failed=1; results+=("torch $v: FAILED: the stable-ABI entry built under the main torch ($stable_main) did not load: $reply $(tail -3 "$stable_state/stderr.log")")
+  fi
+  if [ $bundle_built -ne 0 ]; then
+    failed=1; results+=("torch $v: FAILED: no bundle of add was built under the main torch: $(tail -3 "$bundle_dir/build.log")")
+  else
+    reply=$(bundle_get "$venv/bin/python" "$v")
+    if bundle_rebuilt "$reply"; then
+      results+=("torch $v: the main torch's bundle of add was skipped (another torch_version) and add built here, bit-identical")
+    else
+      failed=1; results+=("torch $v: FAILED: the main torch's bundle of add: $reply $(tail -3 "$bundle_dir/stderr.log")")
+    fi
   fi
   if [ $rc -eq 0 ]; then
     results+=("torch $v: PASSED ($summary) in ${tests_s}s, venv ${setup_s}s [$venv]")

@@ -4,7 +4,7 @@ cache, and a cold build.
     python benchmarks/bundle_hit.py [--op add] [--runs 5] [--cold-runs 5] [--json OUT]
 
 Setup (not timed): ``jitops bundle build --ops OP`` into a private cache (one build, which also warms that
-cache), then again with a fresh key pair (``jitops cache keygen``: the same entry, signed); each wheel
+cache), then again with ``--sign`` and a fresh key pair (``jitops cache keygen``: the same entry, signed); each wheel
 pip-installed (``--no-deps --target``) into a private folder. Then, each in a fresh interpreter, ``--runs``
 times: BUNDLE (an empty cache of its own each run, the unsigned bundle's folder on the path: the local miss,
 the entry points read once, the bundle's entry verified with a full sha256, loaded in place), SIGNED (the same
@@ -76,7 +76,8 @@ def main() -> int:
         sites = {}
         for kind, config in (("bundle", t / "no-key"), ("signed", t / "signer")):
             build = subprocess.run([sys.executable, "-m", "jitops", "bundle", "build", "--ops", args.op, "--out",
-                                    str(t / kind), "--name", "bench", "--version", "1"], cwd=REPO, capture_output=True,
+                                    str(t / kind), "--name", "bench", "--version", "1", *(["--sign"] if kind == "signed" else [])],
+                                   cwd=REPO, capture_output=True,
                                    text=True, timeout=900, env={**base, "JITOPS_CACHE_DIR": str(warmed),
                                                                 "JITOPS_CONFIG_DIR": str(config)})
             if build.returncode != 0:

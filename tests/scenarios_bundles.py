@@ -122,3 +122,17 @@ def get_every_op(bundle_root: str) -> dict[str, Any]:
     out["spawned"] = spawned
     out["jitops_file"] = jitops.__file__
     return out
+
+
+def other_torch(bundle_root: str) -> dict[str, Any]:
+    """Under another torch than the bundle's (the torch-versions leg, .ci/torch-versions.sh): ``jitops explain add``
+    before any use (the nearest entry is the bundle's; what differs), then :func:`get_add` (built here, never
+    mapped from the bundle)."""
+    from jitops.cli.explain import explain
+    from jitops.registry import lookup
+
+    before = explain(lookup("add"))
+    out = get_add(bundle_root)
+    out["before"] = {"ready": before.ready, "verdict": before.verdict, "nearest": str(before.nearest or ""),
+                     "diffs": [d[0] for d in before.diffs]}
+    return out

@@ -301,7 +301,7 @@ def test_a_broken_bundle_is_skipped_with_a_warning(tmp_path: Path, counted: list
         assert bundles.installed(lambda: pytest.fail("no bundle was found: no signature check is made")) == []
     text = caplog.text
     assert "jitops_bundle_gone" in text and "ModuleNotFoundError" in text
-    assert "jitops_bundle_file" in text and "is not an absolute path to a folder" in text
+    assert "jitops_bundle_file" in text and "is not a package in one folder" in text
 
 
 def test_a_bundle_cache_refuses_every_write(tmp_path: Path) -> None:
@@ -382,6 +382,7 @@ def test_a_bundle_entry_s_signature_is_checked_before_it_is_used(tmp_path: Path,
     elif case == "garbage":
         sig_file.write_bytes(b"not a signature at all\n")
     monkeypatch.setenv("JITOPS_CONFIG_DIR", str(tmp_path / "config"))  # no key of the user's own is trusted
+    monkeypatch.setenv("JITOPS_STATE_DIR", str(tmp_path / "state"))  # this test's own remembered signatures
     if case != "nothing-trusted":
         monkeypatch.setenv("JITOPS_REMOTE_TRUSTED_KEYS", ours_public)
     if case.endswith("-required"):
@@ -421,7 +422,7 @@ def test_bundle_build_sign_needs_a_key_and_never_signs_an_imported_entry(
     assert rc == 1 and "no signing key" in capsys.readouterr().err
     assert built == [] and not out.exists()
     keygen(cfg)
-    rc = main(["bundle", "build", "--ops", "add", "--out", str(out), "--name", "mine", "--version", "1"])
+    rc = main(["bundle", "build", "--ops", "add", "--out", str(out), "--name", "mine", "--version", "1", "--sign"])
     printed = capsys.readouterr().out
     assert rc == 0 and "signed  by SHA256:" in printed and "(1 of 1 entries)" in printed, printed
     plan = jplan.make_plan(lookup("add"), "cpu")
@@ -430,7 +431,7 @@ def test_bundle_build_sign_needs_a_key_and_never_signs_an_imported_entry(
     assert rc == 1 and "was not built on this machine" in capsys.readouterr().err
     assert not (tmp_path / "out2").exists()
     rc = main(["bundle", "build", "--ops", "add", "--out", str(tmp_path / "out3")])
-    assert rc == 0 and "unsigned (no entry was built here" in capsys.readouterr().out
+    assert rc == 0 and "unsigned (--sign not given)" in capsys.readouterr().out  # nothing is signed unasked
     (whl,) = (tmp_path / "out3").glob("*.whl")
     with zipfile.ZipFile(whl) as zf:
         assert not [n for n in zf.namelist() if n.endswith("/" + bundles.SIGNATURE)]
@@ -465,8 +466,43 @@ def test_a_verified_signature_is_remembered_and_taken_without_cryptography(tmp_p
         found = lookup()
         assert not isinstance(found, Hit) and "needs the `cryptography` package" in str(found.reason)
         record.chmod(0o644)
-        monkeypatch.setenv("JITOPS_REMOTE_TRUSTED_KEYS", theirs_public)  # the signer is no longer trusted
-        found = lookup()
-        assert not isinstance(found, Hit) and "needs the `cryptography` package" in str(found.reason)
-    found = lookup()
-    assert not isinstance(found, Hit) and "which this node does not trust" in str(found.reason)
+        monkeypatch.setenv("JITOPS_REMOTE_TRUSTED_KEYS", theirs_public)  # the signer is no longer trusted: said so,
+        found = lookup()  # without cryptography, whatever the record says
+        assert not isinstance(found, Hit) and "which this node does not trust" in str(found.reason)
+
+
+def test_the_tier_injects_the_signature_check_and_never_imports_a_bundle(tmp_path: Path, counted: list[str],
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through ``entry_status``, as ``get`` asks: an installed bundle (a dist-info naming a package) whose entry is
+    signed by an untrusted key is refused with the reason; its package's code never runs (it would raise)."""
+    root, entry, plan = _fake_bundle(tmp_path, monkeypatch, "bundle_ep_op")
+    site = tmp_path / "site"
+    package = site / "jitops_bundle_ep"
+    shutil.copytree(root, package)
+    (package / "__init__.py").write_text("raise SystemExit('a bundle package was imported')\n")
+    info = site / "jitops_bundle_ep-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: jitops_bundle_ep\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[{bundles.GROUP}]\nep = jitops_bundle_ep:ROOT\n")
+    signer, _ = _key()
+    bundled = package / entry.relative_to(root)
+    manifest = (bundled / MANIFEST).read_bytes()
+    (bundled / bundles.SIGNATURE).write_bytes(bundles.signature_text((signer.fingerprint, signer.sign(manifest))))
+    shutil.rmtree(plan.entry)  # the local cache misses: the bundle is asked
+    monkeypatch.syspath_prepend(str(site))
+    bundles.forget()  # the fake build's miss read the entry points before the bundle was on the path
+    for var, value in (("JITOPS_CONFIG_DIR", str(tmp_path / "config")), ("JITOPS_REMOTE_TRUSTED_KEYS", _key()[1]),
+                       ("JITOPS_STATE_DIR", str(tmp_path / "state"))):
+        monkeypatch.setenv(var, value)
+    status = jentry.entry_status(plan)
+    assert isinstance(status, jentry.Damaged), status
+    assert "the bundle jitops_bundle_ep (ep) refused" in status.reason and "does not trust" in status.reason
+    assert "jitops_bundle_ep" not in sys.modules
+    monkeypatch.setenv("JITOPS_REMOTE_TRUSTED_KEYS", "")  # each check reads the environment as it is then
+    monkeypatch.setenv("JITOPS_REQUIRE_SIGNED", "1")
+    (bundled / bundles.SIGNATURE).unlink()
+    status = jentry.entry_status(plan)
+    assert isinstance(status, jentry.Damaged) and "it is unsigned, and JITOPS_REQUIRE_SIGNED=1" in status.reason
+    monkeypatch.delenv("JITOPS_REQUIRE_SIGNED")
+    found = jentry.entry_status(plan)
+    assert isinstance(found, Hit) and found.path == bundled  # unsigned, not required: the bundle's entry

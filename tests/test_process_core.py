@@ -108,7 +108,7 @@ def test_a_four_op_bundle_serves_a_fresh_virtualenv_with_no_compiler(installed: 
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
         mp.setenv("JITOPS_CACHE_DIR", str(session_cache))
         mp.setenv("JITOPS_PROGRESS", "0")
-        mp.setenv("JITOPS_CONFIG_DIR", str(tmp_path / "config"))  # no signing key: an unsigned bundle (test_bundles signs)
+        mp.setenv("JITOPS_CONFIG_DIR", str(tmp_path / "config"))  # no key, no --sign: unsigned (test_bundles signs)
         mp.delenv("JITOPS_REMOTE_SIGNING_KEY", raising=False)
         rc = main(["bundle", "build", "--ops", "softmax,log_softmax,add,nms", "--out", str(tmp_path / "whl"),
                    "--name", "four", "--version", "1.0"])

@@ -115,9 +115,9 @@ def entry_status(plan: Plan) -> EntryStatus:
 def installed_bundles() -> list[BundleCache]:
     """The installed bundles, each checking signatures against the trusted keys (and JITOPS_REQUIRE_SIGNED)."""
     from ..store import bundles
-    def trust() -> Any:  # called once, when a bundle is found
+    def trust() -> Any:  # called once, when a bundle is found: each check reads the environment as it is then
         from ..remote.archive_trust import archive_trust
-        return archive_trust(Settings.from_env())
+        return lambda manifest, signature: archive_trust(Settings.from_env())(manifest, signature)
 
     return bundles.installed(trust)
 

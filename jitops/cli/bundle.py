@@ -1,8 +1,10 @@
 """``jitops bundle build``: warm the named ops, then write their verified entries as a wheel (store.bundle_wheel)
 that pip installs and the bundle tier (store.bundles) loads from with zero builds.
 
-With a signing key (``jitops cache keygen``, or JITOPS_REMOTE_SIGNING_KEY) each entry built here is signed;
-an entry taken from an installed bundle keeps that bundle's signature; ``--sign`` makes an unsigned entry an error.
+``--sign``: each entry built here is signed with this machine's key (``jitops cache keygen``, or
+JITOPS_REMOTE_SIGNING_KEY), an entry taken from an installed bundle keeps that bundle's signature (checked again),
+and an entry that cannot be signed (imported, or an unsigned bundle's) is an error before anything is written.
+Without it nothing is signed: a signed bundle needs its key trusted (and ``cryptography``) wherever it loads.
 
 Imports: errors, base.settings; lazily api.warm, build.entry, build.runner, plan, registry, remote.archive_trust,
 store.bundle_wheel, store.bundles, store.manifest, torch (its version).
@@ -35,7 +37,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     version = check_version(args.version or time.strftime("%Y.%m.%d.%H%M%S", time.gmtime()))
     package_name(args.name)  # both checked before anything is built, and so is the key --sign needs
-    sign_here, signer = entry_signer(settings)
+    sign_here, signer = entry_signer(settings) if args.sign else (None, "--sign not given")
     if args.sign and sign_here is None:
         raise JitopsError(f"jitops bundle build --sign: nothing was built or written: {signer}")
     names = [n for n in (s.strip() for s in args.ops.split(",")) if n]
@@ -62,16 +64,22 @@ def cmd_bundle(args: argparse.Namespace) -> int:
             raise JitopsError(f"jitops bundle build: {task.what} has no verified entry after warming ({status})")
 
     def sign(p: Packed, manifest: bytes) -> tuple[str, str] | None:
-        if isinstance(p.cache, bundles.BundleCache):  # another bundle's entry: its signature, verified as it was read
+        if isinstance(p.cache, bundles.BundleCache):  # another bundle's entry: its own signature, checked again
             got = bundles.read_signature(p.entry / bundles.SIGNATURE, p.cache.owners)
+            if got is not None:
+                p.cache.check(manifest, got)
+            elif sign_here is not None:
+                raise JitopsError(f"jitops bundle build --sign: nothing was written: {p.manifest.library} comes from "
+                                  f"the unsigned bundle {p.cache.name}, and jitops signs only what it built. Fix: pip "
+                                  "uninstall that bundle and run this again (it builds here), or leave out --sign")
         else:
             address = Address(p.manifest.library, p.manifest.target, p.manifest.key)
             got = sign_here(p.cache, address, manifest) if sign_here is not None else None
-        if got is None and args.sign:
-            raise JitopsError(f"jitops bundle build --sign: nothing was written: {p.entry} was not built on this "
-                              "machine (it was imported), and jitops signs only what it built. Fix: `jitops cache "
-                              "clear`, then run this again to build it here, or leave out --sign")
-        return got
+            if got is None and sign_here is not None:
+                raise JitopsError(f"jitops bundle build --sign: nothing was written: {p.entry} was not built on this "
+                                  "machine (it was imported), and jitops signs only what it built. Fix: `jitops cache "
+                                  "clear`, then run this again to build it here, or leave out --sign")
+        return got if sign_here is not None else None
 
     written = write_wheel(packed, Path(args.out), args.name, version, torch.__version__, sign)
     print(f"bundle  {written.distribution} {written.version} ({written.size / 1024:.0f} KiB): {written.path}")
@@ -81,7 +89,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     if signed:
         print(f"signed  by {', '.join(sorted(set(signed)))} ({len(signed)} of {len(written.signers)} entries)")
     else:
-        print(f"unsigned ({signer if sign_here is None else 'no entry was built here'}; --sign makes this an error)")
+        print(f"unsigned ({signer})")
     print(f"install: pip install --no-deps {written.path}  (requires torch {torch.__version__.split('+')[0]})")
     return 0
 
@@ -97,5 +105,5 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--name", default="ops", help="the bundle's name: package jitops_bundle_NAME (default: ops)")
     q.add_argument("--version", help="the wheel's version (default: the UTC time, YYYY.MM.DD.HHMMSS)")
     q.add_argument("--sign", action="store_true",
-                   help="require a signature on every entry (signed whenever a signing key exists; see `cache keygen`)")
+                   help="sign every entry with this machine's key (`jitops cache keygen`), or write nothing")
     q.set_defaults(fn=cmd_bundle)

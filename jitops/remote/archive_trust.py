@@ -4,7 +4,8 @@ is not); import notes each entry it installs as imported.
 
 Imports ``jitops.store.cache``, ``jitops.store.manifest``, ``jitops.store.stamps``, ``jitops.base.settings`` (via
 ``.config``), ``.keyring``, ``.origin``;
-``.signing`` (``cryptography``) lazily: without it archives go out unsigned, and signed ones are refused.
+``.signing`` (``cryptography``) lazily: without it archives go out unsigned, and a signed entry is refused unless
+a good check of those very bytes by a trusted signer is remembered (``store.stamps``).
 Each function returns a hook for ``store.archive.export`` / ``import_archive``.
 """
 
@@ -73,20 +74,25 @@ def archive_trust(settings: Settings) -> Any:
                                    "keygen`, then `jitops bundle build --sign` or `jitops cache export`), or unset "
                                    "JITOPS_REQUIRE_SIGNED")
             return  # unsigned: the user's own choice to trust it (the command says so)
-        if not fingerprints:  # read once per check's life (a command, a process's bundles)
+        if not fingerprints:  # read once per check's life (a command; a bundle check: one load)
             fingerprints.append({fingerprint_of(raw) for raw, _ in trusted(_keys(settings))})
-        if signature[0] in fingerprints[0] and stamps.signature_verified(manifest, *signature):
+        if not fingerprints[0]:
+            raise EntryProblem(f"it is signed by key {signature[0]}, and this machine trusts no key. Fix: add the "
+                               "signer's public key (the ed25519:... line `jitops cache keygen` printed on the signing "
+                               "machine) to JITOPS_REMOTE_TRUSTED_KEYS")
+        if signature[0] not in fingerprints[0]:
+            raise EntryProblem(f"it is signed by key {signature[0]}, which this node does not trust. Fix: if you trust "
+                               "whoever holds that key, add its public key (`jitops cache keygen --show` on the signing "
+                               "machine prints it) to JITOPS_REMOTE_TRUSTED_KEYS")
+        if stamps.signature_verified(manifest, *signature):
             return
         try:
             from .signing import load_trust
         except ImportError as e:
-            raise EntryProblem("it is signed, and checking signatures needs the `cryptography` package. "
-                               "Fix: pip install cryptography") from e
+            raise EntryProblem(f"it is signed by the trusted key {signature[0]}, and checking the signature needs the "
+                               "`cryptography` package. Fix: pip install cryptography (or jitops[remote])") from e
         trust = trusts[0] if trusts else load_trust(_keys(settings))
         trusts[:] = [trust]  # read once per command
-        if not trust.keys:
-            raise EntryProblem(f"it is signed by key {signature[0]}, and this machine trusts no key. Fix: add the "
-                               "signer's public key to JITOPS_REMOTE_TRUSTED_KEYS")
         trust.verify(manifest, *signature)
         stamps.record_signature(manifest, *signature)
 

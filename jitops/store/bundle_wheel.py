@@ -80,6 +80,13 @@ def tags(packed: list[Packed]) -> str:
     return f"{py}-{py}{getattr(sys, 'abiflags', '')}-{platform}"
 
 
+def _same_manifest(data: bytes, verified: Manifest) -> bool:  # the bytes packed (and signed) are the ones verified
+    try:
+        return Manifest.parse(data) == verified
+    except (ValueError, TypeError, UnicodeDecodeError):
+        return False
+
+
 def _record_line(arc: str, data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"{arc},sha256={digest},{len(data)}"
@@ -106,8 +113,8 @@ def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, to
         rel = p.entry.relative_to(p.cache.root).as_posix()
         for member in (MANIFEST, p.manifest.library_file):
             data = (p.entry / member).read_bytes()
-            if member != MANIFEST and (len(data) != p.manifest.size
-                                       or hashlib.sha256(data).hexdigest() != p.manifest.sha256):
+            if (not _same_manifest(data, p.manifest) if member == MANIFEST
+                    else len(data) != p.manifest.size or hashlib.sha256(data).hexdigest() != p.manifest.sha256):
                 raise ArgumentError(f"{p.entry / member} changed since it was verified. Fix: run the command again")
             files[f"{pkg}/{rel}/{member}"] = (data, 0o644)
             per_library[p.manifest.library] = per_library.get(p.manifest.library, 0) + len(data)

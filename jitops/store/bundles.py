@@ -1,7 +1,8 @@
 """The bundle tier (issue 31): verified entries shipped in installed wheels (``jitops bundle build``).
 
 A bundle is a package whose folder holds a cache's layout (``v1/entries/<library>/<target>/<key>/``) and
-that names that folder in the ``jitops.bundles`` entry-point group (``name = "jitops_bundle_x:ROOT"``). The
+that names itself in the ``jitops.bundles`` entry-point group (``name = "jitops_bundle_x:ROOT"``): its folder,
+found with ``importlib.util.find_spec``, is the root; the package is never imported. The
 installed bundles are found once per process, and only when the local cache has missed (the warm path never
 reads entry points); a broken one is skipped with a warning. Each is read as a :class:`BundleCache`: the
 cache's own ``lookup``/``verify`` (self-digested manifest, key recomputed, size, sha256, no links, no
@@ -21,7 +22,9 @@ Imports: base.fsutil, cache, manifest.
 from __future__ import annotations
 
 import logging
+import importlib.util
 import os
+import stat
 import threading
 from collections.abc import Callable
 from importlib import metadata
@@ -66,25 +69,33 @@ class BundleCache(Cache):
 
 
 def _root_of(ep: metadata.EntryPoint) -> Path:
-    value = ep.load()
-    if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"expected the bundle's folder (a str or path), got {type(value).__name__}")
-    root = Path(os.fspath(value))
-    if not root.is_absolute() or not root.is_dir():
-        raise ValueError(f"{root} is not an absolute path to a folder")
-    return root
+    """The folder of the package the entry point names (``pkg:ROOT``), found without importing it: a bundle's
+    Python code never runs (its entries are data, checked before anything of them is loaded)."""
+    if "." in ep.module or not ep.module.isidentifier():
+        raise ValueError(f"{ep.module!r} is not a top-level package name (a bundle is `jitops_bundle_NAME:ROOT`)")
+    spec = importlib.util.find_spec(ep.module)  # a top-level name: finds, imports nothing
+    if spec is None:
+        raise ModuleNotFoundError(f"no package {ep.module!r} on the path")
+    folders = list(spec.submodule_search_locations or ())
+    if len(folders) != 1 or not Path(folders[0]).is_absolute() or not Path(folders[0]).is_dir():
+        raise ValueError(f"{ep.module!r} is not a package in one folder")
+    return Path(folders[0])
 
 
 def read_signature(path: Path, owners: tuple[int, ...] = ()) -> Signature | None:
-    """The signature file at ``path``: None when there is none; EntryProblem when it is a link, writable by others,
-    too large or not two words."""
+    """The signature file at ``path``: None when there is none; EntryProblem when it is a link, not a regular file
+    (checked on the open descriptor too), owned by another user, writable by others, too large or not two words."""
     if not os.path.lexists(path):
         return None
     if (reason := fsutil.insecure_reason(path, want_dir=False, owners=owners)) is not None:
         raise EntryProblem(reason)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if (not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.geteuid(), *owners)
+                    or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+                raise EntryProblem(f"{path} changed while it was read (no longer this user's regular file)")
             raw = f.read(MAX_SIGNATURE + 1)
     except OSError as e:
         raise EntryProblem(f"cannot read {path}: {e.strerror}") from e
