@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 import zipfile
 from collections.abc import Iterator
 from importlib import metadata
@@ -258,15 +259,16 @@ def test_with_require_signed_only_a_bundle_signed_by_a_trusted_key_loads(install
 
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Each read of the entry points by the bundle tier, counted; a fresh process's view before and after."""
+    """Each look for the bundles' entry points by the tier (remembered or read), counted; a fresh process's view
+    before and after."""
     calls: list[str] = []
-    real = metadata.entry_points
+    real = bundles._entry_points
 
-    def counting(**kwargs: Any) -> Any:
-        calls.append(kwargs.get("group", ""))
-        return real(**kwargs)
+    def counting(memo: Any) -> Any:
+        calls.append(bundles.GROUP)
+        return real(memo)
 
-    monkeypatch.setattr(bundles.metadata, "entry_points", counting)
+    monkeypatch.setattr(bundles, "_entry_points", counting)
     bundles.forget()
     yield calls
     bundles.forget()
@@ -298,7 +300,7 @@ def test_a_broken_bundle_is_skipped_with_a_warning(tmp_path: Path, counted: list
         (info / "entry_points.txt").write_text(f"[{bundles.GROUP}]\n{dist} = {value}\n")
     monkeypatch.syspath_prepend(str(site))
     with caplog.at_level(logging.WARNING, logger="jitops"):
-        assert bundles.installed(lambda: pytest.fail("no bundle was found: no signature check is made")) == []
+        assert bundles.installed(lambda manifest, signature: pytest.fail("no bundle: nothing is checked")) == []
     text = caplog.text
     assert "jitops_bundle_gone" in text and "ModuleNotFoundError" in text
     assert "jitops_bundle_file" in text and "is not a package in one folder" in text
@@ -506,3 +508,63 @@ def test_the_tier_injects_the_signature_check_and_never_imports_a_bundle(tmp_pat
     monkeypatch.delenv("JITOPS_REQUIRE_SIGNED")
     found = jentry.entry_status(plan)
     assert isinstance(found, Hit) and found.path == bundled  # unsigned, not required: the bundle's entry
+
+
+def test_the_entry_points_found_are_remembered_for_an_unchanged_import_path(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second process (``forget``) with the same import path takes the remembered answer and reads no
+    distribution's entry points; a bundle installed since (its folder's mtime changes) is read and found; so is
+    another import path; offline, nothing is remembered."""
+    from jitops.store.stamps import Stamps
+
+    reads: list[int] = []
+    real = metadata.entry_points
+
+    def reading(**kwargs: Any) -> Any:
+        reads.append(1)
+        return real(**kwargs)
+
+    monkeypatch.setattr(bundles.metadata, "entry_points", reading)
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setattr(sys, "path", [str(site)])  # an import path this test alone changes
+    memo = Stamps(lambda: tmp_path / "state")
+    old = time.time_ns() - 60 * 10**9  # folders changed a minute ago: settled (a folder changed just now is not)
+    os.utime(site, ns=(old, old))
+    assert bundles.installed(lambda manifest, signature: None, Stamps(lambda: tmp_path / "state-x")) == []
+    assert len(list((tmp_path / "state-x" / "verified").glob("*.bundles"))) == 1  # settled: remembered
+    bundles.forget()
+    os.utime(site)  # changed now: not remembered (a change within the same mtime tick would go unseen)
+    assert bundles.installed(lambda manifest, signature: None, Stamps(lambda: tmp_path / "state-y")) == []
+    assert not (tmp_path / "state-y").exists()
+    os.utime(site, ns=(old, old))
+
+    def names() -> list[str]:
+        bundles.forget()
+        return [b.name for b in bundles.installed(lambda manifest, signature: None, memo)]
+
+    reads.clear()
+    assert names() == [] and len(reads) == 1
+    assert names() == [] and len(reads) == 1  # remembered: no distribution read
+    package = site / "jitops_bundle_mem"
+    (package / "v1").mkdir(parents=True)
+    info = site / "jitops_bundle_mem-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: jitops_bundle_mem\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[{bundles.GROUP}]\nmem = jitops_bundle_mem:ROOT\n")
+    os.utime(site, ns=(old + 1_000_000, old + 1_000_000))  # installed: the folder's mtime changed (kept settled)
+    assert names() == ["jitops_bundle_mem (mem)"] and len(reads) == 2  # installed since: read again, found
+    assert names() == ["jitops_bundle_mem (mem)"] and len(reads) == 2
+    other = tmp_path / "other"
+    other.mkdir()
+    os.utime(other, ns=(old, old))
+    sys.path.append(str(other))  # another import path (settled too)
+    assert names() == ["jitops_bundle_mem (mem)"] and len(reads) == 3
+    sys.path.remove(str(other))  # back to the first import path: its own record still holds
+    assert names() == ["jitops_bundle_mem (mem)"] and len(reads) == 3
+    assert len(list((tmp_path / "state" / "verified").glob("*.bundles"))) == 2
+    offline = Stamps(lambda: tmp_path / "state-offline", write=False)
+    bundles.forget()
+    bundles.installed(lambda manifest, signature: None, offline)
+    assert not (tmp_path / "state-offline").exists()
+    bundles.forget()

@@ -32,6 +32,7 @@ from ..base.settings import Settings
 if TYPE_CHECKING:
     from ..store.bundles import BundleCache
     from ..store.cache import Cache
+    from ..store.stamps import Stamps
     from .selfcheck import Pending
 
 log = logging.getLogger("jitops")
@@ -48,8 +49,7 @@ class Compatible:
 
 @record
 class Damaged:
-    """An entry has the plan's key but must not be loaded (the next build sets a cached one aside; a bundle's is
-    only skipped): ``reason`` names each refusal."""
+    """An entry with the plan's key must not be loaded (a cached one is set aside, a bundle's skipped): ``reason``."""
 
     reason: str
 
@@ -92,7 +92,7 @@ def entry_status(plan: Plan) -> EntryStatus:
     if isinstance(found, Hit):
         return found
     refused = [found.reason] if found.reason is not None else []
-    caches = installed_bundles()  # a hit asks no bundle: entry points are read on the first local miss only
+    caches = installed_bundles(plan.cache.stamps)  # a hit asks no bundle: entry points read on a local miss only
     for bundle in caches:
         there = bundle.lookup(plan.address)
         if isinstance(there, Hit):
@@ -112,14 +112,14 @@ def entry_status(plan: Plan) -> EntryStatus:
     return Damaged("; ".join(refused)) if refused else Miss()
 
 
-def installed_bundles() -> list[BundleCache]:
+def installed_bundles(memo: Stamps | None = None) -> list[BundleCache]:
     """The installed bundles, each checking signatures against the trusted keys (and JITOPS_REQUIRE_SIGNED)."""
     from ..store import bundles
-    def trust() -> Any:  # called once, when a bundle is found: each check reads the environment as it is then
-        from ..remote.archive_trust import archive_trust
-        return lambda manifest, signature: archive_trust(Settings.from_env())(manifest, signature)
-
-    return bundles.installed(trust)
+    def check(manifest: bytes, signature: Any) -> None:  # each check reads the environment as it is then
+        if signature is not None or Settings.from_env().require_signed:  # else it passes: no import of remote
+            from ..remote.archive_trust import archive_trust
+            archive_trust(Settings.from_env())(manifest, signature)
+    return bundles.installed(check, memo)
 
 
 def _from(plan: Plan, path: Path) -> Plan:

@@ -2,9 +2,10 @@
 
 A bundle is a package whose folder holds a cache's layout (``v1/entries/<library>/<target>/<key>/``) and
 that names itself in the ``jitops.bundles`` entry-point group (``name = "jitops_bundle_x:ROOT"``): its folder,
-found with ``importlib.util.find_spec``, is the root; the package is never imported. The
-installed bundles are found once per process, and only when the local cache has missed (the warm path never
-reads entry points); a broken one is skipped with a warning. Each is read as a :class:`BundleCache`: the
+found with ``importlib.util.find_spec``, is the root; the package is never imported. The installed bundles are
+found once per process, and only when the local cache has missed (the warm path never reads entry points; the
+user's stamps remember what a full read found for an unchanged import path: ``Stamps.discovery``); a broken one
+is skipped with a warning. Each is read as a :class:`BundleCache`: the
 cache's own ``lookup``/``verify`` (self-digested manifest, key recomputed, size, sha256, no links, no
 group/world-writable path), owned by this user or root (a bundle pip-installed by root into an image), and
 never written: no stamp is recorded for it (``Cache.verify`` stamps only a writable manifest, and a bundle's
@@ -12,11 +13,11 @@ caches carry no ``Stamps``), nothing is made, touched or set aside in it.
 
 Signatures: an entry may hold a ``signature`` file beside its manifest (``<signer fingerprint> <base64 Ed25519
 signature over the manifest's bytes>``, what ``jitops bundle build`` writes with a signing key). The check is
-injected (``installed(trust)``: this stage is below ``remote``, whose trusted keys it uses) and runs inside
+injected (``installed(check)``: this stage is below ``remote``, whose trusted keys it uses) and runs inside
 ``Cache.verify`` (``vouch``), before the library is hashed: a signed entry must verify against a trusted key; an
 unsigned one is refused when JITOPS_REQUIRE_SIGNED=1 (what the injected check decides).
 
-Imports: base.fsutil, cache, manifest.
+Imports: base.fsutil, cache, manifest, stamps (where the entry points found are remembered).
 """
 
 from __future__ import annotations
@@ -25,14 +26,18 @@ import logging
 import importlib.util
 import os
 import stat
+import sys
 import threading
+import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from ..base import fsutil
 from .cache import Cache
 from .manifest import EntryProblem
+from .stamps import SETTLED, Stamps
 
 log = logging.getLogger("jitops")
 
@@ -68,18 +73,45 @@ class BundleCache(Cache):
         return None
 
 
-def _root_of(ep: metadata.EntryPoint) -> Path:
+def _root_of(module: str) -> Path:
     """The folder of the package the entry point names (``pkg:ROOT``), found without importing it: a bundle's
     Python code never runs (its entries are data, checked before anything of them is loaded)."""
-    if "." in ep.module or not ep.module.isidentifier():
-        raise ValueError(f"{ep.module!r} is not a top-level package name (a bundle is `jitops_bundle_NAME:ROOT`)")
-    spec = importlib.util.find_spec(ep.module)  # a top-level name: finds, imports nothing
+    if "." in module or not module.isidentifier():
+        raise ValueError(f"{module!r} is not a top-level package name (a bundle is `jitops_bundle_NAME:ROOT`)")
+    spec = importlib.util.find_spec(module)  # a top-level name: finds, imports nothing
     if spec is None:
-        raise ModuleNotFoundError(f"no package {ep.module!r} on the path")
+        raise ModuleNotFoundError(f"no package {module!r} on the path")
     folders = list(spec.submodule_search_locations or ())
     if len(folders) != 1 or not Path(folders[0]).is_absolute() or not Path(folders[0]).is_dir():
-        raise ValueError(f"{ep.module!r} is not a package in one folder")
+        raise ValueError(f"{module!r} is not a package in one folder")
     return Path(folders[0])
+
+
+def _path_key() -> list[Any]:
+    """The import path as the entry points depend on it: each folder with its device, inode and mtime."""
+    key: list[Any] = []
+    for p in sys.path:
+        try:
+            st = os.stat(p or ".")
+        except OSError:
+            key.append([p])
+            continue
+        key.append([p, os.path.abspath(p or "."), st.st_dev, st.st_ino, st.st_mtime_ns])
+    return key
+
+
+def _entry_points(memo: Stamps | None) -> list[list[str]]:
+    """(distribution, entry point name, module, value) of each ``jitops.bundles`` entry point: remembered for this
+    import path (``memo``), else read from every installed distribution and remembered."""
+    key = _path_key() if memo is not None else []
+    found = memo.discovery(key) if memo is not None else None
+    if found is None:
+        found = [[ep.dist.name if ep.dist is not None else "unknown distribution", ep.name, ep.module, ep.value]
+                 for ep in metadata.entry_points(group=GROUP)]
+        settled = time.time_ns() - int(SETTLED * 1e9)  # a change in the same mtime tick as the last would go unseen
+        if memo is not None and all(len(k) < 5 or k[4] < settled for k in key):
+            memo.record_discovery(key, found)
+    return found
 
 
 def read_signature(path: Path, owners: tuple[int, ...] = ()) -> Signature | None:
@@ -110,24 +142,22 @@ def signature_text(signature: Signature) -> bytes:
     return f"{signature[0]} {signature[1]}\n".encode("ascii")
 
 
-def installed(trust: Callable[[], Check]) -> list[BundleCache]:
-    """The installed bundles, read once per process (sorted by name: a stable order of lookup). ``trust`` makes
-    their signature check; it is called once, when the first bundle is found (none installed: never)."""
+def installed(check: Check, memo: Stamps | None = None) -> list[BundleCache]:
+    """The installed bundles, read once per process (sorted by name: a stable order of lookup), each with
+    ``check`` as its signature check (the first call's: later ones get the bundles as they were read). ``memo``:
+    the user's stamps, which remember the entry points found for an unchanged import path."""
     global _found
     with _lock:
         if _found is None:
             found: dict[Path, BundleCache] = {}
-            check: Check | None = None
-            for ep in metadata.entry_points(group=GROUP):
-                dist = ep.dist.name if ep.dist is not None else "unknown distribution"
+            for dist, name, module, value in _entry_points(memo):
                 try:
-                    root = _root_of(ep)
+                    root = _root_of(module)
                 except Exception as e:  # noqa: BLE001 - a broken bundle must not break jitops
-                    log.warning("ignoring jitops bundle entry point %r (%s) from %s: %s: %s", ep.name, ep.value,
+                    log.warning("ignoring jitops bundle entry point %r (%s) from %s: %s: %s", name, value,
                                 dist, type(e).__name__, e)
                     continue
-                check = trust() if check is None else check
-                found.setdefault(root, BundleCache(root, f"{dist} ({ep.name})", check))
+                found.setdefault(root, BundleCache(root, f"{dist} ({name})", check))
             _found = sorted(found.values(), key=lambda b: b.name)
         return list(_found)
 

@@ -31,6 +31,14 @@ the signature that ``remote.archive_trust`` checked with Ed25519 and found good.
 those three, so a later process whose trusted keys still hold that fingerprint may take the record for the
 check and need not import ``cryptography`` (~10 ms of a signed bundle's first load). Read and written as stamps.
 
+And the installed bundles' entry points (``<state>/verified/<digest of the import path>.bundles``, at most
+:data:`KEEP_DISCOVERIES` of them): what the last full read of the
+``jitops.bundles`` group found (distribution, entry point, module, value), bound to the import path, each of its
+folders' device, inode and mtime. Reading every installed distribution's entry points costs ~4 ms (most of a
+bundle hit's extra over a cache hit); installing or removing a distribution changes its folder's mtime, so a
+record for the same path is the same answer. An entry point edited in place is not seen until the folder
+changes. Read and written as stamps.
+
 Imports: fsutil.
 """
 
@@ -44,6 +52,7 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..base import fsutil
 
@@ -52,6 +61,8 @@ log = logging.getLogger("jitops")
 SETTLED = 2.0  # seconds: a library changed more recently than this is not stamped (timestamp granularity)
 MAX_BYTES = 4096
 KEEP = 512  # stamps kept before a write sweeps those whose entry is gone
+DISCOVERY = ".bundles"  # suffix of the record of the entry points found for one import path (store.bundles)
+KEEP_DISCOVERIES = 64  # import paths remembered before they are all forgotten
 Identity = tuple[int, int, int, int, int]
 
 
@@ -162,6 +173,40 @@ class Stamps:
             fsutil.atomic_write(self._signature_path(manifest, signer, signature), json.dumps(body).encode(), durable=False)
         except (OSError, ValueError) as e:
             log.debug("could not record a verified signature in %s: %s", self.folder, e)
+
+    def _discovery_path(self, key: list[Any]) -> Path:  # one record per import path (its folders, not their stat)
+        return self.folder / f"{hashlib.sha256(json.dumps([k[0] for k in key]).encode()).hexdigest()[:32]}{DISCOVERY}"
+
+    def discovery(self, key: list[Any]) -> list[list[str]] | None:
+        """The bundles' entry points found when the import path was ``key`` (store.bundles), or None."""
+        try:
+            if self._problem() is not None:
+                return None
+            data = fsutil.read_private_record(self._discovery_path(key), MAX_BYTES * 16)
+        except (OSError, ValueError):
+            return None
+        found = data.get("found") if data is not None else None
+        if (data is None or data.get("v") != 1 or data.get("path") != key or not isinstance(found, list)
+                or not all(isinstance(f, list) and len(f) == 4 and all(isinstance(w, str) for w in f) for f in found)):
+            return None
+        return found
+
+    def record_discovery(self, key: list[Any], found: list[list[str]]) -> None:
+        """Remember what a full read of the entry points found for import path ``key`` (best effort; never offline)."""
+        if not self.write:
+            return
+        try:
+            fsutil.makedirs(self.folder)
+            if (reason := self._problem()) is not None:
+                raise OSError(reason)
+            path = self._discovery_path(key)
+            if not path.exists():  # a new import path: past KEEP_DISCOVERIES of them, forget them all
+                olds = [p for p in fsutil.children(self.folder) if p.suffix == DISCOVERY]
+                for old in olds if len(olds) >= KEEP_DISCOVERIES else ():
+                    fsutil.remove_path(old)
+            fsutil.atomic_write(path, json.dumps({"v": 1, "path": key, "found": found}).encode(), durable=False)
+        except (OSError, ValueError) as e:
+            log.debug("could not record the installed bundles in %s: %s", self.folder, e)
 
     def record(self, entry: Path, manifest: bytes, sha256: str, before: os.stat_result, lib: Path) -> None:
         """Stamp ``entry`` after a full check hashed ``lib`` (stat ``before`` taken before the hash): best effort,
