@@ -51,15 +51,17 @@ stable_main=$(stable_load "${JITOPS_MAIN_PYTHON:-.venv/bin/python}")
 # is built on the stable ABI yet, so none loads from it across versions.)
 main_py=${JITOPS_MAIN_PYTHON:-.venv/bin/python}
 env PYTHONPATH="$PWD" JITOPS_CACHE_DIR="$stable_cache" JITOPS_STATE_DIR="$stable_state" JITOPS_CONFIG_DIR="$bundle_dir/no-key" \
-    JITOPS_PROGRESS=0 timeout 600 "$main_py" -m jitops bundle build --ops add --out "$bundle_dir/dist" --name ci --version 1 \
+    JITOPS_PROGRESS=0 timeout --kill-after=10 "$(left)" "$main_py" -m jitops bundle build --ops add --out "$bundle_dir/dist" \
+    --name ci --version 1 \
     > "$bundle_dir/build.log" 2>&1 \
-  && timeout 300 "$main_py" -m pip install -q --no-deps --no-index --target "$bundle_dir/site" "$bundle_dir"/dist/*.whl \
+  && timeout --kill-after=10 "$(left)" "$main_py" -m pip install -q --no-deps --no-index --target "$bundle_dir/site" "$bundle_dir"/dist/*.whl \
     >> "$bundle_dir/build.log" 2>&1
 bundle_built=$?
 bundle_get() {  # bundle_get PYTHON VERSION: scenarios_bundles.other_torch's JSON reply (stderr to a log)
   env PYTHONPATH="$PWD:$bundle_dir/site" JITOPS_CACHE_DIR="$bundle_dir/cache-$2" JITOPS_STATE_DIR="$stable_state" \
-    JITOPS_CONFIG_DIR="$bundle_dir/no-key" JITOPS_PROGRESS=0 timeout 600 "$1" -m tests.scenario_main \
-    scenarios_bundles.other_torch "{\"bundle_root\": \"$bundle_dir/site/jitops_bundle_ci\"}" 2>> "$bundle_dir/stderr.log" | tail -1
+    JITOPS_CONFIG_DIR="$bundle_dir/no-key" JITOPS_PROGRESS=0 timeout --kill-after=10 "$(left)" "$1" -m tests.scenario_main \
+    scenarios_bundles.other_torch "$(python3 -c 'import json, sys; print(json.dumps({"bundle_root": sys.argv[1]}))' \
+    "$bundle_dir/site/jitops_bundle_ci")" 2>> "$bundle_dir/stderr.log" | tail -1
 }
 bundle_rebuilt() {  # the reply says: the bundle's entry differs in torch_version, add was built here, bit-identical
   python3 -c 'import json, sys; r = json.loads(sys.argv[1]); sys.exit(0 if "error" not in r and r["built"] is True

@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import time
 import zipfile
 from collections.abc import Iterator
 from importlib import metadata
@@ -510,11 +509,13 @@ def test_the_tier_injects_the_signature_check_and_never_imports_a_bundle(tmp_pat
     assert isinstance(found, Hit) and found.path == bundled  # unsigned, not required: the bundle's entry
 
 
-def test_the_entry_points_found_are_remembered_for_an_unchanged_import_path(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """A second process (``forget``) with the same import path takes the remembered answer and reads no
-    distribution's entry points; a bundle installed since (its folder's mtime changes) is read and found; so is
-    another import path; offline, nothing is remembered."""
+def test_the_entry_points_found_are_remembered_for_the_same_import_path_and_distributions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A second process (``forget``) with the same import path and distributions takes the remembered answer and
+    reads no distribution's entry points; a bundle installed since is read and found; so is another import path,
+    and the first path's record still holds after it; offline nothing is remembered; an import path that cannot be
+    listed (a Path entry, a deleted working directory) is read in full; a package of the bundle's name earlier on
+    the path than the one its distribution installed is refused, never taken for it."""
     from jitops.store.stamps import Stamps
 
     reads: list[int] = []
@@ -529,42 +530,50 @@ def test_the_entry_points_found_are_remembered_for_an_unchanged_import_path(tmp_
     site.mkdir()
     monkeypatch.setattr(sys, "path", [str(site)])  # an import path this test alone changes
     memo = Stamps(lambda: tmp_path / "state")
-    old = time.time_ns() - 60 * 10**9  # folders changed a minute ago: settled (a folder changed just now is not)
-    os.utime(site, ns=(old, old))
-    assert bundles.installed(lambda manifest, signature: None, Stamps(lambda: tmp_path / "state-x")) == []
-    assert len(list((tmp_path / "state-x" / "verified").glob("*.bundles"))) == 1  # settled: remembered
-    bundles.forget()
-    os.utime(site)  # changed now: not remembered (a change within the same mtime tick would go unseen)
-    assert bundles.installed(lambda manifest, signature: None, Stamps(lambda: tmp_path / "state-y")) == []
-    assert not (tmp_path / "state-y").exists()
-    os.utime(site, ns=(old, old))
 
-    def names() -> list[str]:
+    def names(stamps: Stamps | None = memo) -> list[str]:
         bundles.forget()
-        return [b.name for b in bundles.installed(lambda manifest, signature: None, memo)]
+        return [b.name for b in bundles.installed(lambda manifest, signature: None, stamps)]
 
-    reads.clear()
     assert names() == [] and len(reads) == 1
+    (site / "unrelated.txt").write_text("a file that is no distribution's metadata changes nothing\n")
     assert names() == [] and len(reads) == 1  # remembered: no distribution read
     package = site / "jitops_bundle_mem"
     (package / "v1").mkdir(parents=True)
+    (package / "__init__.py").write_text("raise SystemExit('never imported')\n")
     info = site / "jitops_bundle_mem-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: jitops_bundle_mem\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text(f"[{bundles.GROUP}]\nmem = jitops_bundle_mem:ROOT\n")
-    os.utime(site, ns=(old + 1_000_000, old + 1_000_000))  # installed: the folder's mtime changed (kept settled)
     assert names() == ["jitops_bundle_mem (mem)"] and len(reads) == 2  # installed since: read again, found
     assert names() == ["jitops_bundle_mem (mem)"] and len(reads) == 2
     other = tmp_path / "other"
     other.mkdir()
-    os.utime(other, ns=(old, old))
-    sys.path.append(str(other))  # another import path (settled too)
+    sys.path.append(str(other))  # another import path
     assert names() == ["jitops_bundle_mem (mem)"] and len(reads) == 3
     sys.path.remove(str(other))  # back to the first import path: its own record still holds
     assert names() == ["jitops_bundle_mem (mem)"] and len(reads) == 3
     assert len(list((tmp_path / "state" / "verified").glob("*.bundles"))) == 2
     offline = Stamps(lambda: tmp_path / "state-offline", write=False)
-    bundles.forget()
-    bundles.installed(lambda manifest, signature: None, offline)
-    assert not (tmp_path / "state-offline").exists()
+    assert names(offline) == ["jitops_bundle_mem (mem)"] and not (tmp_path / "state-offline").exists()
+    path_entries: list[Any] = sys.path
+    path_entries.append(other)  # a Path where a str belongs: read in full, no crash
+    assert names() == ["jitops_bundle_mem (mem)"]
+    path_entries.remove(other)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    sys.path.insert(0, "")  # the working directory, deleted: read in full, no crash
+    before = len(reads)
+    assert names() == ["jitops_bundle_mem (mem)"] and len(reads) == before + 1
+    monkeypatch.chdir(tmp_path)
+    sys.path.remove("")
+    shadow = tmp_path / "shadow"
+    (shadow / "jitops_bundle_mem" / "v1").mkdir(parents=True)
+    (shadow / "jitops_bundle_mem" / "__init__.py").write_text("")
+    sys.path.insert(0, str(shadow))  # another folder of the bundle's name comes first
+    with caplog.at_level(logging.WARNING, logger="jitops"):
+        assert names() == []
+    assert "not the folder its distribution installed" in caplog.text
     bundles.forget()

@@ -87,7 +87,7 @@ def find_compatible(plan: Plan, cache: Cache | None = None, refused: list[str] |
 
 
 def entry_status(plan: Plan) -> EntryStatus:
-    """What the cache, then each installed bundle, holds for ``plan``. Reads and verifies; writes nothing."""
+    """What the cache, then each installed bundle, holds for ``plan``. Reads and verifies; writes no entry."""
     found = plan.cache.lookup(plan.address)
     if isinstance(found, Hit):
         return found

@@ -4,7 +4,7 @@ A bundle is a package whose folder holds a cache's layout (``v1/entries/<library
 that names itself in the ``jitops.bundles`` entry-point group (``name = "jitops_bundle_x:ROOT"``): its folder,
 found with ``importlib.util.find_spec``, is the root; the package is never imported. The installed bundles are
 found once per process, and only when the local cache has missed (the warm path never reads entry points; the
-user's stamps remember what a full read found for an unchanged import path: ``Stamps.discovery``); a broken one
+user's stamps remember what a full read found for the same import path and distributions: ``Stamps.discovery``); a broken one
 is skipped with a warning. Each is read as a :class:`BundleCache`: the
 cache's own ``lookup``/``verify`` (self-digested manifest, key recomputed, size, sha256, no links, no
 group/world-writable path), owned by this user or root (a bundle pip-installed by root into an image), and
@@ -12,7 +12,7 @@ never written: no stamp is recorded for it (``Cache.verify`` stamps only a writa
 caches carry no ``Stamps``), nothing is made, touched or set aside in it.
 
 Signatures: an entry may hold a ``signature`` file beside its manifest (``<signer fingerprint> <base64 Ed25519
-signature over the manifest's bytes>``, what ``jitops bundle build`` writes with a signing key). The check is
+signature over the manifest's bytes>``, what ``jitops bundle build --sign`` writes). The check is
 injected (``installed(check)``: this stage is below ``remote``, whose trusted keys it uses) and runs inside
 ``Cache.verify`` (``vouch``), before the library is hashed: a signed entry must verify against a trusted key; an
 unsigned one is refused when JITOPS_REQUIRE_SIGNED=1 (what the injected check decides).
@@ -28,7 +28,6 @@ import os
 import stat
 import sys
 import threading
-import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import Any
 from ..base import fsutil
 from .cache import Cache
 from .manifest import EntryProblem
-from .stamps import SETTLED, Stamps
+from .stamps import Stamps
 
 log = logging.getLogger("jitops")
 
@@ -73,9 +72,10 @@ class BundleCache(Cache):
         return None
 
 
-def _root_of(module: str) -> Path:
+def _root_of(module: str, installed_at: str) -> Path:
     """The folder of the package the entry point names (``pkg:ROOT``), found without importing it: a bundle's
-    Python code never runs (its entries are data, checked before anything of them is loaded)."""
+    Python code never runs (its entries are data, checked before anything of them is loaded). ``installed_at``:
+    where its distribution put that package (the folder found must be that one, not another earlier on the path)."""
     if "." in module or not module.isidentifier():
         raise ValueError(f"{module!r} is not a top-level package name (a bundle is `jitops_bundle_NAME:ROOT`)")
     spec = importlib.util.find_spec(module)  # a top-level name: finds, imports nothing
@@ -83,33 +83,51 @@ def _root_of(module: str) -> Path:
         raise ModuleNotFoundError(f"no package {module!r} on the path")
     folders = list(spec.submodule_search_locations or ())
     if len(folders) != 1 or not Path(folders[0]).is_absolute() or not Path(folders[0]).is_dir():
-        raise ValueError(f"{module!r} is not a package in one folder")
+        raise ValueError(f"{module!r} is not a package in one folder (a module, a zip or a namespace package)")
+    if installed_at and os.path.realpath(folders[0]) != os.path.realpath(installed_at):
+        raise ValueError(f"{module!r} on the import path is {folders[0]}, not the folder its distribution installed "
+                         f"({installed_at}): another folder of that name comes first on the path")
     return Path(folders[0])
 
 
-def _path_key() -> list[Any]:
-    """The import path as the entry points depend on it: each folder with its device, inode and mtime."""
-    key: list[Any] = []
+_METADATA = (".dist-info", ".egg-info", ".egg")  # what importlib.metadata reads a path folder's distributions from
+
+
+def _path_key() -> list[Any] | None:
+    """What the installed distributions depend on: the finders that supply them, and each import path folder with
+    the names of its distributions' metadata (one listdir each); a path entry that is a file (a zip), its size and
+    mtime. None when it cannot be taken (an entry that is not a str, a deleted working directory): no memo then."""
+    key: list[Any] = [sorted(type(f).__qualname__ for f in sys.meta_path if hasattr(f, "find_distributions"))]
     for p in sys.path:
+        if not isinstance(p, str):
+            return None
+        folder = os.path.abspath(p or ".")
         try:
-            st = os.stat(p or ".")
-        except OSError:
-            key.append([p])
-            continue
-        key.append([p, os.path.abspath(p or "."), st.st_dev, st.st_ino, st.st_mtime_ns])
+            key.append([folder, *sorted(n for n in os.listdir(folder) if n.endswith(_METADATA))])
+        except NotADirectoryError:
+            st = os.stat(folder)
+            key.append([folder, "file", st.st_size, st.st_mtime_ns])
+        except FileNotFoundError:
+            key.append([folder])
     return key
 
 
 def _entry_points(memo: Stamps | None) -> list[list[str]]:
-    """(distribution, entry point name, module, value) of each ``jitops.bundles`` entry point: remembered for this
-    import path (``memo``), else read from every installed distribution and remembered."""
-    key = _path_key() if memo is not None else []
-    found = memo.discovery(key) if memo is not None else None
+    """(distribution, entry point name, module, value, where the distribution put the module) of each
+    ``jitops.bundles`` entry point: remembered for this import path and its distributions (``memo``), else read
+    from every installed distribution (~4 ms) and remembered."""
+    key = None
+    if memo is not None:
+        try:
+            key = _path_key()
+        except (OSError, ValueError) as e:  # e.g. the working directory was deleted: read, remember nothing
+            log.debug("the import path's distributions could not be listed: %s", e)
+    found = memo.discovery(key) if memo is not None and key is not None else None
     if found is None:
-        found = [[ep.dist.name if ep.dist is not None else "unknown distribution", ep.name, ep.module, ep.value]
+        found = [[ep.dist.name if ep.dist is not None else "unknown distribution", ep.name, ep.module, ep.value,
+                  str(ep.dist.locate_file(ep.module)) if ep.dist is not None else ""]
                  for ep in metadata.entry_points(group=GROUP)]
-        settled = time.time_ns() - int(SETTLED * 1e9)  # a change in the same mtime tick as the last would go unseen
-        if memo is not None and all(len(k) < 5 or k[4] < settled for k in key):
+        if memo is not None and key is not None:
             memo.record_discovery(key, found)
     return found
 
@@ -150,9 +168,9 @@ def installed(check: Check, memo: Stamps | None = None) -> list[BundleCache]:
     with _lock:
         if _found is None:
             found: dict[Path, BundleCache] = {}
-            for dist, name, module, value in _entry_points(memo):
+            for dist, name, module, value, installed_at in _entry_points(memo):
                 try:
-                    root = _root_of(module)
+                    root = _root_of(module, installed_at)
                 except Exception as e:  # noqa: BLE001 - a broken bundle must not break jitops
                     log.warning("ignoring jitops bundle entry point %r (%s) from %s: %s: %s", name, value,
                                 dist, type(e).__name__, e)

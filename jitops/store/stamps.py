@@ -32,12 +32,14 @@ those three, so a later process whose trusted keys still hold that fingerprint m
 check and need not import ``cryptography`` (~10 ms of a signed bundle's first load). Read and written as stamps.
 
 And the installed bundles' entry points (``<state>/verified/<digest of the import path>.bundles``, at most
-:data:`KEEP_DISCOVERIES` of them): what the last full read of the
-``jitops.bundles`` group found (distribution, entry point, module, value), bound to the import path, each of its
-folders' device, inode and mtime. Reading every installed distribution's entry points costs ~4 ms (most of a
-bundle hit's extra over a cache hit); installing or removing a distribution changes its folder's mtime, so a
-record for the same path is the same answer. An entry point edited in place is not seen until the folder
-changes. Read and written as stamps.
+:data:`KEEP_DISCOVERIES` of them, the oldest dropped): what the last full read of the ``jitops.bundles`` group
+found (distribution, entry point, module, value, where it was installed), bound to a digest of the finders that
+supply distributions and each import path folder's metadata names (``*.dist-info``, ``*.egg-info``, ``*.egg``;
+a zip's size and mtime). Reading every installed distribution's entry points costs ~4 ms, most of a bundle
+hit's extra over a cache hit; an install, upgrade or removal changes those names. Not seen: an entry point
+edited in place inside an installed distribution's metadata (pip never does that). A stale record can hide or
+name a bundle, never load anything unchecked: every entry is verified as always. Written unless offline (it is
+state, not a stamp of the cache); read as stamps are.
 
 Imports: fsutil.
 """
@@ -174,25 +176,27 @@ class Stamps:
         except (OSError, ValueError) as e:
             log.debug("could not record a verified signature in %s: %s", self.folder, e)
 
-    def _discovery_path(self, key: list[Any]) -> Path:  # one record per import path (its folders, not their stat)
-        return self.folder / f"{hashlib.sha256(json.dumps([k[0] for k in key]).encode()).hexdigest()[:32]}{DISCOVERY}"
+    def _discovery_path(self, key: list[Any]) -> Path:  # one record per import path (its folders)
+        return self.folder / f"{hashlib.sha256(json.dumps([k[0] for k in key[1:]]).encode()).hexdigest()[:32]}{DISCOVERY}"
 
     def discovery(self, key: list[Any]) -> list[list[str]] | None:
-        """The bundles' entry points found when the import path was ``key`` (store.bundles), or None."""
+        """The bundles' entry points found when the import path and its distributions were ``key``
+        (store.bundles), or None."""
         try:
             if self._problem() is not None:
                 return None
             data = fsutil.read_private_record(self._discovery_path(key), MAX_BYTES * 16)
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):
             return None
         found = data.get("found") if data is not None else None
-        if (data is None or data.get("v") != 1 or data.get("path") != key or not isinstance(found, list)
-                or not all(isinstance(f, list) and len(f) == 4 and all(isinstance(w, str) for w in f) for f in found)):
+        if (data is None or data.get("v") != 2 or data.get("key") != _digest(key) or not isinstance(found, list)
+                or not all(isinstance(f, list) and len(f) == 5 and all(isinstance(w, str) for w in f) for f in found)):
             return None
         return found
 
     def record_discovery(self, key: list[Any], found: list[list[str]]) -> None:
-        """Remember what a full read of the entry points found for import path ``key`` (best effort; never offline)."""
+        """Remember what a full read of the entry points found for ``key`` (best effort; never offline); past
+        :data:`KEEP_DISCOVERIES` import paths, the oldest records go."""
         if not self.write:
             return
         try:
@@ -200,12 +204,13 @@ class Stamps:
             if (reason := self._problem()) is not None:
                 raise OSError(reason)
             path = self._discovery_path(key)
-            if not path.exists():  # a new import path: past KEEP_DISCOVERIES of them, forget them all
-                olds = [p for p in fsutil.children(self.folder) if p.suffix == DISCOVERY]
-                for old in olds if len(olds) >= KEEP_DISCOVERIES else ():
-                    fsutil.remove_path(old)
-            fsutil.atomic_write(path, json.dumps({"v": 1, "path": key, "found": found}).encode(), durable=False)
-        except (OSError, ValueError) as e:
+            olds = sorted((p for p in fsutil.children(self.folder) if p.suffix == DISCOVERY and p != path),
+                          key=lambda p: os.lstat(p).st_mtime_ns)
+            for old in olds[:max(0, len(olds) - KEEP_DISCOVERIES + 1)]:
+                fsutil.remove_path(old)
+            body = json.dumps({"v": 2, "key": _digest(key), "found": found}).encode()
+            fsutil.atomic_write(path, body, durable=False)
+        except (OSError, ValueError, TypeError) as e:
             log.debug("could not record the installed bundles in %s: %s", self.folder, e)
 
     def record(self, entry: Path, manifest: bytes, sha256: str, before: os.stat_result, lib: Path) -> None:
@@ -238,6 +243,10 @@ class Stamps:
             data = fsutil.read_private_record(p, MAX_BYTES)
             if data is None or not _well_formed(data) or not os.path.lexists(data["entry"]):
                 fsutil.remove_path(p)
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data).encode()).hexdigest()
 
 
 def _well_formed(data: dict[str, object]) -> bool:
