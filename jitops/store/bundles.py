@@ -4,9 +4,8 @@ A bundle is a package whose folder holds a cache's layout (``v1/entries/<library
 that names itself in the ``jitops.bundles`` entry-point group (``name = "jitops_bundle_x:ROOT"``): its folder,
 found with ``importlib.util.find_spec``, is the root; the package is never imported. The installed bundles are
 found once per process, and only when the local cache has missed (the warm path never reads entry points; the
-user's stamps remember what a full read found for the same import path and distributions: ``Stamps.discovery``); a broken one
-is skipped with a warning. Each is read as a :class:`BundleCache`: the
-cache's own ``lookup``/``verify`` (self-digested manifest, key recomputed, size, sha256, no links, no
+user's stamps remember what a full read found for the same import path and distributions: ``Stamps.discovery``);
+a broken one is skipped with a warning. Each is read as a :class:`BundleCache`: the cache's own ``lookup``/``verify`` (self-digested manifest, key recomputed, size, sha256, no links, no
 group/world-writable path), owned by this user or root (a bundle pip-installed by root into an image), and
 never written: no stamp is recorded for it (``Cache.verify`` stamps only a writable manifest, and a bundle's
 caches carry no ``Stamps``), nothing is made, touched or set aside in it.
@@ -22,8 +21,8 @@ Imports: base.fsutil, cache, manifest, stamps (where the entry points found are 
 
 from __future__ import annotations
 
-import logging
 import importlib.util
+import logging
 import os
 import stat
 import sys
@@ -124,12 +123,21 @@ def _entry_points(memo: Stamps | None) -> list[list[str]]:
             log.debug("the import path's distributions could not be listed: %s", e)
     found = memo.discovery(key) if memo is not None and key is not None else None
     if found is None:
-        found = [[ep.dist.name if ep.dist is not None else "unknown distribution", ep.name, ep.module, ep.value,
-                  str(ep.dist.locate_file(ep.module)) if ep.dist is not None else ""]
-                 for ep in metadata.entry_points(group=GROUP)]
+        found = []
+        for ep in metadata.entry_points(group=GROUP):
+            dist, where = _origin(ep)
+            found.append([dist, ep.name, ep.module, ep.value, where])
         if memo is not None and key is not None:
             memo.record_discovery(key, found)
     return found
+
+
+def _origin(ep: metadata.EntryPoint) -> tuple[str, str]:
+    """(the distribution's name, where it installed the entry point's package); unknown parts empty."""
+    try:
+        return (ep.dist.name, str(ep.dist.locate_file(ep.module))) if ep.dist is not None else ("unknown distribution", "")
+    except Exception:  # noqa: BLE001 - another kind of distribution may not locate files: no check of where
+        return "unknown distribution", ""
 
 
 def read_signature(path: Path, owners: tuple[int, ...] = ()) -> Signature | None:
@@ -163,7 +171,7 @@ def signature_text(signature: Signature) -> bytes:
 def installed(check: Check, memo: Stamps | None = None) -> list[BundleCache]:
     """The installed bundles, read once per process (sorted by name: a stable order of lookup), each with
     ``check`` as its signature check (the first call's: later ones get the bundles as they were read). ``memo``:
-    the user's stamps, which remember the entry points found for an unchanged import path."""
+    the user's stamps, which remember the entry points found for the same import path and distributions."""
     global _found
     with _lock:
         if _found is None:
