@@ -20,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 versions=(${JITOPS_TORCH_VERSIONS:-2.14.1 2.15.0})
 cuda_venv=${JITOPS_CUDA_VENV:-.venv-cuda}
-deps=(ninja 'filelock>=3.20.3' platformdirs pytest pytest-timeout hypothesis numpy setuptools)
+deps=(ninja 'filelock>=3.20.3' platformdirs pytest pytest-timeout hypothesis numpy setuptools 'cryptography>=42')
 leg_start=$(date +%s)
 budget=${JITOPS_TORCH_VERSIONS_TIMEOUT:-3600}
 left() { local l=$(( budget - ($(date +%s) - leg_start) )); echo $(( l > 1 ? l : 1 )); }  # never 0: no limit
@@ -74,8 +74,9 @@ for v in "${versions[@]}"; do
   venv=".venv-torch-$v"
   if has_torch "$cuda_venv" "$v" pytest; then  # the CUDA leg's venv: add the compile tier's test deps
     venv=$cuda_venv
-    has_torch "$venv" "$v" "pytest, hypothesis, setuptools" || timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q hypothesis setuptools > /dev/null 2>&1
-  elif ! has_torch "$venv" "$v" "pytest, hypothesis"; then
+    has_torch "$venv" "$v" "pytest, hypothesis, setuptools, cryptography" \
+      || timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q hypothesis setuptools 'cryptography>=42' > /dev/null 2>&1
+  elif ! has_torch "$venv" "$v" "pytest, hypothesis, cryptography"; then
     python3 -m venv "$venv"
     if ! PIP_CONFIG_FILE=/dev/null timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q "torch==$v" "${deps[@]}" > "$venv/pip.log" 2>&1; then
       tail -3 "$venv/pip.log"
@@ -93,7 +94,8 @@ for v in "${versions[@]}"; do
   # builds (the drop-in, PCHs, compilers) do not depend on torch's version beyond what the fast tier builds; the
   # compile tier here took ~13 min a version (CI of 2026-11-26), this tier ~5. The adversarial suite (cache,
   # store and archive logic) and the drop-in's header-parity probes (against the main leg's torch headers) run in
-  # the main leg only: this leg's venvs have no remote-tier extras.
+  # the main leg only: this leg's venvs have no remote-tier extras but `cryptography` (jitops[remote]: signed
+  # bundles and archives, whose tests are in the pure tier).
   PYTHONPATH="$PWD" JITOPS_PROGRESS=0 timeout --kill-after=10 "$(left)" "$venv/bin/python" -m pytest --tier versions -q \
       -p no:cacheprovider --ignore=tests/adversarial --ignore=tests/test_dropin_parity.py > "$log" 2>&1
   rc=$?
