@@ -118,17 +118,31 @@ class Stamps:
         return (data["entry"] == os.fsdecode(entry) and data["manifest"] == manifest_digest(manifest) and data["sha256"] == sha256
                 and tuple(data["stat"]) == identity(st))
 
+    def _read(self, path: Path, limit: int) -> dict[str, Any] | None:
+        """The record at ``path`` read as a stamp is (this user's, no link, bounded JSON), or None."""
+        try:
+            return None if self._problem() is not None else fsutil.read_private_record(path, limit)
+        except (OSError, ValueError):
+            return None
+
+    def _write(self, path: Path, body: dict[str, Any], what: str) -> None:
+        """Write the record ``body`` at ``path``: best effort, never offline (``what`` names it in the debug log)."""
+        if not self.write:
+            return
+        try:
+            fsutil.makedirs(self.folder)
+            if (reason := self._problem()) is not None:
+                raise OSError(reason)
+            fsutil.atomic_write(path, json.dumps(body).encode(), durable=False)
+        except (OSError, ValueError, TypeError) as e:
+            log.debug("could not record %s in %s: %s", what, self.folder, e)
+
     def _ops_path(self, key: str, sha256: str, namespace: str) -> Path:
         return self.folder / f"{hashlib.sha256(f'{key}:{sha256}:{namespace}'.encode()).hexdigest()[:32]}.ops"
 
     def op_names(self, key: str, sha256: str, namespace: str) -> tuple[str, ...] | None:
         """The op names recorded for this library in this namespace, or None (then list the dispatcher)."""
-        try:
-            if self._problem() is not None:
-                return None
-            data = fsutil.read_private_record(self._ops_path(key, sha256, namespace), MAX_BYTES * 16)
-        except (OSError, ValueError):
-            return None
+        data = self._read(self._ops_path(key, sha256, namespace), MAX_BYTES * 16)
         ops = data.get("ops") if data is not None else None
         if (data is None or data.get("v") != 1 or (data.get("key"), data.get("sha256"), data.get("namespace")) != (key, sha256, namespace)
                 or not isinstance(ops, list) or not all(isinstance(o, str) and o.isidentifier() for o in ops)):
@@ -137,16 +151,8 @@ class Stamps:
 
     def record_op_names(self, key: str, sha256: str, namespace: str, ops: tuple[str, ...]) -> None:
         """Remember ``ops`` for this library and namespace (best effort; never offline)."""
-        if not self.write:
-            return
-        try:
-            fsutil.makedirs(self.folder)
-            if (reason := self._problem()) is not None:
-                raise OSError(reason)
-            body = {"v": 1, "key": key, "sha256": sha256, "namespace": namespace, "ops": list(ops)}
-            fsutil.atomic_write(self._ops_path(key, sha256, namespace), json.dumps(body).encode(), durable=False)
-        except (OSError, ValueError) as e:
-            log.debug("could not record the op names of %s in %s: %s", namespace, self.folder, e)
+        body = {"v": 1, "key": key, "sha256": sha256, "namespace": namespace, "ops": list(ops)}
+        self._write(self._ops_path(key, sha256, namespace), body, f"the op names of {namespace}")
 
     def _signature_path(self, manifest: bytes, signer: str, signature: str) -> Path:
         digest = hashlib.sha256(f"{signer}:{signature}:{manifest_digest(manifest)}".encode()).hexdigest()
@@ -154,27 +160,14 @@ class Stamps:
 
     def signature_verified(self, manifest: bytes, signer: str, signature: str) -> bool:
         """True when this very signature by ``signer`` over these manifest bytes was verified before."""
-        try:
-            if self._problem() is not None:
-                return False
-            data = fsutil.read_private_record(self._signature_path(manifest, signer, signature), MAX_BYTES)
-        except (OSError, ValueError):
-            return False
+        data = self._read(self._signature_path(manifest, signer, signature), MAX_BYTES)
         return data is not None and data == {"v": 1, "manifest": manifest_digest(manifest), "signer": signer,
                                              "signature": signature}
 
     def record_signature(self, manifest: bytes, signer: str, signature: str) -> None:
         """Remember that ``signature`` by ``signer`` over ``manifest`` verified (best effort; never offline)."""
-        if not self.write:
-            return
-        try:
-            fsutil.makedirs(self.folder)
-            if (reason := self._problem()) is not None:
-                raise OSError(reason)
-            body = {"v": 1, "manifest": manifest_digest(manifest), "signer": signer, "signature": signature}
-            fsutil.atomic_write(self._signature_path(manifest, signer, signature), json.dumps(body).encode(), durable=False)
-        except (OSError, ValueError) as e:
-            log.debug("could not record a verified signature in %s: %s", self.folder, e)
+        body = {"v": 1, "manifest": manifest_digest(manifest), "signer": signer, "signature": signature}
+        self._write(self._signature_path(manifest, signer, signature), body, "a verified signature")
 
     def _discovery_path(self, key: list[Any]) -> Path:  # one record per import path (its folders)
         return self.folder / f"{hashlib.sha256(json.dumps([k[0] for k in key[1:]]).encode()).hexdigest()[:32]}{DISCOVERY}"
@@ -183,11 +176,10 @@ class Stamps:
         """The bundles' entry points found when the import path and its distributions were ``key``
         (store.bundles), or None."""
         try:
-            if self._problem() is not None:
-                return None
-            data = fsutil.read_private_record(self._discovery_path(key), MAX_BYTES * 16)
-        except (OSError, ValueError, TypeError):
+            path = self._discovery_path(key)
+        except (TypeError, ValueError):  # a key json cannot write
             return None
+        data = self._read(path, MAX_BYTES * 16)
         found = data.get("found") if data is not None else None
         if (data is None or data.get("v") != 2 or data.get("key") != _digest(key) or not isinstance(found, list)
                 or not all(isinstance(f, list) and len(f) == 5 and all(isinstance(w, str) for w in f) for f in found)):
@@ -197,21 +189,19 @@ class Stamps:
     def record_discovery(self, key: list[Any], found: list[list[str]]) -> None:
         """Remember what a full read of the entry points found for ``key`` (best effort; never offline); past
         :data:`KEEP_DISCOVERIES` import paths, the oldest records go."""
-        if not self.write:
+        if not self.write or self._problem() is not None:
             return
         try:
-            fsutil.makedirs(self.folder)
-            if (reason := self._problem()) is not None:
-                raise OSError(reason)
             path = self._discovery_path(key)
             olds = sorted((p for p in fsutil.children(self.folder) if p.suffix == DISCOVERY and p != path),
                           key=lambda p: os.lstat(p).st_mtime_ns)
             for old in olds[:max(0, len(olds) - KEEP_DISCOVERIES + 1)]:
                 fsutil.remove_path(old)
-            body = json.dumps({"v": 2, "key": _digest(key), "found": found}).encode()
-            fsutil.atomic_write(path, body, durable=False)
+            body = {"v": 2, "key": _digest(key), "found": found}
         except (OSError, ValueError, TypeError) as e:
             log.debug("could not record the installed bundles in %s: %s", self.folder, e)
+            return
+        self._write(path, body, "the installed bundles")
 
     def record(self, entry: Path, manifest: bytes, sha256: str, before: os.stat_result, lib: Path) -> None:
         """Stamp ``entry`` after a full check hashed ``lib`` (stat ``before`` taken before the hash): best effort,
