@@ -1,11 +1,11 @@
 // Shared by the CPU and CUDA translation units of the nms library: input
 // checks (the Python fake kernel repeats them word for word), the entry
-// points, and the IoU test of torchvision's CUDA kernel.
+// points; the IoU test of torchvision's CUDA kernel is nms_iou.h.
 //
 // torchvision decides "suppress" in two slightly different ways, and jitops
 // follows each where torchvision runs it:
 //   - CPU (float32, float64): areas in the box dtype, IoU in the box dtype,
-//     compared with the threshold as a double. nms_cpu.cpp.
+//     compared with the threshold as a double. nms_greedy.h.
 //   - CUDA (float16, float32, float64): intersection and areas in the
 //     accumulate type (float for float16), the float16 differences rounded
 //     to float16 where torchvision's are, compared with the threshold as a
@@ -17,17 +17,15 @@
 //     scores are cast to float32 first (register.cpp), so they get the
 //     float32 indices;
 //   - quantized boxes and scores (CPU): the greedy pass on their integer
-//     values, as torchvision's QuantizedCPU kernel. nms_cpu.cpp.
+//     values, as torchvision's QuantizedCPU kernel. nms_greedy.h.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/QScheme.h>
 #include <c10/core/ScalarType.h>
-#include <c10/macros/Macros.h>
-#include <c10/util/Half.h>
 #include <jitops/dtype.h>
 
-#include <cmath>
+#include "nms_iou.h"
 
 namespace jitops_nms {
 
@@ -81,40 +79,6 @@ inline void check_quantized_inputs(const at::Tensor& boxes, const at::Tensor& sc
                 ": per-channel scales would make the integer values of different boxes incomparable. Fix: "
                 "dequantize them first");
   }
-}
-
-// The accumulate type of torchvision's CUDA IoU (at::acc_type<T, true>).
-template <typename T> struct Acc { using type = T; };
-template <> struct Acc<c10::Half> { using type = float; };
-
-// T -> accumulate type, and a value of the accumulate type rounded to T and
-// back, where torchvision's CUDA arithmetic happens in T (c10::Half's
-// operators compute in float and round to half).
-template <typename T>
-C10_HOST_DEVICE inline typename Acc<T>::type in_t(typename Acc<T>::type v) {
-  return static_cast<typename Acc<T>::type>(static_cast<T>(v));
-}
-
-C10_HOST_DEVICE inline float max_(float a, float b) { return fmaxf(a, b); }
-C10_HOST_DEVICE inline float min_(float a, float b) { return fminf(a, b); }
-C10_HOST_DEVICE inline double max_(double a, double b) { return fmax(a, b); }
-C10_HOST_DEVICE inline double min_(double a, double b) { return fmin(a, b); }
-
-// Does box a (x1, y1, x2, y2) suppress box b? torchvision's CUDA formula,
-// values already in the accumulate type. max/min are fmax/fmin (NaN-ignoring)
-// as CUDA's max/min of floats are.
-template <typename T>
-C10_HOST_DEVICE inline bool cuda_suppresses(const typename Acc<T>::type* a, const typename Acc<T>::type* b,
-                                            float threshold) {
-  using acc_t = typename Acc<T>::type;
-  const acc_t left = max_(a[0], b[0]), right = min_(a[2], b[2]);
-  const acc_t top = max_(a[1], b[1]), bottom = min_(a[3], b[3]);
-  const acc_t width = max_(in_t<T>(right - left), acc_t(0));
-  const acc_t height = max_(in_t<T>(bottom - top), acc_t(0));
-  const acc_t inter = width * height;
-  const acc_t area_a = (a[2] - a[0]) * in_t<T>(a[3] - a[1]);
-  const acc_t area_b = (b[2] - b[0]) * in_t<T>(b[3] - b[1]);
-  return (inter / (area_a + area_b - inter)) > threshold;
 }
 
 at::Tensor nms_cpu(const at::Tensor& boxes, const at::Tensor& scores, double iou_threshold);
