@@ -312,6 +312,30 @@ def test_a_bundle_cache_refuses_every_write(tmp_path: Path) -> None:
     assert not (tmp_path / "v1").exists()
 
 
+def test_a_bundle_of_stable_abi_entries_requires_torch_from_their_target_on() -> None:
+    """The wheel's torch requirement is what the keys hold: the exact torch as soon as one entry is keyed on it;
+    ``torch>=`` the oldest target when every entry is on the stable ABI (nms's CPU build: ``OpSpec.for_target``, as make_plan)."""
+    from jitops.registry import lookup
+    from jitops.spec import STABLE_ABI_FLAG, version_flag
+    from jitops.store.bundle_wheel import torch_requirement
+
+    nms = lookup("nms").for_target("cpu", "2.15.0")
+    assert STABLE_ABI_FLAG in nms.cflags and version_flag((2, 13)) in nms.cflags
+    assert nms.cpu_sources == ("nms_stable.cpp",) and nms.cuda_sources == () and nms.exports == ("nms",)
+    assert lookup("nms").for_target("cuda", "2.15.0") is lookup("nms")  # a CUDA build: the ATen sources
+
+    def packed(**ingr: Any) -> Any:  # only the manifest's ingredients are read
+        return dataclasses.make_dataclass("P", ["manifest"])(dataclasses.make_dataclass("M", ["ingredients"])(ingr))
+
+    stable = {"abi": "stable", "torch_version": None, "cflags": ["-O2", version_flag((2, 13))]}
+    newer = {**stable, "cflags": [version_flag((2, 14))]}
+    exact = {"torch_version": "2.14.1+cu130", "cflags": ["-O3"]}
+    assert torch_requirement([packed(**stable), packed(**newer)], "2.15.0+cpu") == "torch>=2.13"
+    assert torch_requirement([packed(**newer)], "2.15.0") == "torch>=2.14"
+    assert torch_requirement([packed(**stable), packed(**exact)], "2.14.1+cu130") == "torch==2.14.1"
+    assert torch_requirement([packed(abi="stable", torch_version=None, cflags=[])], "2.13.0") == "torch==2.13.0"
+
+
 @pytest.mark.parametrize("argv,message", [(["--name", "Bad-Name"], "bundle name 'Bad-Name'"),
                                           (["--version", "1.x"], "bundle version '1.x'")])
 def test_a_bad_name_or_version_is_refused_before_any_build(private_cache: Path, monkeypatch: pytest.MonkeyPatch,

@@ -105,7 +105,7 @@ def _stable(spec: OpSpec, settings: Settings | None = None) -> UserLibrary:
     from ..build import stable
 
     try:
-        return load_spec(spec, "cpu", stable.settings_for(Settings.from_env() if settings is None else settings))
+        return load_spec(spec, "cpu", settings)
     except BuildError as e:  # torch's #error for a C++ API header reached through a header: named
         raise (stable.translate(spec.name, e) or e) from None
 

@@ -23,12 +23,11 @@ stable kernel's errors cross as ``std::runtime_error`` (``STD_TORCH_CHECK``), wh
 tests/test_stable_abi.py checks arrives as ``RuntimeError``. A remembered verdict still applies to
 the compiler as a whole.
 
-Imports: checks, errors, key, patterns, settings, spec, torchcompat, user_spec; stable_fast, tubuild (`PCH_ERROR`) and torch lazily. api.user and build.runner call it.
+Imports: checks, errors, key, patterns, spec, torchcompat, user_spec; stable_fast, tubuild (`PCH_ERROR`) and torch lazily. api.user and build.runner call it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,14 +35,14 @@ from typing import Any
 
 from ..spec import checks
 from ..errors import ArgumentError, BuildError, ConfigError, KernelSourceError, TargetError
-from ..key import STABLE_ABI_FLAG, flag_words
-from ..base.settings import Settings
+from ..key import STABLE_ABI_FLAG, STABLE_BUILDER, flag_words
+from ..spec import stable_target, version_flag
 from ..spec import OpSpec
-from ..base.torchcompat import SUPPORTED, parse
+from ..base.torchcompat import parse
 from ..spec.user_spec import BuildOptions, StrOrSeq, _as_list, _spec
 from ..base.patterns import lazy
 
-BUILDER = "stable"  # the builder name its plans carry (keyed as env.JITOPS_BUILDER, as any non-default builder)
+BUILDER = STABLE_BUILDER  # the builder name its plans carry (plan.make_plan picks it for a stable spec)
 ABIS = ("stable",)  # what abi= accepts besides None (detect from the source)
 _STABLE = lazy(r"\bSTABLE_TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(", needs="STABLE_TORCH_LIBRARY")
 _NAMESPACE = lazy(r"\bSTABLE_TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,", needs="STABLE_TORCH_LIBRARY")
@@ -72,17 +71,11 @@ def wanted(func: str, abi: object, texts: Sequence[str] | None) -> bool:
     return abi == "stable" or (abi is None and texts is not None and is_stable(texts))
 
 
-def version_flag(version: tuple[int, int]) -> str:
-    """``(2, 13)`` -> ``-DTORCH_TARGET_VERSION=0x020d000000000000`` (torch/headeronly/version.h's encoding)."""
-    return f"-DTORCH_TARGET_VERSION=0x{(version[0] << 56) | (version[1] << 48):016x}"
-
-
 def target_of(flags: Sequence[str], torch_version: str) -> tuple[str, tuple[int, int]]:
     """The target flag and (major, minor): the user's ``-DTORCH_TARGET_VERSION``, else the oldest torch jitops
     supports (never above the running one), so an entry built now serves every later torch. ``flags`` are the
     words the compiler gets; any other word naming the ABI's macros (``-U``, ``-D`` apart, two values) is refused:
     the compiler would build for a version the key and the load check do not know."""
-    here = parse(torch_version) or SUPPORTED[0]
     marks = _abi_macro_words(flags)
     for f in marks:
         if not _TARGET.match(f) or f != marks[0]:
@@ -93,7 +86,7 @@ def target_of(flags: Sequence[str], torch_version: str) -> tuple[str, tuple[int,
     if marks:
         value = int(marks[0].split("=", 1)[1], 0)
         return marks[0], ((value >> 56) & 0xFF, (value >> 48) & 0xFF)
-    version = min(SUPPORTED[0], here)
+    version = stable_target(torch_version)
     return version_flag(version), version
 
 
@@ -252,11 +245,6 @@ def exports(texts: Sequence[tuple[str, str]]) -> tuple[str, ...]:
     dispatcher's ~3,000 ops to find them); else () and the loader asks the dispatcher."""
     found = [m.group(1) for _, t in texts for m in _LITERAL_DEF.finditer(t)]
     return tuple(dict.fromkeys(found)) if len(found) == sum(len(_DEF.findall(t)) for _, t in texts) else ()
-
-
-def settings_for(settings: Settings) -> Settings:
-    """``settings`` with this module's builder (unless a test seam's builder is set)."""
-    return dataclasses.replace(settings, builder=BUILDER) if settings.builder == "real" else settings
 
 
 def texts_of(sources: StrOrSeq) -> list[str] | None:

@@ -90,7 +90,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         print(f"signed  by {', '.join(sorted(set(signed)))} ({len(signed)} of {len(written.signers)} entries)")
     else:
         print(f"unsigned ({signer})")
-    print(f"install: pip install --no-deps {written.path}  (requires torch {torch.__version__.split('+')[0]})")
+    print(f"install: pip install --no-deps {written.path}  (requires {written.requires})")
     return 0
 
 

@@ -52,8 +52,10 @@ BUILTINS: tuple[OpSpec, ...] = (
     OpSpec(
         name="nms",
         root=_HERE / "nms",
-        cpu_sources=("nms_cpu.cpp", "register.cpp"),
+        cpu_sources=("nms_cpu.cpp", "register.cpp"),  # the CPU half of a CUDA build
         cuda_sources=("nms_cuda.cu",),
+        # A CPU target: torch's stable C ABI, so one build serves torch 2.13 and every later one (issue 31)
+        stable_cpu_sources=("nms_stable.cpp",),
         cflags=("-ffp-contract=off",),  # torchvision's CPU IoU rounds every product; no fused multiply-add
         schemas=("nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor",),
         python="jitops.kernels.nms.python",

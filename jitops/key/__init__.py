@@ -1,6 +1,6 @@
 """Subpackage ``jitops.key`` (stage 7), one module: what a key holds. Public names: ``compute_key``,
 ``ingredients``, ``namespace_for``, ``env_vars_for``, ``flag_words``, ``source_state`` / ``changed_source``,
-``TORCH_STYLE_FLAG`` / ``STABLE_ABI_FLAG``, ``KEY_CHARS``. May import: ``jitops.target`` and the stages
+``TORCH_STYLE_FLAG`` / ``STABLE_ABI_FLAG`` (spec's), ``STABLE_BUILDER``, ``KEY_CHARS``. May import: ``jitops.target`` and the stages
 below it (registry, kernels, spec, base, errors, _version).
 
 The cache key: ingredients, source digests, ``compute_key``, the namespace, and
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..base import fsutil
 from ..spec.checks import LINE_BREAK, NVCC_UNSAFE, shell_words, shown
 from ..errors import ConfigError
-from ..spec import HEADER_SUFFIXES, SOURCE_SUFFIXES, OpSpec
+from ..spec import HEADER_SUFFIXES, SOURCE_SUFFIXES, STABLE_ABI_FLAG, OpSpec
 from ..target import BUILD_ENV_VARS, HOST_ENV_VARS
 from ..target.compilers import compiler_ingredient
 
@@ -37,9 +37,12 @@ if TYPE_CHECKING:
 
 # In a spec's cflags: its sources are written for torch.utils.cpp_extension (cpp_ext_style.NAME_FLAGS).
 TORCH_STYLE_FLAG = "-DTORCH_EXTENSION_NAME=JITOPS_NS"
-# In a spec's cflags: sources on torch's stable C ABI (stable.py); the key holds their -DTORCH_TARGET_VERSION, not torch's.
-STABLE_ABI_FLAG = "-DJITOPS_STABLE_ABI=1"
+# STABLE_ABI_FLAG (spec) in a spec's cflags: sources on torch's stable C ABI (stable.py); the key holds their
+# -DTORCH_TARGET_VERSION, not torch's.
+STABLE_BUILDER = "stable"  # build/stable.py's builder, which plans of such specs carry (keyed as env.JITOPS_BUILDER)
 STABLE_CFLAGS = ("-O2", "-std=c++17", "-fvisibility=hidden", "-fno-math-errno")
+
+
 KEY_CHARS = 32  # 128 bits of sha256 in paths
 INCLUDE_DIR = Path(__file__).parent.parent / "include"
 
@@ -213,8 +216,15 @@ def build_flags(spec: OpSpec, target: Target, system: System) -> tuple[tuple[str
         check_nvcc_words(cuda, f"the CUDA flags of {what}")
     # Sources written for torch.utils.cpp_extension (the drop-in) get torch's C++ flags only: jitops's -O3, ISA
     # flags (-mfma contracts a*b+c), -fno-math-errno or -DCPU_CAPABILITY_* would change their code and results.
-    stable = STABLE_ABI_FLAG in spec.cflags  # no OpenMP, no ISA flags: portable code on a C ABI
-    own = () if TORCH_STYLE_FLAG in spec.cflags else STABLE_CFLAGS if stable else target.cflags()
+    # On the stable C ABI: no OpenMP; a user's kernel gets no ISA flags either (-mfma would let the compiler fuse its
+    # a*b+c), a builtin one (nms) the target's, as its ATen build does (its cflags forbid contraction).
+    stable = STABLE_ABI_FLAG in spec.cflags
+    if TORCH_STYLE_FLAG in spec.cflags:
+        own: tuple[str, ...] = ()
+    elif stable:
+        own = (*STABLE_CFLAGS, *target.isa_cflags()) if spec.origin == "builtin" else STABLE_CFLAGS
+    else:
+        own = target.cflags()
     return ((*own, *flag_words(spec.cflags, f"{what}'s flag"), *env_cflags), cuda,
             (*(() if stable else target.ldflags()), *flag_words(spec.ldflags, f"{what}'s link flag"), *env_ldflags))
 

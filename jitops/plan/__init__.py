@@ -26,7 +26,8 @@ from typing import Any
 from ..target import compilers, toolchain
 from ..store.cache import Cache
 from ..errors import ToolchainError
-from ..key import Stamp, build_flags, changed_source, compute_key, ingredients, namespace_for, source_state
+from ..key import (STABLE_ABI_FLAG, STABLE_BUILDER, Stamp, build_flags, changed_source, compute_key, ingredients,
+                   namespace_for, source_state)
 from ..store.manifest import Address, Manifest
 from ..store.roots import cache_for_reading
 from ..base.record import record
@@ -115,6 +116,10 @@ def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None,
     if device is None and "cuda" not in spec.devices:
         device = "cpu"  # a library without CUDA sources is a CPU library, on a GPU node too
     target = choose_target(system, device, archs)
+    spec = spec.for_target(target.device, system.torch_version)
+    builder = settings.builder
+    if builder == "real" and STABLE_ABI_FLAG in spec.cflags:
+        builder = STABLE_BUILDER  # one compiler command against the stable headers (build/stable.py)
     cache = cache_for_reading(settings) if cache is None else cache
     tool_dir = cache.toolchains
     record = not settings.offline  # offline never writes, not even identity records
@@ -130,9 +135,9 @@ def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None,
     found, stamps = source_state(spec)
     digests = tuple(sorted(found.items()))
     cflags, cuda_cflags, ldflags = build_flags(spec, target, system)
-    key = compute_key(ingredients(spec, target, system, compiler, nvcc, dict(digests), settings.builder))
+    key = compute_key(ingredients(spec, target, system, compiler, nvcc, dict(digests), builder))
     return Plan(spec, target, system, compiler, nvcc, digests, cflags, cuda_cflags, ldflags, key, cache, missing,
-                builder=settings.builder, stamps=tuple(sorted(stamps.items())))
+                builder=builder, stamps=tuple(sorted(stamps.items())))
 
 
 def runnable_here(plan: Plan, archs: str | None, settings: Settings | None = None) -> Plan:

@@ -1,8 +1,9 @@
 """Subpackage ``jitops.spec`` (stage 3 of ``STAGES`` in tests/test_layout.py): ops as immutable data.
-Owns: this module (``OpSpec``, ``Registry``, ``validate_name``, ``SOURCE_SUFFIXES`` / ``HEADER_SUFFIXES``),
-``checks`` (checks of public arguments, ``shown``, what a flag word may not hold), ``headers`` (what a
-source's text says about the headers it needs) and ``user_spec`` (user build arguments -> ``BuildOptions``
--> ``OpSpec``). May import: ``jitops.base``, ``jitops.errors``, ``jitops._version`` (today: errors, base.record).
+Owns: this module (``OpSpec``, ``Registry``, ``validate_name``, ``SOURCE_SUFFIXES`` / ``HEADER_SUFFIXES``,
+``STABLE_ABI_FLAG`` / ``stable_target`` / ``version_flag``), ``checks`` (checks of public arguments,
+``shown``, what a flag word may not hold), ``headers`` (what a source's text says about the headers it needs)
+and ``user_spec`` (user build arguments -> ``BuildOptions`` -> ``OpSpec``). May import: ``jitops.base``,
+``jitops.errors``, ``jitops._version`` (today: errors, base.record, base.torchcompat).
 
 This module: Op specs (immutable data) and the registry that maps public names to them.
 
@@ -13,11 +14,12 @@ public op names (``add`` and ``add_``; ``softmax`` and ``log_softmax``).
 
 Nothing here imports torch.
 
-Imports: errors, record.
+Imports: errors, record, torchcompat.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import threading
@@ -25,6 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..base.record import record
+from ..base.torchcompat import SUPPORTED, parse
 from ..errors import ArgumentError, InvalidNameError, UnknownOpError
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
@@ -37,6 +40,20 @@ def _is_name(text: str) -> bool:
     return 0 < len(text) <= 64 and text[0] in _NAME_FIRST and _NAME_REST.issuperset(text)
 
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
+# In a spec's cflags: its sources are on torch's stable C ABI (build/stable.py); the key then holds their
+# -DTORCH_TARGET_VERSION instead of torch's version.
+STABLE_ABI_FLAG = "-DJITOPS_STABLE_ABI=1"
+
+
+def stable_target(torch_version: str) -> tuple[int, int]:
+    """The stable ABI version a build targets unless told: the oldest torch jitops supports (never above the
+    running one), so an entry built now serves every later torch."""
+    return min(SUPPORTED[0], parse(torch_version) or SUPPORTED[0])
+
+
+def version_flag(version: tuple[int, int]) -> str:
+    """``(2, 13)`` -> ``-DTORCH_TARGET_VERSION=0x020d000000000000`` (torch/headeronly/version.h's encoding)."""
+    return f"-DTORCH_TARGET_VERSION=0x{(version[0] << 56) | (version[1] << 48):016x}"
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inl")
 
 
@@ -79,6 +96,8 @@ class OpSpec:
     kernels, autograd) and a ``REFERENCES`` mapping of pure-PyTorch
     implementations. ``editable`` marks sources edited in place (a kernel
     folder): ``jitops.get`` re-checks their stamps and rebuilds after an edit.
+    ``stable_cpu_sources``: a CPU target builds these alone instead, on torch's
+    stable C ABI (they define and register every op; ``key.for_target``).
     """
 
     name: str
@@ -95,6 +114,7 @@ class OpSpec:
     description: str = ""
     origin: str = "builtin"
     editable: bool = False
+    stable_cpu_sources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         validate_name(self.name, "library name")
@@ -107,7 +127,8 @@ class OpSpec:
             raise ArgumentError(f"OpSpec {self.name!r}: python must be a module name or None, description and "
                                 "origin strings, editable a bool")
         object.__setattr__(self, "root", Path(self.root))
-        for attr in ("cpu_sources", "cuda_sources", "schemas", "exports", "cflags", "cuda_cflags", "ldflags"):
+        for attr in ("cpu_sources", "cuda_sources", "schemas", "exports", "cflags", "cuda_cflags", "ldflags",
+                     "stable_cpu_sources"):
             value = getattr(self, attr)
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                 raise ArgumentError(f"OpSpec.{attr} must be a list or tuple of strings, got {value!r}"[:300])
@@ -118,7 +139,7 @@ class OpSpec:
             object.__setattr__(self, "exports", names)
         for export in self.exports:
             validate_name(export, "op name")
-        for rel in self.cpu_sources + self.cuda_sources:
+        for rel in self.cpu_sources + self.cuda_sources + self.stable_cpu_sources:
             p = Path(rel)
             if p.is_absolute() or ".." in p.parts:
                 raise InvalidNameError(f"spec {self.name!r}: source {rel!r} must be a relative path inside {self.root}")
@@ -129,6 +150,17 @@ class OpSpec:
     @property
     def devices(self) -> tuple[str, ...]:
         return ("cpu", "cuda") if self.cuda_sources else ("cpu",)
+
+    def for_target(self, device: str, torch_version: str) -> OpSpec:
+        """The spec a build for ``device`` compiles: this one, except for a CPU target of a library with
+        ``stable_cpu_sources``, which builds those alone on torch's stable C ABI (they define and register its
+        ops; ``schemas`` are theirs to define), with ``STABLE_ABI_FLAG`` and ``stable_target``'s version in
+        its cflags, so its key holds that version instead of torch's. That spec is a CPU-only one."""
+        if device != "cpu" or not self.stable_cpu_sources:
+            return self
+        return dataclasses.replace(
+            self, cpu_sources=self.stable_cpu_sources, cuda_sources=(), schemas=(), exports=self.exports,
+            cflags=(STABLE_ABI_FLAG, version_flag(stable_target(torch_version)), *self.cflags), stable_cpu_sources=())
 
 
 class Registry:

@@ -6,7 +6,8 @@ library, byte for byte, and the ``signature`` file when ``sign`` gives one), so 
 verifies it as the cache would. The entry
 point ``[jitops.bundles] <name> = jitops_bundle_<name>:ROOT`` declares it. Tags: the entries are keyed on the
 Python ABI, the platform and the exact torch, so the wheel is ``cp3X-cp3X-<platform>`` (``py3-none-<platform>``
-when no entry is keyed on the Python ABI) and requires ``torch==<the running torch's public version>``; the
+when no entry is keyed on the Python ABI) and requires ``torch==<the running torch's public version>``
+(``torch>=<target>`` when every entry is on torch's stable ABI: ``torch_requirement``); the
 platform tag is the plain one (``linux_x86_64``): the libraries link against this torch's libraries, not a
 manylinux baseline. A plain zip writer (no build backend): METADATA, WHEEL, entry_points.txt and RECORD (sha256
 of every file).
@@ -55,6 +56,7 @@ class Written:
     size: int  # bytes of the wheel file
     per_library: dict[str, int]  # bytes of each library's entries, uncompressed
     signers: dict[str, str | None]  # each entry folder (under the package) -> its signer's fingerprint, None: unsigned
+    requires: str  # the METADATA's torch requirement (torch_requirement)
 
 
 def package_name(name: str) -> str:
@@ -78,6 +80,24 @@ def tags(packed: list[Packed]) -> str:
         return f"py3-none-{platform}"
     py = f"cp{sys.version_info.major}{sys.version_info.minor}"
     return f"{py}-{py}{getattr(sys, 'abiflags', '')}-{platform}"
+
+
+_TARGET = re.compile(r"^-DTORCH_TARGET_VERSION=(0x[0-9a-fA-F]{1,16})$")
+
+
+def torch_requirement(packed: list[Packed], torch_version: str) -> str:
+    """The torch the wheel's entries serve: ``torch==<this one>`` when an entry is keyed on torch's version, else
+    (every entry on torch's stable ABI) ``torch>=<the oldest target version>``, the range the keys hold."""
+    targets = []
+    for p in packed:
+        ingr = p.manifest.ingredients
+        found = [m for f in ingr.get("cflags") or () if (m := _TARGET.match(str(f)))]
+        if ingr.get("abi") != "stable" or ingr.get("torch_version") is not None or len(found) != 1:
+            return f"torch=={torch_version.split('+', 1)[0]}"
+        value = int(found[0].group(1), 16)
+        targets.append(((value >> 56) & 0xFF, (value >> 48) & 0xFF))
+    major, minor = min(targets)
+    return f"torch>={major}.{minor}"
 
 
 def _same_manifest(data: bytes, verified: Manifest) -> bool:  # the bytes packed (and signed) are the ones verified
@@ -122,11 +142,10 @@ def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, to
         signers[rel] = None if signature is None else signature[0]
         if signature is not None:
             files[f"{pkg}/{rel}/{SIGNATURE}"] = (signature_text(signature), 0o644)
-    public_torch = torch_version.split("+", 1)[0]
-    meta = f"{dist}.dist-info"
+    meta, requires = f"{dist}.dist-info", torch_requirement(packed, torch_version)
     files[f"{meta}/METADATA"] = ((f"Metadata-Version: 2.1\nName: {pkg}\nVersion: {version}\n"
                                   f"Summary: jitops bundle {name}: prebuilt, verified op libraries\n"
-                                  f"Requires-Dist: torch=={public_torch}\n").encode(), 0o644)
+                                  f"Requires-Dist: {requires}\n").encode(), 0o644)
     tag = tags(packed)
     files[f"{meta}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: jitops bundle build\nRoot-Is-Purelib: false\n"
                               f"Tag: {tag}\n".encode(), 0o644)
@@ -144,4 +163,4 @@ def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, to
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data)
     os.replace(tmp, path)
-    return Written(path, pkg, version, path.stat().st_size, per_library, signers)
+    return Written(path, pkg, version, path.stat().st_size, per_library, signers, requires)

@@ -176,7 +176,11 @@ class Target:
         return "cuda-" + "-".join("sm" + p for p in parts)
 
     def cflags(self) -> tuple[str, ...]:
-        return BASE_CFLAGS + _ISA_FLAGS.get(self.isa, ()) + (OPENMP_FLAGS if self.openmp else ())
+        return self.isa_cflags() + (OPENMP_FLAGS if self.openmp else ())
+
+    def isa_cflags(self) -> tuple[str, ...]:
+        """-O3 and the ISA's flags, without OpenMP (a builtin library on torch's stable ABI: key.build_flags)."""
+        return BASE_CFLAGS + _ISA_FLAGS.get(self.isa, ())
 
     def ldflags(self) -> tuple[str, ...]:
         return OPENMP_FLAGS if self.openmp else ()

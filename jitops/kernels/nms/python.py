@@ -105,7 +105,7 @@ def _autocast(t: torch.Tensor) -> torch.Tensor:
 def nms_reference(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
     """Plain greedy NMS: visit boxes by decreasing score (ties by index), keep one, drop those it suppresses.
 
-    Quantized inputs: torchvision's QuantizedCPU rule, on the stored integers (see nms_cpu.cpp)."""
+    Quantized inputs: torchvision's QuantizedCPU rule, on the stored integers (see nms_greedy.h)."""
     boxes, scores = _autocast(boxes), _autocast(scores)
     check_inputs(boxes, scores)
     if boxes.is_quantized:
@@ -139,7 +139,8 @@ REFERENCES = {"nms": nms_reference}
 
 
 def register(ns: str) -> None:
-    """Fake kernel for one loaded build (namespace ``ns``): the output length depends on the data."""
+    """Fake kernel for one loaded build (namespace ``ns``): the output length depends on the data; and
+    the autocast rule where the library has none."""
 
     def fake_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
         check_inputs(boxes, scores)
@@ -148,3 +149,8 @@ def register(ns: str) -> None:
         return boxes.new_empty((k,), dtype=torch.int64)
 
     torch.library.register_fake(f"{ns}::nms", fake_nms)
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(f"{ns}::nms", "AutocastCPU"):
+        # The stable-ABI build (nms_stable.cpp), whose C ABI cannot redispatch: torchvision's rule, as
+        # register.cpp's (float16 and bfloat16 on the CPU in float32, float32 and float64 as they are;
+        # torch.amp's cast rule), then the op again with autocast excluded, so fake tensors reach the fake kernel.
+        torch.library.register_autocast(f"{ns}::nms", "cpu", torch.float32)
