@@ -45,13 +45,14 @@ stable_loaded() {  # the reply says: loaded without a build, and computed x * 4
 }
 stable_main=$(stable_load "${JITOPS_MAIN_PYTHON:-.venv/bin/python}")
 
-# Issue 31: a bundle of add built under the main leg's torch (no signing key: unsigned) and pip-installed into a
-# folder. Under each other version its entry is another torch's: skipped (`jitops explain add` names
-# torch_version), add built here and bit-identical to torch.add, nothing mapped from the bundle. (No builtin op
-# is built on the stable ABI yet, so none loads from it across versions.)
+# Issue 31: a bundle of add and nms built under the main leg's torch (no signing key: unsigned) and pip-installed
+# into a folder. Under each other version add's entry is another torch's: skipped (`jitops explain add` names
+# torch_version), add built here and bit-identical to torch.add, nothing mapped from the bundle. nms's CPU build is
+# on torch's stable ABI (its key holds the ABI's target version, not torch's): with builds forbidden
+# (jitops.freeze()) it loads from the bundle, never built, its indices those of the Python reference.
 main_py=${JITOPS_MAIN_PYTHON:-.venv/bin/python}
 env PYTHONPATH="$PWD" JITOPS_CACHE_DIR="$stable_cache" JITOPS_STATE_DIR="$stable_state" JITOPS_CONFIG_DIR="$bundle_dir/no-key" \
-    JITOPS_PROGRESS=0 timeout --kill-after=10 "$(left)" "$main_py" -m jitops bundle build --ops add --out "$bundle_dir/dist" \
+    JITOPS_PROGRESS=0 timeout --kill-after=10 "$(left)" "$main_py" -m jitops bundle build --ops add,nms --out "$bundle_dir/dist" \
     --name ci --version 1 \
     > "$bundle_dir/build.log" 2>&1 \
   && timeout --kill-after=10 "$(left)" "$main_py" -m pip install -q --no-deps --no-index --target "$bundle_dir/site" "$bundle_dir"/dist/*.whl \
@@ -63,10 +64,12 @@ bundle_get() {  # bundle_get PYTHON VERSION: scenarios_bundles.other_torch's JSO
     scenarios_bundles.other_torch "$(python3 -c 'import json, sys; print(json.dumps({"bundle_root": sys.argv[1]}))' \
     "$bundle_dir/site/jitops_bundle_ci")" 2>> "$bundle_dir/stderr.log" | tail -1
 }
-bundle_rebuilt() {  # the reply says: the bundle's entry differs in torch_version, add was built here, bit-identical
+bundle_rebuilt() {  # the reply says: add's entry differs in torch_version, add built here, bit-identical; nms from it
   python3 -c 'import json, sys; r = json.loads(sys.argv[1]); sys.exit(0 if "error" not in r and r["built"] is True
 and r["mapped_from_bundle"] == [] and r["bit_identical"] == [True, True, True] and "torch_version" in r["before"]["diffs"]
-and "/jitops_bundle_ci/" in r["before"]["nearest"] else 1)' "$1" 2>/dev/null
+and "/jitops_bundle_ci/" in r["before"]["nearest"] and "error" not in r["nms"] and r["nms"]["built"] is False
+and all(r["nms"]["same_as_reference"]) and len(r["nms"]["same_as_reference"]) == 5
+and any(p.endswith("/libnms.so") for p in r["nms"]["mapped_from_bundle"]) else 1)' "$1" 2>/dev/null
 }
 
 for v in "${versions[@]}"; do
@@ -108,13 +111,13 @@ for v in "${versions[@]}"; do
     failed=1; results+=("torch $v: FAILED: the stable-ABI entry built under the main torch ($stable_main) did not load: $reply $(tail -3 "$stable_state/stderr.log")")
   fi
   if [ $bundle_built -ne 0 ]; then
-    failed=1; results+=("torch $v: FAILED: no bundle of add was built under the main torch: $(tail -3 "$bundle_dir/build.log")")
+    failed=1; results+=("torch $v: FAILED: no bundle of add and nms was built under the main torch: $(tail -3 "$bundle_dir/build.log")")
   else
     reply=$(bundle_get "$venv/bin/python" "$v")
     if bundle_rebuilt "$reply"; then
-      results+=("torch $v: the main torch's bundle of add was skipped (another torch_version) and add built here, bit-identical")
+      results+=("torch $v: the main torch's bundle: add skipped (another torch_version), built here, bit-identical; nms (stable ABI) loaded from it frozen, same indices")
     else
-      failed=1; results+=("torch $v: FAILED: the main torch's bundle of add: $reply $(tail -3 "$bundle_dir/stderr.log")")
+      failed=1; results+=("torch $v: FAILED: the main torch's bundle of add and nms: $reply $(tail -3 "$bundle_dir/stderr.log")")
     fi
   fi
   if [ $rc -eq 0 ]; then

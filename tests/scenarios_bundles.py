@@ -127,7 +127,8 @@ def get_every_op(bundle_root: str) -> dict[str, Any]:
 def other_torch(bundle_root: str) -> dict[str, Any]:
     """Under another torch than the bundle's (the torch-versions leg, .ci/torch-versions.sh): ``jitops explain add``
     before any use (the nearest entry is the bundle's; what differs), then :func:`get_add` (built here, never
-    mapped from the bundle)."""
+    mapped from the bundle); then, under ``jitops.freeze()``, :func:`get_stable_nms` (nms's CPU build is on the
+    stable ABI: the bundle's entry serves this torch too)."""
     from jitops.cli.explain import explain
     from jitops.registry import lookup
 
@@ -135,4 +136,48 @@ def other_torch(bundle_root: str) -> dict[str, Any]:
     out = get_add(bundle_root)
     out["before"] = {"ready": before.ready, "verdict": before.verdict, "nearest": str(before.nearest or ""),
                      "diffs": [d[0] for d in before.diffs]}
+    out["nms"] = get_stable_nms(bundle_root)
+    return out
+
+
+def get_stable_nms(bundle_root: str) -> dict[str, Any]:
+    """``jitops.get("nms")`` with builds forbidden (``jitops.freeze()``): the error, or whether it was built, the
+    files mapped from ``bundle_root`` that were not mapped before, the processes started, and whether its indices
+    equal jitops's Python reference (torchvision's formulas) for float32, float64, float16, under autocast
+    (bfloat16), and for quint8."""
+    import torch
+
+    import jitops
+    from jitops.kernels.nms.python import nms_reference
+
+    def mapped() -> set[str]:
+        return {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+                if line.split() and line.split()[-1].startswith(bundle_root)}
+
+    already = mapped()
+    spawned = _audit_spawns()
+    out: dict[str, Any] = {}
+    jitops.freeze()
+    try:
+        nms = jitops.get("nms")
+    except Exception as e:  # noqa: BLE001 - the leg reads it
+        out["error"] = {"type": type(e).__name__, "msg": str(e)}
+    else:
+        g = torch.Generator().manual_seed(31)
+        boxes = torch.rand(800, 4, generator=g) * 100
+        boxes[:, 2:] += boxes[:, :2]
+        scores = torch.rand(800, generator=g)
+        same = [nms(boxes.to(d), scores.to(d), 0.5).tolist() == nms_reference(boxes.to(d), scores.to(d), 0.5).tolist()
+                for d in (torch.float32, torch.float64, torch.float16)]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            b16, s16 = boxes.bfloat16(), scores.bfloat16()
+            same.append(nms(b16, s16, 0.5).tolist() == nms_reference(b16, s16, 0.5).tolist())
+        qb = torch.quantize_per_tensor(boxes, 0.5, 3, torch.quint8)
+        qs = torch.quantize_per_tensor(scores, 0.01, 0, torch.quint8)
+        same.append(nms(qb, qs, 0.5).tolist() == nms_reference(qb, qs, 0.5).tolist())
+        out.update(same_as_reference=same, built=nms.library.built, entry=str(nms.library.entry))
+    finally:
+        jitops.unfreeze()
+    out["mapped_from_bundle"] = sorted(mapped() - already)
+    out["spawned"] = spawned
     return out
