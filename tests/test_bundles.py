@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import hashlib
 import io
+import json
 import logging
 import os
 import shutil
@@ -334,6 +335,60 @@ def test_a_bundle_of_stable_abi_entries_requires_torch_from_their_target_on() ->
     assert torch_requirement([packed(**newer)], "2.15.0") == "torch>=2.14"
     assert torch_requirement([packed(**stable), packed(**exact)], "2.14.1+cu130") == "torch==2.14.1"
     assert torch_requirement([packed(abi="stable", torch_version=None, cflags=[])], "2.13.0") == "torch==2.13.0"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--isa", "sse9"], "--isa 'sse9': expected some of default, avx2, avx512"),
+    (["--isa", "avx2", "--device", "cuda"], "--isa is for CPU bundles"),
+])
+def test_a_wrong_isa_list_is_refused_before_any_build(private_cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                      message: str) -> None:
+    built: list[str] = []
+    monkeypatch.setattr(jwarm, "ensure_entry", lambda plan, **kw: built.append(plan.spec.name))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **kw: pytest.fail("no child is started"))
+    rc = main(["bundle", "build", "--ops", "nms", "--out", str(private_cache / "out"), *argv])
+    assert rc == 1 and message in capsys.readouterr().err
+    assert built == [] and not (private_cache / "out").exists()
+
+
+@pytest.mark.compile
+@pytest.mark.process
+def test_a_bundle_for_several_isas_serves_each_with_no_build(tmp_path: Path) -> None:
+    """``--isa default,avx2``: a child process per ISA (``ATEN_CPU_CAPABILITY``) builds nms for it, both entries go
+    in one wheel (py3-none: nms is on the stable ABI), and a process whose torch dispatches to either ISA loads its
+    own entry with builds forbidden; the indices equal the reference's."""
+    if str(torch.backends.cpu.get_cpu_capability()) not in ("AVX2", "AVX512"):
+        pytest.skip("this CPU has no AVX2")
+    env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_STATE_DIR=str(tmp_path / "state"),
+                    JITOPS_PROGRESS="0", JITOPS_FREEZE=None, JITOPS_BUILDER=None, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "jitops", "bundle", "build", "--ops", "nms", "--isa", "default,avx2",
+                           "--out", str(tmp_path / "dist"), "--name", "isas", "--version", "1"],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (whl,) = (tmp_path / "dist").glob("*.whl")
+    assert whl.name.endswith("-py3-none-" + sysconfig.get_platform().replace("-", "_").replace(".", "_") + ".whl")
+    assert "(requires torch>=2.13)" in proc.stdout
+    with zipfile.ZipFile(whl) as zf:
+        targets = sorted(n.split("/")[4] for n in zf.namelist() if n.endswith("/libnms.so"))
+    assert targets == ["cpu-avx2", "cpu-default"]
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site), str(whl)],
+                   check=True, timeout=240)
+    code = ("import json, torch, jitops; from jitops.kernels.nms.python import nms_reference; "
+            "g = torch.Generator().manual_seed(5); b = torch.rand(300, 4, generator=g) * 50; b[:, 2:] += b[:, :2]; "
+            "s = torch.rand(300, generator=g); op = jitops.get('nms'); "
+            "print(json.dumps([str(torch.backends.cpu.get_cpu_capability()), op.library.built, str(op.library.entry), "
+            "op(b, s, 0.5).tolist() == nms_reference(b, s, 0.5).tolist()]))")
+    for isa in ("default", "avx2"):
+        run_env = child_env(ATEN_CPU_CAPABILITY=isa, JITOPS_CACHE_DIR=str(tmp_path / f"empty-{isa}"), JITOPS_FREEZE="error",
+                            JITOPS_STATE_DIR=str(tmp_path / "state"), JITOPS_PROGRESS="0", JITOPS_BUILDER=None,
+                            PYTHONPATH=os.pathsep.join((str(REPO), str(site))))
+        got = subprocess.run([sys.executable, "-c", code], env=run_env, cwd=REPO, capture_output=True, text=True, timeout=240)
+        assert got.returncode == 0, got.stderr
+        capability, built, entry, same = json.loads(got.stdout.strip().splitlines()[-1])
+        assert capability == isa.upper() and built is False and same
+        assert entry.startswith(str(site)) and f"/entries/nms/cpu-{isa}/" in entry
 
 
 @pytest.mark.parametrize("argv,message", [(["--name", "Bad-Name"], "bundle name 'Bad-Name'"),

@@ -6,7 +6,12 @@ JITOPS_REMOTE_SIGNING_KEY), an entry taken from an installed bundle keeps that b
 and an entry that cannot be signed (imported, or an unsigned bundle's) is an error before anything is written.
 Without it nothing is signed: a signed bundle needs its key trusted (and ``cryptography``) wherever it loads.
 
-Imports: errors, base.settings; lazily api.warm, build.entry, build.runner, plan, registry, remote.archive_trust,
+``--isa``: entries for several of the CPU ISAs torch dispatches to, so one wheel serves machines with older CPUs
+too: each ISA other than this process's is built by ``jitops warm`` in a child whose ``ATEN_CPU_CAPABILITY``
+names it (torch reads it at import), into the same cache; every entry is then planned for its ISA here
+(``make_plan(isa=)``) and verified as any other before it is packed.
+
+Imports: errors, base.settings; lazily api.warm, cli (``main``, in the child), build.entry, build.runner, plan, registry, remote.archive_trust,
 store.bundle_wheel, store.bundles, store.manifest, torch (its version).
 """
 
@@ -48,20 +53,28 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     if len(tasks) != len(specs):
         missing = sorted({s.name for s in specs} - {t.spec.name for t in tasks})
         raise JitopsError(f"jitops bundle build: {', '.join(missing)} have no {args.device} sources")
-    outcomes = warm.warm(tasks, jobs=default_jobs(settings.jobs), settings=settings)
-    failed = [f"{o.task.what}: {o.message}" for o in outcomes if o.status in ("failed", "skipped")]
-    if failed:
-        raise JitopsError("jitops bundle build: nothing was written; these entries could not be made: " + "; ".join(failed))
+    here = str(torch.backends.cpu.get_cpu_capability())
+    isas = _isas(args.isa, args.device, here)
+    if here in isas:
+        outcomes = warm.warm(tasks, jobs=default_jobs(settings.jobs), settings=settings)
+        failed = [f"{o.task.what}: {o.message}" for o in outcomes if o.status in ("failed", "skipped")]
+        if failed:
+            raise JitopsError("jitops bundle build: nothing was written; these entries could not be made: " + "; ".join(failed))
+    for isa in isas:
+        if isa != here:
+            _warm_in_child(names, isa)
     packed: list[Packed] = []
     for task in tasks:
-        plan = make_plan(task.spec, task.device, settings=settings)
-        status = entry_status(plan)  # verified again: only what would load here is packed
-        if isinstance(status, Hit):
-            packed.append(Packed(bundles.holding(status.path) or plan.cache, status.path, status.manifest))
-        elif isinstance(status, Compatible):
-            packed.append(Packed(status.plan.cache, status.path, status.manifest))
-        else:
-            raise JitopsError(f"jitops bundle build: {task.what} has no verified entry after warming ({status})")
+        for isa in isas:
+            plan = make_plan(task.spec, task.device, settings=settings, isa=None if isa == here else isa)
+            status = entry_status(plan)  # verified again: only what would load on such a CPU is packed
+            if isinstance(status, Hit):
+                packed.append(Packed(bundles.holding(status.path) or plan.cache, status.path, status.manifest))
+            elif isinstance(status, Compatible):
+                packed.append(Packed(status.plan.cache, status.path, status.manifest))
+            else:
+                raise JitopsError(f"jitops bundle build: {task.what} ({plan.target.name}) has no verified entry after "
+                                  f"warming ({status})")
 
     def sign(p: Packed, manifest: bytes) -> tuple[str, str] | None:
         if isinstance(p.cache, bundles.BundleCache):  # another bundle's entry: its own signature, checked again
@@ -94,6 +107,48 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     return 0
 
 
+ISAS = ("DEFAULT", "AVX2", "AVX512")  # torch's CPU capabilities on x86 (ATEN_CPU_CAPABILITY), lowest first
+
+
+def _isas(text: str | None, device: str, here: str) -> list[str]:
+    """``--isa``'s ISAs (``all``: every one up to this CPU's), this process's when not given."""
+    if text is None:
+        return [here]
+    if device != "cpu":
+        raise JitopsError("jitops bundle build: --isa is for CPU bundles (a CUDA entry's host code follows the "
+                          "machine that builds it). Fix: leave out --isa, or --device cpu")
+    names = [w.strip().upper() for w in text.split(",") if w.strip()]
+    if names == ["ALL"]:
+        return list(ISAS[:ISAS.index(here) + 1]) if here in ISAS else [here]
+    wrong = [n for n in names if n not in ISAS]
+    if wrong or not names:
+        raise JitopsError(f"jitops bundle build: --isa {text!r}: expected some of {', '.join(i.lower() for i in ISAS)} "
+                          "(torch's ATEN_CPU_CAPABILITY names), or all. Fix: e.g. --isa default,avx2")
+    return list(dict.fromkeys(names))
+
+
+def _warm_in_child(names: list[str], isa: str) -> None:
+    """Build the ops' CPU entries for ``isa`` in a child process whose torch dispatches to it
+    (``ATEN_CPU_CAPABILITY``), into the same cache; JitopsError if this CPU cannot run it or a build fails."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; print('isa', torch.backends.cpu.get_cpu_capability(), flush=True); "
+            "from jitops.cli import main; sys.exit(main(['warm', *sys.argv[1:], '--device', 'cpu']))")
+    proc = subprocess.run([sys.executable, "-c", code, *names], env={**os.environ, "ATEN_CPU_CAPABILITY": isa.lower()},
+                          capture_output=True, text=True)
+    got = next((line.split()[1] for line in proc.stdout.splitlines() if line.startswith("isa ")), None)
+    if got is not None and got != isa:
+        raise JitopsError(f"jitops bundle build: nothing was written: torch on this CPU does not run {isa.lower()} "
+                          f"code (ATEN_CPU_CAPABILITY={isa.lower()} gave {got.lower()}). Fix: build that part of the "
+                          "bundle on a machine whose CPU has it, or leave it out of --isa")
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-6:])
+        raise JitopsError(f"jitops bundle build: nothing was written; warming for {isa.lower()} failed "
+                          f"(exit {proc.returncode}):\n{tail}")
+
+
 def add_parser(sub: Any) -> None:
     """``jitops bundle build``, under the main parser's subcommands ``sub``."""
     p = sub.add_parser("bundle", help="write prebuilt, verified entries as an installable wheel")
@@ -102,6 +157,8 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--ops", required=True, metavar="A,B", help="the ops, comma-separated")
     q.add_argument("--out", required=True, metavar="DIR", help="folder to write the wheel into")
     q.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="the target (default: cpu)")
+    q.add_argument("--isa", metavar="A,B", help="CPU ISAs to hold entries for: default, avx2, avx512 (torch's "
+                   "ATEN_CPU_CAPABILITY names), or all up to this CPU's (default: this CPU's)")
     q.add_argument("--name", default="ops", help="the bundle's name: package jitops_bundle_NAME (default: ops)")
     q.add_argument("--version", help="the wheel's version (default: the UTC time, YYYY.MM.DD.HHMMSS)")
     q.add_argument("--sign", action="store_true",

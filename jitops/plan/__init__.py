@@ -109,10 +109,12 @@ def _tool(name: str, recorded: Any) -> Tool | None:
 
 
 def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None, *,
-              settings: Settings | None = None, cache: Cache | None = None) -> Plan:
-    """Decide target and key. A missing compiler is recorded (``toolchain_error``) within ~ms, before any lock."""
+              settings: Settings | None = None, cache: Cache | None = None, isa: str | None = None) -> Plan:
+    """Decide target and key. A missing compiler is recorded (``toolchain_error``) within ~ms, before any lock.
+    ``isa``: the CPU ISA torch dispatches to (``DEFAULT``, ``AVX2``, ``AVX512``) instead of this process's: the plan of
+    an entry that a process with another ``ATEN_CPU_CAPABILITY`` builds (``jitops bundle build --isa``)."""
     settings = Settings.from_env() if settings is None else settings
-    system = probe()
+    system = probe() if isa is None else dataclasses.replace(probe(), cpu_capability=isa)
     if device is None and "cuda" not in spec.devices:
         device = "cpu"  # a library without CUDA sources is a CPU library, on a GPU node too
     target = choose_target(system, device, archs)
