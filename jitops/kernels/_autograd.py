@@ -1,4 +1,5 @@
-"""Twin ops that carry the derivatives of differentiable jitops ops.
+"""Registrations a library's Python side makes from jitops's own code: fake kernels (``register_fake``) and
+the twin ops that carry the derivatives of differentiable jitops ops.
 
 A differentiable op ``f`` has a C++ kernel on the Autograd key
 (``jitops::differentiable`` in ``jitops/include/jitops/op.h``): without grad
@@ -30,6 +31,26 @@ def twin_schema(schema: str, ns: str, name: str, overload: str = "default") -> s
     return f"{name}{TWIN_SUFFIX}{suffix}(" + schema[len(head):]
 
 
+def _fragment(ns: str) -> torch.library.Library:
+    lib = _LIBS.get(ns)
+    if lib is None:
+        lib = _LIBS[ns] = torch.library.Library(ns, "FRAGMENT")
+    return lib
+
+
+def register_fake(qualname: str, fake: Callable[..., Any]) -> None:
+    """``torch.library.register_fake(qualname, fake)``, its source named from ``fake``'s code instead of by torch's
+    caller lookup, whose first call in a process reads every loaded module's file path (``inspect.getmodule``:
+    ~3.5 ms of a warm ``get``). torch's own function when its registry is not where torch 2.13-2.15 keep it."""
+    lib = _fragment(qualname.split("::", 1)[0])
+    try:
+        holder = torch._library.simple_registry.singleton.find(qualname).fake_impl
+        source = f"{fake.__code__.co_filename}:{fake.__code__.co_firstlineno}"
+        lib._registration_handles.append(holder.register(fake, source, lib, allow_override=True))
+    except (AttributeError, TypeError):
+        torch.library.register_fake(qualname, fake, lib=lib)
+
+
 def define_twin(
     ns: str,
     name: str,
@@ -40,11 +61,9 @@ def define_twin(
 ) -> None:
     """Define ``ns::<name>_autograd[.overload]`` from ``ns::<name>[.overload]``'s schema; register its fake
     kernel and derivative."""
-    lib = _LIBS.get(ns)
-    if lib is None:
-        lib = _LIBS[ns] = torch.library.Library(ns, "FRAGMENT")
+    lib = _fragment(ns)
     primal = getattr(getattr(getattr(torch.ops, ns), name), overload)
     lib.define(twin_schema(str(primal._schema), ns, name, overload))
     qualname = f"{ns}::{name}{TWIN_SUFFIX}" + ("" if overload == "default" else f".{overload}")
-    torch.library.register_fake(qualname, fake, lib=lib)
+    register_fake(qualname, fake)
     torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=lib)

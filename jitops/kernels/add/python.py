@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .._autograd import define_twin
+from .._autograd import define_twin, register_fake
 
 _SUPPORTED = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
               torch.bfloat16, torch.float32, torch.float64, torch.complex32, torch.complex64, torch.complex128}
@@ -140,7 +140,7 @@ def register(ns: str) -> None:
     for overload, fake in (("add", fake_add), ("add.out", fake_add_out), ("add_", fake_add_),
                            ("add.Scalar", fake_add_scalar), ("add.Scalar_out", fake_add_scalar_out),
                            ("add_.Scalar", fake_add_scalar_)):
-        torch.library.register_fake(f"{ns}::{overload}", fake)
+        register_fake(f"{ns}::{overload}", fake)
 
     # torch's derivatives.yaml: self gets grad, other gets grad * conj(alpha), each reduced to its
     # shape and made real for a real input (handle_r_to_c).

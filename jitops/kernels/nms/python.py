@@ -4,12 +4,14 @@ The reference follows torchvision's IoU formulas (see nms_common.h): its CPU
 kernel's for float32/float64 CPU tensors, its CUDA kernel's for CUDA tensors
 and for float16 anywhere, its QuantizedCPU kernel's for quantized tensors;
 under torch.autocast float16/bfloat16 inputs are computed in float32, as the
-C++ Autocast kernels do. Imports only torch.
+C++ Autocast kernels do. Imports only torch and the sibling ``_autograd`` module (``register_fake``).
 """
 
 from __future__ import annotations
 
 import torch
+
+from .._autograd import register_fake
 
 _DTYPES = (torch.float16, torch.float32, torch.float64)
 _QDTYPES = (torch.qint8, torch.quint8, torch.qint32)
@@ -148,7 +150,7 @@ def register(ns: str) -> None:
         k = ctx.new_dynamic_size()  # data-dependent; at most N (a SymInt bound is not accepted)
         return boxes.new_empty((k,), dtype=torch.int64)
 
-    torch.library.register_fake(f"{ns}::nms", fake_nms)
+    register_fake(f"{ns}::nms", fake_nms)
     if not torch._C._dispatch_has_kernel_for_dispatch_key(f"{ns}::nms", "AutocastCPU"):
         # The stable-ABI build (nms_stable.cpp), whose C ABI cannot redispatch: torchvision's rule, as
         # register.cpp's (float16 and bfloat16 on the CPU in float32, float32 and float64 as they are;

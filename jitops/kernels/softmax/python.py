@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .._autograd import define_twin
+from .._autograd import define_twin, register_fake
 
 _FLOATS = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64"}
 
@@ -105,7 +105,7 @@ def register(ns: str) -> None:
             (out,) = ctx.saved_tensors
             return _op(grad.to(out.dtype), out, ctx.dim).to(ctx.input_dtype), None, None
 
-        torch.library.register_fake(f"{ns}::{name}", fake)
+        register_fake(f"{ns}::{name}", fake)
         define_twin(ns, name, fake, backward, setup_context)
 
     for name in ("softmax_backward", "log_softmax_backward"):
@@ -114,4 +114,4 @@ def register(ns: str) -> None:
             check_backward(_name, grad, out, dim)
             return torch.empty(out.shape, dtype=out.dtype, device=out.device)
 
-        torch.library.register_fake(f"{ns}::{name}", fake_backward)
+        register_fake(f"{ns}::{name}", fake_backward)
