@@ -41,8 +41,6 @@ TORCH_STYLE_FLAG = "-DTORCH_EXTENSION_NAME=JITOPS_NS"
 # -DTORCH_TARGET_VERSION, not torch's.
 STABLE_BUILDER = "stable"  # build/stable.py's builder, which plans of such specs carry (keyed as env.JITOPS_BUILDER)
 STABLE_CFLAGS = ("-O2", "-std=c++17", "-fvisibility=hidden", "-fno-math-errno")
-
-
 KEY_CHARS = 32  # 128 bits of sha256 in paths
 INCLUDE_DIR = Path(__file__).parent.parent / "include"
 

@@ -40,6 +40,7 @@ def _is_name(text: str) -> bool:
     return 0 < len(text) <= 64 and text[0] in _NAME_FIRST and _NAME_REST.issuperset(text)
 
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
+HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inl")
 # In a spec's cflags: its sources are on torch's stable C ABI (build/stable.py); the key then holds their
 # -DTORCH_TARGET_VERSION instead of torch's version.
 STABLE_ABI_FLAG = "-DJITOPS_STABLE_ABI=1"
@@ -54,7 +55,6 @@ def stable_target(torch_version: str) -> tuple[int, int]:
 def version_flag(version: tuple[int, int]) -> str:
     """``(2, 13)`` -> ``-DTORCH_TARGET_VERSION=0x020d000000000000`` (torch/headeronly/version.h's encoding)."""
     return f"-DTORCH_TARGET_VERSION=0x{(version[0] << 56) | (version[1] << 48):016x}"
-HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inl")
 
 
 def validate_name(name: object, what: str = "op name") -> str:
@@ -97,7 +97,7 @@ class OpSpec:
     implementations. ``editable`` marks sources edited in place (a kernel
     folder): ``jitops.get`` re-checks their stamps and rebuilds after an edit.
     ``stable_cpu_sources``: a CPU target builds these alone instead, on torch's
-    stable C ABI (they define and register every op; ``key.for_target``).
+    stable C ABI (they define and register every op; ``for_target``).
     """
 
     name: str
