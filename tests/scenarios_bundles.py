@@ -181,3 +181,21 @@ def get_stable_nms(bundle_root: str) -> dict[str, Any]:
     out["mapped_from_bundle"] = sorted(mapped() - already)
     out["spawned"] = spawned
     return out
+
+
+def get_nms_here() -> dict[str, Any]:
+    """``jitops.get("nms")`` (the caller sets ATEN_CPU_CAPABILITY and JITOPS_FREEZE): the CPU ISA torch dispatches to,
+    whether the library was built, its entry, and whether its indices equal the Python reference's."""
+    import torch
+
+    import jitops
+    from jitops.kernels.nms.python import nms_reference
+
+    g = torch.Generator().manual_seed(5)
+    boxes = torch.rand(300, 4, generator=g) * 50
+    boxes[:, 2:] += boxes[:, :2]
+    scores = torch.rand(300, generator=g)
+    op = jitops.get("nms")
+    return {"capability": str(torch.backends.cpu.get_cpu_capability()), "built": op.library.built,
+            "entry": str(op.library.entry),
+            "same_as_reference": op(boxes, scores, 0.5).tolist() == nms_reference(boxes, scores, 0.5).tolist()}

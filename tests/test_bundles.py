@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import hashlib
 import io
-import json
 import logging
 import os
 import shutil
@@ -375,19 +374,13 @@ def test_a_bundle_for_several_isas_serves_each_with_no_build(tmp_path: Path) -> 
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site), str(whl)],
                    check=True, timeout=240)
-    code = ("import json, torch, jitops; from jitops.kernels.nms.python import nms_reference; "
-            "g = torch.Generator().manual_seed(5); b = torch.rand(300, 4, generator=g) * 50; b[:, 2:] += b[:, :2]; "
-            "s = torch.rand(300, generator=g); op = jitops.get('nms'); "
-            "print(json.dumps([str(torch.backends.cpu.get_cpu_capability()), op.library.built, str(op.library.entry), "
-            "op(b, s, 0.5).tolist() == nms_reference(b, s, 0.5).tolist()]))")
     for isa in ("default", "avx2"):
         run_env = child_env(ATEN_CPU_CAPABILITY=isa, JITOPS_CACHE_DIR=str(tmp_path / f"empty-{isa}"), JITOPS_FREEZE="error",
                             JITOPS_STATE_DIR=str(tmp_path / "state"), JITOPS_PROGRESS="0", JITOPS_BUILDER=None,
                             PYTHONPATH=os.pathsep.join((str(REPO), str(site))))
-        got = subprocess.run([sys.executable, "-c", code], env=run_env, cwd=REPO, capture_output=True, text=True, timeout=240)
-        assert got.returncode == 0, got.stderr
-        capability, built, entry, same = json.loads(got.stdout.strip().splitlines()[-1])
-        assert capability == isa.upper() and built is False and same
+        got = run_scenario("scenarios_bundles.get_nms_here", env=run_env, timeout=240)
+        assert got["capability"] == isa.upper() and got["built"] is False and got["same_as_reference"]
+        entry = got["entry"]
         assert entry.startswith(str(site)) and f"/entries/nms/cpu-{isa}/" in entry
 
 
