@@ -69,7 +69,9 @@ bundle_rebuilt() {  # the reply says: add's entry differs in torch_version, add 
 and r["mapped_from_bundle"] == [] and r["bit_identical"] == [True, True, True] and "torch_version" in r["before"]["diffs"]
 and "/jitops_bundle_ci/" in r["before"]["nearest"] and "error" not in r["nms"] and r["nms"]["built"] is False
 and all(r["nms"]["same_as_reference"]) and len(r["nms"]["same_as_reference"]) == 5
-and any(p.endswith("/libnms.so") for p in r["nms"]["mapped_from_bundle"]) else 1)' "$1" 2>/dev/null
+and any(p.endswith("/libnms.so") for p in r["nms"]["mapped_from_bundle"])
+and not [a for a in r["nms"]["spawned"] if any(w in ("-c", "-shared", "-o") or w.endswith("ninja") for w in a[1:])]
+else 1)' "$1" 2>/dev/null
 }
 
 for v in "${versions[@]}"; do

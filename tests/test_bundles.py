@@ -351,6 +351,25 @@ def test_a_wrong_isa_list_is_refused_before_any_build(private_cache: Path, monke
     assert built == [] and not (private_cache / "out").exists()
 
 
+def test_an_isa_this_cpu_cannot_run_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child's torch reports the ISA it dispatches to; asking for one the CPU lacks gives another: refused,
+    naming both. (No CPU here lacks one: the child's reply stands in for an AVX2-only machine's.)"""
+    from jitops.cli import bundle as cli_bundle
+    from jitops.errors import JitopsError
+
+    seen: list[dict[str, str]] = []
+
+    def child(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        seen.append(kw["env"])
+        return subprocess.CompletedProcess(argv, 0, stdout="isa AVX2\n")
+
+    monkeypatch.setattr(subprocess, "run", child)
+    with pytest.raises(JitopsError, match="torch on this CPU does not run avx512 code .ATEN_CPU_CAPABILITY=avx512 gave avx2"):
+        cli_bundle._warm_in_child(["nms"], "AVX512")
+    (env,) = seen
+    assert env["ATEN_CPU_CAPABILITY"] == "avx512" and env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)
+
+
 @pytest.mark.compile
 @pytest.mark.process
 def test_a_bundle_for_several_isas_serves_each_with_no_build(tmp_path: Path) -> None:

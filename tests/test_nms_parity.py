@@ -32,9 +32,32 @@ pytestmark = [pytest.mark.compile, pytest.mark.filterwarnings("ignore:.*quantize
 THRESHOLDS = [0.0, 0.2, 0.5, 0.8, 1.0]
 
 
-@pytest.fixture(scope="module")
-def get() -> Callable[[str], Any]:
-    return lambda device: jitops.get("nms", device=device)
+@pytest.fixture(scope="module", params=["stable", "aten"])
+def get(request: pytest.FixtureRequest) -> Callable[[str], Any]:
+    """nms for a device. CPU twice: the stable-ABI library a CPU target builds (``jitops.get``), and the ATen
+    library whose CPU kernels (nms_cpu.cpp, register.cpp's Autocast and QuantizedCPU) a CUDA build carries."""
+    if request.param == "stable":
+        return lambda device: jitops.get("nms", device=device)
+    import dataclasses
+
+    from jitops.loading.loader import load_library
+    from jitops.loading.ops import op_from_library
+    from jitops.registry import lookup
+
+    def aten(device: str) -> Any:
+        if device != "cpu":
+            pytest.skip("a CUDA build is the ATen library already")
+        return op_from_library(load_library(dataclasses.replace(lookup("nms"), stable_cpu_sources=()), "cpu"), "nms")
+
+    return aten
+
+
+def test_both_cpu_builds_define_the_spec_s_schema(get: Any) -> None:
+    """The stable library defines its schema in C++ (nms_stable.cpp), the ATen one from the spec: the same."""
+    from jitops.registry import lookup
+
+    nms = get("cpu")
+    assert str(nms.packet.default._schema).split("::", 1)[1] == lookup("nms").schemas[0]
 
 
 def _boxes(n: int, seed: int, grid: float) -> tuple[torch.Tensor, torch.Tensor]:

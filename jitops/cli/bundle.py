@@ -111,7 +111,7 @@ ISAS = ("DEFAULT", "AVX2", "AVX512")  # torch's CPU capabilities on x86 (ATEN_CP
 
 
 def _isas(text: str | None, device: str, here: str) -> list[str]:
-    """``--isa``'s ISAs (``all``: every one up to this CPU's), this process's when not given."""
+    """``--isa``'s ISAs (``all``: every one up to the one this process's torch dispatches to), this one's when not given."""
     if text is None:
         return [here]
     if device != "cpu":
@@ -129,24 +129,35 @@ def _isas(text: str | None, device: str, here: str) -> list[str]:
 
 def _warm_in_child(names: list[str], isa: str) -> None:
     """Build the ops' CPU entries for ``isa`` in a child process whose torch dispatches to it
-    (``ATEN_CPU_CAPABILITY``), into the same cache; JitopsError if this CPU cannot run it or a build fails."""
+    (``ATEN_CPU_CAPABILITY``), with this jitops first on its path, into the same cache; its output is shown.
+    JitopsError if this CPU cannot run it, or a build fails or takes over an hour."""
     import os
     import subprocess
     import sys
 
+    import jitops
+
+    root = str(Path(jitops.__file__).resolve().parent.parent)
     code = ("import sys, torch; print('isa', torch.backends.cpu.get_cpu_capability(), flush=True); "
             "from jitops.cli import main; sys.exit(main(['warm', *sys.argv[1:], '--device', 'cpu']))")
-    proc = subprocess.run([sys.executable, "-c", code, *names], env={**os.environ, "ATEN_CPU_CAPABILITY": isa.lower()},
-                          capture_output=True, text=True)
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": isa.lower(),
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    print(f"warming {', '.join(names)} for {isa.lower()} in a child process (ATEN_CPU_CAPABILITY={isa.lower()})", flush=True)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, *names], env=env, stdout=subprocess.PIPE, text=True,
+                              timeout=3600)
+    except subprocess.TimeoutExpired:
+        raise JitopsError(f"jitops bundle build: nothing was written; warming for {isa.lower()} took over an hour. "
+                          f"Fix: run `ATEN_CPU_CAPABILITY={isa.lower()} jitops warm ...` to see where it stops") from None
+    print(proc.stdout, end="", flush=True)
     got = next((line.split()[1] for line in proc.stdout.splitlines() if line.startswith("isa ")), None)
     if got is not None and got != isa:
         raise JitopsError(f"jitops bundle build: nothing was written: torch on this CPU does not run {isa.lower()} "
                           f"code (ATEN_CPU_CAPABILITY={isa.lower()} gave {got.lower()}). Fix: build that part of the "
                           "bundle on a machine whose CPU has it, or leave it out of --isa")
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-6:])
         raise JitopsError(f"jitops bundle build: nothing was written; warming for {isa.lower()} failed "
-                          f"(exit {proc.returncode}):\n{tail}")
+                          f"(exit {proc.returncode}; its output is above)")
 
 
 def add_parser(sub: Any) -> None:
@@ -158,7 +169,7 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--out", required=True, metavar="DIR", help="folder to write the wheel into")
     q.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="the target (default: cpu)")
     q.add_argument("--isa", metavar="A,B", help="CPU ISAs to hold entries for: default, avx2, avx512 (torch's "
-                   "ATEN_CPU_CAPABILITY names), or all up to this CPU's (default: this CPU's)")
+                   "ATEN_CPU_CAPABILITY names), or all up to the one torch dispatches to here (default: that one)")
     q.add_argument("--name", default="ops", help="the bundle's name: package jitops_bundle_NAME (default: ops)")
     q.add_argument("--version", help="the wheel's version (default: the UTC time, YYYY.MM.DD.HHMMSS)")
     q.add_argument("--sign", action="store_true",

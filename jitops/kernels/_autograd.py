@@ -31,7 +31,8 @@ def twin_schema(schema: str, ns: str, name: str, overload: str = "default") -> s
     return f"{name}{TWIN_SUFFIX}{suffix}(" + schema[len(head):]
 
 
-def _fragment(ns: str) -> torch.library.Library:
+def fragment(ns: str) -> torch.library.Library:
+    """The FRAGMENT library that holds a namespace's Python registrations, kept alive for the process."""
     lib = _LIBS.get(ns)
     if lib is None:
         lib = _LIBS[ns] = torch.library.Library(ns, "FRAGMENT")
@@ -42,7 +43,7 @@ def register_fake(qualname: str, fake: Callable[..., Any]) -> None:
     """``torch.library.register_fake(qualname, fake)``, its source named from ``fake``'s code instead of by torch's
     caller lookup, whose first call in a process reads every loaded module's file path (``inspect.getmodule``:
     ~3.5 ms of a warm ``get``). torch's own function when its registry is not where torch 2.13-2.15 keep it."""
-    lib = _fragment(qualname.split("::", 1)[0])
+    lib = fragment(qualname.split("::", 1)[0])
     try:
         holder = torch._library.simple_registry.singleton.find(qualname).fake_impl
         source = f"{fake.__code__.co_filename}:{fake.__code__.co_firstlineno}"
@@ -61,7 +62,7 @@ def define_twin(
 ) -> None:
     """Define ``ns::<name>_autograd[.overload]`` from ``ns::<name>[.overload]``'s schema; register its fake
     kernel and derivative."""
-    lib = _fragment(ns)
+    lib = fragment(ns)
     primal = getattr(getattr(getattr(torch.ops, ns), name), overload)
     lib.define(twin_schema(str(primal._schema), ns, name, overload))
     qualname = f"{ns}::{name}{TWIN_SUFFIX}" + ("" if overload == "default" else f".{overload}")

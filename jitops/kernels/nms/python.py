@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .._autograd import register_fake
+from .._autograd import fragment, register_fake
 
 _DTYPES = (torch.float16, torch.float32, torch.float64)
 _QDTYPES = (torch.qint8, torch.quint8, torch.qint32)
@@ -155,4 +155,4 @@ def register(ns: str) -> None:
         # The stable-ABI build (nms_stable.cpp), whose C ABI cannot redispatch: torchvision's rule, as
         # register.cpp's (float16 and bfloat16 on the CPU in float32, float32 and float64 as they are;
         # torch.amp's cast rule), then the op again with autocast excluded, so fake tensors reach the fake kernel.
-        torch.library.register_autocast(f"{ns}::nms", "cpu", torch.float32)
+        torch.library.register_autocast(f"{ns}::nms", "cpu", torch.float32, lib=fragment(ns))
