@@ -26,6 +26,12 @@ def _audit_spawns() -> list[list[str]]:
     return spawned
 
 
+def _mapped(root: str) -> set[str]:
+    """The files under ``root`` this process has mapped (/proc/self/maps)."""
+    return {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+            if line.split() and line.split()[-1].startswith(root)}
+
+
 def get_add(bundle_root: str) -> dict[str, Any]:
     """``jitops.get("add")``; (the error, or the loaded entry, whether it built, its bits against torch.add), the
     processes started, whether any file under ``bundle_root`` was mapped, the bundles this process found."""
@@ -51,9 +57,7 @@ def get_add(bundle_root: str) -> dict[str, Any]:
         out["bit_identical"] = same
         (lib,) = loader._libraries.values()
         out["entry"], out["built"] = str(lib.entry), lib.built
-    maps = Path("/proc/self/maps").read_text()
-    out["mapped_from_bundle"] = sorted({line.split()[-1] for line in maps.splitlines()
-                                        if line.split() and line.split()[-1].startswith(bundle_root)})
+    out["mapped_from_bundle"] = sorted(_mapped(bundle_root))
     out["spawned"] = spawned
     out["bundles"] = [b.name for b in bundles.found()]
     from jitops.api import warm
@@ -116,9 +120,7 @@ def get_every_op(bundle_root: str) -> dict[str, Any]:
             out[name] = {"bit_identical": same(mine(*args), theirs(*args)), "built": mine.library.built,
                          "entry": str(mine.library.entry), "seconds": per_call(mine, *args),
                          "baseline_seconds": per_call(theirs, *args)}
-    maps = Path("/proc/self/maps").read_text()
-    out["mapped_from_bundle"] = sorted({line.split()[-1] for line in maps.splitlines()
-                                        if line.split() and line.split()[-1].startswith(bundle_root)})
+    out["mapped_from_bundle"] = sorted(_mapped(bundle_root))
     out["spawned"] = spawned
     out["jitops_file"] = jitops.__file__
     return out
@@ -150,11 +152,7 @@ def get_stable_nms(bundle_root: str) -> dict[str, Any]:
     import jitops
     from jitops.kernels.nms.python import nms_reference
 
-    def mapped() -> set[str]:
-        return {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
-                if line.split() and line.split()[-1].startswith(bundle_root)}
-
-    already = mapped()
+    already = _mapped(bundle_root)
     spawned = _audit_spawns()
     out: dict[str, Any] = {}
     jitops.freeze()
@@ -178,7 +176,7 @@ def get_stable_nms(bundle_root: str) -> dict[str, Any]:
         out.update(same_as_reference=same, built=nms.library.built, entry=str(nms.library.entry))
     finally:
         jitops.unfreeze()
-    out["mapped_from_bundle"] = sorted(mapped() - already)
+    out["mapped_from_bundle"] = sorted(_mapped(bundle_root) - already)
     out["spawned"] = spawned
     return out
 

@@ -36,7 +36,7 @@ from typing import Any
 from ..spec import checks
 from ..errors import ArgumentError, BuildError, ConfigError, KernelSourceError, TargetError
 from ..key import STABLE_ABI_FLAG, STABLE_BUILDER, flag_words
-from ..spec import stable_target, version_flag
+from ..spec import flag_version, stable_target, version_flag
 from ..spec import OpSpec
 from ..base.torchcompat import parse
 from ..spec.user_spec import BuildOptions, StrOrSeq, _as_list, _spec
@@ -50,7 +50,6 @@ _IMPL_NAMESPACE = lazy(r"\bSTABLE_TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,", needs="S
 _DEF = lazy(r"\.def\s*\(", needs=".def")
 _LITERAL_DEF = lazy(r'\.def\s*\(\s*"\s*(\w+)\s*[(.]', needs=".def")
 _INCLUDE = lazy(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', needs="include")
-_TARGET = lazy(r"^-DTORCH_TARGET_VERSION=(0x[0-9a-fA-F]{1,16}|\d+)$", needs="-DTORCH_TARGET_VERSION=")
 # Headers of torch's C++ API (ATen, c10, torch/extension.h...), Python's and pybind11's: not in the stable set.
 _FULL_API = lazy(r"^(ATen|c10|caffe2|pybind11|jitops)/|^Python\.h$|^torch/(?!csrc/stable/|headeronly/|csrc/inductor/aoti_torch/(c|generated)/)",
                  needs=("ATen/", "c10/", "caffe2/", "pybind11/", "jitops/", "Python.h", "torch/"))
@@ -78,14 +77,13 @@ def target_of(flags: Sequence[str], torch_version: str) -> tuple[str, tuple[int,
     the compiler would build for a version the key and the load check do not know."""
     marks = _abi_macro_words(flags)
     for f in marks:
-        if not _TARGET.match(f) or f != marks[0]:
+        if flag_version(f) is None or f != marks[0]:
             also = f" after {checks.shown(marks[0])}" if f != marks[0] else ""
             raise ArgumentError(f"extra_cflags holds {checks.shown(f)}{also}: the stable ABI's target is one -DTORCH_TARGET_VERSION=<number> word, as "
                                 "torch/headeronly/version.h encodes it, and its macros are never undefined. Fix: "
                                 "-DTORCH_TARGET_VERSION=0x020d000000000000 for torch 2.13 (major << 56 | minor << 48)")
     if marks:
-        value = int(marks[0].split("=", 1)[1], 0)
-        return marks[0], ((value >> 56) & 0xFF, (value >> 48) & 0xFF)
+        return marks[0], flag_version(marks[0]) or stable_target(torch_version)  # checked above: never the default
     version = stable_target(torch_version)
     return version_flag(version), version
 

@@ -1,9 +1,9 @@
 """Subpackage ``jitops.spec`` (stage 3 of ``STAGES`` in tests/test_layout.py): ops as immutable data.
 Owns: this module (``OpSpec``, ``Registry``, ``validate_name``, ``SOURCE_SUFFIXES`` / ``HEADER_SUFFIXES``,
-``STABLE_ABI_FLAG`` / ``stable_target`` / ``version_flag``), ``checks`` (checks of public arguments,
+``STABLE_ABI_FLAG`` / ``stable_target`` / ``version_flag`` / ``flag_version``), ``checks`` (checks of public arguments,
 ``shown``, what a flag word may not hold), ``headers`` (what a source's text says about the headers it needs)
 and ``user_spec`` (user build arguments -> ``BuildOptions`` -> ``OpSpec``). May import: ``jitops.base``,
-``jitops.errors``, ``jitops._version`` (today: errors, base.record, base.torchcompat).
+``jitops.errors``, ``jitops._version`` (today: errors, base.patterns, base.record, base.torchcompat).
 
 This module: Op specs (immutable data) and the registry that maps public names to them.
 
@@ -14,7 +14,7 @@ public op names (``add`` and ``add_``; ``softmax`` and ``log_softmax``).
 
 Nothing here imports torch.
 
-Imports: errors, record, torchcompat.
+Imports: errors, patterns, record, torchcompat.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..base.patterns import lazy
 from ..base.record import record
 from ..base.torchcompat import SUPPORTED, parse
 from ..errors import ArgumentError, InvalidNameError, UnknownOpError
@@ -55,6 +56,19 @@ def stable_target(torch_version: str) -> tuple[int, int]:
 def version_flag(version: tuple[int, int]) -> str:
     """``(2, 13)`` -> ``-DTORCH_TARGET_VERSION=0x020d000000000000`` (torch/headeronly/version.h's encoding)."""
     return f"-DTORCH_TARGET_VERSION=0x{(version[0] << 56) | (version[1] << 48):016x}"
+
+
+_TARGET_FLAG = lazy(r"^-DTORCH_TARGET_VERSION=(0x[0-9a-fA-F]{1,16}|\d+)$", needs="-DTORCH_TARGET_VERSION=")
+
+
+def flag_version(word: str) -> tuple[int, int] | None:
+    """``version_flag``'s inverse: ``(major, minor)`` of one ``-DTORCH_TARGET_VERSION=<number>`` word (hex or
+    decimal, as torch/headeronly/version.h encodes it), None for any other word."""
+    m = _TARGET_FLAG.match(word)
+    if m is None:
+        return None
+    value = int(m.group(1), 0)
+    return (value >> 56) & 0xFF, (value >> 48) & 0xFF
 
 
 def validate_name(name: object, what: str = "op name") -> str:

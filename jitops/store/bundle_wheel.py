@@ -12,7 +12,7 @@ platform tag is the plain one (``linux_x86_64``): the libraries link against thi
 manylinux baseline. A plain zip writer (no build backend): METADATA, WHEEL, entry_points.txt and RECORD (sha256
 of every file).
 
-Imports: bundles, cache, manifest, base.fsutil, errors.
+Imports: bundles, cache, manifest, base.fsutil, errors, spec (``flag_version``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..base import fsutil
 from ..errors import ArgumentError
+from ..spec import flag_version
 from .bundles import SIGNATURE, Signature, signature_text
 from .cache import Cache
 from .manifest import MANIFEST, Manifest
@@ -82,20 +83,16 @@ def tags(packed: list[Packed]) -> str:
     return f"{py}-{py}{getattr(sys, 'abiflags', '')}-{platform}"
 
 
-_TARGET = re.compile(r"^-DTORCH_TARGET_VERSION=(0x[0-9a-fA-F]{1,16})$")
-
-
 def torch_requirement(packed: list[Packed], torch_version: str) -> str:
     """The torch the wheel's entries serve: ``torch==<this one>`` when an entry is keyed on torch's version, else
     (every entry on torch's stable ABI) ``torch>=<the oldest target version>``, the range the keys hold."""
     targets = []
     for p in packed:
         ingr = p.manifest.ingredients
-        found = [m for f in ingr.get("cflags") or () if (m := _TARGET.match(str(f)))]
+        found = [v for f in ingr.get("cflags") or () if (v := flag_version(str(f)))]
         if ingr.get("abi") != "stable" or ingr.get("torch_version") is not None or len(found) != 1:
             return f"torch=={torch_version.split('+', 1)[0]}"
-        value = int(found[0].group(1), 16)
-        targets.append(((value >> 56) & 0xFF, (value >> 48) & 0xFF))
+        targets.append(found[0])
     major, minor = min(targets)
     return f"torch>={major}.{minor}"
 
