@@ -51,7 +51,8 @@ def test_lazy_compiles_at_first_use_and_then_is_the_pattern() -> None:
 def test_needs_skips_texts_without_the_literal_and_finds_what_the_regex_finds() -> None:
     from jitops.api.cpp_ext_style import _FIXED_NS, _PYBIND
     from jitops.api.dropin import _JITOPS_STYLE, _REGISTERS
-    from jitops.build.stable import _FULL_API, _INCLUDE, _LITERAL_DEF, _NAMESPACE, _STABLE, _TARGET
+    from jitops.build.stable import _FULL_API, _INCLUDE, _LITERAL_DEF, _NAMESPACE, _STABLE
+    from jitops.spec import _TARGET_FLAG as _TARGET
     from jitops.spec.headers import EXTENSION_H
 
     fresh = lazy(r"\bTORCH_LIBRARY\s*\(", needs="TORCH_LIBRARY")
