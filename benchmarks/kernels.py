@@ -146,8 +146,10 @@ def _compiled(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
 
 
 def softmax_rows(device: str, shapes: list[tuple[tuple[int, ...], int]], dtypes: list[torch.dtype],
-                 use_compile: bool, timing: bench.Timing = bench.Timing()) -> tuple[list[bench.Row], list[str]]:
-    """softmax and log_softmax, forward and backward: jitops vs torch eager (and torch.compile)."""
+                 use_compile: bool, timing: bench.Timing = bench.Timing(),
+                 progress: Callable[[bench.Row], None] | None = None) -> tuple[list[bench.Row], list[str]]:
+    """softmax and log_softmax, forward and backward: jitops vs torch eager (and torch.compile).
+    ``progress`` sees each row as it is measured (a run cut short still shows what it measured)."""
     rows, failed = [], []
     for name, fn in SOFTMAXES.items():
         op = jitops.get(name, device=device)
@@ -161,19 +163,24 @@ def softmax_rows(device: str, shapes: list[tuple[tuple[int, ...], int]], dtypes:
                             sides["compile"] = _compiled(fn)
                         case = softmax_case(name, x, dim, mode, sides, check_against="eager")
                         rows.append(bench.measure(case, device, timing))
+                        if progress is not None:
+                            progress(rows[-1])
                     except RuntimeError as e:  # report it and go on: one broken case must not lose the run
                         failed.append(f"FAILED {name} {shape} dim={dim} {dtype} {mode}: {str(e).splitlines()[0]}")
     return rows, failed
 
 
 def nms_rows(device: str, sizes: tuple[int, ...], theirs: Callable[..., torch.Tensor],
-             timing: bench.Timing = bench.Timing()) -> tuple[list[bench.Row], list[str]]:
+             timing: bench.Timing = bench.Timing(),
+             progress: Callable[[bench.Row], None] | None = None) -> tuple[list[bench.Row], list[str]]:
     """nms: jitops vs torchvision (``theirs``), the kept indices checked equal."""
     op, rows, failed = jitops.get("nms", device=device), [], []
     for n in sizes:
         try:
             case = nms_case(n, {"jitops": op, "torchvision": theirs}, device=device, check_against="torchvision")
             rows.append(bench.measure(case, device, timing))
+            if progress is not None:
+                progress(rows[-1])
         except RuntimeError as e:
             failed.append(f"FAILED nms {n} boxes: {str(e).splitlines()[0]}")
     return rows, failed
@@ -192,15 +199,22 @@ def gpu_main(quick: bool) -> int:
           "fwd: x read + y written. bwd: the backward alone, torch.autograd.grad of an output computed once "
           "(graph kept), in all three columns; grad and output read + grad_in written",
           "", sep="\n", flush=True)
-    rows, failed = softmax_rows("cuda", QUICK_SHAPES if quick else GPU_SHAPES, [torch.float32, torch.bfloat16], True)
-    print("\n".join(bench.table(rows, copy)), "", sep="\n", flush=True)
-    theirs, nrows = torchvision_nms(), []
+
+    def progress(r: bench.Row) -> None:  # the tables come at the end; this line per case as it is measured
+        print(f"  measured {r.label}: " + ", ".join(f"{k} {v * 1e3:.4f} ms" for k, v in r.times.items())
+              + (f", fastest/jitops {r.fastest:.2f}x" if r.fastest else "") + (f" (!) {r.note}" if r.note else ""), flush=True)
+
+    # nms first: it needs no torch.compile, so a run cut short still has it
+    theirs, nrows, failed = torchvision_nms(), [], []
     if theirs is None:
         print("nms: skipped: torchvision is not importable here (or its C++ ops do not load with this torch)")
     else:
-        nrows, nfailed = nms_rows("cuda", QUICK_NMS if quick else NMS_SIZES, theirs)
-        print("\n".join(bench.table(nrows)), flush=True)
-        failed += nfailed
+        nrows, failed = nms_rows("cuda", QUICK_NMS if quick else NMS_SIZES, theirs, progress=progress)
+        print("\n".join(bench.table(nrows)), "", sep="\n", flush=True)
+    rows, sfailed = softmax_rows("cuda", QUICK_SHAPES if quick else GPU_SHAPES, [torch.float32, torch.bfloat16], True,
+                                 progress=progress)
+    print("\n".join(bench.table(rows, copy)), flush=True)
+    failed += sfailed
     for line in failed:
         print(line, file=sys.stderr)
     bad = failed or any(r.note for r in rows + nrows)

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Issue 27's checks in one prepared run on a GPU node (GPU time comes in one short loan), every output teed
+# into $OUT (or a fresh temporary folder):
+#   1. the builtin ops' CUDA libraries built for this GPU (`jitops warm --device cuda`), timed, with their sizes;
+#   2. the cuda-marked tests against that cache and, beside them, the CUDA edit loop
+#      (benchmarks/cuda_edit_loop.py: it compiles on a few of the node's cores while the tests use the GPU);
+#   3. benchmarks/kernels.py --device cuda: nms against torchvision, then softmax/log_softmax against torch
+#      eager and torch.compile (alone on the node: nothing else runs while it times).
+# Each phase is time-boxed inside GPU_SESSION_SECONDS (default 540). Wheels the node lacks (platformdirs,
+# expecttest) travel in .whl/ (DEVELOPERS.md: the GPU machine).
+# Usage there: bash benchmarks/gpu_session.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+unset CXX  # the node's CXX is a wrapper whose extensions crash on their first C++ error
+out=${OUT:-$(mktemp -d)}
+start=$(date +%s)
+budget=${GPU_SESSION_SECONDS:-540}
+left() { local l=$(( budget - ($(date +%s) - start) )); echo $(( l > 5 ? l : 5 )); }
+upto() { local l; l=$(left); echo $(( l < $1 ? l : $1 )); }  # the phase's own cap, or what is left
+site=/tmp/jitops-site
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl
+fi
+export PYTHONPATH="$site:$PWD" PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore::UserWarning
+export JITOPS_CACHE_DIR=/tmp/jitops-gpu-cache JITOPS_STATE_DIR=/tmp/jitops-gpu-state TORCHINDUCTOR_CACHE_DIR=/tmp/jitops-gpu-inductor
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  echo "cores: $(nproc); TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-unset}"
+  python3 -c "import torch, triton, torchvision; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'torchvision', torchvision.__version__)"
+  nvcc --version | tail -2
+} 2>&1 | tee "$out/env.txt"
+
+echo "== 1. build"
+if [ "${GPU_SESSION_PER_OP:-1}" = 1 ]; then  # one op after another, each timed: the first build a user waits for
+  for op in softmax nms add; do
+    t=$(date +%s.%N)
+    timeout "$(upto 240)" python3 -m jitops warm "$op" --device cuda >> "$out/build.txt" 2>&1
+    echo "build $op rc=$?: $(python3 -c "import time; print(f'{time.time() - $t:.1f}')") s" | tee -a "$out/build.txt"
+  done
+else  # all three in one warm: the shortest wall time
+  timeout "$(upto 240)" python3 -m jitops warm softmax nms add --device cuda >> "$out/build.txt" 2>&1
+fi
+tail -20 "$out/build.txt"
+find "$JITOPS_CACHE_DIR" -name '*.so' -printf '%s bytes  %p\n' | tee -a "$out/build.txt"
+
+echo "== 2. cuda tests, and the CUDA edit loop beside them"
+timeout "$(upto 240)" python3 benchmarks/cuda_edit_loop.py --only "${GPU_SESSION_LOOP:-torch,jitops-dropin,jitops}" \
+  > "$out/edit_loop.txt" 2>&1 &
+loop=$!
+# SIGINT at the time limit: pytest then still prints its summary (which tests failed, and why) for what ran
+# shellcheck disable=SC2086
+JITOPS_TEST_CACHE_DIR=$JITOPS_CACHE_DIR timeout -s INT -k 15 "$(upto "${GPU_SESSION_TEST_SECONDS:-130}")" \
+  python3 -m pytest -m cuda -q -n "${GPU_SESSION_WORKERS:-4}" --dist "${GPU_SESSION_DIST:-load}" -p no:cacheprovider -o addopts="" -rf \
+  --tb=line ${GPU_SESSION_TESTS:-tests/test_cuda_ops.py tests/test_bench.py tests/test_parity_softmax.py tests/test_parity_add_nms.py} \
+  2>&1 | tee "$out/tests.txt" | tail -150
+echo "tests rc=${PIPESTATUS[0]}"
+wait "$loop"
+echo "edit loop rc=$?"
+cat "$out/edit_loop.txt"
+
+[ "${GPU_SESSION_KERNELS:-1}" = 1 ] || exit 0
+echo "== 3. kernels (left: $(left) s)"
+timeout "$(left)" python3 benchmarks/kernels.py --device cuda 2>&1 | tee "$out/kernels.txt"
+echo "kernels rc=${PIPESTATUS[0]}; whole run $(( $(date +%s) - start )) s"
