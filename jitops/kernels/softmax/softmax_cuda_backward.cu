@@ -1,9 +1,11 @@
 // softmax / log_softmax backward kernels for CUDA, one fused kernel per
 // shape class (the classes of softmax_cuda_common.cuh):
-//   softmax:     grad_in = out * (grad - sum(grad * out))
+//   softmax:     t = grad * out, rounded to the tensor's type; grad_in = t - out * sum(t)
 //   log_softmax: grad_in = grad - exp(out) * sum(grad)
-// Half and bfloat16 compute in float and round once. Current stream, device
-// guard, every launch checked.
+// in the order torch's CUDA kernels compute them (SoftMax.cu: softmax_backward_cuda_out
+// multiplies grad by out as a tensor op, in the tensor's type, before its kernels sum;
+// their epilogue is t - out * sum). Everything else in float for half and bfloat16,
+// rounded once. Current stream, device guard, every launch checked.
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -20,14 +22,16 @@ namespace {
 
 constexpr int kWarpBlock = 128;
 
-template <typename acc_t, bool LOG>
+// The summed term: grad (log_softmax) or grad * out rounded to T, as torch's `grad * output` tensor is.
+template <typename T, bool LOG, typename acc_t>
 __device__ __forceinline__ acc_t term(acc_t g, acc_t y) {
-  return LOG ? g : g * y;
+  return LOG ? g : static_cast<acc_t>(static_cast<T>(g * y));
 }
 
-template <typename acc_t, bool LOG>
-__device__ __forceinline__ acc_t grad_in(acc_t g, acc_t y, acc_t s) {
-  return LOG ? g - exp(y) * s : y * (g - s);
+// From the term t of this element and the row's sum s of terms (torch's epilogues, written the same way).
+template <bool LOG, typename acc_t>
+__device__ __forceinline__ acc_t grad_in(acc_t t, acc_t y, acc_t s) {
+  return LOG ? t - exp(y) * s : t - y * s;
 }
 
 template <typename T, int VEC>
@@ -60,9 +64,9 @@ __global__ void warp_backward(const T* __restrict__ grad, const T* __restrict__ 
       load<T, VEC>(out + base + j, ty);
 #pragma unroll
       for (int v = 0; v < VEC; ++v) {
-        g[it][v] = static_cast<acc_t>(tg[v]);
         y[it][v] = static_cast<acc_t>(ty[v]);
-        s += term<acc_t, LOG>(g[it][v], y[it][v]);
+        g[it][v] = term<T, LOG>(static_cast<acc_t>(tg[v]), y[it][v]);  // from here on, the term
+        s += g[it][v];
       }
     }
   }
@@ -74,7 +78,7 @@ __global__ void warp_backward(const T* __restrict__ grad, const T* __restrict__ 
     if (j < n) {
       T t[VEC];
 #pragma unroll
-      for (int v = 0; v < VEC; ++v) t[v] = static_cast<T>(grad_in<acc_t, LOG>(g[it][v], y[it][v], s));
+      for (int v = 0; v < VEC; ++v) t[v] = static_cast<T>(grad_in<LOG>(g[it][v], y[it][v], s));
       store<T, VEC>(gin + base + j, t);
     }
   }
@@ -118,7 +122,7 @@ __global__ void split_sum(const T* __restrict__ grad, const T* __restrict__ out,
     load<T, VEC>(grad + row * n + j, tg);
     if constexpr (!LOG) load<T, VEC>(out + row * n + j, ty);
 #pragma unroll
-    for (int v = 0; v < VEC; ++v) s += LOG ? static_cast<acc_t>(tg[v]) : static_cast<acc_t>(tg[v]) * static_cast<acc_t>(ty[v]);
+    for (int v = 0; v < VEC; ++v) s += term<T, LOG>(static_cast<acc_t>(tg[v]), LOG ? acc_t(0) : static_cast<acc_t>(ty[v]));
   }
   s = block_sum(s, red);
   if (threadIdx.x == 0) part[row * gridDim.x + blockIdx.x] = s;
@@ -144,7 +148,8 @@ __global__ void split_apply(const T* __restrict__ grad, const T* __restrict__ ou
     load<T, VEC>(out + row * n + j, ty);
 #pragma unroll
     for (int v = 0; v < VEC; ++v) {
-      t[v] = static_cast<T>(grad_in<acc_t, LOG>(static_cast<acc_t>(tg[v]), static_cast<acc_t>(ty[v]), s));
+      const acc_t yv = static_cast<acc_t>(ty[v]);
+      t[v] = static_cast<T>(grad_in<LOG>(term<T, LOG>(static_cast<acc_t>(tg[v]), yv), yv, s));
     }
     store<T, VEC>(gin + row * n + j, t);
   }
@@ -164,7 +169,7 @@ __global__ void strided_backward(const T* __restrict__ grad, const T* __restrict
     acc_t s = 0;
     if (k < inner) {
       for (int64_t d = threadIdx.y; d < n; d += ty) {
-        s += term<acc_t, LOG>(static_cast<acc_t>(grad[base + d * inner]), static_cast<acc_t>(out[base + d * inner]));
+        s += term<T, LOG>(static_cast<acc_t>(grad[base + d * inner]), static_cast<acc_t>(out[base + d * inner]));
       }
     }
     sm[threadIdx.y * tx + threadIdx.x] = s;
@@ -178,7 +183,8 @@ __global__ void strided_backward(const T* __restrict__ grad, const T* __restrict
     if (k < inner) {
       for (int64_t d = threadIdx.y; d < n; d += ty) {
         const int64_t i = base + d * inner;
-        gin[i] = static_cast<T>(grad_in<acc_t, LOG>(static_cast<acc_t>(grad[i]), static_cast<acc_t>(out[i]), s));
+        const acc_t yv = static_cast<acc_t>(out[i]);
+        gin[i] = static_cast<T>(grad_in<LOG>(term<T, LOG>(static_cast<acc_t>(grad[i]), yv), yv, s));
       }
     }
     __syncthreads();
