@@ -33,18 +33,23 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return rc, out, err
 
 
-def parse_table(out: str) -> tuple[list[str], dict[str, dict[str, str]]]:
-    """The first Markdown table printed in ``out`` -> its header and {case: {column: cell}}."""
-    lines: list[str] = []
+def parse_table(out: str, holding: str | None = None) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """The first Markdown table printed in ``out`` (the first with a case label holding ``holding``, if given)
+    -> its header and {case: {column: cell}}."""
+    tables: list[list[str]] = [[]]
     for ln in out.splitlines():
         if ln.startswith("|"):
-            lines.append(ln)
-        elif lines:
-            break
-    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
-    header, rule, body = cells[0], cells[1], cells[2:]
-    assert all(re.fullmatch(r"-+:?", c) for c in rule)
-    return header, {r[0]: dict(zip(header, r)) for r in body}
+            tables[-1].append(ln)
+        elif tables[-1]:
+            tables.append([])
+    for lines in tables:
+        cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+        if len(cells) < 2 or (holding is not None and not any(holding in r[0] for r in cells[2:])):
+            continue
+        header, rule, body = cells[0], cells[1], cells[2:]
+        assert all(re.fullmatch(r"-+:?", c) for c in rule)
+        return header, {r[0]: dict(zip(header, r)) for r in body}
+    raise AssertionError(f"no table{f' with a {holding!r} case' if holding else ''} in:\n{out}")
 
 
 def kernels_script() -> Any:
@@ -203,7 +208,7 @@ def test_kernels_script_quick_on_cuda() -> None:
     # rc 1: a case failed or differed from torch; the rows are checked first, so a failure shows them.
     assert proc.returncode in (0, 1), proc.stderr
     assert re.search(r"copy bandwidth: \d+ GB/s", proc.stdout), proc.stdout
-    _, body = parse_table(proc.stdout)
+    _, body = parse_table(proc.stdout, holding="softmax")
     for name in ("softmax", "log_softmax"):
         for case in ("(4096, 4096)", "(64, 512, 256) dim=1"):
             for dt in ("f32", "bf16"):

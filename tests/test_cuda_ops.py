@@ -143,7 +143,8 @@ def test_softmax_shape_classes_match_torch(name: str, case: Any, dtype: Any) -> 
     op = cuda_op(name)
     g = torch.Generator(device="cuda").manual_seed(0)
     x = (torch.randn(shape, generator=g, device="cuda", dtype=torch.float32) * 4).to(dtype)
-    x.view(-1)[5] = float("-inf")
+    if x.size(dim) > 1 and x.numel() > 5:  # a -inf logit (not in a row of one: that row would be all -inf)
+        x.view(-1)[5] = float("-inf")
     got, want = op(x, dim), getattr(torch, name)(x, dim)
     torch.testing.assert_close(got, want, equal_nan=True)
     if dtype in (torch.float16, torch.bfloat16):  # both compute in float: at most 2 ulps after rounding
@@ -153,7 +154,17 @@ def test_softmax_shape_classes_match_torch(name: str, case: Any, dtype: Any) -> 
     grad = torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(dtype)
     bwd, tbwd = (ns.softmax_backward, torch._softmax_backward_data) if name == "softmax" else (
         ns.log_softmax_backward, torch._log_softmax_backward_data)
-    torch.testing.assert_close(bwd(grad, want, dim), tbwd(grad, want, dim, dtype), equal_nan=True)
+    ours, theirs = bwd(grad, want, dim), tbwd(grad, want, dim, dtype)
+    if dtype != torch.float32:
+        torch.testing.assert_close(ours, theirs, equal_nan=True)
+        return
+    # float32: both sum the row in float, in different orders. Over long rows (log_softmax's sum of grad
+    # reaches ~sqrt(n)) that alone moves results past assert_close's float32 tolerance (measured on an
+    # H100: up to 5e-5 at 65536 columns), so each is judged by its distance from the float64 result of
+    # the same inputs: jitops's may be at most twice torch's, plus 8 float32 ulps of the largest gradient.
+    exact = tbwd(grad.double(), want.double(), dim, torch.float64)
+    ours_err, theirs_err = ((t.double() - exact).nan_to_num().abs().max().item() for t in (ours, theirs))
+    assert ours_err <= 2 * theirs_err + 8 * 2.0 ** -24 * exact.nan_to_num().abs().max().item(), (ours_err, theirs_err)
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
@@ -311,8 +322,8 @@ def test_add_half_computes_in_float_and_rounds_once() -> None:
     add = cuda_op("add")
     g = torch.Generator(device="cuda").manual_seed(0)
     for dtype in (torch.float16, torch.bfloat16):
-        a = torch.randn(4099, generator=g, device="cuda").to(dtype)
-        b = torch.randn(4099, generator=g, device="cuda").to(dtype)
+        a = torch.randn(4100, generator=g, device="cuda").to(dtype)  # a[::2] and b[1::2]: 2050 elements each
+        b = torch.randn(4100, generator=g, device="cuda").to(dtype)
         for alpha in (-3.125, 0.3, 7):
             torch.testing.assert_close(add(a, b, alpha=alpha), torch.add(a, b, alpha=alpha), atol=0, rtol=0)
             torch.testing.assert_close(add(a[::2], b[1::2], alpha=alpha), torch.add(a[::2], b[1::2], alpha=alpha),
