@@ -182,8 +182,12 @@ def test_key_holds_the_target_version_not_torchs() -> None:
         assert key(dataclasses.replace(system, **{field: value})) == key()  # a torch upgrade keeps the key
     assert key(spec_=dataclasses.replace(spec, cflags=(STABLE_ABI_FLAG, stable.version_flag((2, 14))))) != key()
     assert key(target_=Target("cpu", "AVX512", openmp=True)) != key()  # the ISA stays in it
-    cflags, _, ldflags = build_flags(spec, target, system)
-    assert "-fopenmp" not in cflags + ldflags and "-O2" in cflags
+    cflags, _, ldflags = build_flags(dataclasses.replace(spec, origin="jitops.load_inline (stable ABI)"), target, system)
+    assert "-fopenmp" not in cflags + ldflags and "-O2" in cflags and "-mavx2" not in cflags  # a user's kernel
+    # a builtin stable library (nms) gets the target's -O3 and ISA flags instead, each flag once
+    builtin, _, _ = build_flags(spec, target, system)
+    assert "-O2" not in builtin and builtin.count("-O3") == 1 and "-mavx2" in builtin and len(set(builtin)) == len(builtin)
+    assert "-fopenmp" not in builtin and "-std=c++17" in builtin
     full = dataclasses.replace(spec, cflags=())  # a C++-API library keeps torch's exact version
     assert ingredients(full, target, system, None, None, digests)["torch_version"] == system.torch_version
 

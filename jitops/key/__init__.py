@@ -219,8 +219,11 @@ def build_flags(spec: OpSpec, target: Target, system: System) -> tuple[tuple[str
     stable = STABLE_ABI_FLAG in spec.cflags
     if TORCH_STYLE_FLAG in spec.cflags:
         own: tuple[str, ...] = ()
+    elif stable and spec.origin == "builtin":  # the target's -O3 and ISA flags replace the stable path's -O2, once each
+        isa = target.isa_cflags()
+        own = (*(f for f in STABLE_CFLAGS if not f.startswith("-O") and f not in isa), *isa)
     elif stable:
-        own = (*STABLE_CFLAGS, *target.isa_cflags()) if spec.origin == "builtin" else STABLE_CFLAGS
+        own = STABLE_CFLAGS
     else:
         own = target.cflags()
     return ((*own, *flag_words(spec.cflags, f"{what}'s flag"), *env_cflags), cuda,
