@@ -6,8 +6,11 @@
 #      (benchmarks/cuda_edit_loop.py: it compiles on a few of the node's cores while the tests use the GPU);
 #   3. benchmarks/kernels.py --device cuda: nms against torchvision, then softmax/log_softmax against torch
 #      eager and torch.compile (alone on the node: nothing else runs while it times).
-# Each phase is time-boxed inside GPU_SESSION_SECONDS (default 540). Wheels the node lacks (platformdirs,
-# expecttest) travel in .whl/ (DEVELOPERS.md: the GPU machine).
+# Each phase is time-boxed inside GPU_SESSION_SECONDS (default 540). Knobs: GPU_SESSION_PER_OP=0 (one warm for
+# all three ops), GPU_SESSION_LOOP (edit-loop loaders), GPU_SESSION_TESTS / _WORKERS / _DIST / _TEST_SECONDS,
+# GPU_SESSION_KERNELS=0 (skip phase 3). First run (H100, 2026-11-27): builds 34 + 19 + 79 s, the cuda tests
+# 112 s on 12 workers, kernels 190 s. Wheels the node lacks (platformdirs, expecttest) travel in .whl/
+# (DEVELOPERS.md: the GPU machine).
 # Usage there: bash benchmarks/gpu_session.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,8 +52,8 @@ timeout "$(upto 240)" python3 benchmarks/cuda_edit_loop.py --only "${GPU_SESSION
 loop=$!
 # SIGINT at the time limit: pytest then still prints its summary (which tests failed, and why) for what ran
 # shellcheck disable=SC2086
-JITOPS_TEST_CACHE_DIR=$JITOPS_CACHE_DIR timeout -s INT -k 15 "$(upto "${GPU_SESSION_TEST_SECONDS:-130}")" \
-  python3 -m pytest -m cuda -q -n "${GPU_SESSION_WORKERS:-4}" --dist "${GPU_SESSION_DIST:-load}" -p no:cacheprovider -o addopts="" -rf \
+JITOPS_TEST_CACHE_DIR=$JITOPS_CACHE_DIR timeout -s INT -k 15 "$(upto "${GPU_SESSION_TEST_SECONDS:-180}")" \
+  python3 -m pytest -m cuda -q -n "${GPU_SESSION_WORKERS:-12}" --dist "${GPU_SESSION_DIST:-load}" -p no:cacheprovider -o addopts="" -rf \
   --tb=line ${GPU_SESSION_TESTS:-tests/test_cuda_ops.py tests/test_bench.py tests/test_parity_softmax.py tests/test_parity_add_nms.py} \
   2>&1 | tee "$out/tests.txt" | tail -150
 echo "tests rc=${PIPESTATUS[0]}"
