@@ -6,6 +6,8 @@
 // multiplies grad by out as a tensor op, in the tensor's type, before its kernels sum;
 // their epilogue is t - out * sum). Everything else in float for half and bfloat16,
 // rounded once. Current stream, device guard, every launch checked.
+#include <type_traits>
+
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -22,10 +24,17 @@ namespace {
 
 constexpr int kWarpBlock = 128;
 
+// A product rounded on its own, never fused into a following add (nvcc contracts a*b+c by default): torch's
+// `grad * output` is a separate tensor op, so its products reach the sum and the epilogue rounded.
+template <typename acc_t>
+__device__ __forceinline__ acc_t mul_rn(acc_t a, acc_t b) {
+  if constexpr (std::is_same_v<acc_t, double>) return __dmul_rn(a, b); else return __fmul_rn(a, b);
+}
+
 // The summed term: grad (log_softmax) or grad * out rounded to T, as torch's `grad * output` tensor is.
 template <typename T, bool LOG, typename acc_t>
 __device__ __forceinline__ acc_t term(acc_t g, acc_t y) {
-  return LOG ? g : static_cast<acc_t>(static_cast<T>(g * y));
+  return LOG ? g : static_cast<acc_t>(static_cast<T>(mul_rn(g, y)));
 }
 
 // From the term t of this element and the row's sum s of terms (torch's epilogues, written the same way).
