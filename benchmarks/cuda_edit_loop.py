@@ -13,8 +13,10 @@ Each child builds version 1 (cold), then versions 2 and 3 (two edits of the kern
 or load and one call (synchronized). Where the time goes: every nvcc run appends its phases to a CSV
 (``NVCC_APPEND_FLAGS=--time FILE``), summed per step and phase (cudafe++ and cicc are the front end and
 the device code generator, ptxas the assembler, gcc the host passes); the rest of a step is the host
-compile of the ``.cpp``, the link and loading. The jitops children share one state folder, warmed first,
-so the once-per-compiler self-check is not in their times.
+compile of the ``.cpp``, the link and loading. The jitops children share ``JITOPS_STATE_DIR``: point it at
+a folder where this jitops has built once (its remembered self-check verdict), or the first jitops cold
+build also waits for the once-per-compiler self-check. A loader whose child fails or outlasts
+``--child-timeout`` is reported and skipped; the others still run.
 
 Needs a GPU and nvcc; ``--build-only`` (with ``TORCH_CUDA_ARCH_LIST``) times the same builds and loads without
 calling the kernel, so a machine with nvcc and a CUDA torch but no GPU can run it.
@@ -132,17 +134,22 @@ def phases(csv_path: Path, start: int, stop: int) -> dict[str, float]:
     return out
 
 
-def run(loader: str, work: Path, state: str, call: bool) -> list[dict]:
+def run(loader: str, work: Path, state: str, call: bool, timeout: float) -> list[dict] | None:
     folder = work / loader
     (folder / "build").mkdir(parents=True)
     csv_path = folder / "nvcc-time.csv"
     env = dict(os.environ, JITOPS_CACHE_DIR=str(folder / "cache"), JITOPS_STATE_DIR=state, BENCH_BDIR=str(folder / "build"),
                NVCC_APPEND_FLAGS=f"--time {csv_path}", BENCH_CALL="1" if call else "0", BENCH_SOURCES=json.dumps(
                    {"torch_cpp": TORCH_CPP, "torch_cu": TORCH_CU, "lean_cpp": LEAN_CPP, "lean_cu": LEAN_CU}))
-    proc = subprocess.run([sys.executable, "-c", CHILD, loader, "1,2,3", str(csv_path)], env=env,
-                          capture_output=True, text=True, timeout=900)
+    try:
+        proc = subprocess.run([sys.executable, "-c", CHILD, loader, "1,2,3", str(csv_path)], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"{loader:14s} did not finish in {timeout:.0f} s (--child-timeout): skipped", flush=True)
+        return None
     if proc.returncode != 0:
-        raise SystemExit(f"cuda_edit_loop: the {loader} child failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
+        print(f"{loader:14s} FAILED:\n{proc.stdout}\n{proc.stderr[-4000:]}", file=sys.stderr, flush=True)
+        return None
     steps = json.loads(proc.stdout.strip().splitlines()[-1])
     for step in steps:
         step["phases"] = phases(csv_path, step["csv_from"], step["csv_to"])
@@ -153,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default=",".join(LOADERS), help="comma-separated loaders")
     p.add_argument("--json", type=Path, help="also write the results here")
+    p.add_argument("--child-timeout", type=float, default=900, help="seconds for one loader's three steps")
     p.add_argument("--build-only", action="store_true",
                    help="build and load each version without calling it: no GPU needed (a CUDA torch and nvcc are; "
                         "set TORCH_CUDA_ARCH_LIST, e.g. 9.0)")
@@ -172,12 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{where}, torch {torch.__version__} (CUDA {torch.version.cuda}); {os.cpu_count()} cores; "
           "one round, loaders one after another", flush=True)
     results: dict[str, list[dict]] = {}
+    failed = False
     with tempfile.TemporaryDirectory(prefix="jitops-cuda-loop-") as tmp:
         work = Path(tmp)
         state = os.environ.get("JITOPS_STATE_DIR") or str(work / "state")
         for loader in args.only.split(","):
-            results[loader] = run(loader, work, state, call)
-            times = "  ".join(f"{s}: {r['seconds']:6.2f} s" for s, r in zip(STEPS, results[loader]))
+            steps = run(loader, work, state, call, args.child_timeout)
+            if steps is None:
+                failed = True
+                continue
+            results[loader] = steps
+            times = "  ".join(f"{s}: {r['seconds']:6.2f} s" for s, r in zip(STEPS, steps))
             print(f"{loader:14s} {times}", flush=True)
     print("\n| loader | step | total s | nvcc phases (s, summed over nvcc runs) |\n|---|---|--:|---|")
     for loader, steps in results.items():
@@ -191,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{loader} / torch (time ratio, < 1: jitops faster): {ratios}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ tail -20 "$out/build.txt"
 find "$JITOPS_CACHE_DIR" -name '*.so' -printf '%s bytes  %p\n' | tee -a "$out/build.txt"
 
 echo "== 2. cuda tests, and the CUDA edit loop beside them"
-timeout "$(upto 240)" python3 benchmarks/cuda_edit_loop.py --only "${GPU_SESSION_LOOP:-torch,jitops-dropin,jitops}" \
+timeout "$(upto 240)" python3 benchmarks/cuda_edit_loop.py --only "${GPU_SESSION_LOOP:-jitops,torch}" --child-timeout 150 \
   > "$out/edit_loop.txt" 2>&1 &
 loop=$!
 # SIGINT at the time limit: pytest then still prints its summary (which tests failed, and why) for what ran
