@@ -76,16 +76,18 @@ def target_of(flags: Sequence[str], torch_version: str) -> tuple[str, tuple[int,
     words the compiler gets; any other word naming the ABI's macros (``-U``, ``-D`` apart, two values) is refused:
     the compiler would build for a version the key and the load check do not know."""
     marks = _abi_macro_words(flags)
+    if not marks:
+        version = stable_target(torch_version)
+        return version_flag(version), version
+    chosen = flag_version(marks[0])
     for f in marks:
-        if flag_version(f) is None or f != marks[0]:
+        if chosen is None or f != marks[0]:
             also = f" after {checks.shown(marks[0])}" if f != marks[0] else ""
             raise ArgumentError(f"extra_cflags holds {checks.shown(f)}{also}: the stable ABI's target is one -DTORCH_TARGET_VERSION=<number> word, as "
                                 "torch/headeronly/version.h encodes it, and its macros are never undefined. Fix: "
                                 "-DTORCH_TARGET_VERSION=0x020d000000000000 for torch 2.13 (major << 56 | minor << 48)")
-    if marks:
-        return marks[0], flag_version(marks[0]) or stable_target(torch_version)  # checked above: never the default
-    version = stable_target(torch_version)
-    return version_flag(version), version
+    assert chosen is not None  # the loop raised otherwise
+    return marks[0], chosen
 
 
 def _abi_macro_words(words: Sequence[str]) -> list[str]:
