@@ -203,47 +203,41 @@ __global__ void split_apply(const T* __restrict__ in, T* __restrict__ out, const
 }
 
 // ------------------------------------------------ other dims: tiles over the inner dim
-// Block: tx contiguous inner columns × ty slices of the softmax dim; each
-// thread keeps an online (max, sum) for its column, the ty partials are
-// combined in shared memory, then the tile is written.
+// Block: blockDim.x contiguous inner columns × blockDim.y threads per column (strided_dim_threads). Torch's
+// three passes in torch's order: the max, then the sum of exp(x - max), then the outputs.
+// Blocks of up to 1024 threads: __launch_bounds__ keeps the registers within what 1024 threads may hold (an
+// H100 refused the float64 kernel's launch without it).
 template <typename T, bool LOG>
-__global__ void strided_forward(const T* __restrict__ in, T* __restrict__ out, int64_t outer, int64_t n, int64_t inner) {
+__global__ void __launch_bounds__(1024)
+    strided_forward(const T* __restrict__ in, T* __restrict__ out, int64_t outer, int64_t n, int64_t inner) {
   using acc_t = at::opmath_type<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  acc_t* sm = reinterpret_cast<acc_t*>(smem_raw);  // [2][ty][tx]
-  const int tx = blockDim.x, ty = blockDim.y;
-  const int64_t k = int64_t(blockIdx.x) * tx + threadIdx.x;
+  acc_t* sm = reinterpret_cast<acc_t*>(smem_raw);  // [blockDim.y][blockDim.x]
+  const int ty = blockDim.y;
+  const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool live = k < inner;
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
     const T* src = in + o * n * inner + k;
     T* dst = out + o * n * inner + k;
-    MaxSum<acc_t> ms{neg_inf<acc_t>(), acc_t(0)};
-    if (k < inner) {
-      for (int64_t d = threadIdx.y; d < n; d += ty) {
-        const acc_t x = static_cast<acc_t>(src[d * inner]);
-        if (x > ms.m) {
-          ms.s = (ms.m == neg_inf<acc_t>() ? acc_t(0) : ms.s * exp(ms.m - x)) + acc_t(1);
-          ms.m = x;
-        } else if (x != neg_inf<acc_t>()) {
-          ms.s += exp(x - ms.m);  // NaN x lands here and poisons the sum, as in torch
-        }
-      }
+    acc_t m = neg_inf<acc_t>();
+    if (live) {
+#pragma unroll 4
+      for (int64_t d = threadIdx.y; d < n; d += ty) m = fmax(m, static_cast<acc_t>(src[d * inner]));
     }
-    sm[threadIdx.y * tx + threadIdx.x] = ms.m;
-    sm[(ty + threadIdx.y) * tx + threadIdx.x] = ms.s;
-    __syncthreads();
-    if (threadIdx.y == 0) {
-      for (int y = 1; y < ty; ++y) ms = combine(ms, MaxSum<acc_t>{sm[y * tx + threadIdx.x], sm[(ty + y) * tx + threadIdx.x]});
-      sm[threadIdx.x] = ms.m;
-      sm[ty * tx + threadIdx.x] = LOG ? log(ms.s) : ms.s;
+    m = column_reduce(m, sm, MaxOp{});
+    acc_t s = 0;
+    if (live) {
+#pragma unroll 4
+      for (int64_t d = threadIdx.y; d < n; d += ty) s += exp(static_cast<acc_t>(src[d * inner]) - m);
     }
-    __syncthreads();
-    const acc_t m = sm[threadIdx.x], div = sm[ty * tx + threadIdx.x];
-    if (k < inner) {
+    s = column_reduce(s, sm, AddOp{});
+    const acc_t div = LOG ? log(s) : s;
+    if (live) {
+#pragma unroll 4
       for (int64_t d = threadIdx.y; d < n; d += ty) {
         dst[d * inner] = static_cast<T>(finish<acc_t, LOG>(static_cast<acc_t>(src[d * inner]), m, div));
       }
     }
-    __syncthreads();  // sm is reused by the next outer slice
   }
 }
 
@@ -253,11 +247,9 @@ void forward(const T* in, T* out, const Geometry& g, const at::TensorOptions& op
   constexpr int V = vec16<T>();
   const int64_t rows = g.outer, n = g.n;
   if (g.inner > 1) {
-    int tx = std::min(kWarp, next_pow2(g.inner));
-    while (tx > 8 && g.outer * ceil_div(g.inner, tx) < 2 * sm_count()) tx /= 2;
-    const int ty = std::max(1, std::min(512 / tx, next_pow2(n)));
-    const dim3 grid{unsigned(ceil_div(g.inner, tx)), unsigned(std::min<int64_t>(g.outer, 65535))};
-    strided_forward<T, LOG><<<grid, dim3(tx, ty), 2 * tx * ty * sizeof(acc_t), stream>>>(in, out, g.outer, n, g.inner);
+    const StridedLaunch l = strided_launch(g.outer, n, g.inner);
+    const size_t smem = l.block.y > 1 ? l.block.x * l.block.y * sizeof(acc_t) : 0;
+    strided_forward<T, LOG><<<l.grid, l.block, smem, stream>>>(in, out, g.outer, n, g.inner);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }

@@ -165,38 +165,34 @@ __global__ void split_apply(const T* __restrict__ grad, const T* __restrict__ ou
 }
 
 // ------------------------------------------------ other dims: tiles over the inner dim
-template <typename T, bool LOG>
-__global__ void strided_backward(const T* __restrict__ grad, const T* __restrict__ out, T* __restrict__ gin,
-                                 int64_t outer, int64_t n, int64_t inner) {
+template <typename T, bool LOG>  // blocks of up to 1024 threads: see strided_forward
+__global__ void __launch_bounds__(1024)
+    strided_backward(const T* __restrict__ grad, const T* __restrict__ out, T* __restrict__ gin, int64_t outer, int64_t n,
+                     int64_t inner) {
   using acc_t = at::opmath_type<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  acc_t* sm = reinterpret_cast<acc_t*>(smem_raw);  // [ty][tx]
-  const int tx = blockDim.x, ty = blockDim.y;
-  const int64_t k = int64_t(blockIdx.x) * tx + threadIdx.x;
+  acc_t* sm = reinterpret_cast<acc_t*>(smem_raw);  // [blockDim.y][blockDim.x]
+  const int ty = blockDim.y;
+  const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool live = k < inner;
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
     const int64_t base = o * n * inner + k;
     acc_t s = 0;
-    if (k < inner) {
+    if (live) {
+#pragma unroll 4
       for (int64_t d = threadIdx.y; d < n; d += ty) {
         s += term<T, LOG>(static_cast<acc_t>(grad[base + d * inner]), static_cast<acc_t>(out[base + d * inner]));
       }
     }
-    sm[threadIdx.y * tx + threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0) {
-      for (int y = 1; y < ty; ++y) s += sm[y * tx + threadIdx.x];
-      sm[threadIdx.x] = s;
-    }
-    __syncthreads();
-    s = sm[threadIdx.x];
-    if (k < inner) {
+    s = column_reduce(s, sm, AddOp{});
+    if (live) {
+#pragma unroll 4
       for (int64_t d = threadIdx.y; d < n; d += ty) {
         const int64_t i = base + d * inner;
         const acc_t yv = static_cast<acc_t>(out[i]);
         gin[i] = static_cast<T>(grad_in<LOG>(term<T, LOG>(static_cast<acc_t>(grad[i]), yv), yv, s));
       }
     }
-    __syncthreads();
   }
 }
 
@@ -206,11 +202,9 @@ void backward(const T* g, const T* y, T* gi, const Geometry& geo, const at::Tens
   constexpr int V = vec16<T>();
   const int64_t rows = geo.outer, n = geo.n;
   if (geo.inner > 1) {
-    int tx = std::min(kWarp, next_pow2(geo.inner));
-    while (tx > 8 && geo.outer * ceil_div(geo.inner, tx) < 2 * sm_count()) tx /= 2;
-    const int ty = std::max(1, std::min(512 / tx, next_pow2(n)));
-    const dim3 grid{unsigned(ceil_div(geo.inner, tx)), unsigned(std::min<int64_t>(geo.outer, 65535))};
-    strided_backward<T, LOG><<<grid, dim3(tx, ty), tx * ty * sizeof(acc_t), stream>>>(g, y, gi, geo.outer, n, geo.inner);
+    const StridedLaunch l = strided_launch(geo.outer, n, geo.inner);
+    const size_t smem = l.block.y > 1 ? l.block.x * l.block.y * sizeof(acc_t) : 0;
+    strided_backward<T, LOG><<<l.grid, l.block, smem, stream>>>(g, y, gi, geo.outer, n, geo.inner);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }

@@ -11,15 +11,18 @@
 //   inner == 1, few long rows      each row split across several blocks: partial
 //                                  (max, sum) per slice, then a second kernel
 //                                  combines them and writes its slice.
-//   inner > 1                      tiles of (up to) 32 contiguous inner columns ×
-//                                  a slab of the softmax dim per block: loads are
-//                                  coalesced over the inner dim.
+//   inner > 1                      tiles of contiguous inner columns (loads are
+//                                  coalesced over the inner dim) × the threads that
+//                                  share a column, as many as torch's spatial kernels
+//                                  use (strided_dim_threads), summing in torch's order:
+//                                  the same bits as torch.
 #pragma once
 
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -134,6 +137,32 @@ __device__ __forceinline__ MaxSum<T> block_combine(MaxSum<T> v, T* shared_m, T* 
   return warp_combine(v);
 }
 
+// Pairwise halving over threadIdx.y of column threadIdx.x (blockDim.y a power of two), the tree of torch's
+// spatialBlockReduceX; every thread of the column gets the result. `sm` holds blockDim.x * blockDim.y values.
+template <typename T, typename Op>
+__device__ __forceinline__ T column_reduce(T v, T* sm, Op op) {
+  if (blockDim.y == 1) return v;
+  const int tx = blockDim.x, x = threadIdx.x, y = threadIdx.y;
+  __syncthreads();  // `sm` may still be read by a previous reduction
+  sm[y * tx + x] = v;
+  for (int off = blockDim.y / 2; off > 0; off /= 2) {
+    __syncthreads();
+    if (y < off) sm[y * tx + x] = op(sm[y * tx + x], sm[(y + off) * tx + x]);
+  }
+  __syncthreads();
+  return sm[x];
+}
+
+struct MaxOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return fmax(a, b); }
+};
+
+struct AddOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+
 inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -160,6 +189,35 @@ inline int64_t smem_optin() {
 
 inline int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
+}
+
+// inner > 1: how many threads share one column's reduction, chosen as torch's spatial kernels choose it
+// (SoftMax.cu, SpatialSoftMax_getBlockSize): one when inner > 64 or n < 64, else the largest power of two d
+// with d * inner <= 1024 and d <= n. Thread y of a column sums elements y, y + d, y + 2d, ... in order and the
+// d partials meet in column_reduce's tree, as torch's do: a float sum depends on its order, so this is what
+// makes the outputs torch's bits. d * next_pow2(inner) <= 1024 always (1024 / d is a power of two >= inner).
+inline int strided_dim_threads(int64_t n, int64_t inner) {
+  const int64_t cols = std::min<int64_t>(inner, 1024);
+  int64_t d = 1;
+  if (cols <= 64 && n >= 64) {
+    while (cols * d <= 1024 && d <= n) d *= 2;
+    d /= 2;
+  }
+  return int(d);
+}
+
+// The launch of a strided kernel: block (columns, strided_dim_threads), the columns a power of two that keeps
+// loads coalesced, halved (down to 8) while the grid would leave SMs idle; grid.y walks the outer dim.
+struct StridedLaunch {
+  dim3 grid, block;
+};
+
+inline StridedLaunch strided_launch(int64_t outer, int64_t n, int64_t inner) {
+  const int ty = strided_dim_threads(n, inner);
+  int tx = std::min(next_pow2(inner), std::min(256, 1024 / ty));
+  const int floor = ty == 1 ? 32 : 8;
+  while (tx > floor && outer * ceil_div(inner, tx) < 4 * int64_t(sm_count())) tx /= 2;
+  return {dim3(unsigned(ceil_div(inner, tx)), unsigned(std::min<int64_t>(outer, 65535))), dim3(unsigned(tx), unsigned(ty))};
 }
 
 }  // namespace cuda
