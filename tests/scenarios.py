@@ -278,7 +278,7 @@ def get_with_fake_cuda(op: str = "softmax", archs: str = "8.0") -> dict[str, Any
     import jitops.registry
 
     real = jitops.plan.probe
-    jitops.plan.probe = lambda: dataclasses.replace(real(), torch_cuda="13.0")  # type: ignore[assignment]
+    jitops.plan.probe = lambda **_: dataclasses.replace(real(), torch_cuda="13.0")  # type: ignore[assignment]
     start = time.monotonic()
     try:
         spec = jitops.registry.registry().lookup(op)

@@ -229,7 +229,7 @@ def test_mismatch_error_names_both_sides_and_the_fix() -> None:
 def test_plan_for_an_arch_list_the_gpu_cannot_run(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Checked before building: a named list is an error; TORCH_CUDA_ARCH_LIST gives way to the GPU's arch."""
     spec = jregistry.registry().library("softmax")
-    monkeypatch.setattr(jplan, "probe", lambda: gpu_system((9, 0), TORCH_CUDA_ARCH_LIST="8.0"))
+    monkeypatch.setattr(jplan, "probe", lambda **_: gpu_system((9, 0), TORCH_CUDA_ARCH_LIST="8.0"))
     plan = jplan.make_plan(spec)
     assert plan.target.archs == ("8.0",)
     with caplog.at_level("WARNING", logger="jitops"):
@@ -241,7 +241,7 @@ def test_plan_for_an_arch_list_the_gpu_cannot_run(monkeypatch: pytest.MonkeyPatc
     ok = jplan.make_plan(spec, "cuda", "8.0,9.0")
     assert jplan.runnable_here(ok, "8.0,9.0") is ok
     newer = dataclasses.replace(gpu_system((12, 1), TORCH_CUDA_ARCH_LIST="8.0"), torch_cuda_archs=("sm_80", "sm_120"))
-    monkeypatch.setattr(jplan, "probe", lambda: newer)
+    monkeypatch.setattr(jplan, "probe", lambda **_: newer)
     assert jplan.runnable_here(jplan.make_plan(spec), None).target.archs == ("12.0+PTX",)
 
 
@@ -256,7 +256,7 @@ def test_load_library_builds_for_the_gpu_it_will_run_on(
     spec = OpSpec(name="archcheck", root=src, cpu_sources=("k.cpp",), cuda_sources=("k.cu",),
                   schemas=("archcheck(Tensor x) -> Tensor",))
     kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
-    monkeypatch.setattr(jplan, "probe", lambda: gpu_system((9, 0), TORCH_CUDA_ARCH_LIST="8.0", CUDA_HOME=str(kit)))
+    monkeypatch.setattr(jplan, "probe", lambda **_: gpu_system((9, 0), TORCH_CUDA_ARCH_LIST="8.0", CUDA_HOME=str(kit)))
     monkeypatch.setenv("JITOPS_BUILDER", "fake")  # a real, tiny .so; this test is about which entry is built
     entries = private_cache / "v1" / "entries" / "archcheck"
 

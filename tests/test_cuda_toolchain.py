@@ -76,7 +76,7 @@ def test_mismatched_nvcc_is_refused_before_compiling(
     else:
         system = gpu_system(None)
         monkeypatch.setenv("PATH", f"{kit / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(jplan, "probe", lambda: system)
+    monkeypatch.setattr(jplan, "probe", lambda **_: system)
     spec = jregistry.registry().library("softmax")
     plan = jplan.make_plan(spec, "cuda", "8.0,9.0")
     assert plan.ingredients["nvcc"]["path"] == str(kit / "bin" / "nvcc")
@@ -93,7 +93,7 @@ def test_mismatched_nvcc_is_refused_before_compiling(
 
 def test_matching_nvcc_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, private_cache: Path) -> None:
     kit = fake_toolkit(tmp_path / "cuda-13.1", "13.1")
-    monkeypatch.setattr(jplan, "probe", lambda: gpu_system(None, CUDA_HOME=str(kit)))
+    monkeypatch.setattr(jplan, "probe", lambda **_: gpu_system(None, CUDA_HOME=str(kit)))
     plan = jplan.make_plan(jregistry.registry().library("softmax"), "cuda", "9.0")
     assert plan.toolchain_error is None
     assert "release 13.1" in plan.ingredients["nvcc"]["version"]

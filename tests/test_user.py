@@ -83,7 +83,7 @@ def include_dir(tmp_path: Path) -> Path:
 
 def test_failed_build_is_retried_and_reports_the_error_in_the_users_source(include_dir: Path) -> None:
     broken = kernel("undefined_offset")
-    target = choose_target(probe()).name
+    target = choose_target(probe(), "cpu").name  # C++ sources only: a CPU library, on a GPU node too
     errors = []
     for _attempt in range(2):  # a failure never sticks: the second call runs the compiler again
         with spawns() as started, pytest.raises(jitops.BuildError) as info:

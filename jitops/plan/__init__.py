@@ -114,9 +114,13 @@ def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None,
     ``isa``: the CPU ISA torch dispatches to (``DEFAULT``, ``AVX2``, ``AVX512``) instead of this process's: the plan of
     an entry that a process with another ``ATEN_CPU_CAPABILITY`` builds (``jitops bundle build --isa``)."""
     settings = Settings.from_env() if settings is None else settings
-    system = probe() if isa is None else dataclasses.replace(probe(), cpu_capability=isa)
     if device is None and "cuda" not in spec.devices:
         device = "cpu"  # a library without CUDA sources is a CPU library, on a GPU node too
+    # A CPU plan reads no CUDA facts: torch would initialise CUDA for them, which a DataLoader worker forked from a
+    # process that used CUDA cannot do (an H100 node failed jitops.get(name, device="cpu") in such a worker).
+    system = probe(cuda=device != "cpu")
+    if isa is not None:
+        system = dataclasses.replace(system, cpu_capability=isa)
     target = choose_target(system, device, archs)
     spec = spec.for_target(target.device, system.torch_version)
     builder = settings.builder

@@ -121,7 +121,8 @@ def build_env(environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str]
 
 
 def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> System:
-    """Read the facts about this process. Cheap: no subprocess, no file write.
+    """Read the facts about this process. Cheap: no subprocess, no file write. ``cuda=False`` reads no CUDA
+    device facts (a CPU plan needs none, and reading them initialises CUDA in torch).
 
     The torch facts are read once per process; the build environment is read
     on every call so that a notebook that changes ``CXXFLAGS`` gets a new key.
@@ -133,7 +134,10 @@ def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> Sys
     if cuda and torch_cuda:
         import torch
 
-        cuda_available = bool(torch.cuda.is_available())
+        # A process forked after its parent used CUDA cannot use CUDA (torch raises on the first call that would
+        # initialise it, get_device_capability included): there, as torch would have it, CUDA is not available.
+        bad_fork = getattr(torch.cuda, "_is_in_bad_fork", lambda: False)()
+        cuda_available = not bad_fork and bool(torch.cuda.is_available())
         if cuda_available:
             major, minor = torch.cuda.get_device_capability()
             device_capability = (int(major), int(minor))
