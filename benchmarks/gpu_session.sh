@@ -7,7 +7,7 @@
 #   3. benchmarks/kernels.py --device cuda: nms against torchvision, then softmax/log_softmax against torch
 #      eager and torch.compile (alone on the node: nothing else runs while it times).
 # Each phase is time-boxed inside GPU_SESSION_SECONDS (default 540). Knobs: GPU_SESSION_PER_OP=0 (one warm for
-# all three ops), GPU_SESSION_LOOP (edit-loop loaders), GPU_SESSION_TESTS / _WORKERS / _DIST / _TEST_SECONDS,
+# all three ops), GPU_SESSION_LOOP (edit-loop loaders, 0: none), GPU_SESSION_TESTS / _WORKERS / _DIST / _TEST_SECONDS,
 # GPU_SESSION_KERNELS=0 (skip phase 3). First run (H100, 2026-11-27): builds 34 + 19 + 79 s, the cuda tests
 # 112 s on 12 workers, kernels 190 s. Wheels the node lacks (platformdirs, expecttest) travel in .whl/
 # (DEVELOPERS.md: the GPU machine).
@@ -47,9 +47,12 @@ tail -20 "$out/build.txt"
 find "$JITOPS_CACHE_DIR" -name '*.so' -printf '%s bytes  %p\n' | tee -a "$out/build.txt"
 
 echo "== 2. cuda tests, and the CUDA edit loop beside them"
-timeout "$(upto 240)" python3 benchmarks/cuda_edit_loop.py --only "${GPU_SESSION_LOOP:-jitops,torch}" --child-timeout 150 \
-  > "$out/edit_loop.txt" 2>&1 &
-loop=$!
+loop=
+if [ "${GPU_SESSION_LOOP:-jitops,torch}" != 0 ]; then
+  timeout "$(upto 240)" python3 benchmarks/cuda_edit_loop.py --only "${GPU_SESSION_LOOP:-jitops,torch}" --child-timeout 150 \
+    > "$out/edit_loop.txt" 2>&1 &
+  loop=$!
+fi
 # SIGINT at the time limit: pytest then still prints its summary (which tests failed, and why) for what ran
 # shellcheck disable=SC2086
 JITOPS_TEST_CACHE_DIR=$JITOPS_CACHE_DIR timeout -s INT -k 15 "$(upto "${GPU_SESSION_TEST_SECONDS:-180}")" \
@@ -57,9 +60,11 @@ JITOPS_TEST_CACHE_DIR=$JITOPS_CACHE_DIR timeout -s INT -k 15 "$(upto "${GPU_SESS
   --tb=line ${GPU_SESSION_TESTS:-tests/test_cuda_ops.py tests/test_bench.py tests/test_parity_softmax.py tests/test_parity_add_nms.py} \
   2>&1 | tee "$out/tests.txt" | tail -150
 echo "tests rc=${PIPESTATUS[0]}"
-wait "$loop"
-echo "edit loop rc=$?"
-cat "$out/edit_loop.txt"
+if [ -n "$loop" ]; then
+  wait "$loop"
+  echo "edit loop rc=$?"
+  cat "$out/edit_loop.txt"
+fi
 
 [ "${GPU_SESSION_KERNELS:-1}" = 1 ] || exit 0
 echo "== 3. kernels (left: $(left) s)"
