@@ -197,3 +197,17 @@ def get_nms_here() -> dict[str, Any]:
     return {"capability": str(torch.backends.cpu.get_cpu_capability()), "built": op.library.built,
             "entry": str(op.library.entry),
             "same_as_reference": op(boxes, scores, 0.5).tolist() == nms_reference(boxes, scores, 0.5).tolist()}
+
+
+def load_nms_cuda(arch: str) -> dict[str, Any]:
+    """nms's CUDA library for ``arch`` loaded (not run: the caller may have no GPU), as a GPU of that arch plans it:
+    whether it was built, its entry and target, or the JitopsError's type and message (the caller sets JITOPS_FREEZE
+    and what compilers there are)."""
+    from jitops import JitopsError, registry
+    from jitops.loading.loader import load_library
+
+    try:
+        lib = load_library(registry.lookup("nms"), "cuda", arch)
+    except JitopsError as e:
+        return {"ok": False, "type": type(e).__name__, "msg": str(e)}
+    return {"ok": True, "built": lib.built, "entry": str(lib.entry), "target": lib.target}

@@ -339,8 +339,11 @@ def test_a_bundle_of_stable_abi_entries_requires_torch_from_their_target_on() ->
 @pytest.mark.parametrize("argv,message", [
     (["--isa", "sse9"], "--isa 'sse9': expected some of default, avx2, avx512"),
     (["--isa", "avx2", "--device", "cuda"], "--isa is for CPU bundles"),
+    (["--arch", "9.0"], "--arch is for CUDA bundles"),
+    (["--split"], "--split makes one wheel per arch family of --arch"),
+    (["--device", "cuda", "--arch", "9.0,sm_77x"], "invalid CUDA arch 'sm_77x'"),
 ])
-def test_a_wrong_isa_list_is_refused_before_any_build(private_cache: Path, monkeypatch: pytest.MonkeyPatch,
+def test_a_wrong_isa_or_arch_list_is_refused_before_any_build(private_cache: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str], argv: list[str],
                                                       message: str) -> None:
     built: list[str] = []

@@ -102,3 +102,44 @@ def test_a_cu_file_with_torch_extension_h_is_compiled_against_the_lean_stand_in(
     assert r["ops"] == ["odd_ext"] and r["target"] == "cuda-sm90"
     cu = [f for f in r["headers"] if f.endswith(".cu")]
     assert cu and all(r["headers"][f] == "lean torch/extension.h" for f in cu), r["headers"]
+
+
+@pytest.mark.timeout(900)
+def test_a_cuda_bundle_split_per_arch_family_serves_its_arch_with_no_compiler(tmp_path: Path) -> None:
+    """``jitops bundle build --device cuda --arch 9.0,8.0 --split``: one single-arch nms entry per arch, one wheel per
+    arch family. A machine with no nvcc and no C++ compiler that installs the sm9x wheel loads nms for 9.0 from it
+    with builds forbidden, and for 8.0, which that wheel does not hold, gets the named error. No GPU here: the
+    library is loaded, not run (the GPU tests run the kernels)."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("needs a CUDA build of torch and nvcc (the CUDA CI leg: .ci/cuda-leg.sh)")
+    import subprocess
+    import sys
+    import zipfile
+
+    from tests.cli_helpers import stripped_path
+    from tests.helpers import REPO
+
+    dist = tmp_path / "dist"
+    env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_STATE_DIR=str(tmp_path / "state"), JITOPS_PROGRESS="0",
+                    JITOPS_FREEZE=None, JITOPS_BUILDER=None, PYTHONPATH=str(REPO),
+                    CUDA_HOME=os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    proc = subprocess.run([sys.executable, "-W", "ignore::UserWarning", "-m", "jitops", "bundle", "build", "--device", "cuda",
+                           "--ops", "nms", "--arch", "9.0,8.0", "--split", "--out", str(dist), "--name", "fam", "--version", "1"],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=840)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wheels = {w.name.split("-")[0]: w for w in dist.glob("*.whl")}
+    assert sorted(wheels) == ["jitops_bundle_fam_sm8x", "jitops_bundle_fam_sm9x"], proc.stdout
+    for family, target in (("sm8x", "cuda-sm80"), ("sm9x", "cuda-sm90")):
+        with zipfile.ZipFile(wheels[f"jitops_bundle_fam_{family}"]) as zf:
+            assert sorted(n.split("/")[4] for n in zf.namelist() if n.endswith("/libnms.so")) == [target]
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site),
+                    str(wheels["jitops_bundle_fam_sm9x"])], check=True, timeout=240)
+    bare = child_env(JITOPS_CACHE_DIR=str(tmp_path / "empty"), JITOPS_STATE_DIR=str(tmp_path / "state2"), JITOPS_PROGRESS="0",
+                     JITOPS_FREEZE="error", JITOPS_BUILDER=None, PYTHONPATH=os.pathsep.join((str(REPO), str(site))),
+                     PATH=stripped_path(tmp_path), CXX="/bin/false", CC=None, CUDA_HOME=None, TORCH_CUDA_ARCH_LIST=None)
+    got = run_scenario("scenarios_bundles.load_nms_cuda", env=bare, timeout=240, arch="9.0")
+    assert got["ok"] and got["built"] is False and got["target"] == "cuda-sm90" and got["entry"].startswith(str(site)), got
+    missing = run_scenario("scenarios_bundles.load_nms_cuda", env=bare, timeout=240, arch="8.0")
+    assert missing["ok"] is False and missing["type"] == "FrozenError" and "nms" in missing["msg"], missing

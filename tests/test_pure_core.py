@@ -89,6 +89,17 @@ def test_key_is_deterministic() -> None:
     assert len(key_of()) == 64
 
 
+def test_a_compiler_less_match_ignores_what_only_picks_the_toolchain() -> None:
+    """``without_tools``: a node without the CUDA toolkit (no CUDA_HOME) matches an entry built where CUDA_HOME
+    named it, as one without a C++ compiler matches one built with CXX set; the arch list, which changes the code,
+    still counts."""
+    built = {"compiler": {"path": "/usr/bin/g++"}, "nvcc": {"path": "/usr/local/cuda/bin/nvcc"}, "abi": 1,
+             "env": {"CXX": "g++", "CUDA_HOME": "/usr/local/cuda", "CUDA_PATH": "/opt/cuda", "TORCH_CUDA_ARCH_LIST": "9.0"}}
+    here = {"abi": 1, "env": {"TORCH_CUDA_ARCH_LIST": "9.0"}}
+    assert jkey.without_tools(built) == jkey.without_tools(here) == here
+    assert jkey.without_tools({**built, "env": {"TORCH_CUDA_ARCH_LIST": "8.0"}}) != here
+
+
 PERTURBATIONS = {
     "source bytes": dict(digests={"softmax_cpu.cpp": "c" * 64, "register.cpp": "b" * 64}),
     "header added": dict(digests={"softmax_cpu.cpp": "a" * 64, "register.cpp": "b" * 64, "x.h": "d" * 64}),

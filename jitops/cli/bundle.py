@@ -11,8 +11,13 @@ too: each ISA other than this process's is built by ``jitops warm`` in a child w
 names it (torch reads it at import), into the same cache; every entry is then planned for its ISA here
 (``make_plan(isa=)``) and verified as any other before it is packed.
 
+``--arch``: CUDA entries for the archs named, one single-arch entry per op and arch: the entry a GPU of that arch
+plans by default (its own compute capability), so each node loads just the code it runs. ``--split``: one wheel per
+arch family (``jitops_bundle_NAME_sm9x`` holds the 9.x entries), so a node installs only its GPU's and no wheel
+grows with every arch (FlashInfer's had to be split per GPU family at 9 GB).
+
 Imports: errors, base.settings; lazily api.warm, cli (``main``, in the child), build.entry, build.runner, plan, registry, remote.archive_trust,
-store.bundle_wheel, store.bundles, store.manifest, torch (its version).
+store.bundle_wheel, store.bundles, store.manifest, target.archs (``--arch``), torch (its version).
 """
 
 from __future__ import annotations
@@ -55,26 +60,31 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         raise JitopsError(f"jitops bundle build: {', '.join(missing)} have no {args.device} sources")
     here = str(torch.backends.cpu.get_cpu_capability())
     isas = _isas(args.isa, args.device, here)
+    archs = _archs(args.arch, args.device, args.split)
     if here in isas:
-        outcomes = warm.warm(tasks, jobs=default_jobs(settings.jobs), settings=settings)
-        failed = [f"{o.task.what}: {o.message}" for o in outcomes if o.status in ("failed", "skipped")]
-        if failed:
-            raise JitopsError("jitops bundle build: nothing was written; these entries could not be made: " + "; ".join(failed))
+        for arch in archs:
+            outcomes = warm.warm(tasks, archs=arch, jobs=default_jobs(settings.jobs), settings=settings)
+            failed = [f"{o.task.what} ({o.target}): {o.message}" for o in outcomes if o.status in ("failed", "skipped")]
+            if failed:
+                raise JitopsError("jitops bundle build: nothing was written; these entries could not be made: " +
+                                  "; ".join(failed))
     for isa in isas:
         if isa != here:
             _warm_in_child(names, isa)
-    packed: list[Packed] = []
+    groups: dict[str, list[Packed]] = {}  # wheel name -> its entries
     for task in tasks:
         for isa in isas:
-            plan = make_plan(task.spec, task.device, settings=settings, isa=None if isa == here else isa)
-            status = entry_status(plan)  # verified again: only what would load on such a CPU is packed
-            if isinstance(status, Hit):
-                packed.append(Packed(bundles.holding(status.path) or plan.cache, status.path, status.manifest))
-            elif isinstance(status, Compatible):
-                packed.append(Packed(status.plan.cache, status.path, status.manifest))
-            else:
-                raise JitopsError(f"jitops bundle build: {task.what} ({plan.target.name}) has no verified entry after "
-                                  f"warming ({status})")
+            for arch in archs:
+                plan = make_plan(task.spec, task.device, arch, settings=settings, isa=None if isa == here else isa)
+                status = entry_status(plan)  # verified again: only what would load on such a machine is packed
+                if isinstance(status, Hit):
+                    p = Packed(bundles.holding(status.path) or plan.cache, status.path, status.manifest)
+                elif isinstance(status, Compatible):
+                    p = Packed(status.plan.cache, status.path, status.manifest)
+                else:
+                    raise JitopsError(f"jitops bundle build: {task.what} ({plan.target.name}) has no verified entry "
+                                      f"after warming ({status})")
+                groups.setdefault(f"{args.name}_{_family(arch)}" if args.split and arch else args.name, []).append(p)
 
     def sign(p: Packed, manifest: bytes) -> tuple[str, str] | None:
         if isinstance(p.cache, bundles.BundleCache):  # another bundle's entry: its own signature, checked again
@@ -94,16 +104,19 @@ def cmd_bundle(args: argparse.Namespace) -> int:
                                   "clear`, then run this again to build it here, or leave out --sign")
         return got if sign_here is not None else None
 
-    written = write_wheel(packed, Path(args.out), args.name, version, torch.__version__, sign)
-    print(f"bundle  {written.distribution} {written.version} ({written.size / 1024:.0f} KiB): {written.path}")
-    for library, size in sorted(written.per_library.items()):
-        print(f"  {library:<16} {size / 1024:>8.0f} KiB uncompressed")
-    signed = [s for s in written.signers.values() if s is not None]
-    if signed:
-        print(f"signed  by {', '.join(sorted(set(signed)))} ({len(signed)} of {len(written.signers)} entries)")
-    else:
-        print(f"unsigned ({signer})")
-    print(f"install: pip install --no-deps {written.path}  (requires {written.requires})")
+    for name in groups:
+        package_name(name)  # every wheel's name checked before the first is written
+    for name, packed in groups.items():
+        written = write_wheel(packed, Path(args.out), name, version, torch.__version__, sign)
+        print(f"bundle  {written.distribution} {written.version} ({written.size / 1024:.0f} KiB): {written.path}")
+        for library, size in sorted(written.per_library.items()):
+            print(f"  {library:<16} {size / 1024:>8.0f} KiB uncompressed")
+        signed = [s for s in written.signers.values() if s is not None]
+        if signed:
+            print(f"signed  by {', '.join(sorted(set(signed)))} ({len(signed)} of {len(written.signers)} entries)")
+        else:
+            print(f"unsigned ({signer})")
+        print(f"install: pip install --no-deps {written.path}  (requires {written.requires})")
     return 0
 
 
@@ -125,6 +138,25 @@ def _isas(text: str | None, device: str, here: str) -> list[str]:
         raise JitopsError(f"jitops bundle build: --isa {text!r}: expected some of {', '.join(i.lower() for i in ISAS)} "
                           "(torch's ATEN_CPU_CAPABILITY names), or all. Fix: e.g. --isa default,avx2")
     return list(dict.fromkeys(names))
+
+
+def _archs(text: str | None, device: str, split: bool) -> list[str | None]:
+    """``--arch``'s archs, one single-arch list each (``[None]``, the default plan's, when not given)."""
+    if text is None:
+        if split:
+            raise JitopsError("jitops bundle build: --split makes one wheel per arch family of --arch. Fix: name the "
+                              "archs, e.g. --device cuda --arch 8.0,9.0 --split")
+        return [None]
+    if device != "cuda":
+        raise JitopsError("jitops bundle build: --arch is for CUDA bundles. Fix: add --device cuda, or leave out --arch")
+    from ..target.archs import parse_arch_list
+
+    return list(parse_arch_list(text))  # TargetError names a word it does not know
+
+
+def _family(arch: str) -> str:
+    """The wheel suffix of an arch's family: ``sm9x`` for 9.0, 9.0a and 9.0+PTX."""
+    return f"sm{arch.split('.')[0]}x"
 
 
 def _warm_in_child(names: list[str], isa: str) -> None:
@@ -170,6 +202,11 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="the target (default: cpu)")
     q.add_argument("--isa", metavar="A,B", help="CPU ISAs to hold entries for: default, avx2, avx512 (torch's "
                    "ATEN_CPU_CAPABILITY names), or all up to the one torch dispatches to here (default: that one)")
+    q.add_argument("--arch", metavar="A,B", help="CUDA archs (TORCH_CUDA_ARCH_LIST words: 8.0,9.0,9.0a), an entry per "
+                   "op and arch, each what a GPU of that arch loads (default: this machine's GPU's, or "
+                   "TORCH_CUDA_ARCH_LIST)")
+    q.add_argument("--split", action="store_true", help="with --arch: one wheel per arch family "
+                   "(jitops_bundle_NAME_sm8x, _sm9x, ...), so a node installs only its GPU's")
     q.add_argument("--name", default="ops", help="the bundle's name: package jitops_bundle_NAME (default: ops)")
     q.add_argument("--version", help="the wheel's version (default: the UTC time, YYYY.MM.DD.HHMMSS)")
     q.add_argument("--sign", action="store_true",

@@ -276,7 +276,9 @@ def ingredients(
 TOOL_INGREDIENTS = ("compiler", "nvcc")
 
 
-TOOL_ENV_VARS = ("CXX", "CC")  # in the key's env only to pick the compiler, whose identity is "compiler"
+# In the key's env only to pick a compiler, whose identity is "compiler" or "nvcc": CUDA_HOME and CUDA_PATH name
+# the toolkit nvcc comes from. A compiler-less machine (a CUDA bundle's node, often without the toolkit) sets none.
+TOOL_ENV_VARS = ("CXX", "CC", "CUDA_HOME", "CUDA_PATH")
 
 
 def without_tools(ingr: Mapping[str, Any]) -> dict[str, Any]:
