@@ -20,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 versions=(${JITOPS_TORCH_VERSIONS:-2.14.1 2.15.0})
 cuda_venv=${JITOPS_CUDA_VENV:-.venv-cuda}
-deps=(ninja 'filelock>=3.20.3' platformdirs pytest pytest-timeout hypothesis numpy setuptools 'cryptography>=42')
+deps=(ninja 'filelock>=3.20.3' platformdirs pytest pytest-timeout pytest-xdist hypothesis numpy setuptools 'cryptography>=42')
 leg_start=$(date +%s)
 budget=${JITOPS_TORCH_VERSIONS_TIMEOUT:-3600}
 left() { local l=$(( budget - ($(date +%s) - leg_start) )); echo $(( l > 1 ? l : 1 )); }  # never 0: no limit
@@ -79,9 +79,9 @@ for v in "${versions[@]}"; do
   venv=".venv-torch-$v"
   if has_torch "$cuda_venv" "$v" pytest; then  # the CUDA leg's venv: add the compile tier's test deps
     venv=$cuda_venv
-    has_torch "$venv" "$v" "pytest, hypothesis, setuptools, cryptography" \
-      || timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q hypothesis setuptools 'cryptography>=42' > /dev/null 2>&1
-  elif ! has_torch "$venv" "$v" "pytest, hypothesis, cryptography"; then
+    has_torch "$venv" "$v" "pytest, hypothesis, setuptools, cryptography, xdist" \
+      || timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q hypothesis setuptools 'cryptography>=42' pytest-xdist > /dev/null 2>&1
+  elif ! has_torch "$venv" "$v" "pytest, hypothesis, cryptography, xdist"; then
     python3 -m venv "$venv"
     if ! PIP_CONFIG_FILE=/dev/null timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q "torch==$v" "${deps[@]}" > "$venv/pip.log" 2>&1; then
       tail -3 "$venv/pip.log"
@@ -102,7 +102,7 @@ for v in "${versions[@]}"; do
   # the main leg only: this leg's venvs have no remote-tier extras but `cryptography` (jitops[remote]: signed
   # bundles and archives, whose tests are in the pure tier).
   PYTHONPATH="$PWD" JITOPS_PROGRESS=0 timeout --kill-after=10 "$(left)" "$venv/bin/python" -m pytest --tier versions -q \
-      -p no:cacheprovider --ignore=tests/adversarial --ignore=tests/test_dropin_parity.py > "$log" 2>&1
+      -n 2 --dist loadfile -p no:cacheprovider --ignore=tests/adversarial --ignore=tests/test_dropin_parity.py > "$log" 2>&1
   rc=$?
   summary=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)" "$log" | tail -1 | tr -d '=' | xargs)
   tests_s=$(( $(date +%s) - t ))

@@ -276,8 +276,7 @@ def ingredients(
 TOOL_INGREDIENTS = ("compiler", "nvcc")
 
 
-# In the key's env only to pick a compiler, whose identity is "compiler" or "nvcc": CUDA_HOME and CUDA_PATH name
-# the toolkit nvcc comes from. A compiler-less machine (a CUDA bundle's node, often without the toolkit) sets none.
+# In the key's env only to pick a compiler or the CUDA toolkit, whose identities are "compiler" and "nvcc"
 TOOL_ENV_VARS = ("CXX", "CC", "CUDA_HOME", "CUDA_PATH")
 
 
