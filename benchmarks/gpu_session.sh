@@ -57,7 +57,7 @@ fi
 # shellcheck disable=SC2086
 JITOPS_TEST_CACHE_DIR=$JITOPS_CACHE_DIR timeout -s INT -k 15 "$(upto "${GPU_SESSION_TEST_SECONDS:-180}")" \
   python3 -m pytest -m cuda -q -n "${GPU_SESSION_WORKERS:-12}" --dist "${GPU_SESSION_DIST:-load}" -p no:cacheprovider -o addopts="" -rf \
-  --tb=line ${GPU_SESSION_TESTS:-tests/test_cuda_ops.py tests/test_bench.py tests/test_parity_softmax.py tests/test_parity_add_nms.py} \
+  --tb=line ${GPU_SESSION_TESTS:-tests/test_cuda_ops.py tests/test_bench.py tests/test_parity_softmax.py tests/test_parity_add_nms.py tests/test_nms_parity.py} \
   2>&1 | tee "$out/tests.txt" | tail -150
 echo "tests rc=${PIPESTATUS[0]}"
 if [ -n "$loop" ]; then
