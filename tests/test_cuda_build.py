@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import child_env, run_scenario
+from tests.cli_helpers import stripped_path
+from tests.helpers import REPO, child_env, run_scenario
 
 pytestmark = [pytest.mark.compile, pytest.mark.process]
 
@@ -113,13 +117,6 @@ def test_a_cuda_bundle_split_per_arch_family_serves_its_arch_with_no_compiler(tm
     nvcc = _nvcc()
     if nvcc is None:
         pytest.skip("needs a CUDA build of torch and nvcc (the CUDA CI leg: .ci/cuda-leg.sh)")
-    import subprocess
-    import sys
-    import zipfile
-
-    from tests.cli_helpers import stripped_path
-    from tests.helpers import REPO
-
     dist = tmp_path / "dist"
     env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_STATE_DIR=str(tmp_path / "state"), JITOPS_PROGRESS="0",
                     JITOPS_FREEZE=None, JITOPS_BUILDER=None, PYTHONPATH=str(REPO),
