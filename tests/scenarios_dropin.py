@@ -176,3 +176,18 @@ def deepspeed_warm_load(loader: str) -> dict[str, Any]:
     ce.load = timed
     module = CPUAdamBuilder().load(verbose=False)
     return {"seconds": seconds, "module": getattr(module, "__name__", "")}
+
+
+def inline_twice(source: str, name: str) -> dict[str, Any]:
+    """``jitops.load_inline(name, source)`` twice in one fresh process: whether it planned (the planner imported),
+    whether both calls gave the same module, and what its ``scaled`` returns for ones(2)."""
+    import sys
+
+    import torch
+
+    import jitops
+
+    first = jitops.load_inline(name, source)
+    second = jitops.load_inline(name, source)
+    return {"planned": "jitops.plan" in sys.modules, "same": first is second, "value": first.scaled(torch.ones(2)).tolist(),
+            "ops": hasattr(first, "ops")}

@@ -19,7 +19,7 @@ import torch
 import torch.utils.cpp_extension as ce
 
 import jitops
-from jitops.api import cpp_ext_style, dropin
+from jitops.api import cpp_ext_style, dropin, verbose
 from jitops import load as jit_load
 from jitops import load_inline as jit_load_inline
 from tests.helpers import run_scenario
@@ -416,7 +416,7 @@ def test_use_pch_is_accepted_with_one_note(caplog: pytest.LogCaptureFixture, mon
 def test_verbose_puts_a_failed_builds_log_on_stderr(capsys: pytest.CaptureFixture[str],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Where logging is not configured (a plain notebook; pytest configures it), verbose output goes to stderr."""
-    monkeypatch.setattr(dropin, "verbose_log", logging.Logger("unconfigured"))  # no handler anywhere
+    monkeypatch.setattr(verbose, "verbose_log", logging.Logger("unconfigured"))  # no handler anywhere
     with pytest.raises(jitops.BuildError) as info:
         jit_load_inline("broken_ext", "#include <ATen/core/Tensor.h>\nint f() { return undefined_thing; }",
                         no_implicit_headers=True, verbose=True)

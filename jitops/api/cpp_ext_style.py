@@ -19,14 +19,13 @@ edited pybind11 module loads next to the old one in the same process. A fixed
 different build of one that is loaded already is refused before anything is
 built or loaded (loading it would abort the process).
 
-Imports: patterns, record, errors, headers, spec; loader, ops and plan lazily (plan and settings for annotations).
+Imports: patterns, record, errors, headers, spec; loader, ops, plan and recall lazily (plan, recall and settings for annotations).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import importlib.util
 import re
 import threading
 import types
@@ -41,6 +40,7 @@ from ..spec import OpSpec
 from ..base.patterns import lazy
 
 if TYPE_CHECKING:
+    from ..loading.recall import Request
     from ..plan import LoadedLibrary
     from ..base.settings import Settings
 
@@ -190,6 +190,8 @@ def _python_module(lib: LoadedLibrary, path: Path, pybind_names: Sequence[str], 
     file is compiled with the real header; with its lean stand-in there is no pybind11 module)."""
     import torch
 
+    from ..loading.recall import pybind_module
+
     # As torch imports the module named after the extension: TORCH_EXTENSION_NAME's block (built as the namespace)
     # first, then PYBIND11_MODULE(my_ext, m) written with that name, then any other; torch never calls the others.
     literal = sorted({n for n in pybind_names if n != "TORCH_EXTENSION_NAME"}, key=lambda n: (n != display, n))
@@ -197,10 +199,7 @@ def _python_module(lib: LoadedLibrary, path: Path, pybind_names: Sequence[str], 
     handle = ctypes.CDLL(str(path))  # already loaded: the same handle; only asks which init function it exports
     found = next((n for n in names if hasattr(handle, f"PyInit_{n}")), None)
     if found is not None:
-        mod_spec = importlib.util.spec_from_file_location(found, path)
-        assert mod_spec is not None and mod_spec.loader is not None
-        module = importlib.util.module_from_spec(mod_spec)
-        mod_spec.loader.exec_module(module)
+        module = pybind_module(found, path)
     elif literal:
         raise KernelSourceError(f"library {display!r}: PYBIND11_MODULE({literal[0]}, m) is in the source but "
                                 f"the built library exports no PyInit_{literal[0]}. Fix: write PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)")
@@ -252,16 +251,18 @@ def _skip_frames(code: types.CodeType) -> bool:
 
 
 def load(spec: OpSpec, texts: Sequence[str], *, display: str, functions: Mapping[str, str], is_python_module: bool,
-         device: str | None, settings: Settings) -> Loaded:
-    """Build (once per key) and load a torch-style library; a module, or the library's path."""
+         device: str | None, settings: Settings, request: Request | None = None) -> Loaded:
+    """Build (once per key) and load a torch-style library; a module, or the library's path. ``request``: the
+    drop-in call's (``loading.recall``), remembered when the answer is a plain pybind11 module."""
+    from ..loading import recall
     from ..loading.loader import load_library
     from ..plan import make_plan, runnable_here
 
     namespaces = fixed_namespaces(texts)
     # One fixed-namespace library at a time: two edits loaded by two threads must not both pass the check.
     with _fixed_lock if namespaces else contextlib.nullcontext():
-        plan = runnable_here(make_plan(spec, device, None, settings=settings), None, settings) if namespaces else None
-        if plan is not None:  # the key this source would have, checked before anything is built or loaded
+        plan = runnable_here(make_plan(spec, device, None, settings=settings), None, settings)
+        if namespaces:  # the key this source would have, checked before anything is built or loaded
             _check_fixed(spec, plan.key, namespaces)
         try:
             lib = load_library(spec, device, settings=settings, plan=plan)  # that plan: its key computed once
@@ -276,7 +277,12 @@ def load(spec: OpSpec, texts: Sequence[str], *, display: str, functions: Mapping
             return hit  # type: ignore[no-any-return]
         if is_python_module:
             binding = bool(functions) and any(EXTENSION_H.search(t) for t in texts)
-            module = _python_module(lib, path, [m.group(1) for t in texts for m in _PYBIND.finditer(t)], display, binding)
+            module = recall.MODULES.get(lib.key) or _python_module(lib, path, [m.group(1) for t in texts for m in _PYBIND.finditer(t)],
+                                                                   display, binding)
+            if module.__spec__ is not None and not lib.ops and not namespaces:  # a plain pybind11 module
+                recall.MODULES.setdefault(lib.key, module)
+                if request is not None:
+                    recall.remember(request, plan, lib, module)
             result = Loaded(module, lib)
         else:
             result = Loaded(str(path), lib)  # as torch: the library is loaded; its path comes back

@@ -32,7 +32,9 @@ What each torch parameter does here:
 * ``is_standalone=True`` (an executable) and SYCL sources: a clear ``KernelSourceError``;
   jitops builds shared libraries for torch only.
 
-Imports: runner (LIVE, lazily, only when verbose), checks, cpp_ext_style, errors, patterns, settings, user, stable lazily (a source naming STABLE_TORCH_LIBRARY, or abi= given), user_spec (plan for annotations only).
+A call answered with a plain pybind11 module is answered by ``loading.recall`` later while its proof holds (no plan).
+Imports: checks, errors, patterns, recall, settings, user_spec; cpp_ext_style, user and verbose lazily (not on a recalled call),
+runner (LIVE, only when verbose) and stable (a source naming STABLE_TORCH_LIBRARY, or abi= given) lazily; plan for annotations.
 """
 
 from __future__ import annotations
@@ -40,23 +42,22 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-import sys
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..spec import checks
-from . import cpp_ext_style as cs, user
 from ..errors import BuildError, KernelSourceError, NoPythonModuleError, TargetError
 from ..base.settings import Settings
 from ..spec.user_spec import BuildOptions, StrOrSeq, _as_list, _spec
 from ..base.patterns import lazy
+from ..loading import recall
 
 if TYPE_CHECKING:
+    from . import cpp_ext_style as cs
     from ..plan import LoadedLibrary
 
 log = logging.getLogger("jitops")
-verbose_log = logging.getLogger("jitops.verbose")
 _JITOPS_STYLE = lazy(r"\bJITOPS_LIBRARY(?:_IMPL)?\s*\(", needs="JITOPS_LIBRARY")
 _REGISTERS = lazy(r"\bTORCH_LIBRARY\w*\s*\(|\bRegisterOperators\b", needs=("TORCH_LIBRARY", "RegisterOperators"))  # registrations: loading is the point
 _noted: set[str] = set()  # parameters already noted in this process
@@ -66,39 +67,6 @@ def _note(param: str, message: str) -> None:
     if param not in _noted:
         _noted.add(param)
         log.warning("jitops: %s", message)
-
-
-def _show(text: str) -> None:
-    """verbose=True output: the jitops.verbose logger, on stderr when logging is not configured."""
-    if verbose_log.level == logging.NOTSET:
-        verbose_log.setLevel(logging.INFO)
-    if verbose_log.hasHandlers():
-        verbose_log.info("%s", text)
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    verbose_log.addHandler(handler)
-    try:
-        verbose_log.info("%s", text)
-    finally:
-        verbose_log.removeHandler(handler)
-
-
-def _live(lines: list[str], line: str) -> None:
-    """One line of a verbose build's output, as it comes (clearing the progress line on a terminal)."""
-    lines.append(line)
-    if sys.stderr.isatty():
-        sys.stderr.write("\r\033[K")
-    _show(line.rstrip("\n"))
-
-
-def _describe(lib: LoadedLibrary, streamed: bool) -> str:
-    m = lib.manifest
-    if lib.built:  # by this call (its output streamed above), or earlier in this process
-        return (f"jitops: built {lib.spec.name} for {lib.target} in {m.build_seconds:.1f}s (key {lib.key[:12]}, "
-                f"library {lib.library_path}); " + ("its compiler commands and output are above" if streamed else
-                                                    f"compiler commands and output:\n{m.build_log}"))
-    return (f"jitops: loaded {lib.spec.name} for {lib.target} from the cache entry {lib.entry} (key {lib.key[:12]}, "
-            f"built in {m.build_seconds:.1f}s by an earlier run); nothing was compiled")
 
 
 def _common(build_directory: str | None, verbose: bool, with_cuda: bool | None, with_sycl: bool | None,
@@ -132,8 +100,11 @@ def _check(func: str, name: object, device: object, flags: dict[str, object], **
 
 
 def _finish(result: Any, lib: LoadedLibrary, verbose: bool, is_python_module: bool, streamed: bool) -> Any:
+    from . import user
+    from .verbose import describe, show
+
     if verbose:
-        _show(_describe(lib, streamed))
+        show(describe(lib, streamed))
     if isinstance(result, user.UserLibrary) and not is_python_module:
         return str(lib.library_path)  # as torch's is_python_module=False: the path
     return result
@@ -142,14 +113,16 @@ def _finish(result: Any, lib: LoadedLibrary, verbose: bool, is_python_module: bo
 def _run(verbose: bool, build: Any, implicit_cuda: str = "") -> tuple[Any, bool]:
     """``build()`` and whether it showed output; its output shown live when verbose; ``implicit_cuda``: why
     with_cuda=None meant CUDA."""
+    from .verbose import show, show_line
+
     lines: list[str] = []
     live = importlib.import_module("..build.runner", __package__).LIVE if verbose else None  # a warm load imports no build code
-    token = live.set(functools.partial(_live, lines)) if live is not None else None
+    token = live.set(functools.partial(show_line, lines)) if live is not None else None
     try:
         return build(), bool(lines)
     except BuildError as e:
         if verbose:
-            _show(f"jitops: the build failed (its output is above; kept in {e.log_path})")
+            show(f"jitops: the build failed (its output is above; kept in {e.log_path})")
         raise e.with_traceback(None) from None
     except TargetError as e:
         if not implicit_cuda:
@@ -179,6 +152,8 @@ def _python_module_or_raise(loaded: cs.Loaded, texts: list[str], func: str, disp
 def _torch_options(extra_cflags: StrOrSeq | None, extra_cuda_cflags: StrOrSeq | None, extra_ldflags: StrOrSeq | None,
                    extra_include_paths: StrOrSeq | None) -> BuildOptions:
     """Flags and include paths as torch's loader takes them: each stripped of surrounding whitespace."""
+    from . import cpp_ext_style as cs
+
     strip = lambda value, what: [v.strip() for v in _as_list(value, what)]  # noqa: E731
     return BuildOptions.of(extra_cflags=[*strip(extra_cflags, "extra_cflags"), *cs.NAME_FLAGS],
                            extra_cuda_cflags=[*strip(extra_cuda_cflags, "extra_cuda_cflags"), *cs.NAME_FLAGS],
@@ -205,11 +180,19 @@ def load(name: str, sources: StrOrSeq, extra_cflags: StrOrSeq | None = None, ext
     ``is_python_module=False`` the loaded library's path (``TORCH_LIBRARY``). The key covers
     every source and header under the sources' common folder and the include paths.
     """
+    args = dict(locals())  # the call's arguments as given: a recalled call's request
     _check("jitops.load", name, device, {"verbose": verbose, "with_cuda": with_cuda, "is_python_module": is_python_module},
            sources=sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
            extra_include_paths=extra_include_paths, schemas=schemas)
     device = _common(build_directory, verbose, with_cuda, with_sycl, extra_sycl_cflags, is_python_module,
                      is_standalone, device)
+    settings = Settings.from_env()
+    cuda_files = [Path(s).name for s in _as_list(sources, "sources") if s.endswith((".cu", ".cuh"))]
+    module, req = _recalled("jitops.load", args, settings, device, bool(cuda_files))
+    if module is not None:
+        return module
+    from . import cpp_ext_style as cs, user
+
     texts = _texts(sources)
     if texts is None or _is_jitops_style(texts, None, schemas) or _stable_wanted("jitops.load", abi, texts):  # unreadable: user.load names it
         lib, streamed = _run(verbose, lambda: user.load(name, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
@@ -220,12 +203,11 @@ def load(name: str, sources: StrOrSeq, extra_cflags: StrOrSeq | None = None, ext
     root, rel = user.source_files(cache_name, sources)
     spec = _spec(cache_name, root, rel, _torch_options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths),
                  origin=f"jitops.load (torch style) from {root}")
-    cuda_files = [Path(s).name for s in _as_list(sources, "sources") if s.endswith((".cu", ".cuh"))]
     implicit = f"jitops.load({name!r}): the sources include CUDA files ({', '.join(cuda_files)})" if (
         with_cuda is None and device is None and cuda_files) else ""
     device = "cuda" if implicit else device  # as torch: with_cuda=None means "if there are CUDA files"
     loaded, streamed = _run(verbose, lambda: cs.load(spec, texts, display=name, functions={}, is_python_module=is_python_module,
-                                           device=device, settings=Settings.from_env()), implicit)
+                                           device=device, settings=settings, request=req), implicit)
     value = _python_module_or_raise(loaded, texts, "jitops.load", name, is_python_module)
     return _finish(value, loaded.library, verbose, is_python_module, streamed)
 
@@ -248,6 +230,7 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
     pybind11 where the signature needs that; either way ``module.f`` calls it, and meets
     torch.compile as torch's pybind11 binding does (a graph break).
     """
+    args = dict(locals())  # the call's arguments as given: a recalled call's request
     _check("jitops.load_inline", name, device, {"verbose": verbose, "with_cuda": with_cuda,
                                                 "is_python_module": is_python_module, "no_implicit_headers": no_implicit_headers},
            cpp_sources=cpp_sources, cuda_sources=cuda_sources, extra_cflags=extra_cflags,
@@ -263,6 +246,12 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
         _note("gil_not_used", "gil_not_used=True is not used: the pybind11 module jitops generates for functions= "
               "does not declare itself free of the GIL (it runs as under a GIL-enabled Python)")
     cpp, cuda = _as_list(cpp_sources, "cpp_sources"), _as_list(cuda_sources, "cuda_sources")
+    settings = Settings.from_env()
+    module, req = _recalled("jitops.load_inline", args, settings, device, bool(cuda))
+    if module is not None:
+        return module
+    from . import cpp_ext_style as cs, user
+
     table = cs.function_table(functions)
     cs.check_named(table, cpp + cuda, bool(_as_list(extra_include_paths, "extra_include_paths")))
     if _is_jitops_style(cpp + cuda, functions, schemas) or (functions is None and _stable_wanted("jitops.load_inline", abi, cpp + cuda)):
@@ -271,7 +260,6 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
             extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas, device=device, abi=abi))
         return _finish(lib, lib.library, verbose, is_python_module, streamed)
     cache_name = cs.spec_name(name)
-    settings = Settings.from_env()
     files = cs.inline_files(cache_name, cpp, cuda, table, implicit_headers=not no_implicit_headers,
                             wrap_errors=bool(with_pytorch_error_handling))
     root = user.inline_dir(cache_name, files, settings)
@@ -280,9 +268,20 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
     implicit = f"jitops.load_inline({name!r}): cuda_sources were given" if with_cuda is None and device is None and cuda else ""
     device = "cuda" if implicit else device  # as torch: with_cuda=None means "if there are cuda_sources"
     loaded, streamed = _run(verbose, lambda: cs.load(spec, list(files.values()), display=name, functions=table,
-                                           is_python_module=is_python_module, device=device, settings=settings), implicit)
+                                           is_python_module=is_python_module, device=device, settings=settings,
+                                           request=req), implicit)
     value = _python_module_or_raise(loaded, list(files.values()), "jitops.load_inline", name, is_python_module)
     return _finish(value, loaded.library, verbose, is_python_module, streamed)
+
+
+def _recalled(func: str, args: dict[str, Any], settings: Settings, device: str | None, cuda: bool) -> tuple[Any, Any]:
+    """(the module a remembered call answers, or None: plan) and this call's request (None where none is recalled:
+    verbose, no module, CUDA, the stable ABI or schemas= (a jitops-style library))."""
+    if (args["verbose"] or not args["is_python_module"] or device not in (None, "cpu") or (device is None and cuda)
+            or args["abi"] is not None or args["schemas"]):
+        return None, None
+    req = recall.request(func, args, settings)
+    return (recall.recall(req) if req is not None else None), req
 
 
 def _texts(sources: StrOrSeq) -> list[str] | None:
@@ -294,6 +293,8 @@ def _texts(sources: StrOrSeq) -> list[str] | None:
 
 def _is_jitops_style(texts: list[str], functions: Any, schemas: StrOrSeq | None) -> bool:
     """jitops's own registration (JITOPS_LIBRARY, or schemas=) and nothing torch-only (functions=, pybind11)."""
+    from . import cpp_ext_style as cs
+
     if functions is not None or schemas:
         return functions is None
     return any(_JITOPS_STYLE.search(t) for t in texts) and not any(cs._PYBIND.search(t) for t in texts)

@@ -31,6 +31,10 @@ the signature that ``remote.archive_trust`` checked with Ed25519 and found good.
 those three, so a later process whose trusted keys still hold that fingerprint may take the record for the
 check and need not import ``cryptography`` (~10 ms of a signed bundle's first load). Read and written as stamps.
 
+And the drop-in's recalled requests (``<state>/verified/<digest of the request>.hit``, ``loading.recall``): what a
+planned load of a verified entry was proven from, so that a later process can load it without planning. Read and
+written as stamps are; past a bound the oldest half are dropped.
+
 And the installed bundles' entry points (``<state>/verified/<digest of the import path>.bundles``, at most
 :data:`KEEP_DISCOVERIES` of them, the oldest dropped): what the last full read of the ``jitops.bundles`` group
 found (distribution, entry point, module, value, where it was installed), bound to a digest of the finders that
@@ -137,6 +141,20 @@ class Stamps:
         except (OSError, ValueError, TypeError) as e:
             log.debug("could not record %s in %s: %s", what, self.folder, e)
 
+    def recalled(self, name: str, limit: int) -> dict[str, Any] | None:
+        """The record ``<name>`` of the drop-in's recall (``loading.recall``), read as a stamp is, or None."""
+        return self._read(self.folder / name, limit)
+
+    def remember(self, name: str, body: dict[str, Any], keep: int) -> None:
+        """Write the recall record ``<name>``, as stamps are written; past ``keep`` of its suffix, the oldest half go."""
+        self._write(self.folder / name, body, "a drop-in request")
+        try:
+            kin = sorted((p for p in fsutil.children(self.folder) if p.suffix == Path(name).suffix), key=_mtime)
+            for p in kin[:len(kin) // 2] if len(kin) > keep else ():
+                fsutil.remove_path(p)
+        except OSError as e:
+            log.debug("could not sweep the drop-in requests in %s: %s", self.folder, e)
+
     def _ops_path(self, key: str, sha256: str, namespace: str) -> Path:
         return self.folder / f"{hashlib.sha256(f'{key}:{sha256}:{namespace}'.encode()).hexdigest()[:32]}.ops"
 
@@ -233,6 +251,13 @@ class Stamps:
             data = fsutil.read_private_record(p, MAX_BYTES)
             if data is None or not _well_formed(data) or not os.path.lexists(data["entry"]):
                 fsutil.remove_path(p)
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mtime_ns
+    except OSError:
+        return 0
 
 
 def _digest(data: Any) -> str:

@@ -1,0 +1,240 @@
+"""The drop-in's warm load without a plan: a call remembered with every fact its plan was made from (issue 32 item 4).
+
+A torch-style ``load`` plans on every call (the probe, the compiler's identity, the sha256 of each source, the
+key, the entry's check), and the modules that do it cost ~10 ms to import: inside a program that has imported
+``torch.utils.cpp_extension`` already, torch's own warm ``load`` took ~9-10 ms in all, jitops's ~16-20 ms. So after
+a planned load of a verified CPU entry that is a plain pybind11 module, the call is remembered in the user's state
+dir (``<state>/verified/<request digest>.hit``, read and written as ``stamps`` are: this user's files, no links)
+with what its plan read:
+
+* the request's digest: the front door (``jitops.load`` / ``load_inline``) and every argument as given, the
+  working folder (relative paths are its), every setting, every fact of the probe (torch, Python, the ISA, the
+  build variables a key holds), the Python executable, and jitops's version and folder;
+* the stat identity (device, inode, size, mtime and ctime in ns) of every source and header the key digested
+  (the sources' folder, the include dirs, jitops's headers) and of every folder under those (adding, removing or
+  renaming a file changes its folder's times);
+* the compiler: ``$CXX`` (or ``c++``) found on ``PATH``, its canonical binary and that binary's identity;
+* the entry: the sha256 of its manifest's bytes and the identity of its library, which a stamp had vouched for
+  (hashed in full by an earlier check), and the module's name.
+
+A later call computes the digest, finds the record and checks each identity with one ``stat``: no hash, no
+subprocess, neither the planner nor the drop-in's build code imported. Any difference, or anything odd in the
+record, and the call plans as before. A record is written only when every identity is settled (``stamps.SETTLED``
+seconds old: a write in the same timestamp tick as the record changes no time) and each file's identity is the
+one the plan took before it read the file. Any write changes a file's ctime, which no call can set back, so
+nothing the key covers changes unseen: the recalled entry is the one the plan would pick and verify, and loading
+it is what the planned path does for such a library. Libraries with ops, schemas or a fixed namespace, CUDA
+builds and ``verbose=True`` always plan.
+
+Imports: _version, fsutil, record, spec, stamps, target (probe); key and manifest lazily (when a call is remembered);
+settings and plan for annotations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._version import __version__
+from ..base import fsutil
+from ..base.record import record
+from ..spec import HEADER_SUFFIXES, SOURCE_SUFFIXES
+from ..store.stamps import SETTLED, Stamps, identity, manifest_digest
+from ..target import System, probe
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ..base.settings import Settings
+    from ..plan import LoadedLibrary, Plan
+
+log = logging.getLogger("jitops")
+_JITOPS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this jitops's folder (its headers, its code)
+
+SUFFIX = ".hit"
+FORMAT = 1
+MAX_BYTES = 1 << 20  # a record naming more files than fit is not written: such a request plans
+MAX_FOLDERS = 2000
+KEEP = 256  # records kept before the oldest half are dropped
+MODULES: dict[str, types.ModuleType] = {}  # key -> its pybind11 module, imported once per process (cpp_ext_style's too)
+_lock = threading.Lock()
+
+
+def _reset_after_fork() -> None:  # a fork taken while another thread loaded a module must not deadlock the child
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+@record
+class Request:
+    """One drop-in call as a recall sees it: its digest, the probe's facts, the user's stamps."""
+
+    digest: str
+    system: System
+    stamps: Stamps
+    offline: bool
+
+
+def _facts(value: Any) -> list[list[str]]:
+    return [[f.name, repr(getattr(value, f.name))] for f in dataclasses.fields(value)]
+
+
+def request(func: str, args: Mapping[str, Any], settings: Settings) -> Request | None:
+    """The request of the call ``func(**args)`` (every argument as given), made from ``os.getcwd()`` (relative
+    source paths are its), or None where it cannot be written down."""
+    system = probe(cuda=False)  # what make_plan reads for a CPU plan
+    body = {"v": FORMAT, "func": func, "args": dict(args), "settings": _facts(settings), "system": _facts(system),
+            "python": [sys.executable, sys.version], "jitops": [__version__, _JITOPS]}
+    try:
+        body["cwd"] = os.getcwd()
+        blob = json.dumps(body, sort_keys=True, default=repr)
+    except (OSError, TypeError, ValueError):
+        return None
+    return Request(hashlib.sha256(blob.encode()).hexdigest(), system, Stamps(settings.state_root, write=not settings.offline),
+                   settings.offline)
+
+
+def _compiler(system: System) -> tuple[str, str] | None:
+    """(command, canonical binary) of the C++ compiler, found as ``toolchain.find_cxx`` finds it."""
+    found = shutil.which(system.env("CXX") or "c++")
+    if not found:
+        return None
+    command = os.path.abspath(found)
+    return command, os.path.realpath(command)
+
+
+def _same(path: str, ident: list[int]) -> bool:
+    try:
+        return list(identity(os.stat(path))) == ident
+    except OSError:
+        return False
+
+
+def _well_formed(data: dict[str, Any], digest: str) -> bool:
+    paths = data.get("paths")
+    if data.get("v") != FORMAT or data.get("request") != digest or not isinstance(paths, list) or not all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in paths):
+        return False
+    ids = [data.get("library"), data.get("compiler_identity"), *(p[1] for p in paths)]
+    return (all(isinstance(data.get(k), str) for k in ("key", "namespace", "module", "manifest_path", "manifest", "library_path",
+                                                       "command", "compiler"))
+            and all(isinstance(i, list) and len(i) == 5 and all(fsutil.is_number(v, int) for v in i) for i in ids))
+
+
+def recall(req: Request) -> types.ModuleType | None:
+    """The module ``req`` was last answered with, loaded, when every fact it was proven from still holds; else None."""
+    data = req.stamps.recalled(req.digest[:32] + SUFFIX, MAX_BYTES)
+    if data is None or not _well_formed(data, req.digest):
+        return None
+    if _compiler(req.system) != (data["command"], data["compiler"]) or not _same(data["compiler"], data["compiler_identity"]):
+        return None
+    if not all(_same(path, ident) for path, ident in data["paths"]):
+        return None
+    try:
+        with open(data["manifest_path"], "rb") as f:
+            if manifest_digest(f.read(MAX_BYTES)) != data["manifest"]:
+                return None
+    except OSError:
+        return None
+    if not _same(data["library_path"], data["library"]):
+        return None
+    if not req.offline:
+        try:
+            fsutil.mark_used(Path(data["manifest_path"]))  # a last use, as the loader records it (LRU pruning)
+        except OSError as e:
+            log.debug("could not record the use of %s: %s", data["manifest_path"], e)
+    with _lock:
+        module = MODULES.get(data["key"])
+        if module is None:
+            import torch
+
+            torch.ops.load_library(data["library_path"])  # as the loader loads a library without schemas or ops
+            module = MODULES[data["key"]] = pybind_module(data["module"], Path(data["library_path"]))
+            module.ops = getattr(torch.ops, data["namespace"])  # type: ignore[attr-defined]  # as cpp_ext_style's
+        return module
+
+
+def pybind_module(name: str, path: Path) -> types.ModuleType:
+    """The pybind11 module ``PyInit_<name>`` of the library at ``path`` (loaded already), imported as torch imports it."""
+    mod_spec = importlib.util.spec_from_file_location(name, path)
+    assert mod_spec is not None and mod_spec.loader is not None
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return module
+
+
+def _settled(st: os.stat_result, now: int) -> bool:
+    return st.st_ctime_ns <= now - int(SETTLED * 1e9)
+
+
+def remember(req: Request, plan: Plan, lib: LoadedLibrary, module: types.ModuleType) -> None:
+    """Remember ``req``'s answer: ``module``, the pybind11 module of ``lib`` (loaded from ``plan``'s entry), when it
+    may be recalled: best effort."""
+    if (not req.stamps.write or plan.target.device != "cpu" or plan.compiler is None or lib.key != plan.key or lib.ops
+            or plan.spec.schemas or plan.spec.python or lib.built):
+        return
+    try:
+        body = _proof(req, plan, lib, module.__name__)
+    except (OSError, ValueError) as e:
+        log.debug("could not remember the drop-in request for %s: %s", plan.spec.name, e)
+        return
+    if body is not None and len(json.dumps(body)) < MAX_BYTES:
+        req.stamps.remember(req.digest[:32] + SUFFIX, body, KEEP)
+
+
+def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[str, Any] | None:
+    """The record of ``req``, or None where something is unsettled or no longer what the plan read."""
+    from ..key import INCLUDE_DIR, source_files
+    from ..store.manifest import MANIFEST, Manifest
+
+    now = time.time_ns()
+    paths: list[list[Any]] = []
+    roots = [plan.spec.root, *plan.spec.include_dirs, INCLUDE_DIR]
+    for root in roots:  # the folders first: a file added after this walk changes one of them
+        for folder, _, _ in os.walk(root):  # every folder under it: more than files_under enters, never less
+            if len(paths) >= MAX_FOLDERS:
+                return None  # sources in a big tree (a home folder): such a request plans
+            st = os.stat(folder)
+            if not _settled(st, now):
+                return None
+            paths.append([folder, list(identity(st))])
+    labelled = [*source_files(plan.spec), *((f"<jitops>/{p.relative_to(INCLUDE_DIR).as_posix()}", p)
+                                            for p in fsutil.files_under(INCLUDE_DIR, SOURCE_SUFFIXES + HEADER_SUFFIXES))]
+    taken = dict(plan.stamps)  # (inode, ctime, mtime, size) before the plan read each file
+    if sorted(label for label, _ in labelled) != sorted(taken):
+        return None
+    for label, p in labelled:
+        st = os.stat(p)
+        if (st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size) != tuple(taken[label]) or not _settled(st, now):
+            return None
+        paths.append([str(p), list(identity(st))])
+    tool = plan.compiler
+    assert tool is not None
+    compiler = _compiler(req.system)
+    if compiler != (tool.command, tool.path):
+        return None
+    cst = os.stat(tool.path)
+    raw = (lib.entry / MANIFEST).read_bytes()
+    lst = os.stat(lib.library_path)
+    if (not _settled(cst, now) or Manifest.parse(raw) != lib.manifest
+            or not req.stamps.vouches(lib.entry, raw, lib.manifest.sha256, lst)):
+        return None  # a library no stamp vouches for (a fresh build, not yet hashed by a later process): not yet
+    return {"v": FORMAT, "request": req.digest, "key": lib.key, "namespace": lib.namespace, "module": module,
+            "manifest_path": os.fsdecode(lib.entry / MANIFEST), "manifest": manifest_digest(raw),
+            "library_path": os.fsdecode(lib.library_path), "library": list(identity(lst)),
+            "command": tool.command, "compiler": tool.path, "compiler_identity": list(identity(cst)), "paths": paths}
+

@@ -1,0 +1,171 @@
+"""The drop-in's recall (jitops/loading/recall.py, issue 32 item 4): a warm torch-style load in a fresh process
+loads without planning only while every fact its plan read still holds; any change plans again, and an edit
+is built.
+
+One real module (``<torch/extension.h>``, a pybind11 module with an include path), built once, and one rebuild at
+the end; every load is a fresh process (``scenarios_dropin.warm_load``) on a private cache and state dir. A load
+planned when ``jitops.plan`` is among the modules it imported; recalled when neither the planner, the key nor the
+drop-in's build code is.
+Records and libraries settle for ``stamps.SETTLED`` (2 s) before they may be recalled, so the test waits that long.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jitops.store import stamps
+from tests.helpers import child_env, run_scenario
+
+SOURCE = r"""#include <torch/extension.h>
+#include "scale.h"
+torch::Tensor scaled(torch::Tensor x) { return x * SCALE; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scaled", &scaled, "scaled"); }
+"""
+PLANNER = {"jitops.plan", "jitops.key", "jitops.loading.loader", "jitops.build.entry", "jitops.api.cpp_ext_style", "jitops.api.user"}
+
+
+def _settle() -> None:
+    time.sleep(stamps.SETTLED + 0.2)
+
+
+def _records(state: Path) -> list[Path]:
+    return sorted((state / "verified").glob("*.hit"))
+
+
+@pytest.mark.compile
+@pytest.mark.timeout(900)
+def test_a_warm_load_is_recalled_without_planning_and_any_change_plans_again(tmp_path: Path) -> None:
+    src, inc, state = tmp_path / "src", tmp_path / "inc", tmp_path / "state"
+    src.mkdir(), inc.mkdir()
+    (src / "scaled.cpp").write_text(SOURCE)
+    (inc / "scale.h").write_text("#pragma once\n#define SCALE 3\n")
+    env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_STATE_DIR=str(state), JITOPS_PROGRESS="0")
+
+    def warm(**extra: str) -> tuple[str, dict[str, Any]]:
+        reply = run_scenario("scenarios_dropin.warm_load", loader="jitops", folder=str(src), source="scaled.cpp",
+                             name="recalled", includes=[str(inc)], env={**env, **extra}, timeout=600)
+        ours = {m for m in reply["imported"] if m.startswith("jitops")}
+        how = "planned" if "jitops.plan" in ours else "recalled"
+        assert how == "planned" or not PLANNER & ours, reply
+        return how, reply
+
+    how, reply = warm()  # the build
+    assert (how, reply["value"]) == ("planned", [3.0, 3.0]) and reply["spawned"], reply
+    _settle()
+    how, reply = warm()  # hashes the settled library, stamps it, remembers the request
+    assert (how, reply["value"], reply["spawned"]) == ("planned", [3.0, 3.0], []), reply
+    assert len(_records(state)) == 1
+    record = _records(state)[0]  # this request's (a request of other settings gets its own)
+    how, reply = warm()
+    assert (how, reply["value"], reply["spawned"]) == ("recalled", [3.0, 3.0], []), reply
+
+    # Each change below plans again (the same key: nothing is built), and the next process recalls once settled.
+    entry_lib = next((tmp_path / "cache").rglob("*.so"))
+
+    def swap_library() -> None:  # the same bytes in another file: its identity is not the one a stamp vouched for
+        shutil.copy2(entry_lib, entry_lib.with_suffix(".tmp"))
+        os.replace(entry_lib.with_suffix(".tmp"), entry_lib)
+
+    changes: list[tuple[str, Any]] = [
+        ("the header rewritten with the same bytes", lambda: (inc / "scale.h").write_text("#pragma once\n#define SCALE 3\n")),
+        ("a file added beside the source", lambda: (src / "notes.txt").write_text("not a source")),
+        ("the library swapped for a copy", swap_library),
+        ("a setting changed", None),
+    ]
+    for what, change in changes:
+        extra = {"JITOPS_LOCK_TIMEOUT": "30"} if change is None else {}
+        if change is not None:
+            change()
+        how, reply = warm(**extra)
+        assert (how, reply["value"], reply["spawned"]) == ("planned", [3.0, 3.0], []), (what, reply)
+        _settle()
+        warm(**extra)  # remembers again (a swapped library: after this process hashed and stamped it)
+        how, reply = warm(**extra)
+        assert (how, reply["value"]) == ("recalled", [3.0, 3.0]), (what, reply)
+
+    # A record this user did not write alone, or one that is not a record, is none: the load plans.
+    body = record.read_text()
+    record.chmod(0o666)
+    assert warm()[0] == "planned"
+    record.chmod(0o600)
+    assert warm()[0] == "recalled"
+    record.write_text(json.dumps({**json.loads(body), "paths": "everything"}))
+    assert warm()[0] == "planned"
+
+    # An edit is built, whatever was recalled before.
+    _settle()
+    assert warm()[0] == "recalled"
+    (inc / "scale.h").write_text("#pragma once\n#define SCALE 5\n")
+    how, reply = warm()
+    assert (how, reply["value"]) == ("planned", [5.0, 5.0]) and reply["spawned"], reply
+
+
+INLINE = r"""
+torch::Tensor scaled(torch::Tensor x) { return x * 7; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scaled", &scaled, "scaled"); }
+"""
+
+
+@pytest.mark.compile
+@pytest.mark.timeout(600)
+def test_a_warm_load_inline_is_recalled_and_gives_one_module_per_process(tmp_path: Path) -> None:
+    """load_inline's sources are its arguments: the same strings are recalled (the module torch would return, with
+    ``.ops``, the same object on each call in a process); other strings are another request."""
+    env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_STATE_DIR=str(tmp_path / "state"), JITOPS_PROGRESS="0")
+
+    def twice(source: str = INLINE) -> dict[str, Any]:
+        return run_scenario("scenarios_dropin.inline_twice", source=source, name="inline_recalled", env=env, timeout=500)
+
+    assert twice()["planned"]  # the build
+    _settle()
+    assert twice()["planned"]  # hashes, stamps, remembers
+    reply = twice()
+    assert reply == {"planned": False, "same": True, "value": [7.0, 7.0], "ops": True}, reply
+    assert twice(INLINE + "\n// another request\n")["planned"]
+
+
+def _request(tmp_path: Path) -> Any:
+    from jitops.base.settings import Settings
+    from jitops.loading import recall
+
+    settings = Settings.from_env({"JITOPS_STATE_DIR": str(tmp_path / "state"), "JITOPS_CACHE_DIR": str(tmp_path / "cache")})
+    req = recall.request("jitops.load", {"name": "x", "sources": ["x.cpp"]}, settings)
+    assert req is not None
+    return req
+
+
+@pytest.mark.parametrize("damage", [
+    "not json", "[]", '{"v": 1}', "paths-short", "paths-not-ids", "ids-floats", "other-request", "library-gone",
+])
+def test_a_damaged_or_stale_record_is_no_record(damage: str, tmp_path: Path) -> None:
+    """Anything odd in a record (its JSON, its fields, another request's digest, a library that is not there) makes
+    the call plan: recall answers None and raises nothing."""
+    from jitops.loading import recall
+
+    req = _request(tmp_path)
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"x")
+    good = {"v": recall.FORMAT, "request": req.digest, "key": "k" * 64, "namespace": "ns", "module": "m",
+            "manifest_path": str(tmp_path / "manifest.json"), "manifest": "0" * 64, "library_path": str(lib),
+            "library": list(stamps.identity(os.stat(lib))), "command": "/bin/true", "compiler": "/bin/true",
+            "compiler_identity": [0, 0, 0, 0, 0], "paths": []}
+    bodies = {"paths-short": {**good, "paths": [["only a path"]]}, "paths-not-ids": {**good, "paths": [["/", "x"]]},
+              "ids-floats": {**good, "library": [1.0, 2, 3, 4, 5]}, "other-request": {**good, "request": "0" * 64},
+              "library-gone": {**good, "library_path": str(tmp_path / "gone.so")}}
+    folder = tmp_path / "state" / "verified"
+    folder.mkdir(parents=True, mode=0o700)
+    (tmp_path / "state").chmod(0o700)
+    raw = damage if damage not in bodies else json.dumps(bodies[damage])
+    path = folder / (req.digest[:32] + recall.SUFFIX)
+    path.write_text(raw)
+    path.chmod(0o600)
+    assert recall.recall(req) is None
+    if damage in bodies:  # read as a record: refused for what it says, not for how it was stored
+        assert req.stamps.recalled(path.name, recall.MAX_BYTES) == bodies[damage]
