@@ -152,15 +152,16 @@ def recall(req: Request) -> types.ModuleType | None:
         return None
     if not _same(data["library_path"], data["library"]):
         return None
-    if not req.offline:
-        try:
-            fsutil.mark_used(Path(data["manifest_path"]))  # a last use, as the loader records it (LRU pruning)
-        except OSError as e:
-            log.debug("could not record the use of %s: %s", data["manifest_path"], e)
     with _lock:
         module = MODULES.get(data["key"])
         if module is None:
             import torch
+
+            if not req.offline:
+                try:
+                    fsutil.mark_used(Path(data["manifest_path"]))  # a last use, once per process as the loader's (LRU)
+                except OSError as e:
+                    log.debug("could not record the use of %s: %s", data["manifest_path"], e)
 
             torch.ops.load_library(data["library_path"])  # as the loader loads a library without schemas or ops
             module = MODULES[data["key"]] = pybind_module(data["module"], Path(data["library_path"]))
