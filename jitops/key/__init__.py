@@ -6,9 +6,8 @@ below it (registry, kernels, spec, base, errors, _version).
 The cache key: ingredients, source digests, ``compute_key``, the namespace, and
 the environment-variable policy (which variables a key holds, which are scrubbed).
 
-Pure functions of values handed in, plus the hashing of source files. A key
-holds exactly what changes its binary: a variable that only matters to nvcc
-or to cpp_extension's CUDA paths is in CUDA keys only, so setting
+Pure functions of values handed in, plus the hashing of source files. A key holds exactly what changes its binary:
+a variable that only matters to nvcc or to cpp_extension's CUDA paths is in CUDA keys only, so setting
 ``TORCH_CUDA_ARCH_LIST`` never rebuilds a CPU op.
 
 Imports: errors, fsutil, spec, checks (``shown``, ``shell_words``, ``LINE_BREAK``, ``NVCC_UNSAFE``), target (the variables the
@@ -136,12 +135,13 @@ def _files_under(root: Path) -> list[Path]:
     return fsutil.files_under(root, SOURCE_SUFFIXES + HEADER_SUFFIXES)
 
 
-def source_files(spec: OpSpec) -> list[tuple[str, Path]]:
-    """(label, path) of every source and header under the op's folder and include dirs."""
+def source_files(spec: OpSpec, *, ours: bool = False) -> list[tuple[str, Path]]:
+    """(label, path) of every source and header under the op's folder and include dirs (``ours``: and jitops's headers,
+    as :func:`source_state` digests them)."""
     out = [(p.relative_to(spec.root).as_posix(), p) for p in _files_under(spec.root)]
     for i, d in enumerate(spec.include_dirs):
         out.extend((f"<include{i}>/{p.relative_to(d).as_posix()}", p) for p in _files_under(d))
-    return out
+    return out + ([(f"<jitops>/{p.relative_to(INCLUDE_DIR).as_posix()}", p) for p in _files_under(INCLUDE_DIR)] if ours else [])
 
 
 def source_stamp(spec: OpSpec) -> tuple[tuple[str, int, int], ...]:
@@ -166,7 +166,7 @@ def source_state(spec: OpSpec) -> tuple[dict[str, str], dict[str, Stamp]]:
     are relative, so the install prefix does not reach the key. The stamps
     are not in the key: :func:`changed_source` compares them after a build.
     """
-    files = [*source_files(spec), *((f"<jitops>/{p.relative_to(INCLUDE_DIR).as_posix()}", p) for p in _files_under(INCLUDE_DIR))]
+    files = source_files(spec, ours=True)
     digests: dict[str, str] = {}
     stamps: dict[str, Stamp] = {}
     for label, p in files:

@@ -38,7 +38,6 @@ import importlib.util
 import json
 import logging
 import os
-import shutil
 import sys
 import threading
 import time
@@ -49,9 +48,8 @@ from typing import TYPE_CHECKING, Any
 from .._version import __version__
 from ..base import fsutil
 from ..base.record import record
-from ..spec import HEADER_SUFFIXES, SOURCE_SUFFIXES
 from ..store.stamps import SETTLED, Stamps, identity, manifest_digest
-from ..target import System, probe
+from ..target import System, cxx_command, probe
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -85,8 +83,7 @@ class Request:
 
     digest: str
     system: System
-    stamps: Stamps
-    offline: bool
+    stamps: Stamps  # written unless offline (JITOPS_OFFLINE)
 
 
 def _facts(value: Any) -> list[list[str]]:
@@ -104,17 +101,13 @@ def request(func: str, args: Mapping[str, Any], settings: Settings) -> Request |
         blob = json.dumps(body, sort_keys=True, default=repr)
     except (OSError, TypeError, ValueError):
         return None
-    return Request(hashlib.sha256(blob.encode()).hexdigest(), system, Stamps(settings.state_root, write=not settings.offline),
-                   settings.offline)
+    return Request(hashlib.sha256(blob.encode()).hexdigest(), system, Stamps(settings.state_root, write=not settings.offline))
 
 
 def _compiler(system: System) -> tuple[str, str] | None:
     """(command, canonical binary) of the C++ compiler, found as ``toolchain.find_cxx`` finds it."""
-    found = shutil.which(system.env("CXX") or "c++")
-    if not found:
-        return None
-    command = os.path.abspath(found)
-    return command, os.path.realpath(command)
+    command = cxx_command(system)
+    return None if command is None else (command, os.path.realpath(command))
 
 
 def _same(path: str, ident: list[int]) -> bool:
@@ -157,7 +150,7 @@ def recall(req: Request) -> types.ModuleType | None:
         if module is None:
             import torch
 
-            if not req.offline:
+            if req.stamps.write:  # not offline
                 try:
                     fsutil.mark_used(Path(data["manifest_path"]))  # a last use, once per process as the loader's (LRU)
                 except OSError as e:
@@ -213,8 +206,7 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
             if not _settled(st, now):
                 return None
             paths.append([folder, list(identity(st))])
-    labelled = [*source_files(plan.spec), *((f"<jitops>/{p.relative_to(INCLUDE_DIR).as_posix()}", p)
-                                            for p in fsutil.files_under(INCLUDE_DIR, SOURCE_SUFFIXES + HEADER_SUFFIXES))]
+    labelled = source_files(plan.spec, ours=True)  # what the plan digested
     taken = dict(plan.stamps)  # (inode, ctime, mtime, size) before the plan read each file
     if sorted(label for label, _ in labelled) != sorted(taken):
         return None

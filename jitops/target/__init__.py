@@ -21,6 +21,7 @@ import functools
 import importlib.machinery
 import os
 import platform
+import shutil
 import sys
 import threading
 from collections.abc import Mapping
@@ -118,6 +119,13 @@ def _python_abi() -> str:
 def build_env(environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
     env = os.environ if environ is None else environ
     return tuple((k, env[k]) for k in BUILD_ENV_VARS if env.get(k))
+
+
+def cxx_command(system: System) -> str | None:
+    """The C++ compiler cpp_extension would run (``$CXX``, else ``c++``) found on ``PATH``, as an absolute path (links
+    kept), or None: ``toolchain.find_cxx``'s lookup, which the drop-in's recall repeats without importing toolchain."""
+    found = shutil.which(system.env("CXX") or "c++")
+    return os.path.abspath(found) if found else None
 
 
 def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> System:

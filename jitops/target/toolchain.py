@@ -23,7 +23,7 @@ from pathlib import Path
 from ..base.record import record
 from ..spec.checks import shown
 from ..errors import ToolchainError
-from . import System
+from . import System, cxx_command
 
 log = logging.getLogger("jitops")
 
@@ -71,8 +71,7 @@ def find_cxx(system: System, op: str) -> str:
     under that name it is the C driver. The key canonicalises (``tool``).
     """
     cxx = system.env("CXX") or "c++"
-    found = shutil.which(cxx)
-    path = os.path.abspath(found) if found else None
+    path = cxx_command(system)
     words = cxx.split()
     if path is None and len(words) > 1 and shutil.which(words[0]):  # CXX="g++ -O2": a compiler and its flags
         import shlex  # this message only (a warm load need not import it)
