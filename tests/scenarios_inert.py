@@ -60,6 +60,14 @@ def import_is_inert() -> dict[str, Any]:
             "loader": "jitops.loading.loader" in sys.modules, "platformdirs": "platformdirs" in sys.modules}
 
 
+def user_roots() -> dict[str, Any]:
+    """The default cache and state roots, and whether finding them imported platformdirs."""
+    from jitops.base.settings import Settings
+
+    s = Settings.from_env({})
+    return {"cache": str(s.cache_root()), "state": str(s.state_root()), "platformdirs": "platformdirs" in sys.modules}
+
+
 def plan_key(name: str = "softmax", device: str = "cpu") -> str:
     """The key make_plan decides for ``name`` on ``device``."""
     import jitops.plan as jplan

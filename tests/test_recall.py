@@ -168,3 +168,23 @@ def test_a_damaged_or_stale_record_is_no_record(damage: str, tmp_path: Path) -> 
     assert recall.recall(req) is None
     if damage in bodies:  # read as a record: refused for what it says, not for how it was stored
         assert req.stamps.recalled(path.name, recall.MAX_BYTES) == bodies[damage]
+
+
+@pytest.mark.parametrize("marker", ["STABLE_TORCH_LIBRARY", "JITOPS_LIBRARY"])
+def test_sources_that_load_as_a_user_library_look_up_no_record(marker: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stable-ABI or jitops-style source loads as a UserLibrary, which is never remembered: its warm load makes no
+    request (no digest, no state-dir lookup); a torch-style source does."""
+    from jitops.api import dropin
+    from jitops.base.settings import Settings
+    from jitops.loading import recall
+
+    asked: list[str] = []
+    monkeypatch.setattr(recall, "request", lambda func, args, settings: asked.append(func))
+    args = {"verbose": False, "is_python_module": True, "abi": None, "schemas": None}
+    settings = Settings.from_env({"JITOPS_STATE_DIR": str(tmp_path)})
+    text = f"{marker}(JITOPS_NS, m) {{ }}"
+    assert dropin._recalled("jitops.load_inline", args, settings, None, False, ["// a", text]) == (None, None)
+    assert asked == []
+    dropin._recalled("jitops.load_inline", args, settings, None, False, ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}"])
+    assert asked == ["jitops.load_inline"]

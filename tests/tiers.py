@@ -16,7 +16,7 @@ FAST_FILES = frozenset({
     "tests/test_compilers.py", "tests/test_cuda_target.py", "tests/test_cuda_toolchain.py", "tests/test_errors.py", "tests/test_first_minutes.py", "tests/test_freeze.py", "tests/test_functionalize.py", "tests/test_get_path.py",
     "tests/test_gpu_safe.py", "tests/test_ninja.py", "tests/test_pch_background.py", "tests/test_pure_core.py", "tests/test_selfcheck.py", "tests/test_tiers.py",
     "tests/test_torch_versions.py", "tests/test_stable_abi.py", "tests/test_layout.py", "tests/test_bundles.py",
-    "tests/test_record.py", "tests/test_patterns.py", "tests/test_recall.py",
+    "tests/test_record.py", "tests/test_patterns.py", "tests/test_recall.py", "tests/test_userdirs.py",
 })
 # Named tests, whatever their marks: one real build of each builtin library, and a smoke test of each public
 # entry point. "file::test" takes every parametrization; "file::test[id]" just that one.

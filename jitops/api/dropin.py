@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jitops")
 _JITOPS_STYLE = lazy(r"\bJITOPS_LIBRARY(?:_IMPL)?\s*\(", needs="JITOPS_LIBRARY")
 _REGISTERS = lazy(r"\bTORCH_LIBRARY\w*\s*\(|\bRegisterOperators\b", needs=("TORCH_LIBRARY", "RegisterOperators"))  # registrations: loading is the point
-_noted: set[str] = set()  # parameters already noted in this process
+_USER_STYLE, _noted = ("JITOPS_LIBRARY", "STABLE_TORCH_LIBRARY"), set[str]()  # words of UserLibrary sources; parameters noted
 
 
 def _note(param: str, message: str) -> None:
@@ -188,12 +188,12 @@ def load(name: str, sources: StrOrSeq, extra_cflags: StrOrSeq | None = None, ext
                      is_standalone, device)
     settings = Settings.from_env()
     cuda_files = [Path(s).name for s in _as_list(sources, "sources") if s.endswith((".cu", ".cuh"))]
-    module, req = _recalled("jitops.load", args, settings, device, bool(cuda_files))
+    texts = _texts(sources)
+    module, req = _recalled("jitops.load", args, settings, device, bool(cuda_files), texts)
     if module is not None:
         return module
     from . import cpp_ext_style as cs, user
 
-    texts = _texts(sources)
     if texts is None or _is_jitops_style(texts, None, schemas) or _stable_wanted("jitops.load", abi, texts):  # unreadable: user.load names it
         lib, streamed = _run(verbose, lambda: user.load(name, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                                               extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
@@ -247,7 +247,7 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
               "does not declare itself free of the GIL (it runs as under a GIL-enabled Python)")
     cpp, cuda = _as_list(cpp_sources, "cpp_sources"), _as_list(cuda_sources, "cuda_sources")
     settings = Settings.from_env()
-    module, req = _recalled("jitops.load_inline", args, settings, device, bool(cuda))
+    module, req = _recalled("jitops.load_inline", args, settings, device, bool(cuda), cpp + cuda)
     if module is not None:
         return module
     from . import cpp_ext_style as cs, user
@@ -274,11 +274,11 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
     return _finish(value, loaded.library, verbose, is_python_module, streamed)
 
 
-def _recalled(func: str, args: dict[str, Any], settings: Settings, device: str | None, cuda: bool) -> tuple[Any, Any]:
-    """(the module a remembered call answers, or None: plan) and this call's request (None where none is recalled:
-    verbose, no module, CUDA, the stable ABI or schemas= (a jitops-style library))."""
+def _recalled(func: str, args: dict[str, Any], settings: Settings, device: str | None, cuda: bool, texts: list[str] | None) -> tuple[Any, Any]:
+    """(the module a remembered call answers, or None: plan) and this call's request (None where none is recalled: verbose,
+    no module, CUDA, abi=, schemas= or a source of _USER_STYLE: a UserLibrary is never remembered, a lookup would be waste)."""
     if (args["verbose"] or not args["is_python_module"] or device not in (None, "cpu") or (device is None and cuda)
-            or args["abi"] is not None or args["schemas"]):
+            or args["abi"] is not None or args["schemas"] or any(m in t for t in texts or () for m in _USER_STYLE)):
         return None, None
     req = recall.request(func, args, settings)
     return (recall.recall(req) if req is not None else None), req

@@ -10,7 +10,7 @@ To add a setting: one field, one line in :meth:`Settings.from_env` using the
 parsers below (each names the variable, its value and the fix on bad input),
 and one entry in :data:`VARIABLES` so ``jitops doctor`` shows it.
 
-Imports: errors and record only (and platformdirs, lazily, for the default cache and state roots).
+Imports: errors, record and userdirs only (the default cache and state roots).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import TypeVar
 
 from ..errors import ConfigError
 from .record import record
+from .userdirs import user_dir
 
 # The variables Settings reads, in display order (doctor shows the ones set).
 VARIABLES = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
@@ -273,17 +274,13 @@ class Settings:
         """The cache root these settings name: JITOPS_CACHE_DIR, else the user cache dir."""
         if self.cache_dir is not None:
             return self.cache_dir
-        import platformdirs
-
-        return Path(platformdirs.user_cache_dir("jitops", appauthor=False))
+        return Path(user_dir("cache"))
 
     def state_root(self) -> Path:
         """Per-user state that outlives cache roots (self-check verdicts): JITOPS_STATE_DIR, else the user state dir."""
         if self.state_dir is not None:
             return self.state_dir
-        import platformdirs
-
-        return Path(platformdirs.user_state_dir("jitops", appauthor=False))
+        return Path(user_dir("state"))
 
     def shown(self, environ: Mapping[str, str] | None = None) -> list[str]:
         """``NAME=value`` for each variable of :data:`VARIABLES` that is set (for ``doctor``)."""

@@ -4,10 +4,10 @@ The ``JITOPS_REMOTE_*`` and ``JITOPS_CONFIG_DIR`` variables are read by
 ``jitops.base.settings`` (the one reader of ``JITOPS_*``) into
 ``Settings.remote`` / ``Settings.config_dir``; this module re-exports that
 type and says where the signing key pair lives: the user's *config* dir
-(``JITOPS_CONFIG_DIR``, else platformdirs' ``user_config_dir("jitops")``),
+(``JITOPS_CONFIG_DIR``, else platformdirs' ``user_config_dir("jitops")``, as base.userdirs answers it),
 never the cache, which may be shared or wiped.
 
-Imports: ``jitops.base.settings`` only (platformdirs lazily).
+Imports: ``jitops.base.settings`` and ``jitops.base.userdirs`` only.
 """
 
 from __future__ import annotations
@@ -30,6 +30,6 @@ def config_dir(settings: RemoteSettings | None) -> str:
     """Where ``jitops cache keygen`` writes the key pair, and where it is looked for."""
     if settings is not None and settings.config_dir:
         return os.path.abspath(os.path.expanduser(settings.config_dir))
-    import platformdirs
+    from ..base.userdirs import user_dir
 
-    return platformdirs.user_config_dir("jitops", appauthor=False)
+    return user_dir("config")
