@@ -327,6 +327,33 @@ def test_the_link_stub_is_made_once_per_process_in_the_build_folder(tmp_path: Pa
 
 
 @pytest.mark.compile
+def test_a_stub_begun_on_the_miss_is_taken_by_the_build_and_a_failed_one_is_made_again(tmp_path: Path) -> None:
+    """start_stub (entry.before_first_build, for a stable plan) makes the stub in a thread; link_stub takes its bytes
+    and runs nothing. One that failed (a compiler that does not exist) leaves link_stub to make it with the runner."""
+    real = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    ran: list[list[str]] = []
+
+    def run(cmd: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+        ran.append(cmd)
+        return subprocess.run(["c++", *cmd[1:]], cwd=cwd, env=env, capture_output=True, text=True).returncode, ""
+
+    stable_fast._stubs.clear()
+    stable_fast.start_stub("c++", real, dict(os.environ))
+    stable_fast.start_stub("c++", real, dict(os.environ))  # once per process: the second call begins nothing
+    assert len(stable_fast._early) == 1
+    stub = stable_fast.link_stub(_job(str(tmp_path)), real, run)
+    assert stub is not None and ran == [] and stable_fast.soname(str(stub)) == stable_fast.soname(real)
+    assert stable_fast._early == {}
+    (tmp_path / "b").mkdir()
+    missing = str(tmp_path / "no-such-compiler")
+    stable_fast.start_stub(missing, real, dict(os.environ))
+    job = types.SimpleNamespace(**{**vars(_job(str(tmp_path / "b"))), "cxx": missing})
+    again = stable_fast.link_stub(job, real, run)
+    assert again is not None and len(ran) == 1 and again.read_bytes() == stub.read_bytes()
+    stable_fast._stubs.clear()
+
+
+@pytest.mark.compile
 def test_a_link_that_forbids_undefined_symbols_builds_against_the_real_library() -> None:
     """`-z defs` needs the shim's symbols: the stub has none, so such a build links against libtorch_cpu."""
     lib = jitops.load_inline("stable_zdefs", FIRST.replace("* static_cast<float>(s)", "* 3.0f"),
@@ -367,7 +394,8 @@ def test_a_stable_build_needs_no_ninja_and_starts_no_self_check(monkeypatch: pyt
 
     monkeypatch.setattr(toolchain, "find_ninja", no_ninja)
     settings = Settings.from_env({})
-    stable_plan = types.SimpleNamespace(ingredients={"abi": "stable", "compiler": "g++"}, spec=types.SimpleNamespace(name="k"))
+    stable_plan = types.SimpleNamespace(ingredients={"abi": "stable", "compiler": "g++"}, spec=types.SimpleNamespace(name="k"),
+                                        compiler=None)  # its link stub begins with the default c++
     assert entry.before_first_build(stable_plan, settings) is None  # type: ignore[arg-type]
     other = types.SimpleNamespace(ingredients={"compiler": "g++"}, spec=types.SimpleNamespace(name="k"))
     with pytest.raises(ToolchainError, match="ninja"):

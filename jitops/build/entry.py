@@ -4,8 +4,8 @@ and ``info`` all ask :func:`entry_status`. After a local miss, installed bundles
 process, signatures checked by ``remote.archive_trust``) are asked the same way.
 
 Imports: record, errors, key, manifest, plan, roots, settings, toolchain; bundles, remote.archive_trust and freeze
-lazily (after a local miss; a hit's plan asks bundles only once they were read); cache for annotations (lock, publish
-and selfcheck lazily, on the miss path only; the ``remote`` tier too, and only when ``settings.remote`` is set or
+lazily (after a local miss; a hit's plan asks bundles only once they were read); cache for annotations (lock, publish,
+selfcheck and stable lazily, on the miss path only; the ``remote`` tier too, only when ``settings.remote`` is set or
 this process is in a torchrun job).
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import importlib
 import logging
 import os
 import sys
@@ -142,12 +143,11 @@ class Entry:
 def before_first_build(plan: Plan, settings: Settings, *, check_toolchain: bool = True) -> Pending | None:
     """The one place that runs before this process builds anything for ``plan`` (the miss path only).
 
-    Starts the toolchain self-check (C++ exceptions from the binaries it builds must reach Python as RuntimeError,
-    not crash it) beside the build: the build publishes, and the loader loads, only after its pass (``Pending``).
-    ``check_toolchain=False`` defers it to the build itself (the remote tier: a remote hit builds nothing).
-    """
-    if plan.ingredients.get("abi") == "stable":  # one compiler command (build/stable.py): no ninja, no self-check
-        return None
+    Starts the toolchain self-check (C++ exceptions from its binaries must reach Python as RuntimeError) beside the
+    build, which publishes, and the loader loads, only after its pass (``Pending``); ``check_toolchain=False`` defers
+    it to the build (the remote tier: a remote hit builds nothing). A stable plan (no ninja, no check): its link stub."""
+    if plan.ingredients.get("abi") == "stable":
+        return importlib.import_module(".stable", __package__).before_build(plan)  # type: ignore[no-any-return]
     toolchain.find_ninja(plan.spec.name)  # a missing tool fails here, before any lock
     if not check_toolchain:
         return None

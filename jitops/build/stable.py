@@ -192,6 +192,17 @@ def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str]
     return rc, " ".join(cmd) + "\n" + log, out, timings
 
 
+def before_build(plan: Any) -> None:
+    """The miss path's first step for a stable plan (``entry.before_first_build``): the link stub of the C shim's
+    library begins (stable_fast.start_stub) beside the imports, lock and staging that come before the compile."""
+    from . import stable_fast
+    from ..key import SCRUBBED_ENV_VARS
+
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV_VARS}  # the build's, as publish.build_env
+    real = os.path.join(_torch_dirs()[1], f"lib{SHIM_LIBRARY}.so")
+    stable_fast.start_stub(plan.compiler.run if plan.compiler else "c++", real, env)  # the job's cxx, as publish names it
+
+
 def _torch_id() -> str:
     import torch
 

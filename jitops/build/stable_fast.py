@@ -19,7 +19,10 @@ the same SONAME (read from the real library's ELF header) and no symbols gives t
 and the same undefined symbols. It is made once per process (through the build's supervised runner)
 and written into each build's private folder, linked with ``--no-as-needed``. Link flags that forbid
 undefined symbols (``-z defs``, ``--no-undefined``), no SONAME, or a failed stub: the real library, as
-before; a link with the stub that still reports an undefined reference is run again against it.
+before; a link with the stub that still reports an undefined reference is run again against it. A process's
+first stub (~50 ms: a compiler driver and the linker) is begun by :func:`start_stub` as soon as the miss is
+known (``entry.before_first_build``), in a thread beside the imports, lock and staging that come before the
+compile; :func:`link_stub` takes it (or makes one itself, as before, if it failed).
 
 Imports: pch, pch_bg (the Cache, the job and its runner are passed in).
 """
@@ -30,6 +33,9 @@ import logging
 import os
 import shlex
 import struct
+import subprocess
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +135,37 @@ def soname(path: str) -> str | None:
 
 _NO_UNDEFINED = ("defs", "no-undefined", "unresolved-symbols")  # link flags that need the real library's symbols
 _stubs: dict[tuple[str, str], bytes] = {}  # (compiler, SONAME) -> the stub's bytes, made once per process
+_early: dict[tuple[str, str], tuple[threading.Thread, list[bytes]]] = {}  # begun by start_stub, not yet taken
+
+
+def _stub_command(cxx: str, name: str, out: Path) -> list[str]:
+    return [cxx, "-shared", "-nostdlib", f"-Wl,-soname,{name}", "-x", "c++", os.devnull, "-o", str(out)]
+
+
+def start_stub(cxx: str, real: str, env: dict[str, str]) -> None:
+    """Begin making the stub of ``real`` for ``cxx`` in a thread (once per process), for :func:`link_stub`.
+
+    Its compiler runs on nothing (``/dev/null``) in a private temporary folder, bounded by a timeout, outside the
+    supervisor: there is no user input to wait on, and it ends in milliseconds whatever happens to this process."""
+    name = soname(real)
+    if name is None or (cxx, name) in _stubs or (cxx, name) in _early:
+        return
+    made: list[bytes] = []
+
+    def make() -> None:
+        with tempfile.TemporaryDirectory(prefix="jitops-stub-") as tmp:
+            part = Path(tmp) / "stub.so"
+            try:
+                done = subprocess.run(_stub_command(cxx, name, part), cwd=tmp, env={**env, "TMPDIR": tmp},
+                                      stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+                if done.returncode == 0 and soname(str(part)) == name:
+                    made.append(part.read_bytes())
+            except (OSError, subprocess.SubprocessError) as e:
+                log.debug("could not begin a link stub for %s: %s", name, e)
+
+    thread = threading.Thread(target=make, name="jitops-link-stub", daemon=True)
+    _early[(cxx, name)] = (thread, made)
+    thread.start()
 
 
 def link_stub(job: Any, real: str, run: Any) -> Path | None:
@@ -142,10 +179,14 @@ def link_stub(job: Any, real: str, run: Any) -> Path | None:
         return None
     part = job.build_dir / "shim-stub.so"
     made = _stubs.get((job.cxx, name))
+    if made is None and (job.cxx, name) in _early:  # begun by start_stub: taken once it is done
+        thread, early = _early.pop((job.cxx, name))
+        thread.join(60)
+        if early:
+            made = _stubs[(job.cxx, name)] = early[0]
     try:
         if made is None:
-            cmd = [job.cxx, "-shared", "-nostdlib", f"-Wl,-soname,{name}", "-x", "c++", os.devnull, "-o", str(part)]
-            rc, _ = run(cmd, cwd=job.build_dir, env=job.env)
+            rc, _ = run(_stub_command(job.cxx, name, part), cwd=job.build_dir, env=job.env)
             if rc != 0 or soname(str(part)) != name:
                 log.info("note: could not make a link stub for %s; linking against the library itself", name)
                 return None
