@@ -179,11 +179,11 @@ def link_stub(job: Any, real: str, run: Any) -> Path | None:
         return None
     part = job.build_dir / "shim-stub.so"
     made = _stubs.get((job.cxx, name))
-    if made is None and (job.cxx, name) in _early:  # begun by start_stub: taken once it is done
-        thread, early = _early.pop((job.cxx, name))
-        thread.join(60)
-        if early:
-            made = _stubs[(job.cxx, name)] = early[0]
+    begun = _early.pop((job.cxx, name), None) if made is None else None  # by start_stub: taken once it is done
+    if begun is not None:  # (pop, not a lookup first: builds run in parallel threads under jitops.warm)
+        begun[0].join(60)
+        if begun[1]:
+            made = _stubs[(job.cxx, name)] = begun[1][0]
     try:
         if made is None:
             rc, _ = run(_stub_command(job.cxx, name, part), cwd=job.build_dir, env=job.env)
