@@ -4,8 +4,8 @@ Some toolchains build extensions that load and run, but kill the process the
 first time a kernel throws (a ``TORCH_CHECK`` on a bad shape): the exception
 cannot unwind through the extension's frames, so the user sees a segfault or
 an abort instead of a ``RuntimeError``. jitops finds out with the first build
-of a new toolchain: it compiles a tiny probe op whose kernel throws (lean
-dispatcher header, -O0, one command that compiles and links), loads it in a
+of a new toolchain: it compiles a tiny probe op whose kernel throws (c10's
+Exception.h and torch's C shim, -O0, one command that compiles and links), loads it in a
 CHILD process and checks that the error arrives as ``RuntimeError``.
 
 The probe runs in a thread beside the first build (:class:`Pending`); the
