@@ -51,7 +51,7 @@ def test_lazy_compiles_at_first_use_and_then_is_the_pattern() -> None:
 def test_needs_skips_texts_without_the_literal_and_finds_what_the_regex_finds() -> None:
     from jitops.api.cpp_ext_style import _FIXED_NS, _PYBIND
     from jitops.api.dropin import _JITOPS_STYLE, _REGISTERS
-    from jitops.build.stable import _FULL_API, _INCLUDE, _LITERAL_DEF, _NAMESPACE, _STABLE
+    from jitops.build.stable import _INCLUDE, _LITERAL_DEF, _NAMESPACE, _STABLE
     from jitops.spec import _TARGET_FLAG as _TARGET
     from jitops.spec.headers import EXTENSION_H
 
@@ -64,13 +64,30 @@ def test_needs_skips_texts_without_the_literal_and_finds_what_the_regex_finds() 
              "STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m) {}\n#include <ATen/ATen.h>",
              "-DTORCH_TARGET_VERSION=0x020d000000000000", "Python.h", "torch/csrc/stable/tensor.h", "c10/util/Half.h",
              "int main() { return 0; }"]
-    for p in (_FIXED_NS, _PYBIND, _JITOPS_STYLE, _REGISTERS, _FULL_API, _INCLUDE, _LITERAL_DEF, _NAMESPACE, _STABLE,
+    for p in (_FIXED_NS, _PYBIND, _JITOPS_STYLE, _REGISTERS, _INCLUDE, _LITERAL_DEF, _NAMESPACE, _STABLE,
               _TARGET, EXTENSION_H):
         for t in texts:
             plain = re.compile(p.pattern, p.flags)
             assert [m.span() for m in p.finditer(t)] == [m.span() for m in plain.finditer(t)], (p, t)
             assert p.findall(t) == plain.findall(t) and bool(p.search(t)) == bool(plain.search(t))
             assert bool(p.match(t)) == bool(plain.match(t)) and bool(p.fullmatch(t)) == bool(plain.fullmatch(t))
+
+
+def test_stable_full_api_answers_as_the_pattern_it_replaced() -> None:
+    """stable.full_api (prefix tests: each warm load of a stable library checks its includes, and a pattern costs a
+    fresh process its compile) says of each header what the regex before it said."""
+    from jitops.build.stable import full_api
+
+    former = re.compile(r"^(ATen|c10|caffe2|pybind11|jitops)/|^Python\.h$|^torch/(?!csrc/stable/|headeronly/|"
+                        r"csrc/inductor/aoti_torch/(c|generated)/)")
+    headers = ["ATen/Tensor.h", "c10/util/Half.h", "caffe2/core/x.h", "pybind11/pybind11.h", "jitops/op.h", "Python.h",
+               "Python.hh", "xPython.h", "torch/extension.h", "torch/library.h", "torch/csrc/stable/library.h",
+               "torch/headeronly/util/Exception.h", "torch/csrc/inductor/aoti_torch/c/shim.h",
+               "torch/csrc/inductor/aoti_torch/generated/c_shim_cpu.h", "torch/csrc/inductor/aoti_torch/utils.h",
+               "torch/csrc/inductor/aoti_torch/cx/a.h", "torch/csrc/inductor/aoti_torch/generatedx/a.h", "torch/",
+               "torch", "torch/csrc/stable", "vector", "ATen", "ATenx/a.h", "mytorch/x.h", "c10", "cuda_runtime.h"]
+    assert [h for h in headers if full_api(h) != bool(former.search(h))] == []
+    assert full_api("ATen/ATen.h") and not full_api("torch/csrc/stable/ops.h")  # both answers occur above
 
 
 def test_compiler_version_patterns_with_needs_are_the_plain_ones() -> None:

@@ -33,8 +33,8 @@ What each torch parameter does here:
   jitops builds shared libraries for torch only.
 
 A call answered with a plain pybind11 module is answered by ``loading.recall`` later while its proof holds (no plan).
-Imports: checks, errors, patterns, recall, settings, user_spec; cpp_ext_style, user and verbose lazily (not on a recalled call),
-runner (LIVE, only when verbose) and stable (a source naming STABLE_TORCH_LIBRARY, or abi= given) lazily; plan for annotations.
+Imports: checks, errors, patterns, recall, settings, user_spec; lazily: user (not on a recalled call), cpp_ext_style (torch-style
+sources), verbose and runner's LIVE (verbose=True), stable (a source naming STABLE_TORCH_LIBRARY, or abi=); plan for annotations.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jitops")
 _JITOPS_STYLE = lazy(r"\bJITOPS_LIBRARY(?:_IMPL)?\s*\(", needs="JITOPS_LIBRARY")
+_cs = lambda: importlib.import_module(".cpp_ext_style", __package__)  # noqa: E731 - the torch-style path's module, imported by it alone
 _REGISTERS = lazy(r"\bTORCH_LIBRARY\w*\s*\(|\bRegisterOperators\b", needs=("TORCH_LIBRARY", "RegisterOperators"))  # registrations: loading is the point
 _USER_STYLE, _noted = ("JITOPS_LIBRARY", "STABLE_TORCH_LIBRARY"), set[str]()  # words of UserLibrary sources; parameters noted
 
@@ -101,9 +102,9 @@ def _check(func: str, name: object, device: object, flags: dict[str, object], **
 
 def _finish(result: Any, lib: LoadedLibrary, verbose: bool, is_python_module: bool, streamed: bool) -> Any:
     from . import user
-    from .verbose import describe, show
 
     if verbose:
+        from .verbose import describe, show
         show(describe(lib, streamed))
     if isinstance(result, user.UserLibrary) and not is_python_module:
         return str(lib.library_path)  # as torch's is_python_module=False: the path
@@ -113,16 +114,14 @@ def _finish(result: Any, lib: LoadedLibrary, verbose: bool, is_python_module: bo
 def _run(verbose: bool, build: Any, implicit_cuda: str = "") -> tuple[Any, bool]:
     """``build()`` and whether it showed output; its output shown live when verbose; ``implicit_cuda``: why
     with_cuda=None meant CUDA."""
-    from .verbose import show, show_line
-
-    lines: list[str] = []
-    live = importlib.import_module("..build.runner", __package__).LIVE if verbose else None  # a warm load imports no build code
-    token = live.set(functools.partial(show_line, lines)) if live is not None else None
+    lines: list[str] = []  # a warm load imports no build code, and without verbose no verbose module
+    live = importlib.import_module("..build.runner", __package__).LIVE if verbose else None
+    token = live.set(functools.partial(importlib.import_module(".verbose", __package__).show_line, lines)) if live is not None else None
     try:
         return build(), bool(lines)
     except BuildError as e:
         if verbose:
-            show(f"jitops: the build failed (its output is above; kept in {e.log_path})")
+            importlib.import_module(".verbose", __package__).show(f"jitops: the build failed (its output is above; kept in {e.log_path})")
         raise e.with_traceback(None) from None
     except TargetError as e:
         if not implicit_cuda:
@@ -192,13 +191,14 @@ def load(name: str, sources: StrOrSeq, extra_cflags: StrOrSeq | None = None, ext
     module, req = _recalled("jitops.load", args, settings, device, bool(cuda_files), texts)
     if module is not None:
         return module
-    from . import cpp_ext_style as cs, user
+    from . import user
 
     if texts is None or _is_jitops_style(texts, None, schemas) or _stable_wanted("jitops.load", abi, texts):  # unreadable: user.load names it
         lib, streamed = _run(verbose, lambda: user.load(name, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                                               extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
                                               schemas=schemas, device=device, abi=abi))
         return _finish(lib, lib.library, verbose, is_python_module, streamed)
+    cs = _cs()
     cache_name = cs.spec_name(name)
     root, rel = user.source_files(cache_name, sources)
     spec = _spec(cache_name, root, rel, _torch_options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths),
@@ -250,15 +250,16 @@ def load_inline(name: str, cpp_sources: StrOrSeq, cuda_sources: StrOrSeq | None 
     module, req = _recalled("jitops.load_inline", args, settings, device, bool(cuda), cpp + cuda)
     if module is not None:
         return module
-    from . import cpp_ext_style as cs, user
+    from . import user  # and cpp_ext_style only for torch-style sources (functions= is theirs alone)
 
-    table = cs.function_table(functions)
-    cs.check_named(table, cpp + cuda, bool(_as_list(extra_include_paths, "extra_include_paths")))
     if _is_jitops_style(cpp + cuda, functions, schemas) or (functions is None and _stable_wanted("jitops.load_inline", abi, cpp + cuda)):
         lib, streamed = _run(verbose, lambda: user.load_inline(
             name, cpp_sources, cuda_sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
             extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas, device=device, abi=abi))
         return _finish(lib, lib.library, verbose, is_python_module, streamed)
+    cs = _cs()
+    table = cs.function_table(functions)
+    cs.check_named(table, cpp + cuda, bool(_as_list(extra_include_paths, "extra_include_paths")))
     cache_name = cs.spec_name(name)
     files = cs.inline_files(cache_name, cpp, cuda, table, implicit_headers=not no_implicit_headers,
                             wrap_errors=bool(with_pytorch_error_handling))
@@ -293,8 +294,7 @@ def _texts(sources: StrOrSeq) -> list[str] | None:
 
 def _is_jitops_style(texts: list[str], functions: Any, schemas: StrOrSeq | None) -> bool:
     """jitops's own registration (JITOPS_LIBRARY, or schemas=) and nothing torch-only (functions=, pybind11)."""
-    from . import cpp_ext_style as cs
-
     if functions is not None or schemas:
         return functions is None
-    return any(_JITOPS_STYLE.search(t) for t in texts) and not any(cs._PYBIND.search(t) for t in texts)
+    # cpp_ext_style (a torch-style load's module) only where JITOPS_LIBRARY is spelled
+    return any(_JITOPS_STYLE.search(t) for t in texts) and not any(_cs()._PYBIND.search(t) for t in texts)
