@@ -28,9 +28,13 @@ def load_stable(name: str, source: str = KERNEL) -> dict[str, Any]:
     .ci/torch-versions.sh builds KERNEL under the main leg's torch, then loads it offline under each other version."""
     import torch
 
+    import sys
+
     start = time.perf_counter()
     import jitops
 
     lib = jitops.load_inline(name, source)
     ms = (time.perf_counter() - start) * 1000
-    return {"built": lib.library.built, "out": lib.scale(torch.ones(3), 4.0).tolist(), "ms": ms}
+    # the torch-style path's modules and verbose's: a stable load (verbose=False) has no use for them
+    unused = sorted(m for m in ("jitops.api.cpp_ext_style", "jitops.spec.headers", "jitops.api.verbose") if m in sys.modules)
+    return {"built": lib.library.built, "out": lib.scale(torch.ones(3), 4.0).tolist(), "ms": ms, "unused_imported": unused}
