@@ -9,7 +9,7 @@
 // into vector and scalar columns depends on its thread partition (<= 1 ulp).
 //
 // This translation unit avoids <torch/library.h>; registration lives in
-// register.cpp, schemas in the op's spec (jitops/kernels/__init__.py).
+// softmax_cpu_backward.cpp, schemas in the op's spec (jitops/kernels/__init__.py).
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/EmptyTensor.h>

@@ -6,6 +6,11 @@
 // dims (strips of columns, as the forward). Half and bfloat16 compute in
 // float and round once; the reductions and formulas are torch's own
 // (ATen/native/cpu/SoftMaxKernel.cpp), in the same order.
+//
+// This file also holds the library's dispatcher registration (the end of the
+// file). <torch/library.h> costs ~5 s to parse on its own, most of it the
+// ATen core headers this file parses anyway: in a file of its own it made a
+// fourth compile on a first build, ~3 s more CPU time for no code.
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/EmptyTensor.h>
@@ -13,6 +18,8 @@
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
+
+#include <jitops/op.h>
 
 #include <algorithm>
 #include <cmath>
@@ -122,3 +129,36 @@ Tensor log_softmax_backward_cpu(const Tensor& grad, const Tensor& out, int64_t d
 }
 
 }  // namespace jitops_softmax
+
+// ------------------------------------------------------------ registration
+
+JITOPS_LIBRARY_IMPL(CPU, m) {
+  m.impl("softmax", &jitops_softmax::softmax_cpu);
+  m.impl("log_softmax", &jitops_softmax::log_softmax_cpu);
+  m.impl("softmax_backward", &jitops_softmax::softmax_backward_cpu);
+  m.impl("log_softmax_backward", &jitops_softmax::log_softmax_backward_cpu);
+}
+
+#ifdef JITOPS_WITH_CUDA
+JITOPS_LIBRARY_IMPL(CUDA, m) {
+  m.impl("softmax", &jitops_softmax::softmax_cuda);
+  m.impl("log_softmax", &jitops_softmax::log_softmax_cuda);
+  m.impl("softmax_backward", &jitops_softmax::softmax_backward_cuda);
+  m.impl("log_softmax_backward", &jitops_softmax::log_softmax_backward_cuda);
+}
+#endif
+
+// Autograd: C++ kernels that skip autograd when no input needs grad, and
+// otherwise call the twins softmax_autograd / log_softmax_autograd, whose
+// derivatives are registered from python.py (see jitops/op.h).
+JITOPS_LIBRARY_IMPL(Autograd, m) {
+  jitops::differentiable(m, "softmax");
+  jitops::differentiable(m, "log_softmax");
+}
+
+// The twins' forwards: they call softmax / log_softmax below autograd.
+// The backward ops are fused kernels per backend (above).
+JITOPS_LIBRARY_IMPL(CompositeExplicitAutograd, m) {
+  jitops::twin(m, "softmax");
+  jitops::twin(m, "log_softmax");
+}
