@@ -27,8 +27,8 @@ from ..target import System
 
 PROBE_VERSION = 3  # bump when the probe's source or command line changes
 NAMESPACE = "jitops_selfcheck"
-# The kernel throws a c10::Error (TORCH_CHECK) from the extension's own frames into torch's dispatcher and
-# Python binding: the path every jitops kernel's errors take. It is registered through torch's C shim
+# The kernel throws a c10::Error (TORCH_CHECK) from the extension's own frames into torch's dispatcher: the
+# path every jitops kernel's errors take. It is registered through torch's C shim
 # (aoti_torch_library_*, the calls STABLE_TORCH_LIBRARY makes) rather than <torch/library.h>: the probe then
 # parses c10's Exception.h and a C header, 1.2-1.8 s to build here instead of 8-9 s, and what it tests (a
 # C++ exception unwinding through frames this toolchain compiled and linked) is the same. A boxed kernel's
@@ -60,7 +60,8 @@ struct Register {
 # The child loads torch's C++ libraries with ctypes and calls the op through the C shim's dispatcher entry
 # (aoti_torch_call_dispatcher), whose catch records the error; no `import torch`, so the child costs ~0.35 s
 # instead of ~2.5 s. The error unwinds from the probe's frames through torch's dispatcher to torch's catch, the
-# path every kernel's errors take. Torch's catch records a c10::Error's text without its backtrace; a c10::Error
+# path every kernel's errors take (above it, torch's Python bindings only translate a caught c10::Error). Torch's
+# catch records a c10::Error's text without its backtrace; a c10::Error
 # whose type did not match across the two libraries falls to its std::exception catch, which records what(),
 # backtrace included, so the text check also proves the type matched.
 _CHILD = f"""\
