@@ -26,9 +26,9 @@ def load_stable(name: str, source: str = KERNEL) -> dict[str, Any]:
     """load_inline a stable-ABI scale kernel in this new process: built or not, its result, the load's time.
 
     .ci/torch-versions.sh builds KERNEL under the main leg's torch, then loads it offline under each other version."""
-    import torch
-
     import sys
+
+    import torch
 
     start = time.perf_counter()
     import jitops

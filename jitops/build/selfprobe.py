@@ -60,10 +60,10 @@ struct Register {
 # The child loads torch's C++ libraries with ctypes and calls the op through the C shim's dispatcher entry
 # (aoti_torch_call_dispatcher), whose catch records the error; no `import torch`, so the child costs ~0.35 s
 # instead of ~2.5 s. The error unwinds from the probe's frames through torch's dispatcher to torch's catch, the
-# path every kernel's errors take (above it, torch's Python bindings only translate a caught c10::Error). Torch's
-# catch records a c10::Error's text without its backtrace; a c10::Error
-# whose type did not match across the two libraries falls to its std::exception catch, which records what(),
-# backtrace included, so the text check also proves the type matched.
+# path every kernel's errors take (above it, torch's Python bindings only translate a caught c10::Error).
+# Torch's catch records a c10::Error's text without its backtrace; a c10::Error whose type did not match across
+# the two libraries falls to its std::exception catch, which records what(), backtrace included, so the exact
+# text also proves the type matched.
 _CHILD = f"""\
 import ctypes, sys
 lib = sys.argv[2]
@@ -79,8 +79,8 @@ if call(b"{NAMESPACE}::probe", b"", (ctypes.c_uint64 * 1)(7)) == 0:
     sys.exit(4)
 text = (what() or b"").decode(errors="replace")
 ok = text == "jitops self-check: expected error for 7"
-print("JITOPS_SELFCHECK " + ("ok" if ok else "wrong message: " + text.splitlines()[0][:200] if text else "no message"),
-      flush=True)
+said = "ok" if ok else "wrong message: " + (text.splitlines() or ["(none)"])[0][:200]
+print("JITOPS_SELFCHECK " + said, flush=True)
 sys.exit(0 if ok else 3)
 """
 
