@@ -49,7 +49,9 @@ def warm(archs: str) -> float:
         if subprocess.run(cmd, cwd=REPO).returncode != 0:
             fail("`jitops warm` failed (its output is above)")
     else:
-        print("(jitops.cli is not in this tree yet: building through entry.ensure_entry)", flush=True)
+        print(
+            "(jitops.cli is not in this tree yet: building through entry.ensure_entry)", flush=True
+        )
         for spec in cuda_specs():
             t = time.monotonic()
             jentry.ensure_entry(jplan.make_plan(spec, "cuda", archs))
@@ -77,9 +79,15 @@ def check_nvcc_flags(spec: OpSpec, build_log: str, want: tuple[str, ...]) -> Non
     """Every nvcc command (ninja -v echoes build.ninja's) carries exactly jitops's -gencode flags."""
     commands = [ln for ln in build_log.splitlines() if re.search(r"/nvcc\s", ln)]
     if len(commands) < len(spec.cuda_sources):
-        fail(f"{spec.name}: {len(commands)} nvcc commands in the build log for {len(spec.cuda_sources)} .cu files")
+        fail(
+            f"{spec.name}: {len(commands)} nvcc commands in the build log for {len(spec.cuda_sources)} .cu files"
+        )
     for cmd in commands:
-        got = [w for w in cmd.split() if w.startswith(("-gencode", "-arch", "--gpu-architecture", "-code"))]
+        got = [
+            w
+            for w in cmd.split()
+            if w.startswith(("-gencode", "-arch", "--gpu-architecture", "-code"))
+        ]
         if got != list(want):
             fail(f"{spec.name}: nvcc got arch flags {got}, jitops computed {list(want)}:\n{cmd}")
 
@@ -111,10 +119,16 @@ def check_loads_without_gpu(spec: OpSpec, archs: str) -> float:
     """Every op with a CPU kernel also has a CUDA one (ops with neither are composite, e.g. backward formulas)."""
     start = time.monotonic()
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", JITOPS_OFFLINE="1")  # no GPU; load, never build
-    code = textwrap.dedent(_CHILD.format(repo=str(REPO), lib=spec.name, archs=archs, ops=op_names(spec)))
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    code = textwrap.dedent(
+        _CHILD.format(repo=str(REPO), lib=spec.name, archs=archs, ops=op_names(spec))
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
     if proc.returncode != 0:
-        fail(f"loading {spec.name} in a process without a GPU failed:\n{proc.stdout}\n{proc.stderr}")
+        fail(
+            f"loading {spec.name} in a process without a GPU failed:\n{proc.stdout}\n{proc.stderr}"
+        )
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     if report["gpu"]:
         fail("the load check must run without a GPU, but torch.cuda.is_available() was True")
@@ -122,9 +136,14 @@ def check_loads_without_gpu(spec: OpSpec, archs: str) -> float:
     device_ops = [op for op, keys in kernels.items() if keys]
     missing = [op for op in device_ops if "CUDA" not in kernels[op]]
     if not device_ops or missing:
-        fail(f"{spec.name} ({report['namespace']}): no CUDA kernel registered for "
-             f"{', '.join(missing or kernels)}; kernels by op: {kernels}")
-    print(f"  load  {spec.name}: CUDA kernels registered for {', '.join(device_ops)} (no GPU visible)", flush=True)
+        fail(
+            f"{spec.name} ({report['namespace']}): no CUDA kernel registered for "
+            f"{', '.join(missing or kernels)}; kernels by op: {kernels}"
+        )
+    print(
+        f"  load  {spec.name}: CUDA kernels registered for {', '.join(device_ops)} (no GPU visible)",
+        flush=True,
+    )
     return time.monotonic() - start
 
 
@@ -139,26 +158,42 @@ def main(argv: list[str] | None = None) -> int:
     for spec in cuda_specs():
         plan = jplan.make_plan(spec, "cuda", args.arch)
         try:
-            entry = jentry.ensure_entry(plan, offline=True)  # warm built it; offline: never build here
+            # warm built it; offline: never build here
+            entry = jentry.ensure_entry(plan, offline=True)
         except OfflineMiss as e:
             fail(f"the warm step left no {plan.target.name} entry for {spec.name}: {e}")
         lib = entry.path / entry.manifest.library_file
         check_nvcc_flags(spec, entry.manifest.build_log, arch_gencode_flags(plan.target.archs))
         want_elf, want_ptx = set(sass_archs(plan.target.archs)), set(ptx_archs(plan.target.archs))
-        got_elf, got_ptx = listed(args.cuobjdump, "--list-elf", lib), listed(args.cuobjdump, "--list-ptx", lib)
+        got_elf, got_ptx = (
+            listed(args.cuobjdump, "--list-elf", lib),
+            listed(args.cuobjdump, "--list-ptx", lib),
+        )
         if got_elf != want_elf or got_ptx != want_ptx:
-            fail(f"{lib}: cuobjdump lists SASS {sorted(got_elf)} and PTX {sorted(got_ptx)}; "
-                 f"expected exactly SASS {sorted(want_elf)} and PTX {sorted(want_ptx)}")
-        print(f"  nvcc  {spec.name}: exactly {' '.join(arch_gencode_flags(plan.target.archs))}", flush=True)
-        print(f"  elf   {spec.name} ({plan.target.name}): {', '.join(sorted(got_elf))}"
-              f"{'; ptx ' + ', '.join(sorted(got_ptx)) if got_ptx else ''}", flush=True)
+            fail(
+                f"{lib}: cuobjdump lists SASS {sorted(got_elf)} and PTX {sorted(got_ptx)}; "
+                f"expected exactly SASS {sorted(want_elf)} and PTX {sorted(want_ptx)}"
+            )
+        print(
+            f"  nvcc  {spec.name}: exactly {' '.join(arch_gencode_flags(plan.target.archs))}",
+            flush=True,
+        )
+        print(
+            f"  elf   {spec.name} ({plan.target.name}): {', '.join(sorted(got_elf))}"
+            f"{'; ptx ' + ', '.join(sorted(got_ptx)) if got_ptx else ''}",
+            flush=True,
+        )
         load_s = check_loads_without_gpu(spec, args.arch)
-        rows.append((spec.name, plan.target.name, entry.manifest.build_seconds, lib.stat().st_size, load_s))
+        rows.append(
+            (spec.name, plan.target.name, entry.manifest.build_seconds, lib.stat().st_size, load_s)
+        )
 
     print("\nlibrary      target              build_s   size_MiB  load_check_s")
     for name, target, build_s, size, load_s in rows:
         print(f"{name:<12} {target:<19} {build_s:>7.1f}  {size / 2**20:>9.2f}  {load_s:>12.1f}")
-    print(f"warm wall time {warm_s:.1f}s for {len(rows)} libraries (MAX_JOBS={os.environ.get('MAX_JOBS', 'auto')})")
+    print(
+        f"warm wall time {warm_s:.1f}s for {len(rows)} libraries (MAX_JOBS={os.environ.get('MAX_JOBS', 'auto')})"
+    )
     return 0
 
 

@@ -45,8 +45,14 @@ def child(op: str) -> None:
 
 
 def _run(op: str, env: dict[str, str]) -> dict[str, object]:
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", op], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child", op],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -68,33 +74,85 @@ def main() -> int:
         base = {k: v for k, v in os.environ.items() if not k.startswith("JITOPS_")}
         base.update(JITOPS_STATE_DIR=str(t / "state"), JITOPS_PROGRESS="0", PYTHONPATH=str(REPO))
         warmed = t / "warmed"
-        keygen = subprocess.run([sys.executable, "-m", "jitops", "cache", "keygen"], cwd=REPO, capture_output=True,
-                                text=True, timeout=120, env={**base, "JITOPS_CONFIG_DIR": str(t / "signer")})
-        public = next((w.partition("=")[2] for w in keygen.stdout.split() if "=ed25519:" in w), None)
+        keygen = subprocess.run(
+            [sys.executable, "-m", "jitops", "cache", "keygen"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**base, "JITOPS_CONFIG_DIR": str(t / "signer")},
+        )
+        public = next(
+            (w.partition("=")[2] for w in keygen.stdout.split() if "=ed25519:" in w), None
+        )
         if public is None:
             raise SystemExit(keygen.stdout + keygen.stderr)
         sites = {}
         for kind, config in (("bundle", t / "no-key"), ("signed", t / "signer")):
-            build = subprocess.run([sys.executable, "-m", "jitops", "bundle", "build", "--ops", args.op, "--out",
-                                    str(t / kind), "--name", "bench", "--version", "1", *(["--sign"] if kind == "signed" else [])],
-                                   cwd=REPO, capture_output=True,
-                                   text=True, timeout=900, env={**base, "JITOPS_CACHE_DIR": str(warmed),
-                                                                "JITOPS_CONFIG_DIR": str(config)})
+            build = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "jitops",
+                    "bundle",
+                    "build",
+                    "--ops",
+                    args.op,
+                    "--out",
+                    str(t / kind),
+                    "--name",
+                    "bench",
+                    "--version",
+                    "1",
+                    *(["--sign"] if kind == "signed" else []),
+                ],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                env={**base, "JITOPS_CACHE_DIR": str(warmed), "JITOPS_CONFIG_DIR": str(config)},
+            )
             if build.returncode != 0:
                 raise SystemExit(build.stdout + build.stderr)
             (wheel,) = (t / kind).glob("*.whl")
             sites[kind] = t / f"site-{kind}"
-            subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target",
-                            str(sites[kind]), str(wheel)], check=True, capture_output=True, timeout=300)
-        trusting = {"JITOPS_CONFIG_DIR": str(t / "no-key"), "JITOPS_REMOTE_TRUSTED_KEYS": public, "JITOPS_REQUIRE_SIGNED": "1"}
-        _run(args.op, {**base, "JITOPS_CACHE_DIR": str(warmed)})  # the first local hit stamps the entry, as any use would
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-deps",
+                    "--no-index",
+                    "--target",
+                    str(sites[kind]),
+                    str(wheel),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
+        trusting = {
+            "JITOPS_CONFIG_DIR": str(t / "no-key"),
+            "JITOPS_REMOTE_TRUSTED_KEYS": public,
+            "JITOPS_REQUIRE_SIGNED": "1",
+        }
+        # the first local hit stamps the entry, as any use would
+        _run(args.op, {**base, "JITOPS_CACHE_DIR": str(warmed)})
         times: dict[str, list[float]] = {"bundle": [], "signed": [], "local": [], "cold": []}
         for i in range(max(args.runs, args.cold_runs)):
             if i < args.runs:
                 for kind, more in (("bundle", {}), ("signed", trusting)):
                     site = sites[kind]
-                    r = _run(args.op, {**base, **more, "JITOPS_CACHE_DIR": str(t / f"empty-{kind}-{i}"),
-                                       "PYTHONPATH": f"{REPO}{os.pathsep}{site}"})
+                    r = _run(
+                        args.op,
+                        {
+                            **base,
+                            **more,
+                            "JITOPS_CACHE_DIR": str(t / f"empty-{kind}-{i}"),
+                            "PYTHONPATH": f"{REPO}{os.pathsep}{site}",
+                        },
+                    )
                     assert not r["built"] and str(r["entry"]).startswith(str(site)), r
                     times[kind].append(float(r["get_s"]))  # type: ignore[arg-type]
                 r = _run(args.op, {**base, "JITOPS_CACHE_DIR": str(warmed)})
@@ -104,17 +162,30 @@ def main() -> int:
                 r = _run(args.op, {**base, "JITOPS_CACHE_DIR": str(t / f"cold-{i}")})
                 assert r["built"], r
                 times["cold"].append(float(r["get_s"]))  # type: ignore[arg-type]
-        report = {"op": args.op, "wheel_bytes": wheel.stat().st_size, "build_output": build.stdout.strip().splitlines(),
-                  **{f"{k}_s": v for k, v in times.items()},
-                  **{f"{k}_median_s": statistics.median(v) for k, v in times.items() if v}}
-    print(f"first jitops.get({args.op!r}) in a fresh process (median of runs; each run in seconds):")
+        report = {
+            "op": args.op,
+            "wheel_bytes": wheel.stat().st_size,
+            "build_output": build.stdout.strip().splitlines(),
+            **{f"{k}_s": v for k, v in times.items()},
+            **{f"{k}_median_s": statistics.median(v) for k, v in times.items() if v},
+        }
+    print(
+        f"first jitops.get({args.op!r}) in a fresh process (median of runs; each run in seconds):"
+    )
     for k, v in times.items():
         if v:
-            print(f"  {k:<7} {statistics.median(v) * 1000:9.1f} ms   {' '.join(f'{x * 1000:.1f}' for x in v)}")
+            print(
+                f"  {k:<7} {statistics.median(v) * 1000:9.1f} ms   {' '.join(f'{x * 1000:.1f}' for x in v)}"
+            )
     if times["bundle"] and times["local"]:
         for kind in ("bundle", "signed"):
-            print(f"  {kind} / local: {statistics.median(times[kind]) / statistics.median(times['local']):.2f}x")
-    print(f"wheel: {report['wheel_bytes']} bytes; " + "; ".join(str(x).strip() for x in report["build_output"][1:-1]))
+            print(
+                f"  {kind} / local: {statistics.median(times[kind]) / statistics.median(times['local']):.2f}x"
+            )
+    print(
+        f"wheel: {report['wheel_bytes']} bytes; "
+        + "; ".join(str(x).strip() for x in report["build_output"][1:-1])
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return 0

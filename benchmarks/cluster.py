@@ -46,7 +46,14 @@ OPS = ["fakeadd", "fakemul"]
 
 def run(scenario: str, env: dict[str, str], **kwargs: object) -> dict:
     """Run the scenario function ``scenario(**kwargs)`` (tests/scenario_main.py) in a fresh interpreter; its reply."""
-    out = subprocess.run(scenario_argv(scenario, **kwargs), env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        scenario_argv(scenario, **kwargs),
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if out.returncode:
         raise SystemExit(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -54,8 +61,14 @@ def run(scenario: str, env: dict[str, str], **kwargs: object) -> dict:
 
 def cluster(n: int, url: str | None, tmp: Path, build_s: float, cfg: Path) -> tuple[str, str]:
     base = tmp / f"n{n}-{'none' if url is None else url.split(':')[0]}"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JITOPS_BUILDER": "fake", "JITOPS_FAKE_BUILD_SECONDS": str(build_s),
-           "JITOPS_CONFIG_DIR": str(cfg), "JITOPS_CACHE_DIR": str(base / "unused")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "JITOPS_BUILDER": "fake",
+        "JITOPS_FAKE_BUILD_SECONDS": str(build_s),
+        "JITOPS_CONFIG_DIR": str(cfg),
+        "JITOPS_CACHE_DIR": str(base / "unused"),
+    }
     env.pop("JITOPS_REMOTE_CACHE", None)
     if url is not None:
         env["JITOPS_REMOTE_CACHE"] = url
@@ -68,16 +81,35 @@ def cluster(n: int, url: str | None, tmp: Path, build_s: float, cfg: Path) -> tu
     return "/".join(map(str, builds)), f"{last:.2f}"
 
 
-def torchrun_job(tmp: Path, ranks: int, per_node: int, phases: str, build_s: float, store: bool) -> list[dict]:
+def torchrun_job(
+    tmp: Path, ranks: int, per_node: int, phases: str, build_s: float, store: bool
+) -> list[dict]:
     from tests.remote_helpers import free_port
 
     out = tmp / f"job-{phases}-{'store' if store else 'none'}"
     out.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JITOPS_BUILDER": "fake", "JITOPS_FAKE_BUILD_SECONDS": str(build_s),
-           "OMP_NUM_THREADS": "1", "JITOPS_DISTRIBUTED": "1" if store else "0"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "JITOPS_BUILDER": "fake",
+        "JITOPS_FAKE_BUILD_SECONDS": str(build_s),
+        "OMP_NUM_THREADS": "1",
+        "JITOPS_DISTRIBUTED": "1" if store else "0",
+    }
     env.pop("JITOPS_REMOTE_CACHE", None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={ranks}",
-           f"--master-port={free_port()}", "-m", "tests.dist_scenarios", phases, str(out), str(per_node)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc-per-node={ranks}",
+        f"--master-port={free_port()}",
+        "-m",
+        "tests.dist_scenarios",
+        phases,
+        str(out),
+        str(per_node),
+    ]
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     if proc.returncode:
         raise SystemExit(proc.stderr[-4000:])
@@ -87,8 +119,10 @@ def torchrun_job(tmp: Path, ranks: int, per_node: int, phases: str, build_s: flo
 def torchrun_bench(build_s: float) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="jitops-torchrun-"))
     try:
-        print(f"torchrun, 8 ranks on 4 simulated nodes; build time per op {build_s:g}s (fake builder: a fixed sleep, "
-              "so this 2-core machine's CPU is not the bottleneck)")
+        print(
+            f"torchrun, 8 ranks on 4 simulated nodes; build time per op {build_s:g}s (fake builder: a fixed sleep, "
+            "so this 2-core machine's CPU is not the bottleneck)"
+        )
         print(f"{'tier':<10} {'builds/op':>10} {'all ranks have all ops (s)':>27}")
         for store in (False, True):
             replies = torchrun_job(tmp, 8, 2, "get", build_s, store)
@@ -102,12 +136,16 @@ def torchrun_bench(build_s: float) -> None:
         wall = max(r["warm"]["end"] for r in replies) - min(r["warm"]["start"] for r in replies)
         slowest = max(e["seconds"] for e in report)
         nodes = len({e["node"] for e in report})
-        print(f"warm of 1 op alone: {alone:.2f}s until every rank returned (its build "
-              f"{one[0]['warmone']['report'][0]['seconds']:.2f}s)")
-        print(f"warm of {len(report)} ops on 4 nodes: {wall:.2f}s until every rank returned; ratio to the 1-op warm "
-              f"{wall / alone:.2f}x (target < 1.5x); slowest build inside this warm {slowest:.2f}s (ratio "
-              f"{wall / slowest:.2f}x; that denominator is inflated by contention); built on {nodes} different nodes, "
-              f"builds per op {'/'.join(str(e['builds']) for e in report)}")
+        print(
+            f"warm of 1 op alone: {alone:.2f}s until every rank returned (its build "
+            f"{one[0]['warmone']['report'][0]['seconds']:.2f}s)"
+        )
+        print(
+            f"warm of {len(report)} ops on 4 nodes: {wall:.2f}s until every rank returned; ratio to the 1-op warm "
+            f"{wall / alone:.2f}x (target < 1.5x); slowest build inside this warm {slowest:.2f}s (ratio "
+            f"{wall / slowest:.2f}x; that denominator is inflated by contention); built on {nodes} different nodes, "
+            f"builds per op {'/'.join(str(e['builds']) for e in report)}"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -117,7 +155,11 @@ def main() -> None:
     ap.add_argument("--build-seconds", type=float, default=1.0)
     ap.add_argument("--nodes", default="1,4,16")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--torchrun", action="store_true", help="real torchrun jobs with the job's store as the tier")
+    ap.add_argument(
+        "--torchrun",
+        action="store_true",
+        help="real torchrun jobs with the job's store as the tier",
+    )
     args = ap.parse_args()
     if args.torchrun:
         torchrun_bench(args.build_seconds)
@@ -134,46 +176,67 @@ def main() -> None:
                 (tmp / "redis").mkdir()
                 url, _ = stack.enter_context(redis_server(tmp / "redis"))
                 stores.append(("redis", url))
-            if Path(sys.executable).with_name("moto_server").exists() and importlib.util.find_spec("s3fs"):
+            if Path(sys.executable).with_name("moto_server").exists() and importlib.util.find_spec(
+                "s3fs"
+            ):
                 (tmp / "s3").mkdir()
                 url, s3_env = stack.enter_context(moto_s3(tmp / "s3"))
-                stack.enter_context(environ(**s3_env))  # the nodes (children) reach moto through these
+                # the nodes (children) reach moto through these
+                stack.enter_context(environ(**s3_env))
                 stores.append(("s3", url))
             print(f"build time per op {args.build_seconds:g}s (fake builder); ops {', '.join(OPS)}")
             print(f"{'store':<6} {'nodes':>5} {'builds/op':>10} {'all nodes have all ops (s)':>27}")
-            warm: dict[str, str] = {}  # store -> a URL whose store holds every op (for the timings below)
+            warm: dict[
+                str, str
+            ] = {}  # store -> a URL whose store holds every op (for the timings below)
             for name, url in stores:
                 for n in map(int, args.nodes.split(",")):
                     if url and url.startswith("file"):
                         shutil.rmtree(tmp / "shared")
                         (tmp / "shared").mkdir()
                     elif url and url.startswith("redis"):
-                        subprocess.run(["redis-cli", "-u", url, "flushall"], capture_output=True, timeout=30)
-                    run_url = f"{url}-n{n}" if url and url.startswith("s3") else url  # s3: a fresh prefix is cold
+                        subprocess.run(
+                            ["redis-cli", "-u", url, "flushall"], capture_output=True, timeout=30
+                        )
+                    # s3: a fresh prefix is cold
+                    run_url = f"{url}-n{n}" if url and url.startswith("s3") else url
                     builds, last = cluster(n, run_url, tmp, args.build_seconds, cfg)
                     print(f"{name:<6} {n:>5} {builds:>10} {last:>27}")
                     if run_url is not None:
                         warm[name] = run_url
-            base_env = {**os.environ, "PYTHONPATH": str(REPO), "JITOPS_BUILDER": "fake", "JITOPS_CONFIG_DIR": str(cfg)}
+            base_env = {
+                **os.environ,
+                "PYTHONPATH": str(REPO),
+                "JITOPS_BUILDER": "fake",
+                "JITOPS_CONFIG_DIR": str(cfg),
+            }
             base_env.pop("JITOPS_REMOTE_CACHE", None)
             for name, url in warm.items():
                 env = {**base_env, "JITOPS_REMOTE_CACHE": url}
                 remote, remote2, local_tier, local_plain = [], [], [], []
                 for i in range(args.repeat):
                     cache = tmp / f"t-{name}-{i}"
-                    first = run("remote_scenarios.timed_gets", {**env, "JITOPS_CACHE_DIR": str(cache)})
+                    first = run(
+                        "remote_scenarios.timed_gets", {**env, "JITOPS_CACHE_DIR": str(cache)}
+                    )
                     remote.append(first["first_get_s"])
                     remote2.append(first["second_get_s"])
                     pair = [(local_tier, env), (local_plain, base_env)]
                     for out, e in pair if i % 2 else pair[::-1]:  # alternate which goes first
-                        out.append(run("remote_scenarios.timed_gets", {**e, "JITOPS_CACHE_DIR": str(cache)})["first_get_s"])
+                        out.append(
+                            run(
+                                "remote_scenarios.timed_gets", {**e, "JITOPS_CACHE_DIR": str(cache)}
+                            )["first_get_s"]
+                        )
                 med = statistics.median
-                print(f"{name}: first get() in a fresh process, median of {args.repeat}: remote hit "
-                      f"{1000 * med(remote):.1f} ms (connect, imports, compiler probe included), a second op's "
-                      f"remote hit {1000 * med(remote2):.1f} ms; local hit {1000 * med(local_tier):.1f} ms with the "
-                      f"tier set, {1000 * med(local_plain):.1f} ms without; remote-hit overhead "
-                      f"{1000 * (med(remote) - med(local_tier)):.1f} ms first, "
-                      f"{1000 * (med(remote2) - med(local_tier)):.1f} ms after")
+                print(
+                    f"{name}: first get() in a fresh process, median of {args.repeat}: remote hit "
+                    f"{1000 * med(remote):.1f} ms (connect, imports, compiler probe included), a second op's "
+                    f"remote hit {1000 * med(remote2):.1f} ms; local hit {1000 * med(local_tier):.1f} ms with the "
+                    f"tier set, {1000 * med(local_plain):.1f} ms without; remote-hit overhead "
+                    f"{1000 * (med(remote) - med(local_tier)):.1f} ms first, "
+                    f"{1000 * (med(remote2) - med(local_tier)):.1f} ms after"
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -42,7 +42,10 @@ __global__ void scale_kernel(const float* x, float* y, int64_t n) {
 }
 """
 TORCH_CPP = "#include <torch/extension.h>\ntorch::Tensor scale(torch::Tensor x);\n"
-TORCH_CU = "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n" + KERNEL + """
+TORCH_CU = (
+    "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n"
+    + KERNEL
+    + """
 torch::Tensor scale(torch::Tensor x) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat && x.is_contiguous(), "scale: a contiguous float32 CUDA tensor");
   auto y = torch::empty_like(x);
@@ -51,12 +54,16 @@ torch::Tensor scale(torch::Tensor x) {
   return y;
 }
 """
+)
 LEAN_CPP = '#include <jitops/op.h>\nJITOPS_LIBRARY(m) { m.def("scale(Tensor x) -> Tensor"); }\n'
-LEAN_CU = """#include <jitops/op.h>
+LEAN_CU = (
+    """#include <jitops/op.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAStream.h>
-""" + KERNEL + """
+"""
+    + KERNEL
+    + """
 at::Tensor scale(const at::Tensor& x) {
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && x.is_contiguous(), "scale: a contiguous float32 CUDA tensor");
   at::Tensor y = at::empty_like(x);
@@ -66,8 +73,9 @@ at::Tensor scale(const at::Tensor& x) {
 }
 JITOPS_LIBRARY_IMPL(CUDA, m) { m.impl("scale", &scale); }
 """
+)
 
-CHILD = r'''
+CHILD = r"""
 import json, os, sys, time
 import torch
 loader, offsets, csv_path = sys.argv[1], [int(o) for o in sys.argv[2].split(",")], sys.argv[3]
@@ -109,7 +117,7 @@ for o in offsets:
     if call:
         assert float(y[1]) == 2.0 + o, (float(y[1]), o)
 print(json.dumps(steps))
-'''
+"""
 
 LOADERS = ("torch", "jitops-dropin", "jitops")
 STEPS = ("cold", "edit 1", "edit 2")
@@ -138,17 +146,36 @@ def run(loader: str, work: Path, state: str, call: bool, timeout: float) -> list
     folder = work / loader
     (folder / "build").mkdir(parents=True)
     csv_path = folder / "nvcc-time.csv"
-    env = dict(os.environ, JITOPS_CACHE_DIR=str(folder / "cache"), JITOPS_STATE_DIR=state, BENCH_BDIR=str(folder / "build"),
-               NVCC_APPEND_FLAGS=f"--time {csv_path}", BENCH_CALL="1" if call else "0", BENCH_SOURCES=json.dumps(
-                   {"torch_cpp": TORCH_CPP, "torch_cu": TORCH_CU, "lean_cpp": LEAN_CPP, "lean_cu": LEAN_CU}))
+    env = dict(
+        os.environ,
+        JITOPS_CACHE_DIR=str(folder / "cache"),
+        JITOPS_STATE_DIR=state,
+        BENCH_BDIR=str(folder / "build"),
+        NVCC_APPEND_FLAGS=f"--time {csv_path}",
+        BENCH_CALL="1" if call else "0",
+        BENCH_SOURCES=json.dumps(
+            {"torch_cpp": TORCH_CPP, "torch_cu": TORCH_CU, "lean_cpp": LEAN_CPP, "lean_cu": LEAN_CU}
+        ),
+    )
     try:
-        proc = subprocess.run([sys.executable, "-c", CHILD, loader, "1,2,3", str(csv_path)], env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD, loader, "1,2,3", str(csv_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
-        print(f"{loader:14s} did not finish in {timeout:.0f} s (--child-timeout): skipped", flush=True)
+        print(
+            f"{loader:14s} did not finish in {timeout:.0f} s (--child-timeout): skipped", flush=True
+        )
         return None
     if proc.returncode != 0:
-        print(f"{loader:14s} FAILED:\n{proc.stdout}\n{proc.stderr[-4000:]}", file=sys.stderr, flush=True)
+        print(
+            f"{loader:14s} FAILED:\n{proc.stdout}\n{proc.stderr[-4000:]}",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
     steps = json.loads(proc.stdout.strip().splitlines()[-1])
     for step in steps:
@@ -160,25 +187,42 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default=",".join(LOADERS), help="comma-separated loaders")
     p.add_argument("--json", type=Path, help="also write the results here")
-    p.add_argument("--child-timeout", type=float, default=900, help="seconds for one loader's three steps")
-    p.add_argument("--build-only", action="store_true",
-                   help="build and load each version without calling it: no GPU needed (a CUDA torch and nvcc are; "
-                        "set TORCH_CUDA_ARCH_LIST, e.g. 9.0)")
+    p.add_argument(
+        "--child-timeout", type=float, default=900, help="seconds for one loader's three steps"
+    )
+    p.add_argument(
+        "--build-only",
+        action="store_true",
+        help="build and load each version without calling it: no GPU needed (a CUDA torch and nvcc are; "
+        "set TORCH_CUDA_ARCH_LIST, e.g. 9.0)",
+    )
     args = p.parse_args(argv)
     import torch
 
     call = not args.build_only
     if call and not torch.cuda.is_available():
-        print("cuda_edit_loop: needs a CUDA GPU (torch.cuda.is_available() is False); --build-only times the builds "
-              "without one", file=sys.stderr)
+        print(
+            "cuda_edit_loop: needs a CUDA GPU (torch.cuda.is_available() is False); --build-only times the builds "
+            "without one",
+            file=sys.stderr,
+        )
         return 2
     if not call and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-        print("cuda_edit_loop --build-only: set TORCH_CUDA_ARCH_LIST (e.g. 9.0): there is no GPU to read it from",
-              file=sys.stderr)
+        print(
+            "cuda_edit_loop --build-only: set TORCH_CUDA_ARCH_LIST (e.g. 9.0): there is no GPU to read it from",
+            file=sys.stderr,
+        )
         return 2
-    where = torch.cuda.get_device_name() if call else f"no GPU call, archs {os.environ['TORCH_CUDA_ARCH_LIST']}"
-    print(f"{where}, torch {torch.__version__} (CUDA {torch.version.cuda}); {os.cpu_count()} cores; "
-          "one round, loaders one after another", flush=True)
+    where = (
+        torch.cuda.get_device_name()
+        if call
+        else f"no GPU call, archs {os.environ['TORCH_CUDA_ARCH_LIST']}"
+    )
+    print(
+        f"{where}, torch {torch.__version__} (CUDA {torch.version.cuda}); {os.cpu_count()} cores; "
+        "one round, loaders one after another",
+        flush=True,
+    )
     results: dict[str, list[dict]] = {}
     failed = False
     with tempfile.TemporaryDirectory(prefix="jitops-cuda-loop-") as tmp:
@@ -192,15 +236,21 @@ def main(argv: list[str] | None = None) -> int:
             results[loader] = steps
             times = "  ".join(f"{s}: {r['seconds']:6.2f} s" for s, r in zip(STEPS, steps))
             print(f"{loader:14s} {times}", flush=True)
-    print("\n| loader | step | total s | nvcc phases (s, summed over nvcc runs) |\n|---|---|--:|---|")
+    print(
+        "\n| loader | step | total s | nvcc phases (s, summed over nvcc runs) |\n|---|---|--:|---|"
+    )
     for loader, steps in results.items():
         for name, step in zip(STEPS, steps):
-            ph = ", ".join(f"{k} {v:.2f}" for k, v in sorted(step["phases"].items(), key=lambda kv: -kv[1]))
+            ph = ", ".join(
+                f"{k} {v:.2f}" for k, v in sorted(step["phases"].items(), key=lambda kv: -kv[1])
+            )
             print(f"| {loader} | {name} | {step['seconds']:.2f} | {ph or '-'} |")
     if "torch" in results:
         for loader in (k for k in results if k != "torch"):
-            ratios = ", ".join(f"{s} {a['seconds'] / b['seconds']:.2f}x"
-                               for s, a, b in zip(STEPS, results[loader], results["torch"]))
+            ratios = ", ".join(
+                f"{s} {a['seconds'] / b['seconds']:.2f}x"
+                for s, a, b in zip(STEPS, results[loader], results["torch"])
+            )
             print(f"{loader} / torch (time ratio, < 1: jitops faster): {ratios}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

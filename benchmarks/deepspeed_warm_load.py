@@ -27,10 +27,24 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run(loader: str, env: dict[str, str]) -> float:
-    proc = subprocess.run([sys.executable, "-m", "tests.scenario_main", "scenarios_dropin.deepspeed_warm_load",
-                           json.dumps({"loader": loader})], env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.scenario_main",
+            "scenarios_dropin.deepspeed_warm_load",
+            json.dumps({"loader": loader}),
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if proc.returncode:
-        raise SystemExit(f"{loader}: the scenario failed\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"{loader}: the scenario failed\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        )
     reply = json.loads([line for line in proc.stdout.splitlines() if line.strip()][-1])
     return float(reply["seconds"][0]) * 1e3
 
@@ -38,14 +52,24 @@ def run(loader: str, env: dict[str, str]) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=9, help="fresh processes per loader")
-    parser.add_argument("--dir", help="where both loaders keep their builds (default: a temporary folder)")
+    parser.add_argument(
+        "--dir", help="where both loaders keep their builds (default: a temporary folder)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="jitops-bench-ds-") as tmp:
         root = Path(args.dir or tmp)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("JITOPS_") and k != "PYTHONDONTWRITEBYTECODE"}
-        env.update(PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-                   TORCH_EXTENSIONS_DIR=str(root / "torch_extensions"), JITOPS_CACHE_DIR=str(root / "cache"),
-                   JITOPS_STATE_DIR=str(root / "state"), JITOPS_PROGRESS="0")
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("JITOPS_") and k != "PYTHONDONTWRITEBYTECODE"
+        }
+        env.update(
+            PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+            TORCH_EXTENSIONS_DIR=str(root / "torch_extensions"),
+            JITOPS_CACHE_DIR=str(root / "cache"),
+            JITOPS_STATE_DIR=str(root / "state"),
+            JITOPS_PROGRESS="0",
+        )
         print("first loads (builds, unless --dir holds them) ...", flush=True)
         start = time.monotonic()
         run("torch", env), run("jitops", env)

@@ -39,7 +39,7 @@ from edit_loop import EXT_SRC  # noqa: E402  (benchmarks/ is not a package)
 from loader import BASELINE_COLD, BASELINE_SRC, JITOPS_COLD  # noqa: E402
 
 BROKEN = EXT_SRC.replace("return y;", "return y")  # a syntax error in the user's own lines
-KERNEL = r'''
+KERNEL = r"""
 import json, os, sys, time
 import torch
 src, broken = os.environ["BENCH_EXT"], os.environ["BENCH_BROKEN"]
@@ -73,13 +73,18 @@ except Exception as e:
 else:
     raise SystemExit("the broken kernel built")
 print(json.dumps(out))
-'''
-STEPS = ("first get(\"softmax\")", "cold user kernel", "first edit", "second edit", "error reported")
+"""
+STEPS = ('first get("softmax")', "cold user kernel", "first edit", "second edit", "error reported")
 
 
 def child(code: str, env: dict[str, str], *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=env, capture_output=True,
-                          text=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"benchmark child failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -87,15 +92,24 @@ def child(code: str, env: dict[str, str], *args: str) -> dict:
 
 def measure(loader: str, tmp: Path, base: dict[str, str]) -> dict:
     where = tmp / loader.replace(" ", "-").replace("+", "p")
-    env = dict(base, JITOPS_CACHE_DIR=str(where / "cache"), JITOPS_STATE_DIR=str(where / "state"),
-               BENCH_BDIR=str(where / "build"), BENCH_SRC=str(BASELINE_SRC))
+    env = dict(
+        base,
+        JITOPS_CACHE_DIR=str(where / "cache"),
+        JITOPS_STATE_DIR=str(where / "state"),
+        BENCH_BDIR=str(where / "build"),
+        BENCH_SRC=str(BASELINE_SRC),
+    )
     os.makedirs(env["BENCH_BDIR"])
     if loader == "jitops clang++":
         env["CXX"] = shutil.which("clang++") or "clang++"
     first = child(BASELINE_COLD if loader == "torch" else JITOPS_COLD, env)["seconds"]
-    print(f"  {loader}: first get(\"softmax\") {first:.2f} s", flush=True)
+    print(f'  {loader}: first get("softmax") {first:.2f} s', flush=True)
     kernel = child(KERNEL, env, "torch" if loader == "torch" else "jitops")
-    print(f"  {loader}: " + ", ".join(f"{k} {v:.2f} s" for k, v in kernel.items() if isinstance(v, float)), flush=True)
+    print(
+        f"  {loader}: "
+        + ", ".join(f"{k} {v:.2f} s" for k, v in kernel.items() if isinstance(v, float)),
+        flush=True,
+    )
     pch = where / "cache" / "v1" / "pch"
     kernel["pchs"] = len([p for p in pch.iterdir() if p.is_dir()]) if pch.is_dir() else 0
     return {STEPS[0]: first, **kernel}
@@ -103,19 +117,37 @@ def measure(loader: str, tmp: Path, base: dict[str, str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--load", action="store_true", help="two CPU-bound children run during the measurement")
+    parser.add_argument(
+        "--load", action="store_true", help="two CPU-bound children run during the measurement"
+    )
     parser.add_argument("--no-clang", action="store_true", help="leave out jitops with clang++")
     args = parser.parse_args(argv)
-    loaders = ["torch", "jitops g++"] + ([] if args.no_clang or not shutil.which("clang++") else ["jitops clang++"])
-    burners = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(2 if args.load else 0)]
+    loaders = ["torch", "jitops g++"] + (
+        [] if args.no_clang or not shutil.which("clang++") else ["jitops clang++"]
+    )
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+        for _ in range(2 if args.load else 0)
+    ]
     results: dict[str, dict] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="jitops-first-minutes-") as tmp:
-            base = dict(os.environ, BENCH_EXT=EXT_SRC, BENCH_BROKEN=BROKEN, PYTHONDONTWRITEBYTECODE="1")
-            for var in ("JITOPS_OFFLINE", "JITOPS_PCH", "JITOPS_BUILDER", "JITOPS_PCH_BACKGROUND", "CXX"):
+            base = dict(
+                os.environ, BENCH_EXT=EXT_SRC, BENCH_BROKEN=BROKEN, PYTHONDONTWRITEBYTECODE="1"
+            )
+            for var in (
+                "JITOPS_OFFLINE",
+                "JITOPS_PCH",
+                "JITOPS_BUILDER",
+                "JITOPS_PCH_BACKGROUND",
+                "CXX",
+            ):
                 base.pop(var, None)
-            print(f"first minutes, fresh caches, {'loaded: 2 CPU-bound children' if args.load else 'no extra load'}, "
-                  f"{os.cpu_count()} cores, load average at start {_load()} ...", flush=True)
+            print(
+                f"first minutes, fresh caches, {'loaded: 2 CPU-bound children' if args.load else 'no extra load'}, "
+                f"{os.cpu_count()} cores, load average at start {_load()} ...",
+                flush=True,
+            )
             for loader in loaders:
                 results[loader] = measure(loader, Path(tmp), base)
     finally:
@@ -144,8 +176,10 @@ def report(results: dict[str, dict], loaders: list[str]) -> None:
         print(line)
     for loader in loaders[1:]:
         r = results[loader]
-        print(f"{loader}: PCH ready {r['PCH ready (wait, not counted)']:.1f} s after the first edit returned "
-              f"(waited for before the second edit); {r['pchs']} PCH(s) in its cache")
+        print(
+            f"{loader}: PCH ready {r['PCH ready (wait, not counted)']:.1f} s after the first edit returned "
+            f"(waited for before the second edit); {r['pchs']} PCH(s) in its cache"
+        )
     for loader in loaders:
         print(f"{loader} error: {results[loader]['error says']}")
     print("ratio: jitops / torch (at most 1.0 is the goal at every step)")

@@ -31,7 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from import_graph import graph  # noqa: E402
 
-# The child: import the checkout's jitops (module bodies run before the profiler starts), trace one get.
+# The child: import the checkout's jitops (module bodies run before the profiler starts), trace one
+# get.
 _CHILD = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -77,27 +78,44 @@ def closure(g: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
     return reach
 
 
-def climbs(sequence: list[str], reach: Mapping[str, set[str]]) -> collections.Counter[tuple[str, str]]:
+def climbs(
+    sequence: list[str], reach: Mapping[str, set[str]]
+) -> collections.Counter[tuple[str, str]]:
     """Transitions A -> B of a collapsed sequence where B (transitively) imports A: the trace moves up."""
-    return collections.Counter((a, b) for a, b in zip(sequence, sequence[1:]) if a in reach.get(b, ()))
+    return collections.Counter(
+        (a, b) for a, b in zip(sequence, sequence[1:]) if a in reach.get(b, ())
+    )
 
 
 def trace(repo: Path, op: str, env: Mapping[str, str], timeout: float = 600.0) -> list[list[str]]:
     """[callee module, caller module] of each call into jitops, in order, of one ``jitops.get(op)`` in a fresh
     child (the calling thread only: background threads such as the self-check's are not traced)."""
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(repo), op], env=dict(env), capture_output=True,
-                          text=True, timeout=timeout, cwd=tempfile.gettempdir())
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(repo), op],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tempfile.gettempdir(),
+    )
     marker = [line for line in proc.stdout.splitlines() if line.startswith("GET_PATH_JSON ")]
     if proc.returncode or not marker:
-        raise RuntimeError(f"traced get failed (rc {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+        raise RuntimeError(
+            f"traced get failed (rc {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        )
     return json.loads(marker[-1].removeprefix("GET_PATH_JSON "))
 
 
-def upcalls(pairs: Iterable[list[str]], reach: Mapping[str, set[str]]) -> collections.Counter[tuple[str, str]]:
+def upcalls(
+    pairs: Iterable[list[str]], reach: Mapping[str, set[str]]
+) -> collections.Counter[tuple[str, str]]:
     """Direct calls from a function of module A into one of module B where B imports A: a stage calling back into
     a higher one (a climb that is only the return from a helper is not one)."""
-    return collections.Counter((caller, callee) for callee, caller in pairs
-                               if caller != callee and caller in reach.get(callee, ()))
+    return collections.Counter(
+        (caller, callee)
+        for callee, caller in pairs
+        if caller != callee and caller in reach.get(callee, ())
+    )
 
 
 def report(pairs: list[list[str]], reach: Mapping[str, set[str]]) -> dict:
@@ -121,12 +139,18 @@ def measure(repo: Path, op: str = "softmax", extra_env: Mapping[str, str] | None
     """Cold then warm get of ``op`` from checkout ``repo`` in one private cache, each traced in its own child."""
     repo = repo.resolve()
     if not (repo / "jitops" / "__init__.py").is_file():
-        raise SystemExit(f"get_path: {repo} holds no jitops/ package: pass --repo a jitops checkout")
+        raise SystemExit(
+            f"get_path: {repo} holds no jitops/ package: pass --repo a jitops checkout"
+        )
     reach = closure(graph(annotations=True, package=repo / "jitops"))
     with tempfile.TemporaryDirectory(prefix="jitops-get-path-") as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("JITOPS_") and k != "PYTHONPATH"}
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith("JITOPS_") and k != "PYTHONPATH"
+        }
         env.update(extra_env or {})
-        env.update(JITOPS_CACHE_DIR=str(Path(tmp) / "cache"), JITOPS_STATE_DIR=str(Path(tmp) / "state"))
+        env.update(
+            JITOPS_CACHE_DIR=str(Path(tmp) / "cache"), JITOPS_STATE_DIR=str(Path(tmp) / "state")
+        )
         runs = {name: report(trace(repo, op, env), reach) for name in ("cold", "warm")}
     return {"repo": str(repo), "op": op, **runs}
 
@@ -135,17 +159,23 @@ def table(result: dict, top: int = 0) -> str:
     lines = [f"repo {result['repo']}  op {result['op']}"]
     for name in ("cold", "warm"):
         r = result[name]
-        lines.append(f"\n{name.upper()}: {r['calls']} calls, {len(r['modules'])} modules passed, "
-                     f"{len(r['transitions']) - 1} transitions, {r['climbs']} climbs "
-                     f"({len(r['climb_counts'])} distinct)")
-        lines.append("  modules: " + " ".join(m.removeprefix("jitops.") or "jitops" for m in r["modules"]))
-        for a, b, n in r["climb_counts"][:top or None]:
+        lines.append(
+            f"\n{name.upper()}: {r['calls']} calls, {len(r['modules'])} modules passed, "
+            f"{len(r['transitions']) - 1} transitions, {r['climbs']} climbs "
+            f"({len(r['climb_counts'])} distinct)"
+        )
+        lines.append(
+            "  modules: " + " ".join(m.removeprefix("jitops.") or "jitops" for m in r["modules"])
+        )
+        for a, b, n in r["climb_counts"][: top or None]:
             lines.append(f"  {n:4d}  {a} -> {b}")
         if top and len(r["climb_counts"]) > top:
             rest = r["climb_counts"][top:]
-            lines.append(f"  ....  {len(rest)} more distinct climbs, {sum(n for *_, n in rest)} in all")
+            lines.append(
+                f"  ....  {len(rest)} more distinct climbs, {sum(n for *_, n in rest)} in all"
+            )
         lines.append(f"  upcalls (a call from A into B where B imports A): {r['upcalls']}")
-        for a, b, n in r["upcall_counts"][:top or None]:
+        for a, b, n in r["upcall_counts"][: top or None]:
             lines.append(f"  {n:4d}  {a} => {b}")
     return "\n".join(lines)
 
@@ -155,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo", type=Path, required=True, help="a checkout holding jitops/")
     ap.add_argument("--op", default="softmax")
     ap.add_argument("--json", type=Path, help="write everything (sequences included) here")
-    ap.add_argument("--top", type=int, default=0, help="climbs listed per run (0: all; all go to --json)")
+    ap.add_argument(
+        "--top", type=int, default=0, help="climbs listed per run (0: all; all go to --json)"
+    )
     args = ap.parse_args(argv)
     result = measure(args.repo, args.op)
     print(table(result, args.top))

@@ -41,11 +41,25 @@ import torch  # noqa: E402
 
 import jitops  # noqa: E402
 from jitops import bench  # noqa: E402
-from jitops.bench.bench_ops import SOFTMAXES, call, nms_case, random_boxes, softmax_case, torchvision_nms  # noqa: E402
+from jitops.bench.bench_ops import (
+    SOFTMAXES,
+    call,
+    nms_case,
+    random_boxes,
+    softmax_case,
+    torchvision_nms,
+)  # noqa: E402
 
 # (shape, dim): issue 12's cases, and one per kernel class for --quick (last dim; a dim before it)
-GPU_SHAPES = [((4096, 4096), -1), ((65536, 128), -1), ((128, 65536), -1), ((16384, 1000), -1),
-              ((4096, 50257), -1), ((4096, 4096), 0), ((64, 512, 256), 1)]
+GPU_SHAPES = [
+    ((4096, 4096), -1),
+    ((65536, 128), -1),
+    ((128, 65536), -1),
+    ((16384, 1000), -1),
+    ((4096, 50257), -1),
+    ((4096, 4096), 0),
+    ((64, 512, 256), 1),
+]
 QUICK_SHAPES = [((4096, 4096), -1), ((64, 512, 256), 1)]
 NMS_SIZES, QUICK_NMS = (1000, 5000, 20000, 50000), (1000, 20000)
 
@@ -55,15 +69,21 @@ NMS_SIZES, QUICK_NMS = (1000, 5000, 20000, 50000), (1000, 20000)
 
 def row(label: str, ours: Callable[[], Any], theirs: Callable[[], Any], against: str) -> None:
     (a, b), (ratio,), _ = bench.interleaved([ours, theirs])
-    print(f"{label:46s} jitops {a * 1e3:9.3f} ms   {against} {b * 1e3:9.3f} ms   ratio {ratio:5.2f}x", flush=True)
+    print(
+        f"{label:46s} jitops {a * 1e3:9.3f} ms   {against} {b * 1e3:9.3f} ms   ratio {ratio:5.2f}x",
+        flush=True,
+    )
 
 
 def per_call() -> None:
     x = torch.randn(1, 8)
     op = jitops.get("softmax")
     raw = getattr(torch.ops, op.namespace).softmax
-    cases = {"op(x)": lambda: op(x), f"torch.ops.{op.namespace}.softmax(x)": lambda: raw(x),
-             "torch.softmax(x, -1)": lambda: torch.softmax(x, -1)}
+    cases = {
+        "op(x)": lambda: op(x),
+        f"torch.ops.{op.namespace}.softmax(x)": lambda: raw(x),
+        "torch.softmax(x, -1)": lambda: torch.softmax(x, -1),
+    }
     best = {k: min(timeit.repeat(f, number=2000, repeat=25)) / 2000 for k, f in cases.items()}
     for k, v in best.items():
         print(f"per call, 1x8 float32: {k:52s} {v * 1e6:6.2f} us")
@@ -80,11 +100,17 @@ def softmaxes(quick: bool) -> None:
             out = torch.empty_like(x)
             row(f"{name} {shape} alloc", lambda: op(x, -1), lambda: torch_fn(x, -1), "torch")
             t = bench.cpu_time(lambda: torch_out(x, -1, False, out=out))
-            print(f"{name} {str(shape) + ' prealloc (torch only)':36s} {'':22s} torch {t * 1e3:9.3f} ms")
+            print(
+                f"{name} {str(shape) + ' prealloc (torch only)':36s} {'':22s} torch {t * 1e3:9.3f} ms"
+            )
         # Forward + backward (issue 12 asks for >= 1.0x torch here).
         x = torch.randn(2048, 2048)
-        row(f"{name} (2048, 2048) fwd+bwd", call(op, [x], "fwd+bwd", dim=-1),
-            call(torch_fn, [x], "fwd+bwd", dim=-1), "torch")
+        row(
+            f"{name} (2048, 2048) fwd+bwd",
+            call(op, [x], "fwd+bwd", dim=-1),
+            call(torch_fn, [x], "fwd+bwd", dim=-1),
+            "torch",
+        )
 
 
 def adds(quick: bool) -> None:
@@ -92,22 +118,36 @@ def adds(quick: bool) -> None:
     cases = {
         "(4096, 4096) + (4096, 4096)": (torch.randn(4096, 4096), torch.randn(4096, 4096)),
         "(4096, 4096) + (4096,) broadcast": (torch.randn(4096, 4096), torch.randn(4096)),
-        "(1024, 1024) int64 + int64, alpha=3": (torch.randint(0, 9, (1024, 1024)), torch.randint(0, 9, (1024, 1024))),
+        "(1024, 1024) int64 + int64, alpha=3": (
+            torch.randint(0, 9, (1024, 1024)),
+            torch.randint(0, 9, (1024, 1024)),
+        ),
         "(64, 64) + (64, 64) small": (torch.randn(64, 64), torch.randn(64, 64)),
     }
     for label, (a, b) in list(cases.items())[:1] if quick else cases.items():
         alpha = 3 if a.dtype == torch.int64 else 1
-        row(f"add {label} alloc", lambda: add(a, b, alpha=alpha), lambda: torch.add(a, b, alpha=alpha), "torch")
+        row(
+            f"add {label} alloc",
+            lambda: add(a, b, alpha=alpha),
+            lambda: torch.add(a, b, alpha=alpha),
+            "torch",
+        )
         out = torch.empty_like(a)
-        row(f"add {label} prealloc", lambda: add(a, b, alpha=alpha, out=out),
-            lambda: torch.add(a, b, alpha=alpha, out=out), "torch")
+        row(
+            f"add {label} prealloc",
+            lambda: add(a, b, alpha=alpha, out=out),
+            lambda: torch.add(a, b, alpha=alpha, out=out),
+            "torch",
+        )
     if quick:
         return
     # The floor for any op called through torch.ops: torch's own add kernel, reached the same way.
     a, b = cases["(64, 64) + (64, 64) small"]
     aten_add = torch.ops.aten.add.Tensor
     _, (ratio,), _ = bench.interleaved([lambda: aten_add(a, b), lambda: torch.add(a, b)])
-    print(f"{'add (64, 64) small: torch.ops.aten.add.Tensor':46s} (torch's own kernel via torch.ops)  ratio {ratio:5.2f}x")
+    print(
+        f"{'add (64, 64) small: torch.ops.aten.add.Tensor':46s} (torch's own kernel via torch.ops)  ratio {ratio:5.2f}x"
+    )
 
 
 def nmses(quick: bool) -> None:
@@ -118,12 +158,19 @@ def nmses(quick: bool) -> None:
     for n in (1000,) if quick else (1000, 10000):
         boxes, scores = random_boxes(n)
         assert torch.equal(nms(boxes, scores, 0.5), jitops.reference("nms")(boxes, scores, 0.5))
-        row(f"nms {n} boxes, iou 0.5", lambda: nms(boxes, scores, 0.5), lambda: theirs(boxes, scores, 0.5), against)
+        row(
+            f"nms {n} boxes, iou 0.5",
+            lambda: nms(boxes, scores, 0.5),
+            lambda: theirs(boxes, scores, 0.5),
+            against,
+        )
 
 
 def cpu_main(quick: bool) -> int:
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; copy bandwidth "
-          f"{bench.copy_bandwidth('cpu') / 1e9:.0f} GB/s (256 MiB copy_, read + write)")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; copy bandwidth "
+        f"{bench.copy_bandwidth('cpu') / 1e9:.0f} GB/s (256 MiB copy_, read + write)"
+    )
     per_call()
     softmaxes(quick)
     adds(quick)
@@ -131,7 +178,7 @@ def cpu_main(quick: bool) -> int:
     return 0
 
 
-# ------------------------------------------------------------------ GPU (and any device: the tests run it on CPU)
+# ---------------------------------------------------- GPU (and any device: the tests run it on CPU)
 
 
 def _eager(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -145,9 +192,14 @@ def _compiled(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     return torch.compile(_eager(fn), dynamic=False)
 
 
-def softmax_rows(device: str, shapes: list[tuple[tuple[int, ...], int]], dtypes: list[torch.dtype],
-                 use_compile: bool, timing: bench.Timing = bench.Timing(),
-                 progress: Callable[[bench.Row], None] | None = None) -> tuple[list[bench.Row], list[str]]:
+def softmax_rows(
+    device: str,
+    shapes: list[tuple[tuple[int, ...], int]],
+    dtypes: list[torch.dtype],
+    use_compile: bool,
+    timing: bench.Timing = bench.Timing(),
+    progress: Callable[[bench.Row], None] | None = None,
+) -> tuple[list[bench.Row], list[str]]:
     """softmax and log_softmax, forward and backward: jitops vs torch eager (and torch.compile).
     ``progress`` sees each row as it is measured (a run cut short still shows what it measured)."""
     rows, failed = [], []
@@ -165,19 +217,29 @@ def softmax_rows(device: str, shapes: list[tuple[tuple[int, ...], int]], dtypes:
                         rows.append(bench.measure(case, device, timing))
                         if progress is not None:
                             progress(rows[-1])
-                    except RuntimeError as e:  # report it and go on: one broken case must not lose the run
-                        failed.append(f"FAILED {name} {shape} dim={dim} {dtype} {mode}: {str(e).splitlines()[0]}")
+                    except (
+                        RuntimeError
+                    ) as e:  # report it and go on: one broken case must not lose the run
+                        failed.append(
+                            f"FAILED {name} {shape} dim={dim} {dtype} {mode}: {str(e).splitlines()[0]}"
+                        )
     return rows, failed
 
 
-def nms_rows(device: str, sizes: tuple[int, ...], theirs: Callable[..., torch.Tensor],
-             timing: bench.Timing = bench.Timing(),
-             progress: Callable[[bench.Row], None] | None = None) -> tuple[list[bench.Row], list[str]]:
+def nms_rows(
+    device: str,
+    sizes: tuple[int, ...],
+    theirs: Callable[..., torch.Tensor],
+    timing: bench.Timing = bench.Timing(),
+    progress: Callable[[bench.Row], None] | None = None,
+) -> tuple[list[bench.Row], list[str]]:
     """nms: jitops vs torchvision (``theirs``), the kept indices checked equal."""
     op, rows, failed = jitops.get("nms", device=device), [], []
     for n in sizes:
         try:
-            case = nms_case(n, {"jitops": op, "torchvision": theirs}, device=device, check_against="torchvision")
+            case = nms_case(
+                n, {"jitops": op, "torchvision": theirs}, device=device, check_against="torchvision"
+            )
             rows.append(bench.measure(case, device, timing))
             if progress is not None:
                 progress(rows[-1])
@@ -188,31 +250,53 @@ def nms_rows(device: str, sizes: tuple[int, ...], theirs: Callable[..., torch.Te
 
 def gpu_main(quick: bool) -> int:
     if not torch.cuda.is_available():
-        print("benchmarks/kernels.py --device cuda: no usable CUDA GPU here (torch.cuda.is_available() is False)",
-              file=sys.stderr)
+        print(
+            "benchmarks/kernels.py --device cuda: no usable CUDA GPU here (torch.cuda.is_available() is False)",
+            file=sys.stderr,
+        )
         return 2
     copy = bench.copy_bandwidth("cuda")
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__} (CUDA {torch.version.cuda}), jitops {jitops.__version__}",
-          f"timer: {bench.gpu_timer_name()}; each side timed alone",
-          f"copy bandwidth: {copy / 1e9:.0f} GB/s (device-to-device copy_ of 1 GiB, 2 * bytes / time)",
-          "ratios: other time / jitops time (> 1: jitops faster); fastest = the faster of eager and compile",
-          "fwd: x read + y written. bwd: the backward alone, torch.autograd.grad of an output computed once "
-          "(graph kept), in all three columns; grad and output read + grad_in written",
-          "", sep="\n", flush=True)
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__} (CUDA {torch.version.cuda}), jitops {jitops.__version__}",
+        f"timer: {bench.gpu_timer_name()}; each side timed alone",
+        f"copy bandwidth: {copy / 1e9:.0f} GB/s (device-to-device copy_ of 1 GiB, 2 * bytes / time)",
+        "ratios: other time / jitops time (> 1: jitops faster); fastest = the faster of eager and compile",
+        "fwd: x read + y written. bwd: the backward alone, torch.autograd.grad of an output computed once "
+        "(graph kept), in all three columns; grad and output read + grad_in written",
+        "",
+        sep="\n",
+        flush=True,
+    )
 
-    def progress(r: bench.Row) -> None:  # the tables come at the end; this line per case as it is measured
-        print(f"  measured {r.label}: " + ", ".join(f"{k} {v * 1e3:.4f} ms" for k, v in r.times.items())
-              + (f", fastest/jitops {r.fastest:.2f}x" if r.fastest else "") + (f" (!) {r.note}" if r.note else ""), flush=True)
+    def progress(
+        r: bench.Row,
+    ) -> None:  # the tables come at the end; this line per case as it is measured
+        print(
+            f"  measured {r.label}: "
+            + ", ".join(f"{k} {v * 1e3:.4f} ms" for k, v in r.times.items())
+            + (f", fastest/jitops {r.fastest:.2f}x" if r.fastest else "")
+            + (f" (!) {r.note}" if r.note else ""),
+            flush=True,
+        )
 
     # nms first: it needs no torch.compile, so a run cut short still has it
     theirs, nrows, failed = torchvision_nms(), [], []
     if theirs is None:
-        print("nms: skipped: torchvision is not importable here (or its C++ ops do not load with this torch)")
+        print(
+            "nms: skipped: torchvision is not importable here (or its C++ ops do not load with this torch)"
+        )
     else:
-        nrows, failed = nms_rows("cuda", QUICK_NMS if quick else NMS_SIZES, theirs, progress=progress)
+        nrows, failed = nms_rows(
+            "cuda", QUICK_NMS if quick else NMS_SIZES, theirs, progress=progress
+        )
         print("\n".join(bench.table(nrows)), "", sep="\n", flush=True)
-    rows, sfailed = softmax_rows("cuda", QUICK_SHAPES if quick else GPU_SHAPES, [torch.float32, torch.bfloat16], True,
-                                 progress=progress)
+    rows, sfailed = softmax_rows(
+        "cuda",
+        QUICK_SHAPES if quick else GPU_SHAPES,
+        [torch.float32, torch.bfloat16],
+        True,
+        progress=progress,
+    )
     print("\n".join(bench.table(rows, copy)), flush=True)
     failed += sfailed
     for line in failed:

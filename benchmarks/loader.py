@@ -38,8 +38,13 @@ TARGETS = {
 
 
 def child(code: str, env: dict[str, str]) -> dict:
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"benchmark child failed:\n{proc.stdout}\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -105,13 +110,20 @@ PER_CALL = """
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5, help="fresh processes per warm measurement")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="fresh processes per warm measurement"
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="jitops-bench-") as tmp:
-        # a private state dir too: the self-check's verdict is remembered per user (issue 29 counts it in the cold build)
-        env = dict(os.environ, JITOPS_CACHE_DIR=os.path.join(tmp, "jitops-cache"),
-                   JITOPS_STATE_DIR=os.path.join(tmp, "jitops-state"), PYTHONDONTWRITEBYTECODE="")
+        # a private state dir too: the self-check's verdict is remembered per user (issue 29 counts
+        # it in the cold build)
+        env = dict(
+            os.environ,
+            JITOPS_CACHE_DIR=os.path.join(tmp, "jitops-cache"),
+            JITOPS_STATE_DIR=os.path.join(tmp, "jitops-state"),
+            PYTHONDONTWRITEBYTECODE="",
+        )
         env.pop("JITOPS_OFFLINE", None)
         bdir = os.path.join(tmp, "cpp-extension-build")
         os.makedirs(bdir)
@@ -133,23 +145,47 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         ("cold build", f"{j_cold:.2f} s", f"{b_cold:.2f} s", j_cold / b_cold, "<= 0.35"),
         ("warm import+get", f"{jw * 1e3:.1f} ms", f"{bw * 1e3:.1f} ms", jw / bw, "<= 0.3"),
-        ("  of which get / load()", f"{med(r['get'] for r in j_warm) * 1e3:.1f} ms",
-         f"{med(r['load'] for r in b_warm) * 1e3:.1f} ms", None, ""),
-        ("  of which import", f"{med(r['import'] for r in j_warm) * 1e3:.1f} ms",
-         f"{med(r['import'] for r in b_warm) * 1e3:.1f} ms", None, ""),
+        (
+            "  of which get / load()",
+            f"{med(r['get'] for r in j_warm) * 1e3:.1f} ms",
+            f"{med(r['load'] for r in b_warm) * 1e3:.1f} ms",
+            None,
+            "",
+        ),
+        (
+            "  of which import",
+            f"{med(r['import'] for r in j_warm) * 1e3:.1f} ms",
+            f"{med(r['import'] for r in b_warm) * 1e3:.1f} ms",
+            None,
+            "",
+        ),
         ("import jitops beyond torch", f"{imp * 1e3:.1f} ms", "", None, "<= 15 ms"),
-        ("per call vs raw torch.ops", f"{calls['jitops op(x)']:.2f} us", f"{calls['raw torch.ops packet']:.2f} us",
-         calls["jitops op(x)"] / calls["raw torch.ops packet"], "<= 1.2"),
-        ("per call vs torch.softmax", f"{calls['jitops op(x)']:.2f} us", f"{calls['torch.softmax']:.2f} us",
-         calls["jitops op(x)"] / calls["torch.softmax"], ""),
+        (
+            "per call vs raw torch.ops",
+            f"{calls['jitops op(x)']:.2f} us",
+            f"{calls['raw torch.ops packet']:.2f} us",
+            calls["jitops op(x)"] / calls["raw torch.ops packet"],
+            "<= 1.2",
+        ),
+        (
+            "per call vs torch.softmax",
+            f"{calls['jitops op(x)']:.2f} us",
+            f"{calls['torch.softmax']:.2f} us",
+            calls["jitops op(x)"] / calls["torch.softmax"],
+            "",
+        ),
     ]
     print()
     print(f"{'figure':30} {'jitops':>12} {'baseline':>12} {'ratio':>7}  target")
     for name, a, b, ratio, tgt in rows:
         r = f"{ratio:.2f}" if ratio is not None else ""
         print(f"{name:30} {a:>12} {b:>12} {r:>7}  {tgt}")
-    print("\nbaselines: cpp_extension.load (<torch/extension.h> + pybind11, default flags) for build/load;")
-    print("raw torch.ops packet and torch.softmax for per call. Per call (us, 1x8 float32, 1 thread):")
+    print(
+        "\nbaselines: cpp_extension.load (<torch/extension.h> + pybind11, default flags) for build/load;"
+    )
+    print(
+        "raw torch.ops packet and torch.softmax for per call. Per call (us, 1x8 float32, 1 thread):"
+    )
     for name, us in calls.items():
         print(f"  {name:26} {us:6.2f}")
     return 0

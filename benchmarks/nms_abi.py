@@ -44,7 +44,11 @@ def child(variant: str) -> None:
     spec = _spec(variant)
     start = time.perf_counter()
     lib = load_library(spec, "cpu")
-    print(json.dumps({"seconds": time.perf_counter() - start, "built": lib.built, "namespace": lib.namespace}))
+    print(
+        json.dumps(
+            {"seconds": time.perf_counter() - start, "built": lib.built, "namespace": lib.namespace}
+        )
+    )
 
 
 def build_times(rounds: int) -> dict[str, list[float]]:
@@ -52,10 +56,21 @@ def build_times(rounds: int) -> dict[str, list[float]]:
     for _ in range(rounds):
         for variant in VARIANTS:
             with tempfile.TemporaryDirectory(prefix="jitops-nms-abi-") as tmp:
-                env = {**os.environ, "JITOPS_CACHE_DIR": f"{tmp}/cache", "JITOPS_STATE_DIR": f"{tmp}/state",
-                       "JITOPS_PROGRESS": "0", "PYTHONPATH": str(REPO)}
-                proc = subprocess.run([sys.executable, __file__, "--child", variant], env=env, cwd=REPO,
-                                      capture_output=True, text=True, timeout=900)
+                env = {
+                    **os.environ,
+                    "JITOPS_CACHE_DIR": f"{tmp}/cache",
+                    "JITOPS_STATE_DIR": f"{tmp}/state",
+                    "JITOPS_PROGRESS": "0",
+                    "PYTHONPATH": str(REPO),
+                }
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--child", variant],
+                    env=env,
+                    cwd=REPO,
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
                 if proc.returncode != 0:
                     raise SystemExit(f"{variant} build failed:\n{proc.stdout}\n{proc.stderr}")
                 reply = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -86,7 +101,9 @@ def call_times() -> dict[str, dict[str, float]]:
         times: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for _ in range(2):
             for variant in VARIANTS:
-                timer = benchmark.Timer("f(b, s, 0.5)", globals={"f": ops[variant], "b": boxes, "s": scores})
+                timer = benchmark.Timer(
+                    "f(b, s, 0.5)", globals={"f": ops[variant], "b": boxes, "s": scores}
+                )
                 times[variant].append(timer.blocked_autorange(min_run_time=1.0).median)
         out[f"{n} boxes"] = {v: statistics.median(t) for v, t in times.items()}
     return out
@@ -102,27 +119,49 @@ def main() -> int:
     if args.child:
         child(args.child)
         return 0
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)] if args.busy else []
+    busy = (
+        [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 1)
+        ]
+        if args.busy
+        else []
+    )
     try:
         builds = build_times(args.rounds)
         with tempfile.TemporaryDirectory(prefix="jitops-nms-abi-") as tmp:
-            os.environ.update(JITOPS_CACHE_DIR=f"{tmp}/cache", JITOPS_STATE_DIR=f"{tmp}/state", JITOPS_PROGRESS="0")
+            os.environ.update(
+                JITOPS_CACHE_DIR=f"{tmp}/cache",
+                JITOPS_STATE_DIR=f"{tmp}/state",
+                JITOPS_PROGRESS="0",
+            )
             calls = call_times()
         load = os.getloadavg()[0]
     finally:
         for p in busy:
             p.kill()
-    print(f"nms CPU: stable-ABI build vs ATen build, {args.rounds} round(s), median, "
-          f"{'busy cores' if args.busy else 'no added load'} (load average {load:.1f} on {os.cpu_count()} cores)")
+    print(
+        f"nms CPU: stable-ABI build vs ATen build, {args.rounds} round(s), median, "
+        f"{'busy cores' if args.busy else 'no added load'} (load average {load:.1f} on {os.cpu_count()} cores)"
+    )
     print("| | stable ABI | ATen | stable / ATen |")
     print("|---|---|---|---|")
     b = {v: statistics.median(t) for v, t in builds.items()}
-    print(f"| cold build + load (s) | {b['stable']:.2f} | {b['aten']:.2f} | {b['stable'] / b['aten']:.2f}x |")
+    print(
+        f"| cold build + load (s) | {b['stable']:.2f} | {b['aten']:.2f} | {b['stable'] / b['aten']:.2f}x |"
+    )
     for row, t in calls.items():
-        print(f"| call, {row} (ms) | {t['stable'] * 1e3:.2f} | {t['aten'] * 1e3:.2f} | {t['stable'] / t['aten']:.2f}x |")
-    print("each build round (s): " + "; ".join(f"{v} {', '.join(f'{s:.2f}' for s in builds[v])}" for v in VARIANTS))
+        print(
+            f"| call, {row} (ms) | {t['stable'] * 1e3:.2f} | {t['aten'] * 1e3:.2f} | {t['stable'] / t['aten']:.2f}x |"
+        )
+    print(
+        "each build round (s): "
+        + "; ".join(f"{v} {', '.join(f'{s:.2f}' for s in builds[v])}" for v in VARIANTS)
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"builds": builds, "calls": calls, "busy": args.busy, "load": load}))
+        Path(args.json).write_text(
+            json.dumps({"builds": builds, "calls": calls, "busy": args.busy, "load": load})
+        )
     return 0
 
 

@@ -78,7 +78,7 @@ EXT_SRC = """torch::Tensor scale(torch::Tensor x, double s) {
 }
 """.replace("LOOP", LOOP)
 
-CHILD = r'''
+CHILD = r"""
 import json, os, sys, time
 import torch
 loader, offsets, sources = sys.argv[1], [int(o) for o in sys.argv[2].split(",")], json.loads(sys.argv[3])
@@ -111,14 +111,28 @@ for k, off in enumerate(offsets):
     assert torch.equal(y, x * 2 + off), (loader, y)
     times.append(time.perf_counter() - t)
 print(json.dumps({"times": times, "import": imported, "compiles": compiles}))
-'''
+"""
 
 
-def _child(loader: str, offsets: list[int], env: dict[str, str], think: float = 0.0) -> dict[str, object]:
+def _child(
+    loader: str, offsets: list[int], env: dict[str, str], think: float = 0.0
+) -> dict[str, object]:
     sources = {"jitops-stable": STABLE_SRC, "tvm-ffi": TVM_SRC, "torch": EXT_SRC}
-    out = subprocess.run([sys.executable, "-c", CHILD, loader, ",".join(map(str, offsets)), json.dumps(sources),
-                          str(think)],
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            loader,
+            ",".join(map(str, offsets)),
+            json.dumps(sources),
+            str(think),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if out.returncode != 0:
         raise SystemExit(f"{loader} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -134,9 +148,23 @@ def _gcc_alone(work: Path, offset: int) -> float:
     src = work / f"scale{offset}.cpp"
     src.write_text(STABLE_SRC.replace("OFFSET", f"{offset}.0f"))
     root = Path(torch.__file__).parent
-    cmd = ["c++", "-shared", "-fPIC", *STABLE_CFLAGS, STABLE_ABI_FLAG, version_flag((2, 13)), "-DJITOPS_NS=bench",
-           "-isystem", str(root / "include"), str(src), "-o", str(work / f"scale{offset}.so"), f"-L{root / 'lib'}",
-           "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"]
+    cmd = [
+        "c++",
+        "-shared",
+        "-fPIC",
+        *STABLE_CFLAGS,
+        STABLE_ABI_FLAG,
+        version_flag((2, 13)),
+        "-DJITOPS_NS=bench",
+        "-isystem",
+        str(root / "include"),
+        str(src),
+        "-o",
+        str(work / f"scale{offset}.so"),
+        f"-L{root / 'lib'}",
+        "-Wl,--as-needed",
+        f"-l{SHIM_LIBRARY}",
+    ]
     t = time.perf_counter()
     subprocess.run(cmd, check=True)
     return time.perf_counter() - t
@@ -149,17 +177,33 @@ def one_round(loader: str, tvm_path: str | None, think: float = 0.0) -> dict[str
             cold, e1, e2 = (_gcc_alone(work, k) for k in range(3))
             return {"cold": cold, "edit 1": e1, "edit 2": e2}
         path = [str(REPO), *([tvm_path] if tvm_path else []), os.environ.get("PYTHONPATH", "")]
-        # Bytecode cached (a private prefix: nothing written into the venv), as an installed package has it.
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(Path(tempfile.gettempdir()) / "stable-loop-pyc"),
-               "PYTHONPATH": os.pathsep.join(p for p in path if p), "JITOPS_CACHE_DIR": str(work / "jitops"),
-               "TVM_FFI_CACHE_DIR": str(work / "tvm"), "BENCH_TORCH_DIR": str(work / "torch")}
+        # Bytecode cached (a private prefix: nothing written into the venv), as an installed package
+        # has it.
+        env = {
+            **os.environ,
+            "PYTHONDONTWRITEBYTECODE": "",
+            "PYTHONPYCACHEPREFIX": str(Path(tempfile.gettempdir()) / "stable-loop-pyc"),
+            "PYTHONPATH": os.pathsep.join(p for p in path if p),
+            "JITOPS_CACHE_DIR": str(work / "jitops"),
+            "TVM_FFI_CACHE_DIR": str(work / "tvm"),
+            "BENCH_TORCH_DIR": str(work / "torch"),
+        }
         (work / "torch").mkdir()
         loop = _child(loader, [0, 1, 2], env, think)
         warm = _child(loader, [2], env)
         cold, e1, e2 = loop["times"]  # type: ignore[misc]
-        own = {f"own {c}": t - s for c, t, s in zip(("cold", "edit 1", "edit 2"), loop["times"], loop["compiles"])}  # type: ignore[call-overload]
-        return {**own, "cold": cold, "edit 1": e1, "edit 2": e2, "warm": warm["times"][0] - warm["import"],  # type: ignore[index,operator]
-                "import": warm["import"]}  # type: ignore[dict-item]
+        own = {
+            f"own {c}": t - s
+            for c, t, s in zip(("cold", "edit 1", "edit 2"), loop["times"], loop["compiles"])
+        }  # type: ignore[call-overload]
+        return {
+            **own,
+            "cold": cold,
+            "edit 1": e1,
+            "edit 2": e2,
+            "warm": warm["times"][0] - warm["import"],  # type: ignore[index,operator]
+            "import": warm["import"],
+        }  # type: ignore[dict-item]
 
 
 def parts(rounds: int) -> None:
@@ -174,30 +218,98 @@ def parts(rounds: int) -> None:
 
     root = Path(torch.__file__).parent
     real = root / "lib" / f"lib{SHIM_LIBRARY}.so"
-    flags = ["-fPIC", *STABLE_CFLAGS, STABLE_ABI_FLAG, version_flag((2, 13)), "-isystem", str(root / "include")]
+    flags = [
+        "-fPIC",
+        *STABLE_CFLAGS,
+        STABLE_ABI_FLAG,
+        version_flag((2, 13)),
+        "-isystem",
+        str(root / "include"),
+    ]
     with tempfile.TemporaryDirectory(prefix="stable-parts-") as tmp:
         w = Path(tmp)
         src = w / "scale.cpp"
         src.write_text(STABLE_SRC.replace("OFFSET", "1.0f"))
         (w / "prefix.h").write_text("".join(ln + "\n" for ln in STABLE_SRC.splitlines()[:4]))
         t = time.perf_counter()
-        subprocess.run(["c++", *flags, "-x", "c++-header", str(w / "prefix.h"), "-o", str(w / "prefix.h.gch")], check=True)
+        subprocess.run(
+            ["c++", *flags, "-x", "c++-header", str(w / "prefix.h"), "-o", str(w / "prefix.h.gch")],
+            check=True,
+        )
         made = time.perf_counter() - t
-        subprocess.run(["c++", "-shared", "-nostdlib", f"-Wl,-soname,{soname(str(real))}", "-x", "c++", os.devnull,
-                        "-o", str(w / "stub.so")], check=True)
+        subprocess.run(
+            [
+                "c++",
+                "-shared",
+                "-nostdlib",
+                f"-Wl,-soname,{soname(str(real))}",
+                "-x",
+                "c++",
+                os.devnull,
+                "-o",
+                str(w / "stub.so"),
+            ],
+            check=True,
+        )
         ns, pch = ["-DJITOPS_NS=bench"], ["-include", str(w / "prefix.h"), "-Winvalid-pch"]
         steps = {
             "parse (-fsyntax-only)": ["c++", *flags, *ns, "-fsyntax-only", str(src)],
             "parse + codegen (-c)": ["c++", *flags, *ns, "-c", str(src), "-o", str(w / "a.o")],
-            "  the same, with PCH": ["c++", *flags, *ns, *pch, "-c", str(src), "-o", str(w / "b.o")],
-            "link, -ltorch_cpu": ["c++", "-shared", str(w / "a.o"), "-o", str(w / "a.so"), f"-L{root / 'lib'}",
-                                  "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"],
-            "link, stub": ["c++", "-shared", str(w / "a.o"), "-o", str(w / "b.so"), "-Wl,--no-as-needed",
-                           str(w / "stub.so"), "-Wl,--as-needed"],
-            "one command, before": ["c++", "-shared", *flags, *ns, str(src), "-o", str(w / "c.so"), f"-L{root / 'lib'}",
-                                    "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"],
-            "one command, PCH + stub": ["c++", "-shared", *flags, *ns, *pch, str(src), "-o", str(w / "d.so"),
-                                        "-Wl,--no-as-needed", str(w / "stub.so"), "-Wl,--as-needed"],
+            "  the same, with PCH": [
+                "c++",
+                *flags,
+                *ns,
+                *pch,
+                "-c",
+                str(src),
+                "-o",
+                str(w / "b.o"),
+            ],
+            "link, -ltorch_cpu": [
+                "c++",
+                "-shared",
+                str(w / "a.o"),
+                "-o",
+                str(w / "a.so"),
+                f"-L{root / 'lib'}",
+                "-Wl,--as-needed",
+                f"-l{SHIM_LIBRARY}",
+            ],
+            "link, stub": [
+                "c++",
+                "-shared",
+                str(w / "a.o"),
+                "-o",
+                str(w / "b.so"),
+                "-Wl,--no-as-needed",
+                str(w / "stub.so"),
+                "-Wl,--as-needed",
+            ],
+            "one command, before": [
+                "c++",
+                "-shared",
+                *flags,
+                *ns,
+                str(src),
+                "-o",
+                str(w / "c.so"),
+                f"-L{root / 'lib'}",
+                "-Wl,--as-needed",
+                f"-l{SHIM_LIBRARY}",
+            ],
+            "one command, PCH + stub": [
+                "c++",
+                "-shared",
+                *flags,
+                *ns,
+                *pch,
+                str(src),
+                "-o",
+                str(w / "d.so"),
+                "-Wl,--no-as-needed",
+                str(w / "stub.so"),
+                "-Wl,--as-needed",
+            ],
         }
         times: dict[str, list[float]] = {k: [] for k in steps}
         for _ in range(rounds):
@@ -205,8 +317,10 @@ def parts(rounds: int) -> None:
                 t = time.perf_counter()
                 subprocess.run(cmd, check=True)
                 times[name].append(time.perf_counter() - t)
-        print(f"where a stable build's time goes: g++, {rounds} round(s), median (load average {os.getloadavg()[0]:.1f} "
-              f"on {os.cpu_count()} cores); the PCH took {made:.2f} s once, {(w / 'prefix.h.gch').stat().st_size >> 20} MB")
+        print(
+            f"where a stable build's time goes: g++, {rounds} round(s), median (load average {os.getloadavg()[0]:.1f} "
+            f"on {os.cpu_count()} cores); the PCH took {made:.2f} s once, {(w / 'prefix.h.gch').stat().st_size >> 20} MB"
+        )
         for name, ts in times.items():
             print(f"  {name:<26}{statistics.median(ts):6.2f} s")
 
@@ -215,14 +329,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="jitops-stable,tvm-ffi,torch,gcc")
-    parser.add_argument("--tvm-path", default=None, help="a folder holding apache-tvm-ffi (pip install --target)")
-    parser.add_argument("--busy", action="store_true", help="one busy loop per core while measuring")
-    parser.add_argument("--think", type=float, default=0.0,
-                        help="seconds before each edit (the user's editing; not timed): jitops's PCH may finish")
-    parser.add_argument("--parts", action="store_true", help="also time each step of the build by itself")
+    parser.add_argument(
+        "--tvm-path", default=None, help="a folder holding apache-tvm-ffi (pip install --target)"
+    )
+    parser.add_argument(
+        "--busy", action="store_true", help="one busy loop per core while measuring"
+    )
+    parser.add_argument(
+        "--think",
+        type=float,
+        default=0.0,
+        help="seconds before each edit (the user's editing; not timed): jitops's PCH may finish",
+    )
+    parser.add_argument(
+        "--parts", action="store_true", help="also time each step of the build by itself"
+    )
     args = parser.parse_args(argv)
     loaders = args.only.split(",")
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)] if args.busy else []
+    busy = (
+        [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 1)
+        ]
+        if args.busy
+        else []
+    )
     results: dict[str, list[dict[str, float]]] = {name: [] for name in loaders}
     try:
         for _ in range(args.rounds):
@@ -235,12 +366,17 @@ def main(argv: list[str] | None = None) -> int:
             p.kill()
             p.wait()
     columns = ("cold", "edit 1", "edit 2", "warm", "import")
-    med = {n: {c: statistics.median(r[c] for r in rows) for c in columns if c in rows[0]} for n, rows in results.items()}
+    med = {
+        n: {c: statistics.median(r[c] for r in rows) for c in columns if c in rows[0]}
+        for n, rows in results.items()
+    }
     base = med.get("tvm-ffi")
     load = os.getloadavg()[0]
-    print(f"stable-ABI edit loop, {args.rounds} round(s), median, {'busy cores' if args.busy else 'no added load'}, "
-          f"{args.think:g} s before each edit "
-          f"(load average {load:.1f} on {os.cpu_count()} cores); warm = load + call in a new process, import apart")
+    print(
+        f"stable-ABI edit loop, {args.rounds} round(s), median, {'busy cores' if args.busy else 'no added load'}, "
+        f"{args.think:g} s before each edit "
+        f"(load average {load:.1f} on {os.cpu_count()} cores); warm = load + call in a new process, import apart"
+    )
     print(f"{'loader':<16}" + "".join(f"{c:>18}" for c in columns))
     for name, row in med.items():
         cells = []
@@ -248,14 +384,23 @@ def main(argv: list[str] | None = None) -> int:
             if c not in row:
                 cells.append(f"{'-':>18}")
                 continue
-            ratio = f" ({row[c] / base[c]:.2f}x)" if base and c in base and name != "tvm-ffi" and c != "import" else ""
+            ratio = (
+                f" ({row[c] / base[c]:.2f}x)"
+                if base and c in base and name != "tvm-ffi" and c != "import"
+                else ""
+            )
             value = f"{row[c] * 1000:.1f} ms" if row[c] < 0.1 else f"{row[c]:.2f} s"
             cells.append(f"{value + ratio:>18}")
         print(f"{name:<16}" + "".join(cells))
-        own = [f"{c} {statistics.median(r[f'own {c}'] for r in results[name]) * 1000:.0f} ms" for c in ("cold", "edit 1", "edit 2")
-               if f"own {c}" in results[name][0]]
+        own = [
+            f"{c} {statistics.median(r[f'own {c}'] for r in results[name]) * 1000:.0f} ms"
+            for c in ("cold", "edit 1", "edit 2")
+            if f"own {c}" in results[name][0]
+        ]
         if own:
-            print(f"{'':<16}its own time (less its compiler command; cold includes its import): {', '.join(own)}")
+            print(
+                f"{'':<16}its own time (less its compiler command; cold includes its import): {', '.join(own)}"
+            )
     return 0
 
 

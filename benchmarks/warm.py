@@ -37,7 +37,9 @@ print(json.dumps({"rc": rc, "out": buf.getvalue(), "torch": t1 - t0, "warm": t2 
 
 def run(env: dict[str, str]) -> dict:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=1800
+    )
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"benchmark child failed:\n{proc.stdout}\n{proc.stderr}")
@@ -65,11 +67,17 @@ def main(argv: list[str] | None = None) -> int:
     if rebuilt:
         raise SystemExit(f"a second run built something: {rebuilt[0]}")
     med = statistics.median
-    wall, torch_s, ours = med(r["wall"] for r in warm), med(r["torch"] for r in warm), med(r["warm"] for r in warm)
+    wall, torch_s, ours = (
+        med(r["wall"] for r in warm),
+        med(r["torch"] for r in warm),
+        med(r["warm"] for r in warm),
+    )
     print()
     print(f"{'figure':44} {'seconds':>8} {'/ target':>9}")
     print(f"{'cold warm --all (builds every op)':44} {cold['wall']:8.2f}")
-    print(f"{'second warm --all, whole process (wall)':44} {wall:8.2f} {wall / TARGET_S:9.2f}  target <= {TARGET_S:g} s")
+    print(
+        f"{'second warm --all, whole process (wall)':44} {wall:8.2f} {wall / TARGET_S:9.2f}  target <= {TARGET_S:g} s"
+    )
     print(f"{'  of which import torch':44} {torch_s:8.2f}")
     print(f"{'  of which jitops warm (0 built)':44} {ours:8.3f}")
     print(f"\nsecond-run summary: {warm[-1]['summary']}")

@@ -61,13 +61,18 @@ import json, os, sys, time
 import torch, torch.utils.cpp_extension as ce
 src, name, bdir, py = os.environ["B_SRC"], os.environ["B_NAME"], os.environ["B_BDIR"], os.environ["B_PY"] == "1"
 """
-TORCH_LOAD = PRELUDE + """
+TORCH_LOAD = (
+    PRELUDE
+    + """
 t0 = time.perf_counter()
 m = ce.load(name, [src], build_directory=bdir, is_python_module=py)
 t1 = time.perf_counter()
 print(json.dumps({"total": t1 - t0}))
 """
-JITOPS_LOAD = PRELUDE + """
+)
+JITOPS_LOAD = (
+    PRELUDE
+    + """
 t0 = time.perf_counter()
 import jitops
 t1 = time.perf_counter()
@@ -76,7 +81,10 @@ t2 = time.perf_counter()
 print(json.dumps({"total": t2 - t0, "import": t1 - t0, "call": t2 - t1, "modules": sorted(k for k in sys.modules if k.startswith("jitops")),
                   "recalled": "jitops.plan" not in sys.modules}))
 """
-JITOPS_GET = PRELUDE + """
+)
+JITOPS_GET = (
+    PRELUDE
+    + """
 t0 = time.perf_counter()
 import jitops
 t1 = time.perf_counter()
@@ -85,7 +93,10 @@ t2 = time.perf_counter()
 assert not op.library.built
 print(json.dumps({"total": t2 - t0, "import": t1 - t0, "call": t2 - t1}))
 """
-CHECK = PRELUDE + """
+)
+CHECK = (
+    PRELUDE
+    + """
 import jitops
 m = jitops.load(name, [src], is_python_module=py)
 x = torch.ones(3)
@@ -97,12 +108,20 @@ if os.environ.get("B_GET"):
     assert torch.equal(jitops.get("softmax")(x), torch.softmax(x, -1))
 print(json.dumps({"ok": True}))
 """
+)
 
 
 def child(code: str, env: dict[str, str], timeout: float = 900) -> dict:
-    # cwd: a folder without jitops in it (``-c`` puts the cwd first on sys.path, ahead of PYTHONPATH)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=env["B_CWD"])
+    # cwd: a folder without jitops in it (``-c`` puts the cwd first on sys.path, ahead of
+    # PYTHONPATH)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=env["B_CWD"],
+    )
     if proc.returncode != 0:
         raise SystemExit(f"benchmark child failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -111,7 +130,11 @@ def child(code: str, env: dict[str, str], timeout: float = 900) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7, help="fresh processes per case")
-    parser.add_argument("--against", metavar="CHECKOUT", help="also measure the jitops in this checkout (rows [other])")
+    parser.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="also measure the jitops in this checkout (rows [other])",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="jitops-bench-wip-") as tmp:
         root = Path(tmp)
@@ -119,26 +142,44 @@ def main(argv: list[str] | None = None) -> int:
         srcs.mkdir()
         (srcs / "bench_small.cpp").write_text(SMALL)
         (srcs / "bench_big.cpp").write_text(BIG)
-        base = {k: v for k, v in os.environ.items() if not k.startswith("JITOPS_") and k != "PYTHONDONTWRITEBYTECODE"}
-        base.update(JITOPS_CACHE_DIR=str(root / "cache"), JITOPS_STATE_DIR=str(root / "state"), JITOPS_PROGRESS="0",
-                    B_CWD=tmp)
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("JITOPS_") and k != "PYTHONDONTWRITEBYTECODE"
+        }
+        base.update(
+            JITOPS_CACHE_DIR=str(root / "cache"),
+            JITOPS_STATE_DIR=str(root / "state"),
+            JITOPS_PROGRESS="0",
+            B_CWD=tmp,
+        )
         libs = {}
         for lib, py in (("small", "1"), ("big", "0")):
             bdir = root / f"torch-{lib}"
             bdir.mkdir()
-            libs[lib] = dict(base, B_SRC=str(srcs / f"bench_{lib}.cpp"), B_NAME=f"bench_{lib}", B_BDIR=str(bdir), B_PY=py)
+            libs[lib] = dict(
+                base,
+                B_SRC=str(srcs / f"bench_{lib}.cpp"),
+                B_NAME=f"bench_{lib}",
+                B_BDIR=str(bdir),
+                B_PY=py,
+            )
         print("cold builds (torch and jitops, small and big; softmax) ...", flush=True)
         for lib, env in libs.items():
             child(TORCH_LOAD, env)
             child(CHECK, dict(env, B_GET="1") if lib == "small" else env)
-        # Settled (stamps.SETTLED, 2 s), then one untimed process per case: it hashes and stamps the library and
-        # remembers the drop-in request (loading.recall), as any process after the first does once, so the
-        # rounds time what every later process pays.
+        # Settled (stamps.SETTLED, 2 s), then one untimed process per case: it hashes and stamps the
+        # library and remembers the drop-in request (loading.recall), as any process after the first
+        # does once, so the rounds time what every later process pays.
         time.sleep(2.5)
         for env in libs.values():
             child(JITOPS_LOAD, env)
-        sizes = {lib: os.path.getsize(next((root / "cache").glob(f"v1/entries/bench_{lib}/*/*/libbench_{lib}.so")))
-                 for lib in libs}
+        sizes = {
+            lib: os.path.getsize(
+                next((root / "cache").glob(f"v1/entries/bench_{lib}/*/*/libbench_{lib}.so"))
+            )
+            for lib in libs
+        }
         cases: dict[str, tuple[str, dict[str, str]]] = {
             "small: torch load": (TORCH_LOAD, libs["small"]),
             "small: jitops load": (JITOPS_LOAD, libs["small"]),
@@ -148,37 +189,74 @@ def main(argv: list[str] | None = None) -> int:
             "big: jitops load, new state dir": (JITOPS_LOAD, libs["big"]),
         }
         if args.against:  # the other checkout's jitops first on the path, same cache and sources
-            other = os.pathsep.join([os.path.abspath(args.against), base.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-            cases = {k: v for name, (code, env) in cases.items()
-                     for k, v in ([(name, (code, env))] + ([(f"{name} [other]", (code, dict(env, PYTHONPATH=other)))]
-                                                           if "jitops" in name else []))}
+            other = os.pathsep.join(
+                [os.path.abspath(args.against), base.get("PYTHONPATH", "")]
+            ).rstrip(os.pathsep)
+            cases = {
+                k: v
+                for name, (code, env) in cases.items()
+                for k, v in (
+                    [(name, (code, env))]
+                    + (
+                        [(f"{name} [other]", (code, dict(env, PYTHONPATH=other)))]
+                        if "jitops" in name
+                        else []
+                    )
+                )
+            }
         results: dict[str, list[dict]] = {name: [] for name in cases}
         print(f"warm loads ({args.repeat} fresh processes per case, round-robin) ...", flush=True)
         for i in range(args.repeat):
             for name, (code, env) in cases.items():
                 if "new state dir" in name:
-                    env = dict(env, JITOPS_STATE_DIR=str(root / f"state-{i}-{len(results[name])}-{name.endswith(']')}"))
+                    env = dict(
+                        env,
+                        JITOPS_STATE_DIR=str(
+                            root / f"state-{i}-{len(results[name])}-{name.endswith(']')}"
+                        ),
+                    )
                 results[name].append(child(code, env))
     med = statistics.median
     ms = {name: [r["total"] * 1e3 for r in rs] for name, rs in results.items()}
-    torch_of = {"small": med(ms["small: torch load"]), "softmax": med(ms["small: torch load"]), "big": med(ms["big: torch load"])}
-    print(f"\nlibraries: small {sizes['small'] / 1e6:.1f} MB, big {sizes['big'] / 1e6:.1f} MB; after "
-          "`import torch, torch.utils.cpp_extension` (not timed)\n")
-    print(f"{'case':34} {'median ms':>10} {'min ms':>8} {'/ torch':>8}   {'import jitops':>13} {'first call':>10}")
+    torch_of = {
+        "small": med(ms["small: torch load"]),
+        "softmax": med(ms["small: torch load"]),
+        "big": med(ms["big: torch load"]),
+    }
+    print(
+        f"\nlibraries: small {sizes['small'] / 1e6:.1f} MB, big {sizes['big'] / 1e6:.1f} MB; after "
+        "`import torch, torch.utils.cpp_extension` (not timed)\n"
+    )
+    print(
+        f"{'case':34} {'median ms':>10} {'min ms':>8} {'/ torch':>8}   {'import jitops':>13} {'first call':>10}"
+    )
     for name, values in ms.items():
         rs = results[name]
         ratio = "" if "torch" in name else f"{med(values) / torch_of[name.split(':')[0]]:.2f}"
-        split = (f"{med(r['import'] for r in rs) * 1e3:13.1f} {med(r['call'] for r in rs) * 1e3:10.1f}"
-                 if "import" in rs[0] else "")
+        split = (
+            f"{med(r['import'] for r in rs) * 1e3:13.1f} {med(r['call'] for r in rs) * 1e3:10.1f}"
+            if "import" in rs[0]
+            else ""
+        )
         print(f"{name:34} {med(values):10.1f} {min(values):8.1f} {ratio:>8}   {split}")
-    recalled = {name: sum(bool(r.get("recalled")) for r in rs) for name, rs in results.items() if "jitops load" in name}
-    print("\nrecalled without a plan (loading.recall), of each case's processes: "
-          + ", ".join(f"{name} {n}/{len(results[name])}" for name, n in recalled.items()))
+    recalled = {
+        name: sum(bool(r.get("recalled")) for r in rs)
+        for name, rs in results.items()
+        if "jitops load" in name
+    }
+    print(
+        "\nrecalled without a plan (loading.recall), of each case's processes: "
+        + ", ".join(f"{name} {n}/{len(results[name])}" for name, n in recalled.items())
+    )
     for name in ("small: jitops load", "small: jitops load [other]"):
         if name in results:
             mods = results[name][0]["modules"]
-            print(f"\n{name}: jitops modules imported ({len(mods)}): {' '.join(m.removeprefix('jitops.') for m in mods)}")
-    print("`/ torch`: jitops's median over torch's warm cpp_extension.load of the same library (softmax: over the small one's)")
+            print(
+                f"\n{name}: jitops modules imported ({len(mods)}): {' '.join(m.removeprefix('jitops.') for m in mods)}"
+            )
+    print(
+        "`/ torch`: jitops's median over torch's warm cpp_extension.load of the same library (softmax: over the small one's)"
+    )
     return 0
 
 

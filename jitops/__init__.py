@@ -12,7 +12,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .errors import ArgumentError, BuildError, BuildInterrupted, CacheError, ConfigError, FrozenBuildWarning, FrozenError, InvalidNameError, JitopsError, KernelSourceError, LockTimeout, NoPythonModuleError, OfflineMiss, TargetError, ToolchainError, UnknownOpError
+from .errors import (
+    ArgumentError,
+    BuildError,
+    BuildInterrupted,
+    CacheError,
+    ConfigError,
+    FrozenBuildWarning,
+    FrozenError,
+    InvalidNameError,
+    JitopsError,
+    KernelSourceError,
+    LockTimeout,
+    NoPythonModuleError,
+    OfflineMiss,
+    TargetError,
+    ToolchainError,
+    UnknownOpError,
+)
 from .spec import OpSpec
 
 if TYPE_CHECKING:
@@ -41,6 +58,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(freeze, name)
     raise AttributeError(f"module 'jitops' has no attribute {name!r}")
+
 
 __all__ = [
     "ArgumentError",
@@ -112,4 +130,3 @@ def register(spec: OpSpec, *, replace: bool = False) -> Registration:
 
     checks.flag("jitops.register", "replace", replace)  # boundary checks (issue 20)
     return _register(checks.spec("jitops.register", spec), replace=replace)
-

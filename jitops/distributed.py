@@ -51,7 +51,9 @@ from .spec import OpSpec
 POLL = 0.1
 BEAT = 1.0  # seconds between a node leader's heartbeats
 DEFAULT_WAIT = 600.0
-_calls: dict[str, int] = {}  # group tag -> how many warms this process has started (the collective's sequence)
+_calls: dict[
+    str, int
+] = {}  # group tag -> how many warms this process has started (the collective's sequence)
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,10 @@ def _group(group: Any, settings: Settings) -> tuple[int, list[int]]:
     assert d is not None
     up = sys.modules.get("torch.distributed")
     if group is None and not (up is not None and up.is_available() and up.is_initialized()):
-        return d.rank, list(range(d.world_size))  # torchrun's RANK/WORLD_SIZE: no process group to ask
-    import torch.distributed as dist  # a process group is the truth (mp.spawn sets no RANK/WORLD_SIZE)
+        # torchrun's RANK/WORLD_SIZE: no process group to ask
+        return d.rank, list(range(d.world_size))
+    # a process group is the truth (mp.spawn sets no RANK/WORLD_SIZE)
+    import torch.distributed as dist
 
     if group is None:
         return dist.get_rank(), list(range(dist.get_world_size()))
@@ -84,7 +88,9 @@ def _specs(ops: Sequence[str] | None) -> list[OpSpec]:
     return list(dict.fromkeys(lookup(n) for n in names))
 
 
-def warm(ops: Sequence[str] | None = None, group: Any = None, *, device: str | None = None) -> list[OpReport]:
+def warm(
+    ops: Sequence[str] | None = None, group: Any = None, *, device: str | None = None
+) -> list[OpReport]:
     """Build or fetch ``ops`` (default: every registered op) on every node of the job; a per-library report.
 
     A collective: every rank of ``group`` (default: the whole job) calls it, in
@@ -97,14 +103,18 @@ def warm(ops: Sequence[str] | None = None, group: Any = None, *, device: str | N
     settings = Settings.from_env()
     d = settings.distributed
     if d is None or not d.in_job():
-        raise ConfigError("jitops.distributed.warm needs a torchrun job (MASTER_ADDR/MASTER_PORT and WORLD_SIZE > 1, "
-                          "or an initialized default process group) with JITOPS_DISTRIBUTED not 0. Fix: run it "
-                          "under torchrun, or use `jitops warm` on one machine")
+        raise ConfigError(
+            "jitops.distributed.warm needs a torchrun job (MASTER_ADDR/MASTER_PORT and WORLD_SIZE > 1, "
+            "or an initialized default process group) with JITOPS_DISTRIBUTED not 0. Fix: run it "
+            "under torchrun, or use `jitops warm` on one machine"
+        )
     tier = job_tier(settings)
     store = tier.store if tier is not None else None
     if not isinstance(store, C10dStore):
-        raise CacheError(f"jitops.distributed.warm cannot reach the job's store {d.tier.url}. Fix: check "
-                         "MASTER_ADDR/MASTER_PORT (see the warning above), or set JITOPS_DISTRIBUTED=0")
+        raise CacheError(
+            f"jitops.distributed.warm cannot reach the job's store {d.tier.url}. Fix: check "
+            "MASTER_ADDR/MASTER_PORT (see the warning above), or set JITOPS_DISTRIBUTED=0"
+        )
     rank, ranks = _group(group, settings)
     specs = _specs(ops)
     tag = f"{zlib.crc32(','.join(map(str, ranks)).encode()):08x}"
@@ -113,9 +123,23 @@ def warm(ops: Sequence[str] | None = None, group: Any = None, *, device: str | N
 
 
 class _Warm:
-    def __init__(self, store: Any, ns: str, rank: int, ranks: list[int], settings: Settings,
-                 device: str | None) -> None:
-        self.store, self.ns, self.rank, self.ranks, self.settings, self.device = store, ns, rank, ranks, settings, device
+    def __init__(
+        self,
+        store: Any,
+        ns: str,
+        rank: int,
+        ranks: list[int],
+        settings: Settings,
+        device: str | None,
+    ) -> None:
+        self.store, self.ns, self.rank, self.ranks, self.settings, self.device = (
+            store,
+            ns,
+            rank,
+            ranks,
+            settings,
+            device,
+        )
         d = settings.distributed
         assert d is not None
         self.me = f"{d.host_id or socket.gethostname()}:{os.path.realpath(settings.cache_root())}"
@@ -129,14 +153,23 @@ class _Warm:
         if self.rank == leaders[i]:
             mine = [s for j, s in enumerate(specs) if j % len(nodes) == i]
             rest = [s for s in specs if s not in mine]
-            threading.Thread(target=self._work, args=(i, mine + rest), name="jitops-dist-warm", daemon=True).start()
-            threading.Thread(target=self._beat, args=(i,), name="jitops-dist-beat", daemon=True).start()
+            threading.Thread(
+                target=self._work, args=(i, mine + rest), name="jitops-dist-warm", daemon=True
+            ).start()
+            threading.Thread(
+                target=self._beat, args=(i,), name="jitops-dist-beat", daemon=True
+            ).start()
         done: dict[int, dict[str, Any]] = {}
-        beats: dict[int, tuple[bytes | None, float]] = {n: (None, time.monotonic()) for n in range(len(nodes))}
+        beats: dict[int, tuple[bytes | None, float]] = {
+            n: (None, time.monotonic()) for n in range(len(nodes))
+        }
         while len(done) < len(nodes):
             self._raise_failure()
             for n in range(len(nodes)):
-                if n not in done and (raw := self.store.get_value(f"{self.ns}/done/{n}")) is not None:
+                if (
+                    n not in done
+                    and (raw := self.store.get_value(f"{self.ns}/done/{n}")) is not None
+                ):
                     done[n] = json.loads(raw)
                 elif n not in done:
                     self._check_beat(n, leaders[n], nodes[n], beats)
@@ -156,16 +189,20 @@ class _Warm:
             if self.finished.wait(BEAT):
                 return
 
-    def _check_beat(self, n: int, leader: int, node: str, beats: dict[int, tuple[bytes | None, float]]) -> None:
+    def _check_beat(
+        self, n: int, leader: int, node: str, beats: dict[int, tuple[bytes | None, float]]
+    ) -> None:
         beat, seen = beats[n]
         now = self.store.get_value(f"{self.ns}/beat/{n}")
         if now != beat:
             beats[n] = (now, time.monotonic())
         elif time.monotonic() - seen > self.lease:
-            raise LockTimeout(f"jitops.distributed.warm: rank {leader}, which warms node {node}, "
-                              f"{'never started' if beat is None else 'stopped'} beating for {self.lease:g}s "
-                              "(JITOPS_REMOTE_LEASE_SECONDS) without reporting or failing: it died or hangs. "
-                              f"Fix: see rank {leader}'s log; torchrun restarts the group if allowed")
+            raise LockTimeout(
+                f"jitops.distributed.warm: rank {leader}, which warms node {node}, "
+                f"{'never started' if beat is None else 'stopped'} beating for {self.lease:g}s "
+                "(JITOPS_REMOTE_LEASE_SECONDS) without reporting or failing: it died or hangs. "
+                f"Fix: see rank {leader}'s log; torchrun restarts the group if allowed"
+            )
 
     def _nodes(self) -> tuple[list[str], list[int]]:
         """(node identities, each node's lowest rank), ordered by that rank; waits for every rank to register."""
@@ -180,8 +217,10 @@ class _Warm:
                 break
             if time.monotonic() - start > self.limit:
                 missing = [r for r in self.ranks if r not in who]
-                raise LockTimeout(f"jitops.distributed.warm: ranks {missing} did not call warm within {self.limit:g}s "
-                                  "(JITOPS_LOCK_TIMEOUT). Fix: call it on every rank of the group, in the same order")
+                raise LockTimeout(
+                    f"jitops.distributed.warm: ranks {missing} did not call warm within {self.limit:g}s "
+                    "(JITOPS_LOCK_TIMEOUT). Fix: call it on every rank of the group, in the same order"
+                )
             time.sleep(POLL)
         leaders: dict[str, int] = {}
         for r in sorted(who):
@@ -195,7 +234,8 @@ class _Warm:
         try:
             for current in specs:
                 if self.store.get_value(f"{self.ns}/failed") is not None:
-                    return  # another node failed: every rank raises that; building on would only cost
+                    # another node failed: every rank raises that; building on would only cost
+                    return
                 t0 = time.monotonic()
                 plan = make_plan(current, self.device, settings=self.settings)
                 entry = ensure_entry(plan, settings=self.settings)
@@ -208,8 +248,14 @@ class _Warm:
 
     def _fail(self, spec: OpSpec | None, e: BaseException) -> None:
         why = str(e) if isinstance(e, (JitopsError, OSError)) else f"{type(e).__name__}: {e}"
-        body = {"op": spec.name if spec is not None else "(warm)", "rank": self.rank, "node": self.me, "type": type(e).__name__,
-                "target": getattr(e, "target", ""), "message": why[:8000]}
+        body = {
+            "op": spec.name if spec is not None else "(warm)",
+            "rank": self.rank,
+            "node": self.me,
+            "type": type(e).__name__,
+            "target": getattr(e, "target", ""),
+            "message": why[:8000],
+        }
         try:
             self.store.first_value(f"{self.ns}/failed", json.dumps(body).encode())
         except Exception:  # noqa: BLE001 - the store itself failed: the main thread's next poll raises that
@@ -220,20 +266,34 @@ class _Warm:
         if raw is None:
             return
         f = json.loads(raw)
-        raise BuildError(f"jitops.distributed.warm: {f['op']} failed on rank {f['rank']} ({f['node']}), "
-                         f"{f['type']}:\n{f['message']}", op=f["op"], target=str(f["target"]), log=f["message"],
-                         log_path=None)
+        raise BuildError(
+            f"jitops.distributed.warm: {f['op']} failed on rank {f['rank']} ({f['node']}), "
+            f"{f['type']}:\n{f['message']}",
+            op=f["op"],
+            target=str(f["target"]),
+            log=f["message"],
+            log_path=None,
+        )
 
 
-def _report(specs: list[OpSpec], nodes: list[str], leaders: list[int],
-            done: dict[int, dict[str, Any]]) -> list[OpReport]:
+def _report(
+    specs: list[OpSpec], nodes: list[str], leaders: list[int], done: dict[int, dict[str, Any]]
+) -> list[OpReport]:
     out = []
     for spec in specs:
         by = [n for n in range(len(nodes)) if done[n].get(spec.name, {}).get("built")]
         if by:
             n = by[0]
-            out.append(OpReport(spec.name, False, leaders[n], nodes[n], float(done[n][spec.name]["seconds"]),
-                                len(by)))
+            out.append(
+                OpReport(
+                    spec.name,
+                    False,
+                    leaders[n],
+                    nodes[n],
+                    float(done[n][spec.name]["seconds"]),
+                    len(by),
+                )
+            )
         else:
             out.append(OpReport(spec.name, True, None, None, 0.0, 0))
     return out

@@ -19,10 +19,16 @@ class JitopsError(Exception):
 class UnknownOpError(JitopsError, KeyError):
     """No op of that name is registered."""
 
-    def __init__(self, name: str, suggestions: list[str] | tuple[str, ...] = (), known: int = 0) -> None:
+    def __init__(
+        self, name: str, suggestions: list[str] | tuple[str, ...] = (), known: int = 0
+    ) -> None:
         self.name = name
         self.suggestions = tuple(suggestions)
-        hint = f"; did you mean {', '.join(repr(s) for s in self.suggestions)}?" if self.suggestions else ""
+        hint = (
+            f"; did you mean {', '.join(repr(s) for s in self.suggestions)}?"
+            if self.suggestions
+            else ""
+        )
         msg = f"unknown op {name!r}{hint} (jitops.list_ops() lists the {known} known ops)"
         super().__init__(msg)
 
@@ -45,7 +51,9 @@ class ToolchainError(JitopsError, RuntimeError):
 class BuildError(JitopsError, RuntimeError):
     """The compiler failed. ``log`` holds the full output, ``log_path`` where it is kept."""
 
-    def __init__(self, message: str, *, op: str, target: str, log: str, log_path: Path | None) -> None:
+    def __init__(
+        self, message: str, *, op: str, target: str, log: str, log_path: Path | None
+    ) -> None:
         super().__init__(message)
         self.op = op
         self.target = target

@@ -9,10 +9,32 @@ import os
 import sys
 from typing import Any
 
-_WRITE_EVENTS = {"os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.utime", "os.chmod", "os.chown",
-                 "os.link", "os.symlink", "os.truncate", "shutil.rmtree", "shutil.copyfile", "shutil.move",
-                 "os.mkfifo", "os.mknod"}
-_SPAWN_EVENTS = {"subprocess.Popen", "os.posix_spawn", "os.exec", "os.system", "os.fork", "os.forkpty", "os.spawn"}
+_WRITE_EVENTS = {
+    "os.mkdir",
+    "os.rename",
+    "os.remove",
+    "os.rmdir",
+    "os.utime",
+    "os.chmod",
+    "os.chown",
+    "os.link",
+    "os.symlink",
+    "os.truncate",
+    "shutil.rmtree",
+    "shutil.copyfile",
+    "shutil.move",
+    "os.mkfifo",
+    "os.mknod",
+}
+_SPAWN_EVENTS = {
+    "subprocess.Popen",
+    "os.posix_spawn",
+    "os.exec",
+    "os.system",
+    "os.fork",
+    "os.forkpty",
+    "os.spawn",
+}
 
 
 class Audit:
@@ -34,7 +56,9 @@ class Audit:
         elif event == "open":
             path, mode, flags = args
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC))
+                isinstance(flags, int)
+                and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+            )
             if writing and self._under(path):
                 self.writes.append(("open", os.fsdecode(path)))
         elif event in _WRITE_EVENTS and args and self._under(args[0]):
@@ -49,9 +73,29 @@ def install() -> Audit:
 
 
 _ANY_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_ANY_EVENTS = {"os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.chmod", "os.chown", "os.utime", "os.truncate",
-               "os.link", "os.symlink", "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.rmtree",
-               "shutil.move", "subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec", "os.system", "os.startfile"}
+_ANY_EVENTS = {
+    "os.mkdir",
+    "os.rename",
+    "os.remove",
+    "os.rmdir",
+    "os.chmod",
+    "os.chown",
+    "os.utime",
+    "os.truncate",
+    "os.link",
+    "os.symlink",
+    "shutil.copyfile",
+    "shutil.copymode",
+    "shutil.copystat",
+    "shutil.rmtree",
+    "shutil.move",
+    "subprocess.Popen",
+    "os.posix_spawn",
+    "os.fork",
+    "os.exec",
+    "os.system",
+    "os.startfile",
+}
 
 
 def install_anywhere() -> list[tuple[str, str]]:
@@ -61,7 +105,9 @@ def install_anywhere() -> list[tuple[str, str]]:
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
             path, mode, flags = args
-            if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & _ANY_WRITE):
+            if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & _ANY_WRITE
+            ):
                 writes.append((event, str(path)))
         elif event in _ANY_EVENTS:
             writes.append((event, str(args[0])[:200]))

@@ -10,12 +10,15 @@ from jitops.spec import OpSpec
 
 from tests.helpers import REPO, child_env
 
+
 def fake_spec(root: Path, name: str) -> OpSpec:
     """A one-source library for the fake builder (its kernels would come from Python)."""
     folder = root / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "k.cpp").write_text(f"// {name}\n")
-    return OpSpec(name=name, root=folder, cpu_sources=("k.cpp",), schemas=(f"{name}(Tensor x) -> Tensor",))
+    return OpSpec(
+        name=name, root=folder, cpu_sources=("k.cpp",), schemas=(f"{name}(Tensor x) -> Tensor",)
+    )
 
 
 def stripped_path(tmp: Path) -> str:
@@ -32,7 +35,15 @@ def no_compiler_env(tmp: Path, **overrides: str | None) -> dict[str, str]:
     return child_env(PATH=stripped_path(tmp), CXX=None, CC=None, CUDA_HOME=None, **overrides)
 
 
-def run_child(env: dict[str, str], *, timeout: float = 240, args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def run_child(
+    env: dict[str, str], *, timeout: float = 240, args: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m jitops args`` in a fresh interpreter (audited children are tests/scenarios_cli.py)."""
-    return subprocess.run([sys.executable, "-m", "jitops", *args], env=env, capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "jitops", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )

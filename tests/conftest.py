@@ -26,19 +26,19 @@ import pytest
 
 from tests import tiers
 
-# One cache for the whole session, resolved before anything imports jitops's
-# loader: every compile test shares it, so each op is built once. Never import
-# this module from a test (shared helpers live in tests/helpers.py): a second
-# import would make a second cache.
-# A run started in the background by a shell without job control (`nohup pytest ... &`) inherits SIGINT ignored,
-# and so would every child: the tests that interrupt a build with SIGINT (a user's Ctrl-C) would see it ignored.
-# A handler, unlike SIG_IGN, is reset to the default at exec: children get Ctrl-C as a user's process does.
+# One cache for the whole session, resolved before anything imports jitops's loader: every compile
+# test shares it, so each op is built once. Never import this module from a test (shared helpers
+# live in tests/helpers.py): a second import would make a second cache. A run started in the
+# background by a shell without job control (`nohup pytest ... &`) inherits SIGINT ignored, and so
+# would every child: the tests that interrupt a build with SIGINT (a user's Ctrl-C) would see it
+# ignored. A handler, unlike SIG_IGN, is reset to the default at exec: children get Ctrl-C as a
+# user's process does.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# With pytest-xdist (``-n N``: CI), the controller makes the folders and its workers (started with its
-# environment) share them: one cache for every worker, so each op is still built once (jitops's own lock makes
-# a second worker wait for the first's build, as two processes of a user's would).
+# With pytest-xdist (``-n N``: CI), the controller makes the folders and its workers (started with
+# its environment) share them: one cache for every worker, so each op is still built once (jitops's
+# own lock makes a second worker wait for the first's build, as two processes of a user's would).
 _WORKER = "PYTEST_XDIST_WORKER" in os.environ
 
 
@@ -50,16 +50,26 @@ def _session_dir(var: str, prefix: str) -> str:
     return path
 
 
-_SESSION_CACHE = os.environ.get("JITOPS_TEST_CACHE_DIR") or _session_dir("_JITOPS_TEST_SESSION_CACHE", "jitops-test-cache-")
+_SESSION_CACHE = os.environ.get("JITOPS_TEST_CACHE_DIR") or _session_dir(
+    "_JITOPS_TEST_SESSION_CACHE", "jitops-test-cache-"
+)
 os.environ["JITOPS_CACHE_DIR"] = _SESSION_CACHE
-# The state dir (toolchain self-check verdicts) is the session's too: no test reads or writes the real home's.
+# The state dir (toolchain self-check verdicts) is the session's too: no test reads or writes the
+# real home's.
 _SESSION_STATE = _session_dir("_JITOPS_TEST_SESSION_STATE", "jitops-test-state-")
 os.environ["JITOPS_STATE_DIR"] = _SESSION_STATE
-# torch.compile's on-disk caches, private to the session too: a compiled graph from another run, checkout
-# or torch (same op names, same graph code) is never what a test gets back.
+# torch.compile's on-disk caches, private to the session too: a compiled graph from another run,
+# checkout or torch (same op names, same graph code) is never what a test gets back.
 _SESSION_INDUCTOR = _session_dir("_JITOPS_TEST_SESSION_INDUCTOR", "jitops-test-inductor-")
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _SESSION_INDUCTOR)
-for _var in ("JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_BUILDER", "JITOPS_STRICT", "JITOPS_LOCK_TIMEOUT", "JITOPS_FREEZE"):
+for _var in (
+    "JITOPS_OFFLINE",
+    "JITOPS_FALLBACK",
+    "JITOPS_BUILDER",
+    "JITOPS_STRICT",
+    "JITOPS_LOCK_TIMEOUT",
+    "JITOPS_FREEZE",
+):
     os.environ.pop(_var, None)
 
 
@@ -73,11 +83,19 @@ def _cuda_available() -> bool:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--full", action="store_true", default=False,
-                     help="run the whole suite (what CI runs); without it a bare run is the fast tier (README: Tests)")
-    parser.addoption("--tier", choices=("fast", "versions", "full"), default=None,
-                     help="fast: the bare run's; versions: the fast tier, every pure test and the builtin ops' parity "
-                          "tests (CI's other torch versions); full: as --full")
+    parser.addoption(
+        "--full",
+        action="store_true",
+        default=False,
+        help="run the whole suite (what CI runs); without it a bare run is the fast tier (README: Tests)",
+    )
+    parser.addoption(
+        "--tier",
+        choices=("fast", "versions", "full"),
+        default=None,
+        help="fast: the bare run's; versions: the fast tier, every pure test and the builtin ops' parity "
+        "tests (CI's other torch versions); full: as --full",
+    )
 
 
 def _tier(config: pytest.Config) -> str:
@@ -85,13 +103,19 @@ def _tier(config: pytest.Config) -> str:
     named = config.args_source == pytest.Config.ArgsSource.ARGS
     if config.getoption("--tier"):
         return str(config.getoption("--tier"))
-    full = config.getoption("--full") or named or config.getoption("markexpr") or config.getoption("keyword")
+    full = (
+        config.getoption("--full")
+        or named
+        or config.getoption("markexpr")
+        or config.getoption("keyword")
+    )
     return "full" if full else "fast"
 
 
 def _select_fast_tier(config: pytest.Config, items: list[pytest.Item], tier: str) -> None:
     named = config.args_source == pytest.Config.ArgsSource.ARGS or config.getoption("ignore")
-    stale = [] if named else tiers.stale([i.nodeid for i in items])  # a named subset lacks the others
+    # a named subset lacks the others
+    stale = [] if named else tiers.stale([i.nodeid for i in items])
     if stale:  # a renamed test must not drop out of the fast tier unnoticed
         raise pytest.UsageError(f"tests/tiers.py FAST_TESTS names tests that do not exist: {stale}")
     chosen = tiers.in_versions_tier if tier == "versions" else tiers.is_fast
@@ -107,10 +131,14 @@ def _select_fast_tier(config: pytest.Config, items: list[pytest.Item], tier: str
 _LEFT = pytest.StashKey[tuple[str, int]]()
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
     tier, left = config.stash.get(_LEFT, ("", 0))
     if left:
-        terminalreporter.write_line(f"{tier} tier: {left} more tests run with `python -m pytest --full` (what CI runs)")
+        terminalreporter.write_line(
+            f"{tier} tier: {left} more tests run with `python -m pytest --full` (what CI runs)"
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -121,7 +149,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
     for item in items:
-        # The marker, not item.keywords: keywords also hold directory names (a checkout named "cuda").
+        # The marker, not item.keywords: keywords also hold directory names (a checkout named
+        # "cuda").
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
 
@@ -129,7 +158,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import sys
 
-    if "jitops.build.pch_bg" in sys.modules:  # background PCH builds this process started: none outlives the run
+    # background PCH builds this process started: none outlives the run
+    if "jitops.build.pch_bg" in sys.modules:
         sys.modules["jitops.build.pch_bg"].wait(600)
     if _WORKER:  # the controller removes the shared folders once every worker has finished
         return
@@ -151,7 +181,6 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(root))
     return root
-
 
 
 @pytest.fixture(autouse=True)

@@ -40,7 +40,7 @@ def phase_get(rank: int, out: dict[str, Any]) -> None:
     from tests import scenarios as S
 
     ops = ["fakeadd", "fakemul"]
-    order = ops[rank % 2:] + ops[:rank % 2]
+    order = ops[rank % 2 :] + ops[: rank % 2]
     out["get_order"] = order
     out["get_start"] = time.time()
     out["get"] = {name: S.get_and_check(name) for name in order}
@@ -72,7 +72,12 @@ def phase_fail(rank: int, out: dict[str, Any]) -> None:
         jitops.distributed.warm(["fakefail"])
         out["fail"] = {"raised": None}
     except jitops.BuildError as e:
-        out["fail"] = {"raised": type(e).__name__, "message": str(e), "start": t0, "at": time.time()}
+        out["fail"] = {
+            "raised": type(e).__name__,
+            "message": str(e),
+            "start": t0,
+            "at": time.time(),
+        }
 
 
 def _quick_warm(ops: list[str]) -> list[dict[str, Any]]:
@@ -92,12 +97,14 @@ def phase_kill(rank: int, out: dict[str, Any]) -> None:
 
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     base = sys.argv[2]
-    out[f"warm{attempt}"] = _quick_warm(WARM_OPS[:1 + attempt])
+    out[f"warm{attempt}"] = _quick_warm(WARM_OPS[: 1 + attempt])
     if attempt == 0:
         if rank == 0:
             with open(f"{base}/killed.json", "w") as f:
                 json.dump({"pid": os.getpid()}, f)
-            threading.Timer(float(os.environ["KILL_AFTER"]), os.kill, (os.getpid(), signal.SIGKILL)).start()
+            threading.Timer(
+                float(os.environ["KILL_AFTER"]), os.kill, (os.getpid(), signal.SIGKILL)
+            ).start()
             S.get_and_check("fakeadd")
         time.sleep(600)  # torchrun stops this attempt when rank 0 dies
     from jitops.remote.job import job_tier

@@ -43,17 +43,34 @@ def scenario_argv(scenario: str, /, *, python: str | None = None, **kwargs: Any)
     return [sys.executable, "-m", "tests.scenario_main", scenario, json.dumps(kwargs)]
 
 
-def run_scenario_proc(scenario: str, /, *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True,
-                      **kwargs: Any) -> subprocess.CompletedProcess[str]:
+def run_scenario_proc(
+    scenario: str,
+    /,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    check: bool = True,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess[str]:
     """Run ``scenario(**kwargs)`` in a fresh interpreter; the finished process (raise if it failed and ``check``)."""
-    proc = subprocess.run(scenario_argv(scenario, **kwargs), env=env or child_env(), capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+    proc = subprocess.run(
+        scenario_argv(scenario, **kwargs),
+        env=env or child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"scenario {scenario} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+        raise AssertionError(
+            f"scenario {scenario} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        )
     return proc
 
 
-def run_scenario(scenario: str, /, *, env: dict[str, str] | None = None, timeout: float = 300, **kwargs: Any) -> Any:
+def run_scenario(
+    scenario: str, /, *, env: dict[str, str] | None = None, timeout: float = 300, **kwargs: Any
+) -> Any:
     """Run ``scenario(**kwargs)`` in a fresh interpreter (``fn`` of tests/scenarios.py, or ``module.fn`` of
     tests/<module>.py); its JSON reply."""
     return last_json(run_scenario_proc(scenario, env=env, timeout=timeout, **kwargs).stdout)
@@ -82,15 +99,27 @@ def tattletale_library(folder: Path, marker: Path, mode: int = 0o600) -> Path:
     return lib
 
 
-def run_as_nobody(views: Path, scenario: str, env: dict[str, str], /, *, timeout: float = 280, **kwargs: Any) -> Any:
+def run_as_nobody(
+    views: Path, scenario: str, env: dict[str, str], /, *, timeout: float = 280, **kwargs: Any
+) -> Any:
     """Run ``scenario(**kwargs)`` as uid NOBODY in a private mount namespace (see tests/scenarios_nobody.py,
     which makes ``views`` hold the bind mounts it needs); its JSON reply. Raise with its output if it fails."""
     views.mkdir(mode=0o755, parents=True, exist_ok=True)
-    argv = scenario_argv("scenarios_nobody.as_nobody", base=str(views), scenario=scenario, kwargs=kwargs)
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", *argv],
-                          env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    argv = scenario_argv(
+        "scenarios_nobody.as_nobody", base=str(views), scenario=scenario, kwargs=kwargs
+    )
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
     if proc.returncode != 0:
-        raise AssertionError(f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+        raise AssertionError(
+            f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        )
     return last_json(proc.stdout)
 
 
@@ -117,13 +146,18 @@ def processes() -> list[Proc]:
             stat = Path(f"/proc/{d}/stat").read_text()
         except OSError:
             continue
-        comm = stat[stat.index("(") + 1: stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
         if fields[0] == "Z":  # exited, waiting to be reaped by its parent
             continue
         try:
             cwd = os.readlink(f"/proc/{d}/cwd")
-            argv = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            argv = (
+                Path(f"/proc/{d}/cmdline")
+                .read_bytes()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")
+            )
         except OSError:
             cwd = argv = ""
         out.append(Proc(int(d), comm, fields[0], int(fields[1]), int(fields[2]), cwd, argv))

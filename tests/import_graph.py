@@ -46,8 +46,16 @@ def _read(annotations: bool, package: Path) -> tuple[dict[str, set[str]], list[s
     result: dict[str, set[str]] = {}
     for mod, path in mods.items():
         tree = ast.parse(path.read_text())
-        skipped = set() if annotations else {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                                             and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+        skipped = (
+            set()
+            if annotations
+            else {
+                id(n)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                for n in ast.walk(node)
+            }
+        )
         deps: set[str] = set()
         for node in ast.walk(tree):
             if id(node) in skipped:
@@ -59,18 +67,31 @@ def _read(annotations: bool, package: Path) -> tuple[dict[str, set[str]], list[s
                     base = node.module or ""
                 else:
                     continue
-                deps.update(f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names)
+                deps.update(
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names
+                )
             elif isinstance(node, ast.Import):
                 deps.update(a.name for a in node.names if a.name.split(".")[0] == "jitops")
-            elif (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module") and node.args
-                  and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-                name = node.args[0].value  # importlib.import_module("..x", __package__): a string import
+            elif (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func).endswith("import_module")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                name = node.args[
+                    0
+                ].value  # importlib.import_module("..x", __package__): a string import
                 if name.startswith("."):
                     level = len(name) - len(name.lstrip("."))
-                    deps.add(_base(mod, path.name == "__init__.py", level, name.lstrip(".") or None))
+                    deps.add(
+                        _base(mod, path.name == "__init__.py", level, name.lstrip(".") or None)
+                    )
                 elif name.split(".")[0] == "jitops":
                     deps.add(name)
-        missing += [f"{mod} -> {d}" for d in sorted(deps) if d.split(".")[0] == "jitops" and d not in mods]
+        missing += [
+            f"{mod} -> {d}" for d in sorted(deps) if d.split(".")[0] == "jitops" and d not in mods
+        ]
         result[mod] = {d for d in deps if d in mods and d != mod}
     return result, missing
 
@@ -84,7 +105,7 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
         state[mod] = 1
         for dep in sorted(g[mod]):
             if state.get(dep) == 1:
-                found.append(stack[stack.index(dep):] + [dep])
+                found.append(stack[stack.index(dep) :] + [dep])
             elif dep not in state:
                 visit(dep, [*stack, dep])
         state[mod] = 2

@@ -44,8 +44,24 @@ def need_redis() -> str:
 def redis_server(tmp: Path, *extra: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     exe = need_redis()
     port = free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp), *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp),
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -119,9 +135,17 @@ class CutProxy:
                 continue
             upstream = socket.create_connection(("127.0.0.1", self.target))
             for a, b, way in ((client, upstream, "up"), (upstream, client, "down")):
-                threading.Thread(target=self._pump, args=(a, b, way, (client, upstream)), daemon=True).start()
+                threading.Thread(
+                    target=self._pump, args=(a, b, way, (client, upstream)), daemon=True
+                ).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, way: str, both: tuple[socket.socket, socket.socket]) -> None:
+    def _pump(
+        self,
+        src: socket.socket,
+        dst: socket.socket,
+        way: str,
+        both: tuple[socket.socket, socket.socket],
+    ) -> None:
         try:
             while True:
                 data = src.recv(65536)
@@ -154,10 +178,17 @@ def moto_s3(tmp: Path) -> Iterator[tuple[str, dict[str, str]]]:
     if not exe.exists():
         pytest.skip("moto[server] is not installed (it is in the test extra)")
     port = free_port()
-    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+    }
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -168,8 +199,13 @@ def moto_s3(tmp: Path) -> Iterator[tuple[str, dict[str, str]]]:
                 assert proc.poll() is None, "moto_server exited at start"
                 assert time.monotonic() < deadline, "moto_server did not start"
                 time.sleep(0.1)
-        subprocess.run(scenario_argv("scenarios_inert.s3_mkdir", bucket="jitops-test"), env={**os.environ, **env}, check=True,
-                       timeout=60, cwd=REPO)
+        subprocess.run(
+            scenario_argv("scenarios_inert.s3_mkdir", bucket="jitops-test"),
+            env={**os.environ, **env},
+            check=True,
+            timeout=60,
+            cwd=REPO,
+        )
         yield "s3://jitops-test/cache", env
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -186,5 +222,12 @@ def keygen(cfg: Path) -> str:
 
 
 def node_env(cache: Path, url: str, cfg: Path, **more: str | None) -> dict[str, str]:
-    return child_env(**{"JITOPS_CACHE_DIR": str(cache), "JITOPS_REMOTE_CACHE": url, "JITOPS_CONFIG_DIR": str(cfg),
-                        "JITOPS_BUILDER": "fake", **more})
+    return child_env(
+        **{
+            "JITOPS_CACHE_DIR": str(cache),
+            "JITOPS_REMOTE_CACHE": url,
+            "JITOPS_CONFIG_DIR": str(cfg),
+            "JITOPS_BUILDER": "fake",
+            **more,
+        }
+    )

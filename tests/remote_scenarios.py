@@ -24,14 +24,20 @@ def node(ops: list[str]) -> dict[str, Any]:
     from jitops.remote import active_tier
 
     tier = active_tier()
-    return {"ops": got, "done": time.time(), "warnings": [str(w.message) for w in caught],
-            "stats": tier.stats.__dict__ if tier is not None else None}
+    return {
+        "ops": got,
+        "done": time.time(),
+        "warnings": [str(w.message) for w in caught],
+        "stats": tier.stats.__dict__ if tier is not None else None,
+    }
 
 
 def nodes(n: int, base: str, ops: list[str], timeout: float = 120) -> dict[str, Any]:
     """``n`` nodes released at one instant, node i using the cache ``base/node<i>``."""
     gate = os.pipe()
-    workers = [S.spawn(node, ops, env={"JITOPS_CACHE_DIR": f"{base}/node{i}"}, gate=gate) for i in range(n)]
+    workers = [
+        S.spawn(node, ops, env={"JITOPS_CACHE_DIR": f"{base}/node{i}"}, gate=gate) for i in range(n)
+    ]
     start = time.time()
     os.close(gate[1])
     replies = [S.collect(pid, fd, timeout) for pid, fd in workers]
@@ -52,7 +58,8 @@ def preload_remote() -> None:
         import s3fs  # noqa: F401
         from jitops.remote import object_store
 
-        object_store.warm()  # botocore's parsed models, shared by every fork (each node parses them on its own CPU)
+        # botocore's parsed models, shared by every fork (each node parses them on its own CPU)
+        object_store.warm()
     import jitops.remote.fs_store  # noqa: F401
 
 
@@ -83,7 +90,14 @@ def get_failing(name: str, root: str, source: str) -> dict[str, Any] | None:
     import jitops
     from jitops import OpSpec
 
-    jitops.register(OpSpec(name=name, root=Path(root), cpu_sources=(source,), schemas=(f"{name}(Tensor x) -> Tensor",)))
+    jitops.register(
+        OpSpec(
+            name=name,
+            root=Path(root),
+            cpu_sources=(source,),
+            schemas=(f"{name}(Tensor x) -> Tensor",),
+        )
+    )
     t0 = time.monotonic()
     try:
         jitops.get(name)

@@ -20,7 +20,12 @@ from typing import Any
 
 
 def describe(e: BaseException) -> dict[str, Any]:
-    return {"ok": False, "type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e)}
+    return {
+        "ok": False,
+        "type": type(e).__name__,
+        "mro": [c.__name__ for c in type(e).__mro__],
+        "msg": str(e),
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -31,7 +36,8 @@ def main(argv: list[str]) -> int:
     try:
         result = target(**json.loads(raw))
     except Exception as e:  # noqa: BLE001 - the test reads the failure
-        import traceback  # only now: a scenario that measures imports starts from json and importlib alone
+        # only now: a scenario that measures imports starts from json and importlib alone
+        import traceback
 
         traceback.print_exc()
         result = describe(e)

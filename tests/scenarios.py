@@ -70,12 +70,23 @@ def get_and_check(name: str = "fakeadd") -> dict[str, Any]:
 
         x = torch.randn(3, 5)
         works = bool(torch.allclose(op(x), torch.softmax(x, -1), atol=1e-6))
-    return {"pid": os.getpid(), "built": lib.built, "subprocesses": _popens[0] - before, "sha256": lib.manifest.sha256, "works": works,
-            "entry": str(lib.entry), "op_id": id(op)}
+    return {
+        "pid": os.getpid(),
+        "built": lib.built,
+        "subprocesses": _popens[0] - before,
+        "sha256": lib.manifest.sha256,
+        "works": works,
+        "entry": str(lib.entry),
+        "op_id": id(op),
+    }
 
 
-def spawn(fn: Callable[..., Any], *args: Any, env: dict[str, str] | None = None,
-          gate: tuple[int, int] | None = None) -> tuple[int, int]:
+def spawn(
+    fn: Callable[..., Any],
+    *args: Any,
+    env: dict[str, str] | None = None,
+    gate: tuple[int, int] | None = None,
+) -> tuple[int, int]:
     """Fork a worker that runs ``fn(*args)`` and writes one JSON reply. Returns (pid, read fd).
 
     With ``gate`` (a pipe from ``os.pipe()``) the worker first blocks until
@@ -121,14 +132,25 @@ def collect(pid: int, fd: int, timeout: float) -> dict[str, Any]:
     os.close(fd)
     _, status = os.waitpid(pid, 0)
     if hung:
-        return {"ok": False, "type": "hang", "msg": f"worker {pid} still running after {timeout}s", "mro": []}
+        return {
+            "ok": False,
+            "type": "hang",
+            "msg": f"worker {pid} still running after {timeout}s",
+            "mro": [],
+        }
     raw = b"".join(chunks)
-    out = json.loads(raw) if raw else {"ok": False, "type": "died", "mro": [], "msg": f"status {status}"}
+    out = (
+        json.loads(raw)
+        if raw
+        else {"ok": False, "type": "died", "mro": [], "msg": f"status {status}"}
+    )
     out["exit"] = os.waitstatus_to_exitcode(status)
     return out
 
 
-def call(fn: Callable[..., Any], *args: Any, timeout: float = 60, env: dict[str, str] | None = None) -> dict[str, Any]:
+def call(
+    fn: Callable[..., Any], *args: Any, timeout: float = 60, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     pid, fd = spawn(fn, *args, env=env)
     return collect(pid, fd, timeout)
 
@@ -196,8 +218,11 @@ def builders_under(root: Path) -> list[str]:
     from tests.helpers import processes
 
     root_s = str(root)
-    return [f"{p.pid}: {p.argv[:200]}" for p in processes()
-            if p.pid != os.getpid() and p.cwd and (p.cwd.startswith(root_s) or root_s in p.argv)]
+    return [
+        f"{p.pid}: {p.argv[:200]}"
+        for p in processes()
+        if p.pid != os.getpid() and p.cwd and (p.cwd.startswith(root_s) or root_s in p.argv)
+    ]
 
 
 def wait_builders(root: Path, within: float = 60) -> list[str]:
@@ -245,12 +270,21 @@ def load_inline_reporting(name: str, source: str, schemas: list[str]) -> dict[st
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         lib = jitops.load_inline(name, source, schemas=schemas)
-    return {"ok": True, "entry": str(lib.library.entry), "ops": sorted(lib.ops),
-            "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]}
+    return {
+        "ok": True,
+        "entry": str(lib.library.entry),
+        "ops": sorted(lib.ops),
+        "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)],
+    }
 
 
-def attempt_get(name: str = "softmax", register_fakes: bool = False, hide_ninja: bool = False,
-                library: dict[str, Any] | None = None, device: str | None = "cpu") -> dict[str, Any]:
+def attempt_get(
+    name: str = "softmax",
+    register_fakes: bool = False,
+    hide_ninja: bool = False,
+    library: dict[str, Any] | None = None,
+    device: str | None = "cpu",
+) -> dict[str, Any]:
     """``jitops.get(name, device=device)``: ok, or the error with how long it took and whether a lock was
     reached. ``library`` (OpSpec fields, ``root`` a path) is registered first. ``device`` is cpu by default:
     on a GPU node the default would build for cuda."""
@@ -266,7 +300,11 @@ def attempt_get(name: str = "softmax", register_fakes: bool = False, hide_ninja:
         jitops.get(name, device=device)
         return {"ok": True}
     except Exception as e:  # noqa: BLE001 - reported to the test
-        return {**_describe(e), "seconds": time.monotonic() - start, "filelock_imported": "filelock" in sys.modules}
+        return {
+            **_describe(e),
+            "seconds": time.monotonic() - start,
+            "filelock_imported": "filelock" in sys.modules,
+        }
 
 
 def get_with_fake_cuda(op: str = "softmax", archs: str = "8.0") -> dict[str, Any]:
@@ -285,7 +323,11 @@ def get_with_fake_cuda(op: str = "softmax", archs: str = "8.0") -> dict[str, Any
         jitops.build.entry.ensure_entry(jitops.plan.make_plan(spec, "cuda", archs))
         return {"ok": True}
     except Exception as e:  # noqa: BLE001 - reported to the test
-        return {**_describe(e), "seconds": time.monotonic() - start, "filelock_imported": "filelock" in sys.modules}
+        return {
+            **_describe(e),
+            "seconds": time.monotonic() - start,
+            "filelock_imported": "filelock" in sys.modules,
+        }
 
 
 def load_inline_cuda(name: str, cpp: str, cu: str) -> dict[str, Any]:
@@ -293,8 +335,14 @@ def load_inline_cuda(name: str, cpp: str, cu: str) -> dict[str, Any]:
     is needed to build it or to load it)."""
     lib = jitops.load_inline(name, cpp, cu, device="cuda")
     files = lib.library.manifest.timings.get("files", {})
-    return {"ok": True, "built": lib.library.built, "entry": str(lib.library.entry), "target": lib.library.target,
-            "ops": sorted(lib.ops), "headers": {f: i.get("header") for f, i in files.items()}}
+    return {
+        "ok": True,
+        "built": lib.library.built,
+        "entry": str(lib.library.entry),
+        "target": lib.library.target,
+        "ops": sorted(lib.ops),
+        "headers": {f: i.get("header") for f, i in files.items()},
+    }
 
 
 def load_inline_and_run(name: str, sources: list[str]) -> dict[str, Any]:
@@ -305,20 +353,33 @@ def load_inline_and_run(name: str, sources: list[str]) -> dict[str, Any]:
     from jitops.build import pch_bg
 
     libs = []
-    for source in sources:  # each edit after the last one's background PCH, if any, is there (issue 29)
+    for (
+        source
+    ) in sources:  # each edit after the last one's background PCH, if any, is there (issue 29)
         libs.append(jitops.load_inline(name, source))
         pch_bg.wait(600)
     lib = libs[-1]
-    states = [[i.get("pch") for i in x.library.manifest.timings.get("files", {}).values()] for x in libs]
+    states = [
+        [i.get("pch") for i in x.library.manifest.timings.get("files", {}).values()] for x in libs
+    ]
     x = torch.linspace(-3, 3, 13, dtype=torch.float64)
     op = getattr(lib, sorted(lib.ops)[0])
     m = lib.library.manifest
-    return {"ok": True, "built": lib.library.built, "out": op(x).tolist(), "out32": op(x.float()).tolist(),
-            "key": lib.library.key, "library": str(lib.library.library_path), "timings": m.timings,
-            "states": states}
+    return {
+        "ok": True,
+        "built": lib.library.built,
+        "out": op(x).tolist(),
+        "out32": op(x.float()).tolist(),
+        "key": lib.library.key,
+        "library": str(lib.library.library_path),
+        "timings": m.timings,
+        "states": states,
+    }
 
 
-def dropin_functions(name: str, source: str, functions: list[str], inputs: list[float]) -> dict[str, Any]:
+def dropin_functions(
+    name: str, source: str, functions: list[str], inputs: list[float]
+) -> dict[str, Any]:
     """A torch-style ``load_inline(functions=)`` (issue 17): each function's result on ``inputs``, the
     build's key and per-file records, and how torch.compile meets ``module.<f>`` (an eager call)."""
     import torch
@@ -329,7 +390,15 @@ def dropin_functions(name: str, source: str, functions: list[str], inputs: list[
     lib = next(r.library for r in cpp_ext_style._results.values() if r.value is module)
     x = torch.tensor(inputs)
     out = {f: getattr(module, f)(x).tolist() for f in functions}
-    compiled = {f: torch.compile(lambda t, f=f: getattr(module, f)(t) + 1, backend="aot_eager")(x).tolist()
-                for f in functions}
-    return {"ok": True, "key": lib.key, "out": out, "compiled": compiled, "timings": lib.manifest.timings,
-            "pybind_module": hasattr(module, "__loader__") and module.__loader__ is not None}
+    compiled = {
+        f: torch.compile(lambda t, f=f: getattr(module, f)(t) + 1, backend="aot_eager")(x).tolist()
+        for f in functions
+    }
+    return {
+        "ok": True,
+        "key": lib.key,
+        "out": out,
+        "compiled": compiled,
+        "timings": lib.manifest.timings,
+        "pybind_module": hasattr(module, "__loader__") and module.__loader__ is not None,
+    }

@@ -28,8 +28,11 @@ def _audit_spawns() -> list[list[str]]:
 
 def _mapped(root: str) -> set[str]:
     """The files under ``root`` this process has mapped (/proc/self/maps)."""
-    return {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
-            if line.split() and line.split()[-1].startswith(root)}
+    return {
+        line.split()[-1]
+        for line in Path("/proc/self/maps").read_text().splitlines()
+        if line.split() and line.split()[-1].startswith(root)
+    }
 
 
 def get_add(bundle_root: str) -> dict[str, Any]:
@@ -41,19 +44,30 @@ def get_add(bundle_root: str) -> dict[str, Any]:
     from jitops.loading import loader
     from jitops.store import bundles
 
-    spawned = _audit_spawns()  # each process started: its argv (a compiler's --version probe is no build)
+    # each process started: its argv (a compiler's --version probe is no build)
+    spawned = _audit_spawns()
     out: dict[str, Any] = {}
     try:
         op = jitops.get("add")
     except Exception as e:  # noqa: BLE001 - the test reads it
-        out["error"] = {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e)}
+        out["error"] = {
+            "type": type(e).__name__,
+            "mro": [c.__name__ for c in type(e).__mro__],
+            "msg": str(e),
+        }
     else:
         g = torch.Generator().manual_seed(31)
         same = []
         for dtype in (torch.float32, torch.float64, torch.bfloat16):
-            a, b = torch.randn(4099, generator=g).to(dtype), torch.randn(4099, generator=g).to(dtype)
+            a, b = (
+                torch.randn(4099, generator=g).to(dtype),
+                torch.randn(4099, generator=g).to(dtype),
+            )
             mine, theirs = op(a, b, alpha=0.5), torch.add(a, b, alpha=0.5)
-            same.append(mine.dtype == theirs.dtype and mine.view(torch.uint8).equal(theirs.view(torch.uint8)))
+            same.append(
+                mine.dtype == theirs.dtype
+                and mine.view(torch.uint8).equal(theirs.view(torch.uint8))
+            )
         out["bit_identical"] = same
         (lib,) = loader._libraries.values()
         out["entry"], out["built"] = str(lib.entry), lib.built
@@ -61,7 +75,12 @@ def get_add(bundle_root: str) -> dict[str, Any]:
     out["spawned"] = spawned
     out["bundles"] = [b.name for b in bundles.found()]
     from jitops.api import warm
-    from jitops.cli.explain import explain, offline_ready  # `jitops explain add`, `doctor --offline-ready add`
+
+    # `jitops explain add`, `doctor --offline-ready add`
+    from jitops.cli.explain import (
+        explain,
+        offline_ready,
+    )
     from jitops.registry import lookup
 
     ((_, ready, why),) = offline_ready(["add"])
@@ -70,8 +89,12 @@ def get_add(bundle_root: str) -> dict[str, Any]:
     out["warm"] = [warmed.status, warmed.message]
 
     ex = explain(lookup("add"))
-    out["explain"] = {"verdict": ex.verdict, "ready": ex.ready, "nearest": str(ex.nearest) if ex.nearest else None,
-                      "diffs": [d[0] for d in ex.diffs]}
+    out["explain"] = {
+        "verdict": ex.verdict,
+        "ready": ex.ready,
+        "nearest": str(ex.nearest) if ex.nearest else None,
+        "diffs": [d[0] for d in ex.diffs],
+    }
     return out
 
 
@@ -98,7 +121,11 @@ def get_every_op(bundle_root: str) -> dict[str, Any]:
         return best
 
     def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-        return a.dtype == b.dtype and a.shape == b.shape and a.view(torch.uint8).equal(b.view(torch.uint8))
+        return (
+            a.dtype == b.dtype
+            and a.shape == b.shape
+            and a.view(torch.uint8).equal(b.view(torch.uint8))
+        )
 
     g = torch.Generator().manual_seed(31)
     x = torch.randn(64, 4099, generator=g)
@@ -107,19 +134,33 @@ def get_every_op(bundle_root: str) -> dict[str, Any]:
     scores = torch.rand(500, generator=g)
     out: dict[str, Any] = {}
     try:
-        softmax, log_softmax, add, nms = (jitops.get(n) for n in ("softmax", "log_softmax", "add", "nms"))
+        softmax, log_softmax, add, nms = (
+            jitops.get(n) for n in ("softmax", "log_softmax", "add", "nms")
+        )
     except Exception as e:  # noqa: BLE001 - the test reads it
-        out["error"] = {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e)}
+        out["error"] = {
+            "type": type(e).__name__,
+            "mro": [c.__name__ for c in type(e).__mro__],
+            "msg": str(e),
+        }
     else:
         from jitops.kernels.nms.python import nms_reference
 
         b = torch.randn(64, 4099, generator=g)
-        cases = {"softmax": (softmax, torch.softmax, (x, 1)), "log_softmax": (log_softmax, torch.log_softmax, (x, 1)),
-                 "add": (add, torch.add, (x, b)), "nms": (nms, nms_reference, (boxes, scores, 0.5))}
+        cases = {
+            "softmax": (softmax, torch.softmax, (x, 1)),
+            "log_softmax": (log_softmax, torch.log_softmax, (x, 1)),
+            "add": (add, torch.add, (x, b)),
+            "nms": (nms, nms_reference, (boxes, scores, 0.5)),
+        }
         for name, (mine, theirs, args) in cases.items():
-            out[name] = {"bit_identical": same(mine(*args), theirs(*args)), "built": mine.library.built,
-                         "entry": str(mine.library.entry), "seconds": per_call(mine, *args),
-                         "baseline_seconds": per_call(theirs, *args)}
+            out[name] = {
+                "bit_identical": same(mine(*args), theirs(*args)),
+                "built": mine.library.built,
+                "entry": str(mine.library.entry),
+                "seconds": per_call(mine, *args),
+                "baseline_seconds": per_call(theirs, *args),
+            }
     out["mapped_from_bundle"] = sorted(_mapped(bundle_root))
     out["spawned"] = spawned
     out["jitops_file"] = jitops.__file__
@@ -136,8 +177,12 @@ def other_torch(bundle_root: str) -> dict[str, Any]:
 
     before = explain(lookup("add"))
     out = get_add(bundle_root)
-    out["before"] = {"ready": before.ready, "verdict": before.verdict, "nearest": str(before.nearest or ""),
-                     "diffs": [d[0] for d in before.diffs]}
+    out["before"] = {
+        "ready": before.ready,
+        "verdict": before.verdict,
+        "nearest": str(before.nearest or ""),
+        "diffs": [d[0] for d in before.diffs],
+    }
     out["nms"] = get_stable_nms(bundle_root)
     return out
 
@@ -165,8 +210,11 @@ def get_stable_nms(bundle_root: str) -> dict[str, Any]:
         boxes = torch.rand(800, 4, generator=g) * 100
         boxes[:, 2:] += boxes[:, :2]
         scores = torch.rand(800, generator=g)
-        same = [nms(boxes.to(d), scores.to(d), 0.5).tolist() == nms_reference(boxes.to(d), scores.to(d), 0.5).tolist()
-                for d in (torch.float32, torch.float64, torch.float16)]
+        same = [
+            nms(boxes.to(d), scores.to(d), 0.5).tolist()
+            == nms_reference(boxes.to(d), scores.to(d), 0.5).tolist()
+            for d in (torch.float32, torch.float64, torch.float16)
+        ]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             b16, s16 = boxes.bfloat16(), scores.bfloat16()
             same.append(nms(b16, s16, 0.5).tolist() == nms_reference(b16, s16, 0.5).tolist())
@@ -194,9 +242,13 @@ def get_nms_here() -> dict[str, Any]:
     boxes[:, 2:] += boxes[:, :2]
     scores = torch.rand(300, generator=g)
     op = jitops.get("nms")
-    return {"capability": str(torch.backends.cpu.get_cpu_capability()), "built": op.library.built,
-            "entry": str(op.library.entry),
-            "same_as_reference": op(boxes, scores, 0.5).tolist() == nms_reference(boxes, scores, 0.5).tolist()}
+    return {
+        "capability": str(torch.backends.cpu.get_cpu_capability()),
+        "built": op.library.built,
+        "entry": str(op.library.entry),
+        "same_as_reference": op(boxes, scores, 0.5).tolist()
+        == nms_reference(boxes, scores, 0.5).tolist(),
+    }
 
 
 def load_nms_cuda(arch: str) -> dict[str, Any]:

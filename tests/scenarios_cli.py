@@ -28,24 +28,34 @@ def offline_read_only() -> dict[str, Any]:
     from jitops.cli import main
 
     rec = audit.install()
-    samples = {"softmax": lambda op, x: (op(x, dim=-1), torch.softmax(x, -1)),
-               "log_softmax": lambda op, x: (op(x, dim=0), torch.log_softmax(x, 0))}
+    samples = {
+        "softmax": lambda op, x: (op(x, dim=-1), torch.softmax(x, -1)),
+        "log_softmax": lambda op, x: (op(x, dim=0), torch.log_softmax(x, 0)),
+    }
     x = torch.randn(16, 37)
     report: dict[str, Any] = {"uid": os.geteuid(), "ops": {}}
     for name in jitops.list_ops():
         op = jitops.get(name, device="cpu")
         got, want = samples[name](op, x) if name in samples else (None, None)
-        report["ops"][name] = {"built": op.library.built, "ok": got is None or bool(torch.allclose(got, want, atol=1e-5)),
-                               "checked": name in samples}
+        report["ops"][name] = {
+            "built": op.library.built,
+            "ok": got is None or bool(torch.allclose(got, want, atol=1e-5)),
+            "checked": name in samples,
+        }
     with contextlib.redirect_stdout(io.StringIO()):
         report["rcs"] = [main(["cache", "ls"]), main(["cache", "verify"]), main(["list"])]
-    os.environ["CXXFLAGS"] = "-DJITOPS_NEW_FLAGS"  # a new key: offline must refuse, not build or write
+    # a new key: offline must refuse, not build or write
+    os.environ["CXXFLAGS"] = "-DJITOPS_NEW_FLAGS"
     try:
         loader.load_library(jregistry.registry().lookup("softmax"), "cpu")
         report["miss"] = None
     except jitops.OfflineMiss as e:
         report["miss"] = str(e)
-    report.update(writes=rec.writes, spawns=rec.spawns, cpp_extension="torch.utils.cpp_extension" in sys.modules)
+    report.update(
+        writes=rec.writes,
+        spawns=rec.spawns,
+        cpp_extension="torch.utils.cpp_extension" in sys.modules,
+    )
     return report
 
 
@@ -62,7 +72,13 @@ def second_warm() -> dict[str, Any]:
     with contextlib.redirect_stdout(buf):
         rc = main(["warm", "--all", "--device", "cpu"])
     t2 = time.perf_counter()
-    return {"rc": rc, "out": buf.getvalue(), "torch_s": t1 - t0, "warm_s": t2 - t1, "spawns": rec.spawns}
+    return {
+        "rc": rc,
+        "out": buf.getvalue(),
+        "torch_s": t1 - t0,
+        "warm_s": t2 - t1,
+        "spawns": rec.spawns,
+    }
 
 
 def load_softmax() -> dict[str, Any]:
@@ -74,8 +90,13 @@ def load_softmax() -> dict[str, Any]:
 
     op = jitops.get("softmax", device="cpu")
     x = torch.randn(8, 21)
-    return {"built": op.library.built, "ok": bool(torch.allclose(op(x, dim=1), torch.softmax(x, 1), atol=1e-6)),
-            "spawns": rec.spawns, "writes": rec.writes, "entry": str(op.library.entry)}
+    return {
+        "built": op.library.built,
+        "ok": bool(torch.allclose(op(x, dim=1), torch.softmax(x, 1), atol=1e-6)),
+        "spawns": rec.spawns,
+        "writes": rec.writes,
+        "entry": str(op.library.entry),
+    }
 
 
 def fallback(record_writes: bool = False) -> dict[str, Any]:
@@ -98,8 +119,19 @@ def fallback(record_writes: bool = False) -> dict[str, Any]:
         refuse_s = time.monotonic() - t
         kw = {} if jitops.base.settings.env_flag("JITOPS_FALLBACK") else {"fallback": True}
         a, b, c = (jitops.get(n, device="cpu", **kw) for n in ("softmax", "softmax", "log_softmax"))
-        ok = bool(torch.allclose(a(x, dim=-1), torch.softmax(x, -1)) and torch.allclose(b(x, 0), torch.softmax(x, 0))
-                  and torch.allclose(c(x, dim=1), torch.log_softmax(x, 1), atol=1e-6))
-    warned = sorted(str(w.message).split("'")[1] for w in caught if "pure-PyTorch reference" in str(w.message))
-    report = {"refused": refused, "refuse_s": refuse_s, "ok": ok, "warned": warned, "fallback": a.library is None}
+        ok = bool(
+            torch.allclose(a(x, dim=-1), torch.softmax(x, -1))
+            and torch.allclose(b(x, 0), torch.softmax(x, 0))
+            and torch.allclose(c(x, dim=1), torch.log_softmax(x, 1), atol=1e-6)
+        )
+    warned = sorted(
+        str(w.message).split("'")[1] for w in caught if "pure-PyTorch reference" in str(w.message)
+    )
+    report = {
+        "refused": refused,
+        "refuse_s": refuse_s,
+        "ok": ok,
+        "warned": warned,
+        "fallback": a.library is None,
+    }
     return {"writes": rec.writes, **report} if rec is not None else report

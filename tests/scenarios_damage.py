@@ -94,9 +94,18 @@ def truncations_and_flips(root: str, seed: int, flips: int, through_get: int) ->
         os.environ["JITOPS_CACHE_DIR"] = str(cache)
         r = S.call(S.get_recording, timeout=30)
         v = r.get("value") or {}
-        rows.append({"case": case, "ok": r["ok"], "exit": r["exit"], "works": v.get("works"),
-                     "built": v.get("built"), "loaded_damaged": ino in v.get("dlopened", []),
-                     "loads": len(v.get("dlopened", [])), "err": r.get("msg")})
+        rows.append(
+            {
+                "case": case,
+                "ok": r["ok"],
+                "exit": r["exit"],
+                "works": v.get("works"),
+                "built": v.get("built"),
+                "loaded_damaged": ino in v.get("dlopened", []),
+                "loads": len(v.get("dlopened", [])),
+                "err": r.get("msg"),
+            }
+        )
     return {"verify_flips": len(flip_cases), "undetected": undetected, "rows": rows}
 
 
@@ -122,10 +131,17 @@ def _plant(cache: Path, how: str, evil: Path, good_manifest: bytes) -> None:
         mp.write_bytes(b"")
     elif how == "other-key":  # a valid manifest describing the planted file, but not this key
         ingr = dict(m.ingredients, cflags=["-DOTHER"])
-        mp.write_bytes(dataclasses.replace(m, key=compute_key(ingr), ingredients=ingr, sha256=sha, size=len(data)).to_json())
+        mp.write_bytes(
+            dataclasses.replace(
+                m, key=compute_key(ingr), ingredients=ingr, sha256=sha, size=len(data)
+            ).to_json()
+        )
     elif how == "claims-planted-sha":  # right key, planted sha, ingredients that do not hash to it
-        mp.write_bytes(dataclasses.replace(m, sha256=sha, size=len(data),
-                                           ingredients=dict(m.ingredients, cflags=["-DOTHER"])).to_json())
+        mp.write_bytes(
+            dataclasses.replace(
+                m, sha256=sha, size=len(data), ingredients=dict(m.ingredients, cflags=["-DOTHER"])
+            ).to_json()
+        )
     elif how == "symlinked-library":  # manifest matches the planted file, reached through a symlink
         lib.unlink()
         lib.symlink_to(evil)
@@ -158,8 +174,15 @@ def planted_library(root: str, evil: str, hows: list[str]) -> list[dict[str, Any
         _plant(cache, how, Path(evil), good_manifest)
         os.environ["JITOPS_CACHE_DIR"] = str(cache)
         r = S.call(S.get_recording, timeout=30)
-        rows.append({"how": how, "ok": r["ok"], "works": (r.get("value") or {}).get("works"),
-                     "built": (r.get("value") or {}).get("built"), "err": r.get("msg")})
+        rows.append(
+            {
+                "how": how,
+                "ok": r["ok"],
+                "works": (r.get("value") or {}).get("works"),
+                "built": (r.get("value") or {}).get("built"),
+                "err": r.get("msg"),
+            }
+        )
     return rows
 
 
@@ -192,7 +215,9 @@ def _get_with_warnings() -> dict[str, Any]:
     return r
 
 
-def get_from_each_cache(base: str, cases: list[str], strict_case: str) -> list[tuple[str, dict[str, Any]]]:
+def get_from_each_cache(
+    base: str, cases: list[str], strict_case: str
+) -> list[tuple[str, dict[str, Any]]]:
     """get() in a fresh worker from each cache ``base/<case>``; then with JITOPS_STRICT=1 from ``base/<strict_case>``."""
     S.preload()
     rows = []
@@ -200,7 +225,9 @@ def get_from_each_cache(base: str, cases: list[str], strict_case: str) -> list[t
         os.environ["JITOPS_CACHE_DIR"] = base + "/" + case
         rows.append((case, S.call(_get_with_warnings, timeout=30)))
     os.environ["JITOPS_CACHE_DIR"] = base + "/" + strict_case
-    rows.append(("strict", S.call(S.get_and_check, "fakeadd", env={"JITOPS_STRICT": "1"}, timeout=30)))
+    rows.append(
+        ("strict", S.call(S.get_and_check, "fakeadd", env={"JITOPS_STRICT": "1"}, timeout=30))
+    )
     return rows
 
 
@@ -208,9 +235,19 @@ def build_subprocesses() -> list[tuple[Any, Any, Any]]:
     """Get fakeadd; every subprocess.Popen meanwhile: (executable, argv, sorted env names or None)."""
     S.preload()
     seen = []
-    sys.addaudithook(lambda e, a: seen.append((a[0], list(a[1]) if isinstance(a[1], (list, tuple)) else a[1],
-                                               sorted(a[3]) if a[3] is not None else None))
-                     if e == "subprocess.Popen" else None)
+    sys.addaudithook(
+        lambda e, a: (
+            seen.append(
+                (
+                    a[0],
+                    list(a[1]) if isinstance(a[1], (list, tuple)) else a[1],
+                    sorted(a[3]) if a[3] is not None else None,
+                )
+            )
+            if e == "subprocess.Popen"
+            else None
+        )
+    )
     S.get_and_check("fakeadd")
     return seen
 
@@ -225,4 +262,7 @@ def _get_both_with_warnings() -> dict[str, Any]:
 def unreachable_cache() -> list[dict[str, Any]]:
     """fakeadd and fakemul in one worker (with the warnings), then fakeadd with JITOPS_STRICT=1."""
     S.preload()
-    return [S.call(_get_both_with_warnings), S.call(S.get_and_check, "fakeadd", env={"JITOPS_STRICT": "1"})]
+    return [
+        S.call(_get_both_with_warnings),
+        S.call(S.get_and_check, "fakeadd", env={"JITOPS_STRICT": "1"}),
+    ]

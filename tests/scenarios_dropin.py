@@ -37,9 +37,11 @@ int64_t release_then_reacquire(at::Tensor x, int64_t n) {
   return total + (PyGILState_Check() ? 1000 : 0);  // +1000: the GIL is held again on the way out
 }
 """
-GIL_FUNCTIONS = {"backward_holding_gil": "Backward, GIL held",
-                 "backward_without_gil": "Backward after releasing the GIL",
-                 "release_then_reacquire": "Release and reacquire the GIL"}
+GIL_FUNCTIONS = {
+    "backward_holding_gil": "Backward, GIL held",
+    "backward_without_gil": "Backward after releasing the GIL",
+    "release_then_reacquire": "Release and reacquire the GIL",
+}
 
 
 def gil_and_docstrings(loader: str = "jitops") -> dict[str, Any]:
@@ -50,12 +52,18 @@ def gil_and_docstrings(loader: str = "jitops") -> dict[str, Any]:
         import tempfile
 
         from torch.utils.cpp_extension import load_inline
+
         kwargs: dict[str, Any] = {"build_directory": tempfile.mkdtemp(prefix="torch-gil-")}
     else:
         from jitops import load_inline
+
         kwargs = {}
-    module = load_inline(f"gil_parity_{time.time_ns() if loader == 'torch' else 0}", GIL_SOURCE,
-                         functions=GIL_FUNCTIONS, **kwargs)
+    module = load_inline(
+        f"gil_parity_{time.time_ns() if loader == 'torch' else 0}",
+        GIL_SOURCE,
+        functions=GIL_FUNCTIONS,
+        **kwargs,
+    )
     out: dict[str, Any] = {"docs": {f: getattr(module, f).__doc__ or "" for f in GIL_FUNCTIONS}}
     t = torch.ones(3, requires_grad=True)
     try:
@@ -69,9 +77,13 @@ def gil_and_docstrings(loader: str = "jitops") -> dict[str, Any]:
     try:
         module.release_then_reacquire(torch.ones(4), "five")
         out["bad_argument"] = "accepted"
-    except TypeError as e:  # pybind11's own error for a Python object it cannot convert, as under torch
+    except (
+        TypeError
+    ) as e:  # pybind11's own error for a Python object it cannot convert, as under torch
         out["bad_argument"] = str(e).splitlines()[0]
-    out["ops"] = sorted(n for n in dir(getattr(module, "ops", None) or object()) if n in GIL_FUNCTIONS)
+    out["ops"] = sorted(
+        n for n in dir(getattr(module, "ops", None) or object()) if n in GIL_FUNCTIONS
+    )
     return out
 
 
@@ -82,9 +94,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("warm_twice", &warm_twice); }
 """
 
 
-def warm_load(loader: str, folder: str, build_directory: str = "", source: str = "warm_twice.cpp",
-              name: str = "warm_twice", includes: list[str] | None = None, cflags: list[str] | None = None
-              ) -> dict[str, Any]:
+def warm_load(
+    loader: str,
+    folder: str,
+    build_directory: str = "",
+    source: str = "warm_twice.cpp",
+    name: str = "warm_twice",
+    includes: list[str] | None = None,
+    cflags: list[str] | None = None,
+) -> dict[str, Any]:
     """In a process that has imported torch.utils.cpp_extension (as DeepSpeed's has): the seconds of the
     first ``load`` of ``folder``/``source`` by ``loader`` ("jitops" or "torch"), the modules it imported, and
     what the module's one function returns for ones(2)."""
@@ -95,8 +113,21 @@ def warm_load(loader: str, folder: str, build_directory: str = "", source: str =
 
     paths = [f"{folder}/{source}"]
     spawned: list[str] = []  # a warm load starts no process (issue 32 item 4)
-    sys.addaudithook(lambda event, args: spawned.append(event) if event in (
-        "subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.forkpty", "os.system") else None)
+    sys.addaudithook(
+        lambda event, args: (
+            spawned.append(event)
+            if event
+            in (
+                "subprocess.Popen",
+                "os.posix_spawn",
+                "os.exec",
+                "os.fork",
+                "os.forkpty",
+                "os.system",
+            )
+            else None
+        )
+    )
     listed: list[int] = []  # nor lists the dispatcher's ops, once a process recorded the library's
     real_list = torch._C._dispatch_get_all_op_names
     torch._C._dispatch_get_all_op_names = lambda: listed.append(1) or real_list()
@@ -110,8 +141,13 @@ def warm_load(loader: str, folder: str, build_directory: str = "", source: str =
         module = jitops.load(name, paths, extra_include_paths=includes, extra_cflags=cflags)
     seconds = time.perf_counter() - start
     function = next(getattr(module, n) for n in ("warm_twice", "scaled") if hasattr(module, n))
-    return {"seconds": seconds, "imported": sorted(set(sys.modules) - before), "value": function(torch.ones(2)).tolist(),
-            "spawned": spawned, "listed": len(listed)}
+    return {
+        "seconds": seconds,
+        "imported": sorted(set(sys.modules) - before),
+        "value": function(torch.ones(2)).tolist(),
+        "spawned": spawned,
+        "listed": len(listed),
+    }
 
 
 def deepspeed_cpu_optimizers(loader: str, out: str, steps: int = 5) -> dict[str, Any]:
@@ -134,7 +170,11 @@ def deepspeed_cpu_optimizers(loader: str, out: str, steps: int = 5) -> dict[str,
     from deepspeed.ops.lion import DeepSpeedCPULion
 
     report: dict[str, Any] = {}
-    for name, cls in (("adam", DeepSpeedCPUAdam), ("adagrad", DeepSpeedCPUAdagrad), ("lion", DeepSpeedCPULion)):
+    for name, cls in (
+        ("adam", DeepSpeedCPUAdam),
+        ("adagrad", DeepSpeedCPUAdagrad),
+        ("lion", DeepSpeedCPULion),
+    ):
         gen = torch.Generator().manual_seed(1234)
         count = 138_817  # not a multiple of any SIMD width: the scalar tail runs too
         param = torch.nn.Parameter(torch.randn(count, generator=gen))
@@ -189,5 +229,9 @@ def inline_twice(source: str, name: str) -> dict[str, Any]:
 
     first = jitops.load_inline(name, source)
     second = jitops.load_inline(name, source)
-    return {"planned": "jitops.plan" in sys.modules, "same": first is second, "value": first.scaled(torch.ones(2)).tolist(),
-            "ops": hasattr(first, "ops")}
+    return {
+        "planned": "jitops.plan" in sys.modules,
+        "same": first is second,
+        "value": first.scaled(torch.ones(2)).tolist(),
+        "ops": hasattr(first, "ops"),
+    }

@@ -47,7 +47,8 @@ def readonly_warm(binds: list[list[str]], fake_cache: str, real_cache: str) -> d
         os.environ["JITOPS_CACHE_DIR"] = fake_cache
         results["fakeadd"] = S.get_and_check("fakeadd")
         os.environ["JITOPS_CACHE_DIR"] = real_cache
-        del os.environ["JITOPS_BUILDER"]  # the builder is part of the key: softmax was built for real
+        # the builder is part of the key: softmax was built for real
+        del os.environ["JITOPS_BUILDER"]
         results["softmax"] = S.get_and_check("softmax")
     return {"writes": writes, "warnings": [str(w.message) for w in caught], "results": results}
 
@@ -63,7 +64,11 @@ def readonly_cold(ro: str) -> dict[str, Any]:
         try:
             out["values"] = [S.get_and_check(n) for n in ("fakeadd", "fakemul", "fakeadd")]
         except Exception as e:  # noqa: BLE001 - reported to the test
-            out["error"] = {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e)}
+            out["error"] = {
+                "type": type(e).__name__,
+                "mro": [c.__name__ for c in type(e).__mro__],
+                "msg": str(e),
+            }
     out["warnings"] = [str(w.message) for w in caught]
     out["ro_contents"] = os.listdir(ro)
     return out
@@ -73,7 +78,9 @@ def full_disk(mnt: str, free_kibs: list[int]) -> list[dict[str, Any]]:
     """A 256 KiB tmpfs at ``mnt``; per free size, fill it to leave that much, then get fakeadd in a fresh
     worker with its cache there: the outcome, and the entries and staging dirs left."""
     root = Path(mnt)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(root)], check=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(root)], check=True
+    )
     S.preload()
     rows = []
     for free_kib in free_kibs:
@@ -91,9 +98,22 @@ def full_disk(mnt: str, free_kibs: list[int]) -> list[dict[str, Any]]:
         os.environ["JITOPS_CACHE_DIR"] = str(cache)
         r = S.call(S.get_and_check, "fakeadd", timeout=30)
         entries = list((cache / "v1" / "entries").glob("*/*/*")) if cache.exists() else []
-        staging = list((cache / "v1" / "staging").glob("*")) if (cache / "v1" / "staging").exists() else []
-        rows.append({"free_kib": free_kib, "ok": r["ok"], "type": r.get("type"), "mro": r.get("mro"),
-                     "msg": r.get("msg"), "entries": len(entries), "staging": len(staging)})
+        staging = (
+            list((cache / "v1" / "staging").glob("*"))
+            if (cache / "v1" / "staging").exists()
+            else []
+        )
+        rows.append(
+            {
+                "free_kib": free_kib,
+                "ok": r["ok"],
+                "type": r.get("type"),
+                "mro": r.get("mro"),
+                "msg": r.get("msg"),
+                "entries": len(entries),
+                "staging": len(staging),
+            }
+        )
     return rows
 
 
@@ -131,7 +151,9 @@ def lock_wait() -> dict[str, Any]:
 
     S.preload()
     holder, fd = S.spawn(S.get_and_check, "fakeadd", env={"JITOPS_FAKE_BUILD_SECONDS": "20"})
-    assert S.wait_builders(Path(os.environ["JITOPS_CACHE_DIR"])), "the holder never started its build"
+    assert S.wait_builders(Path(os.environ["JITOPS_CACHE_DIR"])), (
+        "the holder never started its build"
+    )
     lines: list[str] = []
 
     class H(logging.Handler):
@@ -146,8 +168,13 @@ def lock_wait() -> dict[str, Any]:
             S.get_and_check("fakeadd")
             return {"ok": True}
         except Exception as e:  # noqa: BLE001 - reported to the test
-            return {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e),
-                    "seconds": time.monotonic() - t, "lines": lines}
+            return {
+                "type": type(e).__name__,
+                "mro": [c.__name__ for c in type(e).__mro__],
+                "msg": str(e),
+                "seconds": time.monotonic() - t,
+                "lines": lines,
+            }
 
     r = S.call(waiter, env={"JITOPS_LOCK_TIMEOUT": "1.5"}, timeout=30)
     os.kill(holder, 9)

@@ -23,13 +23,31 @@ def hostile_names(pickled_hex: str) -> tuple[list[tuple[str, str]], list[Any]]:
     jitops.list_ops()  # the registry is loaded before the hook: it is not under test
     names = pickle.loads(bytes.fromhex(pickled_hex))  # noqa: S301 - the test's own data
     events: list[tuple[str, str]] = []
-    watch = ("open", "os.", "subprocess.", "shutil.", "ctypes.", "import", "glob.", "socket.", "tempfile.", "fcntl.")
+    watch = (
+        "open",
+        "os.",
+        "subprocess.",
+        "shutil.",
+        "ctypes.",
+        "import",
+        "glob.",
+        "socket.",
+        "tempfile.",
+        "fcntl.",
+    )
     sys.addaudithook(lambda e, a: events.append((e, repr(a)[:80])) if e.startswith(watch) else None)
     rejected: list[Any] = []
     for n in names:
-        for call in (lambda: jitops.get(n), lambda: jitops.reference(n),
-                     lambda: OpSpec(name=n, root=Path("/nonexistent"), cpu_sources=("a.cpp",), exports=("x",)),
-                     lambda: OpSpec(name="x", root=Path("/nonexistent"), cpu_sources=("a.cpp",), exports=(n,))):
+        for call in (
+            lambda: jitops.get(n),
+            lambda: jitops.reference(n),
+            lambda: OpSpec(
+                name=n, root=Path("/nonexistent"), cpu_sources=("a.cpp",), exports=("x",)
+            ),
+            lambda: OpSpec(
+                name="x", root=Path("/nonexistent"), cpu_sources=("a.cpp",), exports=(n,)
+            ),
+        ):
             try:
                 call()
             except InvalidNameError as e:
@@ -48,7 +66,14 @@ def import_is_inert() -> dict[str, Any]:
     events: list[Any] = []
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.system", "os.mkdir"):
+        if event in (
+            "subprocess.Popen",
+            "os.posix_spawn",
+            "os.exec",
+            "os.fork",
+            "os.system",
+            "os.mkdir",
+        ):
             events.append(event)
         if event == "open" and args[1] not in (None, "r", "rb") and isinstance(args[1], str):
             events.append(("open", str(args[0]), args[1]))
@@ -56,8 +81,13 @@ def import_is_inert() -> dict[str, Any]:
     sys.addaudithook(hook)
     import jitops  # noqa: F401 - the import is what is audited
 
-    return {"events": events, "torch": "torch" in sys.modules, "cpp_extension": "torch.utils.cpp_extension" in sys.modules,
-            "loader": "jitops.loading.loader" in sys.modules, "platformdirs": "platformdirs" in sys.modules}
+    return {
+        "events": events,
+        "torch": "torch" in sys.modules,
+        "cpp_extension": "torch.utils.cpp_extension" in sys.modules,
+        "loader": "jitops.loading.loader" in sys.modules,
+        "platformdirs": "platformdirs" in sys.modules,
+    }
 
 
 def user_roots() -> dict[str, Any]:
@@ -65,7 +95,11 @@ def user_roots() -> dict[str, Any]:
     from jitops.base.settings import Settings
 
     s = Settings.from_env({})
-    return {"cache": str(s.cache_root()), "state": str(s.state_root()), "platformdirs": "platformdirs" in sys.modules}
+    return {
+        "cache": str(s.cache_root()),
+        "state": str(s.state_root()),
+        "platformdirs": "platformdirs" in sys.modules,
+    }
 
 
 def plan_key(name: str = "softmax", device: str = "cpu") -> str:
@@ -81,7 +115,14 @@ def warm_get_softmax() -> dict[str, Any]:
     events: list[str] = []
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.forkpty", "os.system"):
+        if event in (
+            "subprocess.Popen",
+            "os.posix_spawn",
+            "os.exec",
+            "os.fork",
+            "os.forkpty",
+            "os.system",
+        ):
             events.append(event)
 
     sys.addaudithook(hook)
@@ -93,8 +134,13 @@ def warm_get_softmax() -> dict[str, Any]:
     x = torch.randn(32, 17)
     ok = torch.allclose(op(x, dim=-1), torch.softmax(x, -1), atol=1e-6)
     lib = op.library
-    return {"events": events, "built": lib.built, "ok": ok, "key": lib.key,
-            "cpp_extension": "torch.utils.cpp_extension" in sys.modules}
+    return {
+        "events": events,
+        "built": lib.built,
+        "ok": ok,
+        "key": lib.key,
+        "cpp_extension": "torch.utils.cpp_extension" in sys.modules,
+    }
 
 
 def installed_get_refused() -> dict[str, Any] | None:
@@ -123,7 +169,10 @@ def installed_get() -> dict[str, Any]:
 
     op = jitops.get("softmax", device="cpu")
     x = torch.randn(16, 33)
-    return {"ok": bool(torch.allclose(op(x, 0), torch.softmax(x, 0), atol=1e-6)), "built": op.library.built}
+    return {
+        "ok": bool(torch.allclose(op(x, 0), torch.softmax(x, 0), atol=1e-6)),
+        "built": op.library.built,
+    }
 
 
 def bench_help() -> dict[str, Any]:
@@ -138,7 +187,10 @@ def bench_help() -> dict[str, Any]:
             main(["bench", "--help"])
         except SystemExit:
             pass
-    return {"help": "--trace FILE" in out.getvalue(), "torch": [m for m in sys.modules if m.split(".")[0] == "torch"]}
+    return {
+        "help": "--trace FILE" in out.getvalue(),
+        "torch": [m for m in sys.modules if m.split(".")[0] == "torch"],
+    }
 
 
 def cache_commands(archive: str) -> dict[str, Any]:
@@ -150,9 +202,17 @@ def cache_commands(archive: str) -> dict[str, Any]:
     from jitops.cli import main
 
     rcs = []
-    for argv in (["--help"], ["list"], ["cache", "path"], ["cache", "ls"], ["cache", "verify"],
-                 ["cache", "prune", "--max-size", "1G"], ["cache", "export", archive],
-                 ["cache", "import", archive], ["cache", "clear"]):
+    for argv in (
+        ["--help"],
+        ["list"],
+        ["cache", "path"],
+        ["cache", "ls"],
+        ["cache", "verify"],
+        ["cache", "prune", "--max-size", "1G"],
+        ["cache", "export", archive],
+        ["cache", "import", archive],
+        ["cache", "clear"],
+    ):
         with contextlib.redirect_stdout(io.StringIO()):
             rcs.append(main(argv))
     return {"rcs": rcs, "torch": sorted(m for m in sys.modules if m.split(".")[0] == "torch")}
@@ -209,7 +269,10 @@ def no_file_locking() -> dict[str, Any]:
     logging.getLogger("jitops").addHandler(H())
     from tests import scenarios as S
 
-    return {"works": [S.get_and_check(n)["works"] for n in ("fakeadd", "fakemul")], "warned": warned}
+    return {
+        "works": [S.get_and_check(n)["works"] for n in ("fakeadd", "fakemul")],
+        "warned": warned,
+    }
 
 
 def installed_package_op() -> dict[str, Any]:
@@ -227,12 +290,23 @@ def installed_package_op() -> dict[str, Any]:
     ref = jitops.reference("demo_axpy")(x, y, 2.0)
     compiled = torch.compile(lambda a, b: op(a, b, alpha=3.0), fullgraph=True)(x, y)
     want = x + 3 * y
-    return {"listed": listed, "ok": ok, "ref": bool(torch.allclose(ref, x + 2 * y)),
-            "compiled": bool(torch.allclose(compiled, want)), "origin": op.library.spec.origin, "qualname": op.qualname,
-            # what a wrong compiled result looked like (an intermittent failure once seen in CI, not reproduced)
-            "compiled_detail": {"max_abs_diff": float((compiled - want).abs().max()), "head": compiled[:4].tolist(),
-                                "want_head": want[:4].tolist(), "x_plus_y": bool(torch.allclose(compiled, x + y)),
-                                "inductor_cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR")}}
+    return {
+        "listed": listed,
+        "ok": ok,
+        "ref": bool(torch.allclose(ref, x + 2 * y)),
+        "compiled": bool(torch.allclose(compiled, want)),
+        "origin": op.library.spec.origin,
+        "qualname": op.qualname,
+        # what a wrong compiled result looked like (an intermittent failure once seen in CI, not
+        # reproduced)
+        "compiled_detail": {
+            "max_abs_diff": float((compiled - want).abs().max()),
+            "head": compiled[:4].tolist(),
+            "want_head": want[:4].tolist(),
+            "x_plus_y": bool(torch.allclose(compiled, x + y)),
+            "inductor_cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+        },
+    }
 
 
 def ctrl_c_load_inline(name: str, source: str) -> dict[str, Any]:
@@ -260,11 +334,19 @@ def ctrl_c_load_inline(name: str, source: str) -> dict[str, Any]:
         say(state="finished before the interrupt")
         sys.exit(3)
     except KeyboardInterrupt as e:
-        say(state="interrupted", type=type(e).__name__, jitops_error=isinstance(e, jitops.JitopsError))
+        say(
+            state="interrupted",
+            type=type(e).__name__,
+            jitops_error=isinstance(e, jitops.JitopsError),
+        )
     sys.stdin.readline()
     lib = jitops.load_inline(name, source)
     x = torch.randn(1000)
-    return {"state": "rebuilt", "built": lib.library.built, "ok": bool(torch.equal(lib.squared_relu(x), torch.relu(x) ** 2))}
+    return {
+        "state": "rebuilt",
+        "built": lib.library.built,
+        "ok": bool(torch.equal(lib.squared_relu(x), torch.relu(x) ** 2)),
+    }
 
 
 def build_progress_demo(root: str) -> dict[str, Any]:
@@ -274,7 +356,9 @@ def build_progress_demo(root: str) -> dict[str, Any]:
     import jitops.plan as jplan
     from jitops.spec import OpSpec
 
-    spec = OpSpec(name="progress_demo", root=Path(root), cpu_sources=("k.cpp",), exports=("progress_demo",))
+    spec = OpSpec(
+        name="progress_demo", root=Path(root), cpu_sources=("k.cpp",), exports=("progress_demo",)
+    )
     entry = jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
     return {"built": entry.built, "target": entry.plan.target.name}
 
@@ -284,8 +368,21 @@ def get_without_remote() -> dict[str, Any]:
     from tests import scenarios as S
 
     r = S.get_and_check("fakeadd")
-    mods = [m for m in ("redis", "cryptography", "fsspec", "s3fs", "botocore", "jitops.remote.tier",
-                        "jitops.remote.session", "jitops.remote.signing", "jitops.remote.store") if m in sys.modules]
+    mods = [
+        m
+        for m in (
+            "redis",
+            "cryptography",
+            "fsspec",
+            "s3fs",
+            "botocore",
+            "jitops.remote.tier",
+            "jitops.remote.session",
+            "jitops.remote.signing",
+            "jitops.remote.store",
+        )
+        if m in sys.modules
+    ]
     return {"built": r["built"], "mods": mods}
 
 
@@ -293,7 +390,9 @@ def local_hit_connects() -> dict[str, Any]:
     """Get fakeadd (a local hit) under an audit hook installed first: every socket it connected, and whether
     redis was imported."""
     connects: list[str] = []
-    sys.addaudithook(lambda ev, args: connects.append(str(args[1])) if ev == "socket.connect" else None)
+    sys.addaudithook(
+        lambda ev, args: connects.append(str(args[1])) if ev == "socket.connect" else None
+    )
     from tests import scenarios as S
 
     r = S.get_and_check("fakeadd")
@@ -335,8 +434,12 @@ def get_reporting_distributed_imports() -> dict[str, Any]:
     from tests import scenarios as S
 
     r = S.get_and_check("fakeadd")
-    extra = sorted(m for m in sys.modules if m.startswith(("torch.distributed", "jitops.remote", "jitops.distributed"))
-                   and m not in before)
+    extra = sorted(
+        m
+        for m in sys.modules
+        if m.startswith(("torch.distributed", "jitops.remote", "jitops.distributed"))
+        and m not in before
+    )
     return {"built": r["built"], "extra": extra}
 
 
@@ -361,6 +464,10 @@ def dropin_warm_load(name: str, source: str, functions: list[str], call: str) ->
     before = "torch._dynamo" in sys.modules
     module = jitops.load_inline(name, source, functions=functions, extra_cflags=["-O1"])
     x = torch.linspace(-1, 1, 5)
-    return {"dynamo_before": before, "dynamo_after": "torch._dynamo" in sys.modules,
-            "out": getattr(module, call)(x, x).tolist(), "want": (x.sin() + x.sin()).tolist(),
-            "stable": "jitops.build.stable" in sys.modules}
+    return {
+        "dynamo_before": before,
+        "dynamo_after": "torch._dynamo" in sys.modules,
+        "out": getattr(module, call)(x, x).tolist(),
+        "want": (x.sin() + x.sin()).tolist(),
+        "stable": "jitops.build.stable" in sys.modules,
+    }

@@ -56,9 +56,18 @@ def kill_fuzz(root: str, seed: int, kills: int, terms: int, ints: int) -> dict[s
         orphans = S.wait_no_builders(cache, 2.0)
         t = time.monotonic()
         after = S.call(S.get_and_check, "fakeadd", timeout=full + 5)
-        rows.append({"sig": int(sig), "phase": where, "exited_in": exited_in, "victim": victim.get("type"),
-                     "orphans": orphans, "ok": after["ok"] and after["value"]["works"],
-                     "after_s": time.monotonic() - t, "after": after if not after["ok"] else None})
+        rows.append(
+            {
+                "sig": int(sig),
+                "phase": where,
+                "exited_in": exited_in,
+                "victim": victim.get("type"),
+                "orphans": orphans,
+                "ok": after["ok"] and after["value"]["works"],
+                "after_s": time.monotonic() - t,
+                "after": after if not after["ok"] else None,
+            }
+        )
     return {"full": full, "rows": rows}
 
 
@@ -80,8 +89,14 @@ def signal_during_long_build(cache: str, sig: str) -> dict[str, Any]:
     orphans = S.wait_no_builders(root, 2.0)
     t = time.monotonic()
     after = S.call(S.get_and_check, "fakeadd", env={"JITOPS_FAKE_BUILD_SECONDS": "0"}, timeout=20)
-    return {"running": running, "victim": victim, "exited_in": exited_in, "orphans": orphans,
-            "after": after, "after_s": time.monotonic() - t}
+    return {
+        "running": running,
+        "victim": victim,
+        "exited_in": exited_in,
+        "orphans": orphans,
+        "after": after,
+        "after_s": time.monotonic() - t,
+    }
 
 
 def kills_during_real_builds(cache: str, seed: int, sigs: list[str]) -> dict[str, Any]:
@@ -96,7 +111,8 @@ def kills_during_real_builds(cache: str, seed: int, sigs: list[str]) -> dict[str
     root = Path(cache)
     os.environ["JITOPS_CACHE_DIR"] = str(root)
     rng = random.Random(seed)
-    # The toolchain self-check runs before the first build in a new cache; it is not what is timed here.
+    # The toolchain self-check runs before the first build in a new cache; it is not what is timed
+    # here.
     ensure_sound(make_plan(lookup("softmax"), "cpu"), Settings.from_env())
     rows = []
     for name in sigs:
@@ -104,7 +120,9 @@ def kills_during_real_builds(cache: str, seed: int, sigs: list[str]) -> dict[str
         t0 = time.monotonic()
         pid, fd = S.spawn(S.get_and_check, "softmax")
         deadline = time.monotonic() + 30
-        while not any("cc1plus" in p for p in S.builders_under(root)) and time.monotonic() < deadline:
+        while (
+            not any("cc1plus" in p for p in S.builders_under(root)) and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
         started_in = time.monotonic() - t0
         time.sleep(rng.uniform(0.2, 3.0))
@@ -112,21 +130,37 @@ def kills_during_real_builds(cache: str, seed: int, sigs: list[str]) -> dict[str
         t = time.monotonic()
         os.kill(pid, sig)
         victim = S.collect(pid, fd, 10)
-        rows.append({"sig": int(sig), "started_in": started_in, "compiling": compiling,
-                     "victim": victim.get("type"), "exited_in": time.monotonic() - t,
-                     "orphans": S.wait_no_builders(root, 2.0)})
+        rows.append(
+            {
+                "sig": int(sig),
+                "started_in": started_in,
+                "compiling": compiling,
+                "victim": victim.get("type"),
+                "exited_in": time.monotonic() - t,
+                "orphans": S.wait_no_builders(root, 2.0),
+            }
+        )
     t = time.monotonic()
     final = S.call(S.get_and_check, "softmax", timeout=300)
     manifest = json.loads(next((root / "v1" / "entries").glob("*/*/*/manifest.json")).read_text())
-    return {"rows": rows, "final": final, "final_s": time.monotonic() - t, "build_seconds": manifest["build_seconds"]}
+    return {
+        "rows": rows,
+        "final": final,
+        "final_s": time.monotonic() - t,
+        "build_seconds": manifest["build_seconds"],
+    }
 
 
 # Each publish step, as the audit event that begins it.
 PUBLISH_STEPS: dict[str, Callable[[str, tuple[Any, ...]], bool]] = {
     "copy library into the staged entry": lambda e, a: e == "shutil.copyfile",
     "start writing the manifest": lambda e, a: e == "open" and ".manifest.json." in str(a[0]),
-    "manifest written, before rename": lambda e, a: e == "os.rename" and "manifest.json" in str(a[1]),
-    "publish rename": lambda e, a: e == "os.rename" and "/staging/" in str(a[0]) and "/entries/" in str(a[1]),
+    "manifest written, before rename": lambda e, a: (
+        e == "os.rename" and "manifest.json" in str(a[1])
+    ),
+    "publish rename": lambda e, a: (
+        e == "os.rename" and "/staging/" in str(a[0]) and "/entries/" in str(a[1])
+    ),
     "after publish, before dlopen": lambda e, a: e == "ctypes.dlopen",
 }
 

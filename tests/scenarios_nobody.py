@@ -22,7 +22,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def drop_to_nobody(base: Path) -> None:
     """Make this interpreter and the checkout reachable for nobody, then become nobody."""
-    blocked: dict[Path, set[str]] = {}  # a dir nobody cannot cross -> the children on our paths through it
+    blocked: dict[
+        Path, set[str]
+    ] = {}  # a dir nobody cannot cross -> the children on our paths through it
     for target in (os.path.realpath(sys.executable), str(REPO)):
         for p in Path(target).parents:
             if p != Path("/") and not os.stat(p).st_mode & 0o001:

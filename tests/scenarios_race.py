@@ -46,7 +46,11 @@ def threads_one_build(n: int = 16) -> dict[str, Any]:
     """``n`` threads released by a barrier each get fakeadd; what they got and how many builds ran."""
     S.preload()
     builds = []
-    sys.addaudithook(lambda ev, a: builds.append(1) if ev == "subprocess.Popen" and "_supervise.py" in str(a[1]) else None)
+    sys.addaudithook(
+        lambda ev, a: (
+            builds.append(1) if ev == "subprocess.Popen" and "_supervise.py" in str(a[1]) else None
+        )
+    )
     barrier = threading.Barrier(n)
     got: list[Any] = []
     errors: list[str] = []
@@ -63,8 +67,14 @@ def threads_one_build(n: int = 16) -> dict[str, Any]:
         t.start()
     for t in threads:
         t.join(60)
-    return {"n": len(got), "errors": errors, "ids": len({id(o) for o in got}), "builds": len(builds),
-            "works": all(fakelib.check(o, "fakeadd") for o in got), "alive": sum(t.is_alive() for t in threads)}
+    return {
+        "n": len(got),
+        "errors": errors,
+        "ids": len({id(o) for o in got}),
+        "builds": len(builds),
+        "works": all(fakelib.check(o, "fakeadd") for o in got),
+        "alive": sum(t.is_alive() for t in threads),
+    }
 
 
 def forked_after_load() -> list[dict[str, Any]]:
@@ -80,7 +90,8 @@ def fork_while_a_thread_builds() -> dict[str, Any]:
     S.preload()
     t = threading.Thread(target=jitops.get, args=("fakeadd",))
     t.start()
-    building = S.wait_builders(Path(os.environ["JITOPS_CACHE_DIR"]))  # the thread holds the key's locks
+    # the thread holds the key's locks
+    building = S.wait_builders(Path(os.environ["JITOPS_CACHE_DIR"]))
     reply = S.call(S.get_and_check, "fakeadd", timeout=30)
     t.join(30)
     reply["building"] = bool(building)

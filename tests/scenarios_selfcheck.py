@@ -23,7 +23,11 @@ def selfcheck_race(ready_dir: str, count: int, op: str = "add") -> dict[str, Any
     while len(os.listdir(ready_dir)) < count and time.monotonic() < deadline:
         time.sleep(0.01)
     t = time.monotonic()
-    pending = entry.before_first_build(plan, settings)  # (before issue 29 it ran the check itself and returned None)
+    # (before issue 29 it ran the check itself and returned None)
+    pending = entry.before_first_build(plan, settings)
     result = pending.result() if pending is not None else None
-    return {"ok": True if result is None else result.ok, "cached": None if result is None else result.cached,
-            "seconds": time.monotonic() - t}
+    return {
+        "ok": True if result is None else result.ok,
+        "cached": None if result is None else result.cached,
+        "seconds": time.monotonic() - t,
+    }

@@ -35,6 +35,16 @@ def load_stable(name: str, source: str = KERNEL) -> dict[str, Any]:
 
     lib = jitops.load_inline(name, source)
     ms = (time.perf_counter() - start) * 1000
-    # the torch-style path's modules and verbose's: a stable load (verbose=False) has no use for them
-    unused = sorted(m for m in ("jitops.api.cpp_ext_style", "jitops.spec.headers", "jitops.api.verbose") if m in sys.modules)
-    return {"built": lib.library.built, "out": lib.scale(torch.ones(3), 4.0).tolist(), "ms": ms, "unused_imported": unused}
+    # the torch-style path's modules and verbose's: a stable load (verbose=False) has no use for
+    # them
+    unused = sorted(
+        m
+        for m in ("jitops.api.cpp_ext_style", "jitops.spec.headers", "jitops.api.verbose")
+        if m in sys.modules
+    )
+    return {
+        "built": lib.library.built,
+        "out": lib.scale(torch.ones(3), 4.0).tolist(),
+        "ms": ms,
+        "unused_imported": unused,
+    }

@@ -27,7 +27,14 @@ def stamped_check(root: str, name: str) -> dict[str, Any]:
     events: list[tuple[str, str]] = []
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.forkpty", "os.system"):
+        if event in (
+            "subprocess.Popen",
+            "os.posix_spawn",
+            "os.exec",
+            "os.fork",
+            "os.forkpty",
+            "os.system",
+        ):
             events.append((event, ""))
         elif event == "open" and str(args[0]) == lib:
             events.append(("open", lib))

@@ -10,23 +10,38 @@ from jitops.build.build_errors import MAX_ERROR_LINES, error_sites, format_build
 
 def _job(tmp_path: Path) -> BuildJob:
     return BuildJob(
-        library="mine", target="cpu-avx2", device="cpu", namespace="jitops_mine_0123456789abcdef",
-        sources=(tmp_path / "mine.cpp",), include_dirs=(), cflags=(), cuda_cflags=(), ldflags=(),
-        cxx="g++", ninja="ninja", nvcc=None, build_dir=tmp_path / "build", env={}, jobs=2,
+        library="mine",
+        target="cpu-avx2",
+        device="cpu",
+        namespace="jitops_mine_0123456789abcdef",
+        sources=(tmp_path / "mine.cpp",),
+        include_dirs=(),
+        cflags=(),
+        cuda_cflags=(),
+        ldflags=(),
+        cxx="g++",
+        ninja="ninja",
+        nvcc=None,
+        build_dir=tmp_path / "build",
+        env={},
+        jobs=2,
     )
 
 
-SOURCE = "\n".join(
-    [
-        "#include <jitops/op.h>",  # 1
-        "",  # 2
-        "at::Tensor f(const at::Tensor& x) {",  # 3
-        "\tauto y = x.relu();",  # 4 (a tab: gcc counts it as 8 display columns)
-        "\treturn y * scale;",  # 5
-        "}",  # 6
-        "int g() { return nope(); }",  # 7
-    ]
-) + "\n"
+SOURCE = (
+    "\n".join(
+        [
+            "#include <jitops/op.h>",  # 1
+            "",  # 2
+            "at::Tensor f(const at::Tensor& x) {",  # 3
+            "\tauto y = x.relu();",  # 4 (a tab: gcc counts it as 8 display columns)
+            "\treturn y * scale;",  # 5
+            "}",  # 6
+            "int g() { return nope(); }",  # 7
+        ]
+    )
+    + "\n"
+)
 
 
 def test_first_errors_with_file_line_caret_and_log_path(tmp_path: Path) -> None:
@@ -67,11 +82,16 @@ def test_first_errors_with_file_line_caret_and_log_path(tmp_path: Path) -> None:
 def test_nvcc_errors_and_headers_are_found(tmp_path: Path) -> None:
     hdr = tmp_path / "k.cuh"
     hdr.write_text("a\nb\nc\n")
-    log = f"In file included from x.cu:1:\n{hdr}(2): error: identifier \"q\" is undefined\n"
+    log = f'In file included from x.cu:1:\n{hdr}(2): error: identifier "q" is undefined\n'
     assert error_sites(log) == [(str(hdr), 2, None, 'identifier "q" is undefined')]
     msg = format_build_error(_job(tmp_path), 2, log, None)
-    assert msg.splitlines()[1:] == [f"{hdr}:2: error: identifier \"q\" is undefined", "        1 | a", "  >     2 | b", "        3 | c",
-                                    "Fix: correct the first error above (k.cuh:2) and run again"]
+    assert msg.splitlines()[1:] == [
+        f'{hdr}:2: error: identifier "q" is undefined',
+        "        1 | a",
+        "  >     2 | b",
+        "        3 | c",
+        "Fix: correct the first error above (k.cuh:2) and run again",
+    ]
 
 
 def test_long_messages_fit_one_screen(tmp_path: Path) -> None:
@@ -85,7 +105,10 @@ def test_long_messages_fit_one_screen(tmp_path: Path) -> None:
     msg = format_build_error(_job(tmp_path), 1, no_error_line, tmp_path / "x.log")
     lines = msg.splitlines()
     assert len(lines) <= MAX_ERROR_LINES and lines[-1] == f"full log: {tmp_path / 'x.log'}"
-    assert "(exit code 1; no compiler error line found; last output:)" in msg and "linker line 99" in msg
+    assert (
+        "(exit code 1; no compiler error line found; last output:)" in msg
+        and "linker line 99" in msg
+    )
 
 
 def test_excerpt_numbers_lines_as_a_line_directive_does(tmp_path: Path) -> None:
@@ -93,6 +116,12 @@ def test_excerpt_numbers_lines_as_a_line_directive_does(tmp_path: Path) -> None:
     the numbers the compiler reports, never the prepended header."""
     src = tmp_path / "mine.cpp"
     src.write_text("#include <torch/extension.h>\n#line 1\nint a = 1;\nint b = nope;\nint c = 3;\n")
-    msg = format_build_error(_job(tmp_path), 1, f"{src}:2:9: error: 'nope' was not declared in this scope\n", None)
-    assert msg.splitlines()[2:5] == ["        1 | int a = 1;", "  >     2 | int b = nope;", "          |         ^"]
+    msg = format_build_error(
+        _job(tmp_path), 1, f"{src}:2:9: error: 'nope' was not declared in this scope\n", None
+    )
+    assert msg.splitlines()[2:5] == [
+        "        1 | int a = 1;",
+        "  >     2 | int b = nope;",
+        "          |         ^",
+    ]
     assert "#include" not in msg and "(mine.cpp:2)" in msg

@@ -40,7 +40,7 @@ def cache(private_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Cache:
 def _age(paths: list[Path], seconds_ago: float) -> None:
     t = time.time() - seconds_ago
     for p in paths:
-        for q in ([p, *p.rglob("*")] if p.is_dir() else [p]):
+        for q in [p, *p.rglob("*")] if p.is_dir() else [p]:
             os.utime(q, (t, t), follow_symlinks=False)
 
 
@@ -52,7 +52,9 @@ def _object(cache: Cache, tmp: Path, name: str, size: int = 5000) -> tuple[str, 
     (root / f"{name}.o").write_bytes(name.encode() * (size // len(name)))
     (root / f"{name}.o.d").write_text(f"{name}.o: {root}/{name}.cpp {root}/a.h\n")
     key = objcache.tu_key("identity", f"g++ -O3 {name}", "0" * 64, root)
-    objcache.store(cache, key, root / f"{name}.o", root / f"{name}.o.d", root, source=f"{root}/{name}.cpp")
+    objcache.store(
+        cache, key, root / f"{name}.o", root / f"{name}.o.d", root, source=f"{root}/{name}.cpp"
+    )
     assert objcache.lookup(cache, key, root, tmp / f"{name}.check.o")
     return key, root
 
@@ -63,7 +65,15 @@ def _pch(cache: Cache, tmp: Path) -> Path:
         pytest.skip("no g++")
     key = pch.key_of("identity", "gcc", "-O2", ["#include <cstddef>"])
     assert not pch.seen_before(cache, key)
-    p = pch.start(cache, key=key, kind="gcc", cxx="g++", flags=["-O2"], prefix=["#include <cstddef>"], root=tmp)
+    p = pch.start(
+        cache,
+        key=key,
+        kind="gcc",
+        cxx="g++",
+        flags=["-O2"],
+        prefix=["#include <cstddef>"],
+        root=tmp,
+    )
     assert p is not None
     subprocess.run(p.command, shell=True, check=True, timeout=120)
     assert pch.finish(cache, p, 0.5) is not None
@@ -81,7 +91,8 @@ def _prune(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 
 def test_prune_counts_objects_and_pchs_and_evicts_least_recently_used_across_kinds(
-        cache: Cache, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cache: Cache, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = _pch(cache, tmp_path)
     seen = cache.build_path("pch", folder.name, ".seen")
     key_a, root_a = _object(cache, tmp_path, "a")
@@ -90,11 +101,13 @@ def test_prune_counts_objects_and_pchs_and_evicts_least_recently_used_across_kin
     _age([folder, seen], 5 * DAY)  # the PCH: least recently used
     _age(list(cache.objects.glob("*")), 4 * DAY)
     _age([entry.path / "manifest.json"], 3 * DAY)
-    assert objcache.lookup(cache, key_b, root_b, tmp_path / "b.again.o")  # a hit is a use: b is the newest
+    # a hit is a use: b is the newest
+    assert objcache.lookup(cache, key_b, root_b, tmp_path / "b.again.o")
     parts = cache_parts.all_parts(cache, time.time())
     sizes = {p.label.split()[0]: p.size for p in parts if p.kind == "pch"}
     obj = {p.name: p for p in parts if p.kind == "object"}
-    assert len(obj) == 2 and all(len(p.paths) == 2 for p in obj.values())  # each object with its record
+    # each object with its record
+    assert len(obj) == 2 and all(len(p.paths) == 2 for p in obj.values())
     assert sizes["PCH"] > 100_000  # the .gch counts, not only its manifest
     entry_size = cache_admin.entry_size(entry.path)
     cap = entry_size + sum(p.size for p in obj.values()) + 10
@@ -102,21 +115,26 @@ def test_prune_counts_objects_and_pchs_and_evicts_least_recently_used_across_kin
     assert [ln.split()[1] for ln in out.splitlines() if ln.startswith("removed ")] == ["PCH"]
     assert not folder.exists() and not seen.exists() and entry.path.exists()
     assert objcache.lookup(cache, key_a, root_a, tmp_path / "a.2.o")
-    _age(list(cache.objects.glob("*")), 4 * DAY)  # a used again (touched) -> old again; b stays the newest
+    # a used again (touched) -> old again; b stays the newest
+    _age(list(cache.objects.glob("*")), 4 * DAY)
     assert objcache.lookup(cache, key_b, root_b, tmp_path / "b.2.o")
     out = _prune(capsys, "--max-size", str(entry_size + max(p.size for p in obj.values()) + 10))
     removed = [" ".join(ln.split()[1:3]) for ln in out.splitlines() if ln.startswith("removed ")]
-    assert len(removed) == 1 and removed[0].startswith("object ")  # the object unused for 4 days, before the entry
+    # the object unused for 4 days, before the entry
+    assert len(removed) == 1 and removed[0].startswith("object ")
     assert not objcache.lookup(cache, key_a, root_a, tmp_path / "a.3.o")
     assert objcache.lookup(cache, key_b, root_b, tmp_path / "b.3.o") and entry.path.exists()
     assert sum(1 for _ in cache.objects.iterdir()) == 2
 
 
 def test_prune_older_than_applies_to_objects_and_pchs_and_dangling_records_go_first(
-        cache: Cache, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cache: Cache, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = _pch(cache, tmp_path)
     key_old, root_old = _object(cache, tmp_path, "old")
-    _age([folder, cache.build_path("pch", folder.name, ".seen"), *cache.objects.glob("*")], 40 * DAY)
+    _age(
+        [folder, cache.build_path("pch", folder.name, ".seen"), *cache.objects.glob("*")], 40 * DAY
+    )
     key_new, root_new = _object(cache, tmp_path, "new")
     key_gone, root_gone = _object(cache, tmp_path, "gone")
     record = cache.build_path("objects", key_gone, ".json")
@@ -131,8 +149,9 @@ def test_prune_older_than_applies_to_objects_and_pchs_and_dangling_records_go_fi
     assert "removed PCH" in out and out.count("removed object") == 2
 
 
-def test_prune_keeps_a_pch_being_built_or_just_used(cache: Cache, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_prune_keeps_a_pch_being_built_or_just_used(
+    cache: Cache, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = _pch(cache, tmp_path)
     out = _prune(capsys, "--max-size", "0")  # just built: a build may be about to read it
     assert folder.exists() and f"kept    PCH {folder.name[:12]}" in out
@@ -142,11 +161,14 @@ def test_prune_keeps_a_pch_being_built_or_just_used(cache: Cache, tmp_path: Path
     assert folder.exists() and "kept    PCH" in out
     out = _prune(capsys, "--max-size", "0")
     assert not folder.exists() and "removed PCH" in out
-    assert pch.find(cache, pch.key_of("identity", "gcc", "-O2", ["#include <cstddef>"]), "gcc") is None
+    assert (
+        pch.find(cache, pch.key_of("identity", "gcc", "-O2", ["#include <cstddef>"]), "gcc") is None
+    )
 
 
-def test_cache_ls_shows_the_bytes_of_objects_and_pchs(cache: Cache, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_cache_ls_shows_the_bytes_of_objects_and_pchs(
+    cache: Cache, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["cache", "ls"]) == 0
     assert "0 per-file objects, 0 B; 0 precompiled headers, 0 B" in capsys.readouterr().out
     folder = _pch(cache, tmp_path)
@@ -157,11 +179,16 @@ def test_cache_ls_shows_the_bytes_of_objects_and_pchs(cache: Cache, tmp_path: Pa
 
     pch_bytes = sum(p.stat().st_size for p in folder.iterdir())
     obj_bytes = sum(p.stat().st_size for p in cache.objects.iterdir())
-    assert f"1 per-file objects, {human_size(obj_bytes)}; 1 precompiled headers, {human_size(pch_bytes)}" in out
+    assert (
+        f"1 per-file objects, {human_size(obj_bytes)}; 1 precompiled headers, {human_size(pch_bytes)}"
+        in out
+    )
     assert obj_bytes > 3000 and pch_bytes > 100_000
 
 
-def test_a_cache_inside_the_source_folder_is_not_a_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cache_inside_the_source_folder_is_not_a_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """JITOPS_CACHE_DIR=./cache beside the kernel: what builds write into the cache (a PCH's prefix.h in
     staging, objects) is not hashed into the key, so it neither changes the key nor looks like an edit."""
     monkeypatch.setenv("JITOPS_BUILDER", "fake")
@@ -169,22 +196,29 @@ def test_a_cache_inside_the_source_folder_is_not_a_source(tmp_path: Path, monkey
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(spec.root / "cache"))
     first = jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
     tag = spec.root / "cache" / "v1" / "CACHEDIR.TAG"
-    assert tag.read_bytes().startswith(b"Signature: 8a477f597d28d172789f06886806bc55"), "the cache is tagged"
+    assert tag.read_bytes().startswith(b"Signature: 8a477f597d28d172789f06886806bc55"), (
+        "the cache is tagged"
+    )
     stray = spec.root / "cache" / "v1" / "staging" / "pch-x" / "pch" / "prefix.h"
     stray.parent.mkdir(parents=True)
     stray.write_text("#include <vector>\n")  # as a PCH build's staging holds
     again = jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
     assert again.path == first.path, "the same key: the cache's own files are not sources"
-    other = spec.root / "target"  # another tool's tagged cache (cargo's target/) can hold generated headers
+    # another tool's tagged cache (cargo's target/) can hold generated headers
+    other = spec.root / "target"
     (other / "gen").mkdir(parents=True)
     (other / "CACHEDIR.TAG").write_bytes(b"Signature: 8a477f597d28d172789f06886806bc55\n# cargo\n")
     (other / "gen" / "bridge.h").write_text("// generated\n")
-    assert jentry.ensure_entry(jplan.make_plan(spec, "cpu")).path != first.path, "only jitops's own tag is skipped"
+    assert jentry.ensure_entry(jplan.make_plan(spec, "cpu")).path != first.path, (
+        "only jitops's own tag is skipped"
+    )
     (spec.root / "helper.h").write_text("// a real header beside the kernel is a source\n")
     assert jentry.ensure_entry(jplan.make_plan(spec, "cpu")).path != first.path
 
 
-def test_a_header_edited_while_its_pch_compiles_is_not_vouched_for(cache: Cache, tmp_path: Path) -> None:
+def test_a_header_edited_while_its_pch_compiles_is_not_vouched_for(
+    cache: Cache, tmp_path: Path
+) -> None:
     """The PCH's header digests are read after its compile: a header saved meanwhile would be recorded with its
     new text while the .gch holds the old, and later builds would trust it. Such a PCH is not published."""
     if shutil.which("g++") is None:
@@ -195,8 +229,15 @@ def test_a_header_edited_while_its_pch_compiles_is_not_vouched_for(cache: Cache,
     for n, edit in ((1, False), (2, True)):
         prefix = ["#include <cstddef>", f'#include "mine.h"  // {n}']
         key = pch.key_of("identity", "gcc", "-O2", prefix)
-        p = pch.start(cache, key=key, kind="gcc", cxx="g++", flags=["-O2", "-I", str(tmp_path)], prefix=prefix,
-                      root=tmp_path)
+        p = pch.start(
+            cache,
+            key=key,
+            kind="gcc",
+            cxx="g++",
+            flags=["-O2", "-I", str(tmp_path)],
+            prefix=prefix,
+            root=tmp_path,
+        )
         assert p is not None
         t0 = time.monotonic()
         subprocess.run(p.command, shell=True, check=True, timeout=120)
@@ -214,7 +255,9 @@ def test_a_clang_pch_written_just_now_is_published(cache: Cache, tmp_path: Path)
         pytest.skip("no clang++")
     prefix = ["#include <cstddef>"]
     key = pch.key_of("identity", "clang", "-O2", prefix)
-    p = pch.start(cache, key=key, kind="clang", cxx="clang++", flags=["-O2"], prefix=prefix, root=tmp_path)
+    p = pch.start(
+        cache, key=key, kind="clang", cxx="clang++", flags=["-O2"], prefix=prefix, root=tmp_path
+    )
     assert p is not None
     t0 = time.monotonic()
     subprocess.run(p.command, shell=True, check=True, timeout=120)

@@ -91,7 +91,9 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 # ------------------------------------------------------------------ warm
 
 
-def test_warm_builds_in_parallel_then_builds_nothing(fake, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_warm_builds_in_parallel_then_builds_nothing(
+    fake, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     """--jobs 2 runs two builds at once (seen from the builder, not from a stopwatch); a second warm builds nothing."""
     make, cache = fake
     specs = [make(f"cli_warm_{c}") for c in "abc"]
@@ -127,7 +129,9 @@ def test_warm_builds_in_parallel_then_builds_nothing(fake, monkeypatch: pytest.M
     assert calls == [], f"a warm cache was rebuilt: {calls}"
 
 
-def test_warm_skips_cuda_without_cuda_torch_and_strict_fails(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_warm_skips_cuda_without_cuda_torch_and_strict_fails(
+    fake, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     import torch
 
     if torch.version.cuda:
@@ -140,19 +144,29 @@ def test_warm_skips_cuda_without_cuda_torch_and_strict_fails(fake, capsys: pytes
     assert rc == 1 and "--strict" in err
 
 
-def test_offline_refuses_every_command_that_writes(fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_offline_refuses_every_command_that_writes(
+    fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     make, cache = fake
     entry = build(make("cli_offline_rw"))
     archive = tmp_path / "a.tar.gz"
     assert run(["cache", "export", str(archive)], capsys)[0] == 0  # writes outside the cache only
     monkeypatch.setenv("JITOPS_OFFLINE", "1")
-    for argv in (["warm", "--all"], ["cache", "clear"], ["cache", "prune", "--max-size", "0"],
-                 ["cache", "import", str(archive)], ["cache", "verify", "--remove"]):
+    for argv in (
+        ["warm", "--all"],
+        ["cache", "clear"],
+        ["cache", "prune", "--max-size", "0"],
+        ["cache", "import", str(archive)],
+        ["cache", "verify", "--remove"],
+    ):
         rc, _, err = run(argv, capsys)
         assert rc == 1 and "JITOPS_OFFLINE" in err, argv
     assert entry.path.exists()
-    assert [run(argv, capsys)[0] for argv in (["cache", "ls"], ["cache", "verify"], ["list"])] == [0, 0, 0]
+    assert [run(argv, capsys)[0] for argv in (["cache", "ls"], ["cache", "verify"], ["list"])] == [
+        0,
+        0,
+        0,
+    ]
 
 
 # ------------------------------------------------------------------ ls, verify, last use
@@ -164,7 +178,12 @@ def test_ls_lists_entries_with_size_and_last_use(fake, capsys: pytest.CaptureFix
     rc, out, _ = run(["cache", "ls"], capsys)
     assert rc == 0
     row = next(ln for ln in out.splitlines() if ln.startswith("cli_ls"))
-    assert entry.plan.target.name in row and entry.plan.key[:12] in row and "KiB" in row and "ago" in row
+    assert (
+        entry.plan.target.name in row
+        and entry.plan.key[:12] in row
+        and "KiB" in row
+        and "ago" in row
+    )
 
 
 def test_load_records_last_use_but_not_offline(fake, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
@@ -182,7 +201,9 @@ def test_load_records_last_use_but_not_offline(fake, monkeypatch: pytest.MonkeyP
     assert abs(os.stat(build(specs[1], offline=True).path / "manifest.json").st_mtime - old) < 1
 
 
-def test_verify_finds_a_flipped_byte_and_remove_removes_it(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_verify_finds_a_flipped_byte_and_remove_removes_it(
+    fake, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     make, cache = fake
     good, bad = build(make("cli_ver_good")), build(make("cli_ver_bad"))
     lib = bad.path / bad.manifest.library_file
@@ -204,7 +225,9 @@ def _use_in_order(cache: Cache, entries: list) -> None:  # type: ignore[type-arg
         cache.record_use(e.path)
 
 
-def test_prune_to_a_size_cap_evicts_least_recently_used_first(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_prune_to_a_size_cap_evicts_least_recently_used_first(
+    fake, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     make, cache = fake
     e = {c: build(make(f"cli_lru_{c}")) for c in "abcd"}
     _use_in_order(cache, [e["b"], e["d"], e["a"], e["c"]])
@@ -219,7 +242,9 @@ def test_prune_to_a_size_cap_evicts_least_recently_used_first(fake, capsys: pyte
     assert sum(x.size for x in left) <= cap
 
 
-def test_prune_never_evicts_an_entry_whose_key_lock_is_held(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_prune_never_evicts_an_entry_whose_key_lock_is_held(
+    fake, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     from jitops.store.lock import key_lock
 
     make, cache = fake
@@ -235,7 +260,11 @@ def test_prune_never_evicts_an_entry_whose_key_lock_is_held(fake, capsys: pytest
 
 def test_prune_older_than_and_damaged_first(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     make, cache = fake
-    old, new, broken = build(make("cli_age_old")), build(make("cli_age_new")), build(make("cli_age_broken"))
+    old, new, broken = (
+        build(make("cli_age_old")),
+        build(make("cli_age_new")),
+        build(make("cli_age_broken")),
+    )
     past = time.time() - 10 * 86400
     os.utime(old.path / "manifest.json", (past, past))
     (broken.path / "manifest.json").write_text("{not json")
@@ -259,8 +288,9 @@ def test_clear_removes_only_what_jitops_owns(fake, capsys: pytest.CaptureFixture
 # ------------------------------------------------------------------ export / import
 
 
-def test_export_then_import_into_an_empty_cache_gives_hits(fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_export_then_import_into_an_empty_cache_gives_hits(
+    fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     make, cache = fake
     specs = [make("cli_exp_a"), make("cli_exp_b")]
     built = [build(s) for s in specs]
@@ -279,7 +309,8 @@ def test_export_then_import_into_an_empty_cache_gives_hits(fake, tmp_path: Path,
 
 
 def test_require_signed_refuses_an_unsigned_archive_and_takes_a_signed_one(
-        fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     """JITOPS_REQUIRE_SIGNED=1 holds for `cache import` as for bundles: unsigned entries are rejected, with the fix."""
     from tests.remote_helpers import keygen
 
@@ -295,7 +326,11 @@ def test_require_signed_refuses_an_unsigned_archive_and_takes_a_signed_one(
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "other"))
     monkeypatch.setenv("JITOPS_REQUIRE_SIGNED", "1")
     rc, _, err = run(["cache", "import", str(unsigned)], capsys)
-    assert rc == 1 and "it is unsigned, and JITOPS_REQUIRE_SIGNED=1" in err and "jitops cache keygen" in err, err
+    assert (
+        rc == 1
+        and "it is unsigned, and JITOPS_REQUIRE_SIGNED=1" in err
+        and "jitops cache keygen" in err
+    ), err
     assert not list(Cache(tmp_path / "other").iter_entries())
     rc, out, _ = run(["cache", "import", str(signed)], capsys)
     assert rc == 0 and "1 imported" in out, out
@@ -308,7 +343,9 @@ def _archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) ->
     return path
 
 
-def _entry_members(cache: Cache, entry_path: Path, manifest: bytes | None = None) -> list[tuple[tarfile.TarInfo, bytes]]:
+def _entry_members(
+    cache: Cache, entry_path: Path, manifest: bytes | None = None
+) -> list[tuple[tarfile.TarInfo, bytes]]:
     rel = entry_path.relative_to(cache.root).as_posix()
     out = []
     for f in sorted(entry_path.iterdir()):
@@ -319,8 +356,9 @@ def _entry_members(cache: Cache, entry_path: Path, manifest: bytes | None = None
     return out
 
 
-def test_import_refuses_traversal_links_and_bad_manifests(fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_import_refuses_traversal_links_and_bad_manifests(
+    fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     make, cache = fake
     e = build(make("cli_imp"))
     target = tmp_path / "fresh"
@@ -331,8 +369,15 @@ def test_import_refuses_traversal_links_and_bad_manifests(fake, tmp_path: Path, 
     link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
     stray = tarfile.TarInfo("v1/entries/cli_imp/run.sh")
     stray.size = 4
-    for bad, why in ((evil, "outside the cache"), (link, "link"), (stray, "not part of a jitops cache")):
-        arc = _archive(tmp_path / "bad.tar.gz", [(bad, b"evil" if bad.isfile() else None), *_entry_members(cache, e.path)])
+    for bad, why in (
+        (evil, "outside the cache"),
+        (link, "link"),
+        (stray, "not part of a jitops cache"),
+    ):
+        arc = _archive(
+            tmp_path / "bad.tar.gz",
+            [(bad, b"evil" if bad.isfile() else None), *_entry_members(cache, e.path)],
+        )
         rc, _, err = run(["cache", "import", str(arc)], capsys)
         assert rc == 1 and why in err, err
         assert not (tmp_path / "evil.txt").exists()
@@ -354,8 +399,9 @@ def test_import_refuses_traversal_links_and_bad_manifests(fake, tmp_path: Path, 
     assert not list(Cache(target).iter_entries())
 
 
-def test_import_keeps_a_foreign_entry_but_never_loads_it(fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_import_keeps_a_foreign_entry_but_never_loads_it(
+    fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     make, cache = fake
     spec = make("cli_foreign")
     e = build(spec)
@@ -365,31 +411,47 @@ def test_import_keeps_a_foreign_entry_but_never_loads_it(fake, tmp_path: Path, m
     m = dataclasses.replace(old, ingredients=ingredients, key=compute_key(ingredients))
     rel = f"v1/entries/cli_foreign/{m.target}/{m.key[:32]}"
     members = []
-    for name, data in (("manifest.json", m.to_json()), (m.library_file, (e.path / m.library_file).read_bytes())):
+    for name, data in (
+        ("manifest.json", m.to_json()),
+        (m.library_file, (e.path / m.library_file).read_bytes()),
+    ):
         info = tarfile.TarInfo(f"{rel}/{name}")
         info.size = len(data)
         members.append((info, data))
     arc = _archive(tmp_path / "foreign.tar.gz", members)
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / "fresh"))
     rc, out, _ = run(["cache", "import", str(arc)], capsys)
-    assert rc == 0 and "1 imported" in out and "never loaded here" in out and "1.0.0+elsewhere" in out
+    assert (
+        rc == 0 and "1 imported" in out and "never loaded here" in out and "1.0.0+elsewhere" in out
+    )
     assert len(cache_admin.entries(Cache(tmp_path / "fresh"))) == 1
     with pytest.raises(OfflineMiss, match="jitops warm"):
         build(spec, offline=True)
 
 
-# ------------------------------------------------------------------ no torch for help and cache commands
+# ------------------------------------------------------------- no torch for help and cache commands
 
 
 @pytest.mark.process
 @pytest.mark.timeout(120)
 def test_help_list_and_cache_commands_do_not_import_torch(tmp_path: Path) -> None:
     env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"))
-    report = run_scenario("scenarios_inert.cache_commands", archive=str(tmp_path / "x.tar.gz"), env=env, timeout=100)
+    report = run_scenario(
+        "scenarios_inert.cache_commands", archive=str(tmp_path / "x.tar.gz"), env=env, timeout=100
+    )
     assert report == {"rcs": [0] * 9, "torch": []}
     # And as the real command, as `python -X importtime` sees it.
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "jitops", "cache", "ls"], env=env,
-                          capture_output=True, text=True, timeout=100)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "jitops", "cache", "ls"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert proc.returncode == 0 and "0 entries" in proc.stdout
-    imported = [ln.rsplit("|", 1)[-1].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")]
+    imported = [
+        ln.rsplit("|", 1)[-1].strip()
+        for ln in proc.stderr.splitlines()
+        if ln.startswith("import time:")
+    ]
     assert "jitops.cli" in imported and not [m for m in imported if m.split(".")[0] == "torch"]

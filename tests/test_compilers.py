@@ -21,18 +21,23 @@ from jitops.errors import ToolchainError
 from jitops.loading.ops import op_from_library
 from jitops.target import probe
 
-needs_clang = pytest.mark.skipif(shutil.which("clang++") is None,
-                                 reason="needs clang++ (apt-get install clang; .ci/run installs it)")
+needs_clang = pytest.mark.skipif(
+    shutil.which("clang++") is None,
+    reason="needs clang++ (apt-get install clang; .ci/run installs it)",
+)
 
 
-@pytest.mark.parametrize("line, kind, numbers", [
-    ("g++ (Debian 12.2.0-14+deb12u1) 12.2.0", "gcc", (12, 2, 0)),
-    ("c++ (GCC) 11.4.1 20231218 (Red Hat 11.4.1-3)", "gcc", (11, 4, 1)),
-    ("x86_64-linux-gnu-g++-12 (Debian 12.2.0-14+deb12u1) 12.2.0", "gcc", (12, 2, 0)),
-    ("Debian clang version 14.0.6", "clang", (14, 0, 6)),
-    ("Ubuntu clang version 18.1.3 (1ubuntu1)", "clang", (18, 1, 3)),
-    ("Intel(R) oneAPI DPC++/C++ Compiler 2024.0.0", "unknown", ()),
-])
+@pytest.mark.parametrize(
+    "line, kind, numbers",
+    [
+        ("g++ (Debian 12.2.0-14+deb12u1) 12.2.0", "gcc", (12, 2, 0)),
+        ("c++ (GCC) 11.4.1 20231218 (Red Hat 11.4.1-3)", "gcc", (11, 4, 1)),
+        ("x86_64-linux-gnu-g++-12 (Debian 12.2.0-14+deb12u1) 12.2.0", "gcc", (12, 2, 0)),
+        ("Debian clang version 14.0.6", "clang", (14, 0, 6)),
+        ("Ubuntu clang version 18.1.3 (1ubuntu1)", "clang", (18, 1, 3)),
+        ("Intel(R) oneAPI DPC++/C++ Compiler 2024.0.0", "unknown", ()),
+    ],
+)
 def test_kind_of_reads_the_version_line(line: str, kind: str, numbers: tuple[int, ...]) -> None:
     assert compilers.kind_of(line) == (kind, numbers)
 
@@ -40,15 +45,25 @@ def test_kind_of_reads_the_version_line(line: str, kind: str, numbers: tuple[int
 @pytest.mark.parametrize("version", ["g++ (GCC) 8.5.0 20210514", "clang version 9.0.1"])
 def test_compilers_too_old_for_torch_are_refused_with_the_fix(version: str) -> None:
     with pytest.raises(ToolchainError, match=r"torch's headers need .* Fix: .*CXX"):
-        compilers.check_supported(toolchain.Tool("cxx", "/opt/old/bin/c++", version, "/opt/old/bin/c++"), "softmax")
+        compilers.check_supported(
+            toolchain.Tool("cxx", "/opt/old/bin/c++", version, "/opt/old/bin/c++"), "softmax"
+        )
     compilers.check_supported(toolchain.Tool("cxx", "/usr/bin/g++", "g++ (GCC) 9.4.0"), "softmax")
 
 
 def test_build_flags_swap_only_the_openmp_flag() -> None:
     clang = {"openmp": ["-fopenmp=libgomp", "-idirafter", "/usr/lib/gcc/x/12/include"]}
     assert compilers.build_flags(("-O3", "-fopenmp", "-mavx2"), clang) == (
-        "-O3", "-fopenmp=libgomp", "-idirafter", "/usr/lib/gcc/x/12/include", "-mavx2")
-    assert compilers.build_flags(("-O3", "-fopenmp"), {"openmp": ["-fopenmp"]}) == ("-O3", "-fopenmp")
+        "-O3",
+        "-fopenmp=libgomp",
+        "-idirafter",
+        "/usr/lib/gcc/x/12/include",
+        "-mavx2",
+    )
+    assert compilers.build_flags(("-O3", "-fopenmp"), {"openmp": ["-fopenmp"]}) == (
+        "-O3",
+        "-fopenmp",
+    )
     assert compilers.build_flags(("-O3", "-fopenmp"), None) == ("-O3", "-fopenmp")
 
 
@@ -56,7 +71,8 @@ def test_build_flags_swap_only_the_openmp_flag() -> None:
 def test_clang_is_run_as_named_but_keyed_by_its_real_path(tmp_path: Path) -> None:
     system = probe({"CXX": "clang++"})
     named = toolchain.find_cxx(system, "softmax")
-    assert os.path.basename(named) == "clang++"  # on main: the realpath, LLVM's `clang` (the C driver)
+    # on main: the realpath, LLVM's `clang` (the C driver)
+    assert os.path.basename(named) == "clang++"
     tool = compilers.cxx(system, "softmax", tmp_path / "toolchains")
     assert tool.run == named and tool.path == os.path.realpath(named)
     ingredient = compilers.ingredient(tool)
@@ -84,7 +100,8 @@ def test_the_compiler_is_part_of_the_key(tmp_path: Path, monkeypatch: pytest.Mon
 @pytest.mark.parametrize("library", ["softmax", "add", "nms"])
 def test_clang_builds_every_builtin_op(library: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CXX", "clang++")
-    lib = loader.load_library(registry.lookup(library), "cpu")  # one clang build per library per session
+    # one clang build per library per session
+    lib = loader.load_library(registry.lookup(library), "cpu")
     manifest = json.loads((lib.entry / "manifest.json").read_text())
     assert manifest["ingredients"]["compiler"]["driver"] == "clang++"
     assert "clang version" in manifest["ingredients"]["compiler"]["version"]
@@ -100,7 +117,9 @@ def test_clang_builds_every_builtin_op(library: str, monkeypatch: pytest.MonkeyP
         assert torch.autograd.gradcheck(lambda t: op_from_library(lib, "softmax")(t, -1), (y,))
     elif library == "add":
         a, b = torch.randn(257, 129), torch.randn(129)
-        torch.testing.assert_close(op_from_library(lib, "add")(a, b, alpha=2.5), torch.add(a, b, alpha=2.5))
+        torch.testing.assert_close(
+            op_from_library(lib, "add")(a, b, alpha=2.5), torch.add(a, b, alpha=2.5)
+        )
         i = torch.randint(-50, 50, (1000,))
         torch.testing.assert_close(op_from_library(lib, "add")(i, i, alpha=3), i + 3 * i)
     else:
@@ -109,8 +128,8 @@ def test_clang_builds_every_builtin_op(library: str, monkeypatch: pytest.MonkeyP
         scores = torch.rand(300)
         keep = op_from_library(lib, "nms")(boxes, scores, 0.5)
         torch.testing.assert_close(keep, loader.reference("nms")(boxes, scores, 0.5))
-    # A C++ error from a clang-built op arrives as a Python exception: RuntimeError from TORCH_CHECK,
-    # IndexError from TORCH_CHECK_INDEX (softmax's dim check on integ), never a crash.
+    # A C++ error from a clang-built op arrives as a Python exception: RuntimeError from
+    # TORCH_CHECK, IndexError from TORCH_CHECK_INDEX (softmax's dim check on integ), never a crash.
     with pytest.raises(IndexError if library == "softmax" else RuntimeError):
         if library == "nms":
             op_from_library(lib, "nms")(torch.rand(3, 5), torch.rand(3), 0.5)
@@ -126,4 +145,8 @@ def test_doctor_reports_clang_its_binary_and_openmp_flags(tmp_path: Path) -> Non
 
     check = diagnose._compiler(probe({"CXX": "clang++"}), False, tmp_path / "toolchains")
     assert check.status == "ok", check
-    assert "clang++ -> " in check.detail and "clang version" in check.detail and "-fopenmp=libgomp" in check.detail
+    assert (
+        "clang++ -> " in check.detail
+        and "clang version" in check.detail
+        and "-fopenmp=libgomp" in check.detail
+    )

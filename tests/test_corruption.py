@@ -18,13 +18,18 @@ from tests.helpers import child_env, run_scenario, tattletale_library
 pytestmark = [pytest.mark.process]
 
 
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_truncations_and_flips_detected_before_load(tmp_path: Path) -> None:
-    r = run_scenario("scenarios_damage.truncations_and_flips", root=str(tmp_path), seed=3, flips=300, through_get=60,
-                     env=child_env(JITOPS_BUILDER="fake"), timeout=390)
+    r = run_scenario(
+        "scenarios_damage.truncations_and_flips",
+        root=str(tmp_path),
+        seed=3,
+        flips=300,
+        through_get=60,
+        env=child_env(JITOPS_BUILDER="fake"),
+        timeout=390,
+    )
     assert r["verify_flips"] == 300 and r["undetected"] == []
     rows = r["rows"]
     assert len(rows) == 12 + 60
@@ -38,10 +43,23 @@ def test_truncations_and_flips_detected_before_load(tmp_path: Path) -> None:
 def test_planted_library_never_runs(tmp_path: Path) -> None:
     marker = tmp_path / "PLANTED-LIBRARY-RAN"
     evil = tattletale_library(tmp_path, marker)
-    hows = ["no-manifest", "garbage-manifest", "empty-manifest", "other-key", "claims-planted-sha",
-            "symlinked-library", "old-manifest", "in-staging"]
-    rows = run_scenario("scenarios_damage.planted_library", root=str(tmp_path), evil=str(evil), hows=hows,
-                        env=child_env(JITOPS_BUILDER="fake"))
+    hows = [
+        "no-manifest",
+        "garbage-manifest",
+        "empty-manifest",
+        "other-key",
+        "claims-planted-sha",
+        "symlinked-library",
+        "old-manifest",
+        "in-staging",
+    ]
+    rows = run_scenario(
+        "scenarios_damage.planted_library",
+        root=str(tmp_path),
+        evil=str(evil),
+        hows=hows,
+        env=child_env(JITOPS_BUILDER="fake"),
+    )
     assert len(rows) == 8
     assert not marker.exists(), "a planted library ran"
     assert all(r["ok"] and r["works"] and r["built"] for r in rows), rows

@@ -92,7 +92,13 @@ def test_softmax_matches_reference(name: str, dtype: Any) -> None:
         got = op(x, dim)
         assert got.device == x.device and got.dtype == dtype and got.shape == x.shape
         want = ref(x.double(), dim).to(dtype)
-        torch.testing.assert_close(got, want, equal_nan=True, **TOL[dtype], msg=lambda m: f"{name} {tuple(x.shape)} dim={dim}: {m}")
+        torch.testing.assert_close(
+            got,
+            want,
+            equal_nan=True,
+            **TOL[dtype],
+            msg=lambda m: f"{name} {tuple(x.shape)} dim={dim}: {m}",
+        )
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
@@ -138,8 +144,12 @@ def _ulps(got: Any, want: Any) -> int:
 
 
 def _class_cases() -> list[Any]:
-    return [pytest.param(name, case, dtype, id=f"{name}-{case[0]}-{dtype}")
-            for name in ("softmax", "log_softmax") for case in SHAPE_CLASSES for dtype in FLOATS]
+    return [
+        pytest.param(name, case, dtype, id=f"{name}-{case[0]}-{dtype}")
+        for name in ("softmax", "log_softmax")
+        for case in SHAPE_CLASSES
+        for dtype in FLOATS
+    ]
 
 
 @pytest.mark.parametrize("name,case,dtype", _class_cases())
@@ -152,17 +162,27 @@ def test_softmax_shape_classes_match_torch(name: str, case: Any, dtype: Any) -> 
     op = cuda_op(name)
     g = torch.Generator(device="cuda").manual_seed(0)
     x = (torch.randn(shape, generator=g, device="cuda", dtype=torch.float32) * 4).to(dtype)
-    if x.size(dim) > 1 and x.numel() > 5:  # a -inf logit (not in a row of one: that row would be all -inf)
+    # a -inf logit (not in a row of one: that row would be all -inf)
+    if x.size(dim) > 1 and x.numel() > 5:
         x.view(-1)[5] = float("-inf")
     got, want = op(x, dim), getattr(torch, name)(x, dim)
-    torch.testing.assert_close(got, want, equal_nan=True, **({"rtol": 0, "atol": 0} if same_bits else {}))
-    if dtype in (torch.float16, torch.bfloat16):  # both compute in float: at most 2 ulps after rounding
+    torch.testing.assert_close(
+        got, want, equal_nan=True, **({"rtol": 0, "atol": 0} if same_bits else {})
+    )
+    # both compute in float: at most 2 ulps after rounding
+    if dtype in (
+        torch.float16,
+        torch.bfloat16,
+    ):
         assert _ulps(got, want) <= 2
     # backward kernel, from torch's output
     ns = getattr(torch.ops, op.namespace)
     grad = torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(dtype)
-    bwd, tbwd = (ns.softmax_backward, torch._softmax_backward_data) if name == "softmax" else (
-        ns.log_softmax_backward, torch._log_softmax_backward_data)
+    bwd, tbwd = (
+        (ns.softmax_backward, torch._softmax_backward_data)
+        if name == "softmax"
+        else (ns.log_softmax_backward, torch._log_softmax_backward_data)
+    )
     ours, theirs = bwd(grad, want, dim), tbwd(grad, want, dim, dtype)
     if same_bits:
         torch.testing.assert_close(ours, theirs, equal_nan=True, rtol=0, atol=0)
@@ -170,14 +190,22 @@ def test_softmax_shape_classes_match_torch(name: str, case: Any, dtype: Any) -> 
     if dtype != torch.float32:
         torch.testing.assert_close(ours, theirs, equal_nan=True)
         return
-    # float32: both sum the row in float, in different orders. Over long rows (log_softmax's sum of grad
-    # reaches ~sqrt(n)) that alone moves results past assert_close's float32 tolerance (measured on an
-    # H100: up to 5e-5 at 65536 columns), so each is judged by its distance from the float64 result of
-    # the same inputs: jitops's may be at most twice torch's, plus 8 float32 ulps of the largest gradient.
+    # float32: both sum the row in float, in different orders. Over long rows (log_softmax's sum of
+    # grad reaches ~sqrt(n)) that alone moves results past assert_close's float32 tolerance
+    # (measured on an H100: up to 5e-5 at 65536 columns), so each is judged by its distance from the
+    # float64 result of the same inputs: jitops's may be at most twice torch's, plus 8 float32 ulps
+    # of the largest gradient.
     exact = tbwd(grad.double(), want.double(), dim, torch.float64)
-    assert ours.dtype == theirs.dtype == dtype and torch.isfinite(exact).all() and torch.isfinite(ours).all()
+    assert (
+        ours.dtype == theirs.dtype == dtype
+        and torch.isfinite(exact).all()
+        and torch.isfinite(ours).all()
+    )
     ours_err, theirs_err = ((t.double() - exact).abs().max().item() for t in (ours, theirs))
-    assert ours_err <= 2 * theirs_err + 8 * 2.0 ** -24 * exact.abs().max().item(), (ours_err, theirs_err)
+    assert ours_err <= 2 * theirs_err + 8 * 2.0**-24 * exact.abs().max().item(), (
+        ours_err,
+        theirs_err,
+    )
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
@@ -185,10 +213,17 @@ def test_softmax_non_contiguous_and_edge_shapes(name: str) -> None:
     op, ref = cuda_op(name), getattr(torch, name)
     base = torch.randn(64, 2048, device="cuda")
     for x, dim in [
-        (base.t(), 0), (base.t(), 1), (base[:, ::2], -1), (base[:, 1:], -1),  # 1-element offset: unaligned rows
-        (base[::3, :1500], -1), (torch.randn(2, 3, 4, device="cuda").permute(2, 0, 1), 1),
-        (torch.empty(0, 5, device="cuda"), -1), (torch.empty(5, 0, device="cuda"), -1), (torch.empty(3, 0, 4, device="cuda"), 0),
-        (torch.tensor(3.0, device="cuda"), 0), (torch.tensor([3.0], device="cuda"), 0),
+        (base.t(), 0),
+        (base.t(), 1),
+        (base[:, ::2], -1),
+        (base[:, 1:], -1),  # 1-element offset: unaligned rows
+        (base[::3, :1500], -1),
+        (torch.randn(2, 3, 4, device="cuda").permute(2, 0, 1), 1),
+        (torch.empty(0, 5, device="cuda"), -1),
+        (torch.empty(5, 0, device="cuda"), -1),
+        (torch.empty(3, 0, 4, device="cuda"), 0),
+        (torch.tensor(3.0, device="cuda"), 0),
+        (torch.tensor([3.0], device="cuda"), 0),
     ]:
         got = op(x, dim)
         assert got.shape == x.shape and got.device == x.device
@@ -232,24 +267,42 @@ def test_softmax_backward_opcheck(name: str) -> None:
         torch.library.opcheck(getattr(ns, name).default, (torch.randn_like(y), y, dim))
 
 
-
-
 # ---------------------------------------------------------------- add
 
 
-ADD_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64,
-              torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+ADD_DTYPES = [
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+]
 
 
 def _add_pair(dtype: Any, shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> tuple[Any, Any]:
     if dtype.is_floating_point:
-        return torch.randn(shape_a, device="cuda").to(dtype), torch.randn(shape_b, device="cuda").to(dtype)
+        return torch.randn(shape_a, device="cuda").to(dtype), torch.randn(
+            shape_b, device="cuda"
+        ).to(dtype)
     low = 0 if dtype == torch.uint8 else -40  # |a + 2 * b| < 128: no wrap-around in 8 bits
-    return (torch.randint(low, 40, shape_a, device="cuda", dtype=dtype),
-            torch.randint(low, 40, shape_b, device="cuda", dtype=dtype))
+    return (
+        torch.randint(low, 40, shape_a, device="cuda", dtype=dtype),
+        torch.randint(low, 40, shape_b, device="cuda", dtype=dtype),
+    )
 
 
-SHAPES = [((0,), (0,)), ((1,), (1,)), ((1000,), (1000,)), ((4, 5), (5,)), ((3, 1, 7), (1, 6, 1)), ((6, 4), ())]
+SHAPES = [
+    ((0,), (0,)),
+    ((1,), (1,)),
+    ((1000,), (1000,)),
+    ((4, 5), (5,)),
+    ((3, 1, 7), (1, 6, 1)),
+    ((6, 4), ()),
+]
 
 
 @pytest.mark.parametrize("dtype", ADD_DTYPES, ids=str)
@@ -259,10 +312,15 @@ def test_add_matches_torch_and_reference(dtype: Any) -> None:
     for sa, sb in SHAPES:
         a, b = _add_pair(dtype, sa, sb)
         got = add(a, b, alpha=alpha)
-        torch.testing.assert_close(got, torch.add(a, b, alpha=alpha), **TOL.get(dtype, {"atol": 0, "rtol": 0}))
-        torch.testing.assert_close(got, ref(a, b, alpha=alpha), **TOL.get(dtype, {"atol": 0, "rtol": 0}))
+        torch.testing.assert_close(
+            got, torch.add(a, b, alpha=alpha), **TOL.get(dtype, {"atol": 0, "rtol": 0})
+        )
+        torch.testing.assert_close(
+            got, ref(a, b, alpha=alpha), **TOL.get(dtype, {"atol": 0, "rtol": 0})
+        )
     a, b = _add_pair(dtype, (8, 6), (6, 8))
-    torch.testing.assert_close(add(a, b.t(), alpha=alpha), torch.add(a, b.t(), alpha=alpha))  # non-contiguous
+    # non-contiguous
+    torch.testing.assert_close(add(a, b.t(), alpha=alpha), torch.add(a, b.t(), alpha=alpha))
 
 
 def test_add_type_promotion_and_variants() -> None:
@@ -296,21 +354,50 @@ def test_add_opcheck() -> None:
     b = torch.randn(4, device="cuda", requires_grad=True)
     torch.library.opcheck(add.default, (a, b), {"alpha": 2})
     add_ = cuda_op("add_")
-    torch.library.opcheck(add_.default, (torch.randn(3, 4, device="cuda"), torch.randn(4, device="cuda")), {"alpha": 2})
+    torch.library.opcheck(
+        add_.default,
+        (torch.randn(3, 4, device="cuda"), torch.randn(4, device="cuda")),
+        {"alpha": 2},
+    )
     if "out" in add.packet.overloads():
         out = torch.empty(3, 4, device="cuda")
         torch.library.opcheck(add.packet.out, (a.detach(), b.detach()), {"alpha": 2, "out": out})
 
 
-@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int64, torch.float16, torch.bfloat16, torch.float32,
-                                   torch.float64, torch.complex32, torch.complex64, torch.complex128], ids=str)
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.bool,
+        torch.uint8,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.complex32,
+        torch.complex64,
+        torch.complex128,
+    ],
+    ids=str,
+)
 def test_add_scalar_overloads_and_new_dtypes(dtype: Any) -> None:
     """add.Scalar / add.Scalar_out / add_.Scalar and the bool and complex dtypes on the GPU: the same
     opmath functor as torch's CUDA add, so the same bits."""
     add, add_ = cuda_op("add"), cuda_op("add_")
-    x = (torch.randn(1003, device="cuda", dtype=torch.complex128) * 10).to(dtype) if dtype.is_complex else (
-        torch.randn(1003, device="cuda") * 10).to(dtype)
-    for other in (2, 2.5, True, 1.5 - 2j, x.flip(0), torch.tensor(0.3, device="cuda"), torch.tensor(3)):
+    x = (
+        (torch.randn(1003, device="cuda", dtype=torch.complex128) * 10).to(dtype)
+        if dtype.is_complex
+        else (torch.randn(1003, device="cuda") * 10).to(dtype)
+    )
+    for other in (
+        2,
+        2.5,
+        True,
+        1.5 - 2j,
+        x.flip(0),
+        torch.tensor(0.3, device="cuda"),
+        torch.tensor(3),
+    ):
         for alpha in (1, 3, -3.125, 0.3, True, 2j):
             try:
                 want = torch.add(x, other, alpha=alpha)
@@ -335,12 +422,19 @@ def test_add_half_computes_in_float_and_rounds_once() -> None:
     add = cuda_op("add")
     g = torch.Generator(device="cuda").manual_seed(0)
     for dtype in (torch.float16, torch.bfloat16):
-        a = torch.randn(4100, generator=g, device="cuda").to(dtype)  # a[::2] and b[1::2]: 2050 elements each
+        # a[::2] and b[1::2]: 2050 elements each
+        a = torch.randn(4100, generator=g, device="cuda").to(dtype)
         b = torch.randn(4100, generator=g, device="cuda").to(dtype)
         for alpha in (-3.125, 0.3, 7):
-            torch.testing.assert_close(add(a, b, alpha=alpha), torch.add(a, b, alpha=alpha), atol=0, rtol=0)
-            torch.testing.assert_close(add(a[::2], b[1::2], alpha=alpha), torch.add(a[::2], b[1::2], alpha=alpha),
-                                       atol=0, rtol=0)
+            torch.testing.assert_close(
+                add(a, b, alpha=alpha), torch.add(a, b, alpha=alpha), atol=0, rtol=0
+            )
+            torch.testing.assert_close(
+                add(a[::2], b[1::2], alpha=alpha),
+                torch.add(a[::2], b[1::2], alpha=alpha),
+                atol=0,
+                rtol=0,
+            )
 
 
 def test_add_scalar_gradients_and_opcheck() -> None:
@@ -348,8 +442,11 @@ def test_add_scalar_gradients_and_opcheck() -> None:
     x = torch.randn(3, 4, device="cuda", dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda t: add(t, 2.5, alpha=3), (x,))
     torch.library.opcheck(add.packet.Scalar, (x, 2.5), {"alpha": 3})
-    torch.library.opcheck(add.packet.Scalar_out, (x.detach(), 2.5, 3), {"out": torch.empty(3, 4, device="cuda",
-                                                                                            dtype=torch.float64)})
+    torch.library.opcheck(
+        add.packet.Scalar_out,
+        (x.detach(), 2.5, 3),
+        {"out": torch.empty(3, 4, device="cuda", dtype=torch.float64)},
+    )
     torch.library.opcheck(cuda_op("add_").packet.Scalar, (x.detach().clone(), 2.5), {"alpha": 3})
 
 
@@ -376,7 +473,9 @@ def test_nms_matches_torchvision(n: int, dtype: Any) -> None:
         got = nms(boxes, scores, iou)
         assert got.device == boxes.device and got.dtype == torch.int64
         torch.testing.assert_close(got, tv.ops.nms(boxes, scores, iou), atol=0, rtol=0)
-        torch.testing.assert_close(got.cpu(), jitops.reference("nms")(boxes.cpu(), scores.cpu(), iou), atol=0, rtol=0)
+        torch.testing.assert_close(
+            got.cpu(), jitops.reference("nms")(boxes.cpu(), scores.cpu(), iou), atol=0, rtol=0
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64], ids=str)
@@ -391,7 +490,8 @@ def test_nms_both_greedy_passes_match_torchvision(n: int, dtype: Any) -> None:
         got = nms(boxes, scores, iou)
         assert got.device == boxes.device and got.dtype == torch.int64
         assert got.tolist() == tv.ops.nms(boxes, scores, iou).tolist()
-    ties = torch.randint(0, 3, (n,), device="cuda").to(dtype)  # equal scores: stable order, as torchvision's sort
+    # equal scores: stable order, as torchvision's sort
+    ties = torch.randint(0, 3, (n,), device="cuda").to(dtype)
     assert nms(boxes, ties, 0.5).tolist() == tv.ops.nms(boxes, ties, 0.5).tolist()
 
 
@@ -400,7 +500,10 @@ def test_nms_float16_same_indices_on_cpu_and_cuda() -> None:
     nms = cuda_op("nms")
     for n in (300, 5000):
         boxes, scores = _boxes(n, torch.float16, 4)
-        assert nms(boxes, scores, 0.5).cpu().tolist() == jitops.get("nms")(boxes.cpu(), scores.cpu(), 0.5).tolist()
+        assert (
+            nms(boxes, scores, 0.5).cpu().tolist()
+            == jitops.get("nms")(boxes.cpu(), scores.cpu(), 0.5).tolist()
+        )
 
 
 def test_nms_empty_input() -> None:
@@ -423,9 +526,16 @@ def _inputs(name: str, device: str) -> tuple[Any, ...]:
     if name == "softmax":
         return (torch.randn(256, 1024, generator=g).to(device), -1)
     if name == "add":
-        return (torch.randn(256, 1024, generator=g).to(device), torch.randn(1024, generator=g).to(device))
+        return (
+            torch.randn(256, 1024, generator=g).to(device),
+            torch.randn(1024, generator=g).to(device),
+        )
     xy, wh = torch.rand(500, 2, generator=g) * 100, torch.rand(500, 2, generator=g) * 30
-    return (torch.cat([xy, xy + wh], dim=1).to(device), torch.rand(500, generator=g).to(device), 0.5)
+    return (
+        torch.cat([xy, xy + wh], dim=1).to(device),
+        torch.rand(500, generator=g).to(device),
+        0.5,
+    )
 
 
 def _on_cpu(name: str, args: tuple[Any, ...]) -> Any:
@@ -448,7 +558,9 @@ def test_runs_on_the_current_stream(name: str) -> None:
                 dst.copy_(src)
         got = op(*late)
     stream.synchronize()
-    torch.testing.assert_close(got.cpu(), _on_cpu(name, args), **({} if name != "nms" else {"atol": 0, "rtol": 0}))
+    torch.testing.assert_close(
+        got.cpu(), _on_cpu(name, args), **({} if name != "nms" else {"atol": 0, "rtol": 0})
+    )
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
@@ -460,4 +572,6 @@ def test_runs_on_the_inputs_device(name: str) -> None:
     with torch.cuda.device(0):
         got = op(*args)
     assert got.device == torch.device("cuda:1")
-    torch.testing.assert_close(got.cpu(), _on_cpu(name, args), **({} if name != "nms" else {"atol": 0, "rtol": 0}))
+    torch.testing.assert_close(
+        got.cpu(), _on_cpu(name, args), **({} if name != "nms" else {"atol": 0, "rtol": 0})
+    )

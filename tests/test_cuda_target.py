@@ -16,7 +16,16 @@ from jitops.loading import loader
 import jitops.key as jkey
 import jitops.plan as jplan
 import jitops.registry as jregistry
-from jitops.target.archs import NAMED_ARCHS, arch_gencode_flags, check_runnable, default_arch, parse_arch_list, ptx_archs, runnable_code, sass_archs
+from jitops.target.archs import (
+    NAMED_ARCHS,
+    arch_gencode_flags,
+    check_runnable,
+    default_arch,
+    parse_arch_list,
+    ptx_archs,
+    runnable_code,
+    sass_archs,
+)
 from jitops.key import compute_key
 from jitops.errors import TargetError
 from jitops.spec import OpSpec
@@ -55,7 +64,9 @@ def test_parse_forms(text: str, expected: tuple[str, ...]) -> None:
     assert parse_arch_list(text) == expected
 
 
-@pytest.mark.parametrize("text", ["8", "sm_80", "8.0+SASS", "ampere9", "80", "8.0b", "Ampere+PTX+PTX"])
+@pytest.mark.parametrize(
+    "text", ["8", "sm_80", "8.0+SASS", "ampere9", "80", "8.0b", "Ampere+PTX+PTX"]
+)
 def test_invalid_arch_names_the_entry_and_the_accepted_forms(text: str) -> None:
     with pytest.raises(TargetError) as e:
         parse_arch_list(text)
@@ -69,11 +80,21 @@ def test_empty_list_is_an_error() -> None:
 
 
 # Lists whose nvcc flags must equal torch's own cpp_extension._get_cuda_arch_flags.
-_TORCH_FORMS = [*NAMED_ARCHS, "8.0;9.0", "7.5;8.6+PTX", "9.0a", "10.0;12.0+PTX", "8.0 9.0+PTX", "Ampere;Hopper"]
+_TORCH_FORMS = [
+    *NAMED_ARCHS,
+    "8.0;9.0",
+    "7.5;8.6+PTX",
+    "9.0a",
+    "10.0;12.0+PTX",
+    "8.0 9.0+PTX",
+    "Ampere;Hopper",
+]
 
 
 @pytest.mark.parametrize("text", _TORCH_FORMS)
-def test_gencode_flags_equal_torchs_for_every_form_it_accepts(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gencode_flags_equal_torchs_for_every_form_it_accepts(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch
     import torch.utils.cpp_extension as ce
 
@@ -86,10 +107,17 @@ def test_gencode_flags_equal_torchs_for_every_form_it_accepts(text: str, monkeyp
         assert tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 14), text
         pytest.skip(f"torch {torch.__version__} does not know {text!r}")
     ours = sorted(arch_gencode_flags(parse_arch_list(text)))
-    if "Blackwell" in text and ours != sorted(theirs) and int((torch.version.cuda or "13").split(".")[0]) < 13:
-        # jitops's named archs follow torch 2.13+ (CUDA 13: Thor is sm_110, Blackwell adds 10.3 and 12.1).
-        # A torch built for CUDA 12 (2.7.1+cu126) names the older sets; there, give archs by number.
-        pytest.skip(f"torch {torch.__version__} (CUDA {torch.version.cuda}) names an older {text!r}: {theirs}")
+    if (
+        "Blackwell" in text
+        and ours != sorted(theirs)
+        and int((torch.version.cuda or "13").split(".")[0]) < 13
+    ):
+        # jitops's named archs follow torch 2.13+ (CUDA 13: Thor is sm_110, Blackwell adds 10.3 and
+        # 12.1). A torch built for CUDA 12 (2.7.1+cu126) names the older sets; there, give archs by
+        # number.
+        pytest.skip(
+            f"torch {torch.__version__} (CUDA {torch.version.cuda}) names an older {text!r}: {theirs}"
+        )
     assert ours == sorted(theirs)
 
 
@@ -126,7 +154,9 @@ def test_target_name_carries_the_arch_list(archs: str, name: str) -> None:
 
 def _key(system: System, target: Target) -> str:
     spec = jregistry.registry().library("softmax")
-    return compute_key(jkey.ingredients(spec, target, system, None, None, {"softmax_cuda.cu": "0" * 64}))
+    return compute_key(
+        jkey.ingredients(spec, target, system, None, None, {"softmax_cuda.cu": "0" * 64})
+    )
 
 
 def test_sm80_and_sm90_entries_coexist() -> None:
@@ -144,20 +174,28 @@ def test_explicit_archs_beat_the_environment_which_beats_the_gpu() -> None:
     assert choose_target(system, "cuda", "9.0").archs == ("9.0",)
     assert choose_target(system, "cuda").archs == ("7.5", "8.0")
     assert choose_target(gpu_system((8, 6)), "cuda").archs == ("8.6",)
-    assert choose_target(gpu_system((8, 6), TORCH_CUDA_ARCH_LIST="native"), "cuda").archs == ("8.6",)
+    assert choose_target(gpu_system((8, 6), TORCH_CUDA_ARCH_LIST="native"), "cuda").archs == (
+        "8.6",
+    )
 
 
 def test_a_gpu_newer_than_torch_builds_torchs_newest_arch_with_ptx() -> None:
     """Like cpp_extension: nvcc matches torch's CUDA and may not know a newer GPU, so the default is
     clamped to the newest sm_XY torch was built for, plus PTX the driver JIT-compiles."""
     torch_sm = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120")
-    for cap, want in [((9, 0), ("9.0",)), ((12, 0), ("12.0",)), ((8, 9), ("8.9",)),
-                      ((12, 1), ("12.0+PTX",)), ((13, 0), ("12.0+PTX",))]:
+    for cap, want in [
+        ((9, 0), ("9.0",)),
+        ((12, 0), ("12.0",)),
+        ((8, 9), ("8.9",)),
+        ((12, 1), ("12.0+PTX",)),
+        ((13, 0), ("12.0+PTX",)),
+    ]:
         system = dataclasses.replace(gpu_system(cap), torch_cuda_archs=torch_sm)
         t = choose_target(system, "cuda")
         assert t.archs == want, (cap, t.archs)
         assert runnable_code(t.archs, cap) is not None  # and it passes the check before load
-    assert choose_target(gpu_system((13, 0)), "cuda").archs == ("13.0",)  # torch's list unknown: no clamp
+    # torch's list unknown: no clamp
+    assert choose_target(gpu_system((13, 0)), "cuda").archs == ("13.0",)
     assert default_arch((10, 3), ("sm_90a", "sm_100f")) == "10.0+PTX"
     assert default_arch((9, 0), ("sm_90a",)) == "9.0"
 
@@ -226,7 +264,9 @@ def test_mismatch_error_names_both_sides_and_the_fix() -> None:
     assert check_runnable(("8.0", "9.0+PTX"), (12, 0), "x") == "compute_90"
 
 
-def test_plan_for_an_arch_list_the_gpu_cannot_run(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_plan_for_an_arch_list_the_gpu_cannot_run(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Checked before building: a named list is an error; TORCH_CUDA_ARCH_LIST gives way to the GPU's arch."""
     spec = jregistry.registry().library("softmax")
     monkeypatch.setattr(jplan, "probe", lambda **_: gpu_system((9, 0), TORCH_CUDA_ARCH_LIST="8.0"))
@@ -240,7 +280,9 @@ def test_plan_for_an_arch_list_the_gpu_cannot_run(monkeypatch: pytest.MonkeyPatc
         jplan.runnable_here(jplan.make_plan(spec, "cuda", "8.0"), "8.0")
     ok = jplan.make_plan(spec, "cuda", "8.0,9.0")
     assert jplan.runnable_here(ok, "8.0,9.0") is ok
-    newer = dataclasses.replace(gpu_system((12, 1), TORCH_CUDA_ARCH_LIST="8.0"), torch_cuda_archs=("sm_80", "sm_120"))
+    newer = dataclasses.replace(
+        gpu_system((12, 1), TORCH_CUDA_ARCH_LIST="8.0"), torch_cuda_archs=("sm_80", "sm_120")
+    )
     monkeypatch.setattr(jplan, "probe", lambda **_: newer)
     assert jplan.runnable_here(jplan.make_plan(spec), None).target.archs == ("12.0+PTX",)
 
@@ -253,11 +295,21 @@ def test_load_library_builds_for_the_gpu_it_will_run_on(
     src.mkdir()
     (src / "k.cpp").write_text("// cpu\n")
     (src / "k.cu").write_text("// cuda\n")
-    spec = OpSpec(name="archcheck", root=src, cpu_sources=("k.cpp",), cuda_sources=("k.cu",),
-                  schemas=("archcheck(Tensor x) -> Tensor",))
+    spec = OpSpec(
+        name="archcheck",
+        root=src,
+        cpu_sources=("k.cpp",),
+        cuda_sources=("k.cu",),
+        schemas=("archcheck(Tensor x) -> Tensor",),
+    )
     kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
-    monkeypatch.setattr(jplan, "probe", lambda **_: gpu_system((9, 0), TORCH_CUDA_ARCH_LIST="8.0", CUDA_HOME=str(kit)))
-    monkeypatch.setenv("JITOPS_BUILDER", "fake")  # a real, tiny .so; this test is about which entry is built
+    monkeypatch.setattr(
+        jplan,
+        "probe",
+        lambda **_: gpu_system((9, 0), TORCH_CUDA_ARCH_LIST="8.0", CUDA_HOME=str(kit)),
+    )
+    # a real, tiny .so; this test is about which entry is built
+    monkeypatch.setenv("JITOPS_BUILDER", "fake")
     entries = private_cache / "v1" / "entries" / "archcheck"
 
     with pytest.raises(TargetError, match="compute capability 9.0"):

@@ -27,7 +27,10 @@ from tests.cuda_fakes import fake_toolkit, gpu_system
 @pytest.mark.parametrize(
     ("text", "release"),
     [
-        ("Cuda compilation tools, release 13.0, V13.0.88; Build cuda_13.0.r13.0/compiler.36424714_0", (13, 0)),
+        (
+            "Cuda compilation tools, release 13.0, V13.0.88; Build cuda_13.0.r13.0/compiler.36424714_0",
+            (13, 0),
+        ),
         ("Cuda compilation tools, release 12.4, V12.4.131", (12, 4)),
         ("Build cuda_12.8.r12.8/compiler.35404655_0", (12, 8)),  # what older jitops recorded
         ("V11.8.89", (11, 8)),
@@ -40,15 +43,20 @@ def test_nvcc_release_parsing(text: str, release: tuple[int, int] | None) -> Non
 
 def test_major_mismatch_shows_both_versions() -> None:
     with pytest.raises(ToolchainError) as e:
-        toolchain.check_nvcc_matches_torch("Cuda compilation tools, release 12.4, V12.4.131", "13.0", "softmax")
+        toolchain.check_nvcc_matches_torch(
+            "Cuda compilation tools, release 12.4, V12.4.131", "13.0", "softmax"
+        )
     msg = str(e.value)
     assert "nvcc is CUDA 12.4" in msg and "torch was built with CUDA 13.0" in msg
     assert "'softmax'" in msg and "CUDA_HOME" in msg
 
 
 def test_minor_difference_is_fine() -> None:
-    toolchain.check_nvcc_matches_torch("Cuda compilation tools, release 13.1, V13.1.80", "13.0", "softmax")
-    toolchain.check_nvcc_matches_torch("release 12.4, V12.4.131", None, "softmax")  # CPU torch: nothing to compare
+    toolchain.check_nvcc_matches_torch(
+        "Cuda compilation tools, release 13.1, V13.1.80", "13.0", "softmax"
+    )
+    # CPU torch: nothing to compare
+    toolchain.check_nvcc_matches_torch("release 12.4, V12.4.131", None, "softmax")
 
 
 def test_unreadable_version_warns_and_goes_on(caplog: pytest.LogCaptureFixture) -> None:
@@ -63,7 +71,10 @@ def test_unreadable_version_warns_and_goes_on(caplog: pytest.LogCaptureFixture) 
 def test_version_line_kept_from_a_real_nvcc_run(tmp_path: Path) -> None:
     kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
     version = toolchain.identify(str(kit / "bin" / "nvcc"), None)
-    assert version == "Cuda compilation tools, release 13.0, V13.0.88; Build cuda_13.0.r13.0/compiler.36424714_0"
+    assert (
+        version
+        == "Cuda compilation tools, release 13.0, V13.0.88; Build cuda_13.0.r13.0/compiler.36424714_0"
+    )
 
 
 @pytest.mark.parametrize("via", ["CUDA_HOME", "PATH"])
@@ -91,7 +102,9 @@ def test_mismatched_nvcc_is_refused_before_compiling(
     assert not (private_cache / "v1" / "entries").exists()
 
 
-def test_matching_nvcc_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, private_cache: Path) -> None:
+def test_matching_nvcc_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, private_cache: Path
+) -> None:
     kit = fake_toolkit(tmp_path / "cuda-13.1", "13.1")
     monkeypatch.setattr(jplan, "probe", lambda **_: gpu_system(None, CUDA_HOME=str(kit)))
     plan = jplan.make_plan(jregistry.registry().library("softmax"), "cuda", "9.0")
@@ -107,7 +120,9 @@ def test_cuda_home_without_nvcc_is_named(tmp_path: Path) -> None:
         toolchain.find_nvcc(gpu_system(None, CUDA_HOME=str(kit)), "softmax")
 
 
-def test_wrapper_script_on_path_is_passed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wrapper_script_on_path_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``/usr/local/bin/nvcc``-style wrappers say nothing about where the CUDA headers are."""
     wrapper = fake_toolkit(tmp_path / "local", "13.0", headers=False) / "bin" / "nvcc"
     monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
@@ -119,7 +134,9 @@ def test_wrapper_script_on_path_is_passed_over(tmp_path: Path, monkeypatch: pyte
             toolchain.find_nvcc(gpu_system(None), "softmax")
 
 
-def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_ninja_gets_exactly_jitops_gencode_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """cpp_extension adds its own arch flags unless ours are there; its CUDA_HOME is the chosen toolkit's;
     the CUDA libraries' headers from torch's wheels come after the toolkit's."""
     import torch.utils.cpp_extension as ce
@@ -129,13 +146,16 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
     from jitops.target.archs import arch_gencode_flags
 
     kit = fake_toolkit(tmp_path / "cuda-13.0", "13.0")
-    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")  # must not reach nvcc: jitops decided the archs
+    # must not reach nvcc: jitops decided the archs
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")
     installed = importlib.util.find_spec("nvidia")
     if installed is not None and installed.origin not in (None, "namespace"):
-        # CUDA 12 wheels (torch 2.7.1+cu126) make `nvidia` a regular package: no second folder merges in; use theirs
+        # CUDA 12 wheels (torch 2.7.1+cu126) make `nvidia` a regular package: no second folder
+        # merges in; use theirs
         libs = ninja.cuda_library_includes()[0]
     else:
-        (tmp_path / "site" / "nvidia" / "cu13" / "include").mkdir(parents=True)  # as torch's CUDA wheels install it
+        # as torch's CUDA wheels install it
+        (tmp_path / "site" / "nvidia" / "cu13" / "include").mkdir(parents=True)
         monkeypatch.syspath_prepend(str(tmp_path / "site"))
         libs = str(tmp_path / "site" / "nvidia" / "cu13" / "include")
     assert libs in ninja.cuda_library_includes()
@@ -144,17 +164,32 @@ def test_build_ninja_gets_exactly_jitops_gencode_flags(tmp_path: Path, monkeypat
     gencode = arch_gencode_flags(("8.0", "9.0+PTX"))
     (tmp_path / "build").mkdir()
     job = build.BuildJob(
-        library="softmax", target="cuda-sm80-sm90ptx", device="cuda", namespace="jitops_softmax_0123",
-        sources=tuple(spec.root / s for s in spec.sources_for("cuda")), include_dirs=(spec.root,),
-        cflags=("-O3",), cuda_cflags=("-O3", *gencode), ldflags=(), cxx="/usr/bin/c++", ninja="ninja",
-        nvcc=str(kit / "bin" / "nvcc"), build_dir=tmp_path / "build", env={},
+        library="softmax",
+        target="cuda-sm80-sm90ptx",
+        device="cuda",
+        namespace="jitops_softmax_0123",
+        sources=tuple(spec.root / s for s in spec.sources_for("cuda")),
+        include_dirs=(spec.root,),
+        cflags=("-O3",),
+        cuda_cflags=("-O3", *gencode),
+        ldflags=(),
+        cxx="/usr/bin/c++",
+        ninja="ninja",
+        nvcc=str(kit / "bin" / "nvcc"),
+        build_dir=tmp_path / "build",
+        env={},
     )
     lines = ninja.write_ninja_file(job)[0].read_text().splitlines()
-    value = {ln.split(" = ", 1)[0]: ln.split(" = ", 1)[1] for ln in lines if " = " in ln and not ln.startswith(" ")}
+    value = {
+        ln.split(" = ", 1)[0]: ln.split(" = ", 1)[1]
+        for ln in lines
+        if " = " in ln and not ln.startswith(" ")
+    }
     assert value["nvcc"] == str(kit / "bin" / "nvcc")
     assert [w for w in value["cuda_cflags"].split() if "arch" in w] == list(gencode)
     words = value["cuda_cflags"].split()
-    assert words.index(f"{kit}/include") < words.index(libs)  # the toolkit's headers win; libraries' fill gaps
+    # the toolkit's headers win; libraries' fill gaps
+    assert words.index(f"{kit}/include") < words.index(libs)
     assert libs in value["cflags"].split()
     assert f"-L{kit}/lib64" in value["ldflags"].split()
     assert "cuda_compile" in "\n".join(lines) and "softmax_cuda.cu" in "\n".join(lines)

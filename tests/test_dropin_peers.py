@@ -59,17 +59,29 @@ def odd_include(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _raising(odd_include: Path, handling: bool, functions: Any) -> Any:
-    return jit_load_inline("peer_raising", RAISING, functions=functions, with_pytorch_error_handling=handling,
-                           extra_cflags=["-O0 -Wall", "-g\n\n"], extra_include_paths=[f"   {odd_include}\n"])
+    return jit_load_inline(
+        "peer_raising",
+        RAISING,
+        functions=functions,
+        with_pytorch_error_handling=handling,
+        extra_cflags=["-O0 -Wall", "-g\n\n"],
+        extra_include_paths=[f"   {odd_include}\n"],
+    )
 
 
 def test_error_handling_turns_warnings_and_errors_into_pythons(odd_include: Path) -> None:
-    m = _raising(odd_include, True, {"warn_then": "Warn, then maybe raise", "fresh": "An empty tensor"})
+    m = _raising(
+        odd_include, True, {"warn_then": "Warn, then maybe raise", "fresh": "An empty tensor"}
+    )
     x = torch.ones(2, dtype=torch.float64)
     assert m.warn_then.__doc__.split("\n")[2] == "Warn, then maybe raise"
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        assert m.warn_then(x, 0).tolist() == [3.0, 3.0]  # the header from the padded, oddly named folder
+        # the header from the padded, oddly named folder
+        assert m.warn_then(x, 0).tolist() == [
+            3.0,
+            3.0,
+        ]
         with pytest.raises(TypeError, match="kind 1 is a type error"):
             m.warn_then(x, 1)
         with pytest.raises(KeyError, match="no key"):
@@ -94,7 +106,9 @@ def test_error_handling_turns_warnings_and_errors_into_pythons(odd_include: Path
         torch.set_default_dtype(before)
 
 
-def test_without_error_handling_warnings_stay_in_cpp_and_errors_still_translate(odd_include: Path) -> None:
+def test_without_error_handling_warnings_stay_in_cpp_and_errors_still_translate(
+    odd_include: Path,
+) -> None:
     m = _raising(odd_include, False, "warn_then")  # one name as a plain string
     assert m.warn_then.__doc__.split("\n")[2] == "warn_then" and not hasattr(m, "fresh")
     x = torch.ones(2, dtype=torch.float64)
@@ -164,7 +178,9 @@ struct Tally {
 """
 
 
-def test_two_files_classes_a_cpp_frontend_module_and_a_cpp_autograd_function(tmp_path: Path) -> None:
+def test_two_files_classes_a_cpp_frontend_module_and_a_cpp_autograd_function(
+    tmp_path: Path,
+) -> None:
     src, inc = tmp_path / "src", tmp_path / "inc"
     src.mkdir(), inc.mkdir()
     (src / "main.cpp").write_text(MAIN_CPP)
@@ -172,7 +188,10 @@ def test_two_files_classes_a_cpp_frontend_module_and_a_cpp_autograd_function(tmp
     (inc / "tally.h").write_text(TALLY_H)
     sources = [str(src / "main.cpp"), str(src / "side.cpp")]
     m = jit_load("peer_two_files", sources, extra_include_paths=[str(inc)], extra_cflags=["-g"])
-    assert jit_load("peer_two_files", sources, extra_include_paths=[str(inc)], extra_cflags=["-g"]) is m
+    assert (
+        jit_load("peer_two_files", sources, extra_include_paths=[str(inc)], extra_cflags=["-g"])
+        is m
+    )
 
     x = torch.randn(3)
     torch.testing.assert_close(m.twice_plus(x), x * 2 + 1)  # defined in the other file
@@ -186,7 +205,9 @@ def test_two_files_classes_a_cpp_frontend_module_and_a_cpp_autograd_function(tmp
     assert [name for name, _ in net.named_buffers()] == ["mask"]
     params = dict(net.named_parameters())
     inp = torch.randn(5, 4)
-    torch.testing.assert_close(net.forward(inp), torch.nn.functional.linear(inp, params["lin.weight"], params["lin.bias"]))
+    torch.testing.assert_close(
+        net.forward(inp), torch.nn.functional.linear(inp, params["lin.weight"], params["lin.bias"])
+    )
     torch.nn.Sequential(net, torch.nn.Tanh())(inp).sum().backward()
     assert all(p.grad is not None for p in net.parameters())
     net.to(torch.float64)
@@ -220,7 +241,9 @@ def test_a_library_for_torch_ops_with_functions_returns_its_path() -> None:
     a = torch.randn(4, 4, dtype=torch.float64, requires_grad=True)
     b = torch.randn(4, 4, dtype=torch.float64, requires_grad=True)
     for fast_mode in (True, False):  # no kernel of its own: autograd through the ATen ops it calls
-        assert torch.autograd.gradcheck(torch.ops.peer_compound.plus_twice, (a, b), fast_mode=fast_mode)
+        assert torch.autograd.gradcheck(
+            torch.ops.peer_compound.plus_twice, (a, b), fast_mode=fast_mode
+        )
 
 
 def test_a_compile_error_is_a_runtime_error_and_functions_of_another_type_a_value_error() -> None:

@@ -25,9 +25,22 @@ def demo_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(DEMO, src)  # pip builds in-tree: keep the checkout clean
     target = work / "site"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation",
-         "--target", str(target), str(src)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert list(target.glob("jitops_demo_kernels-0.1.0.dist-info/entry_points.txt"))
@@ -81,11 +94,19 @@ def test_broken_packages_are_skipped_with_a_warning(
     assert reg.find("good_op") is not None and reg.find("good_op").origin == "package good-kernels"
     assert reg.find("taken").name == "builtin_lib"  # a package cannot take over an existing op
     warnings = "\n".join(r.getMessage() for r in caplog.records)
-    assert "'missing'" in warnings and "ModuleNotFoundError" in warnings and "missing-kernels" in warnings
+    assert (
+        "'missing'" in warnings
+        and "ModuleNotFoundError" in warnings
+        and "missing-kernels" in warnings
+    )
     assert "'wrong'" in warnings and "expected a jitops.OpSpec" in warnings
-    assert "'other' from package clashing-kernels" in warnings and "already provided by library 'builtin_lib'" in warnings
+    assert (
+        "'other' from package clashing-kernels" in warnings
+        and "already provided by library 'builtin_lib'" in warnings
+    )
 
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="jitops"):
-        assert load_entry_points(reg, seen) is False  # each entry point is read once; no repeated warnings
+        # each entry point is read once; no repeated warnings
+        assert load_entry_points(reg, seen) is False
     assert caplog.records == []

@@ -32,8 +32,10 @@ def fake(private_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path): 
     """A registered fake-built spec with a name of the test's choosing, and the test's Cache."""
     monkeypatch.setenv("JITOPS_BUILDER", "fake")
     monkeypatch.setenv("JITOPS_PROGRESS", "0")
-    monkeypatch.setattr(loader, "_ops", {})  # this test's get() calls start from the cache, not the memo
-    monkeypatch.setattr(roots, "_private", None)  # nor from an earlier test's private temporary cache
+    # this test's get() calls start from the cache, not the memo
+    monkeypatch.setattr(loader, "_ops", {})
+    # nor from an earlier test's private temporary cache
+    monkeypatch.setattr(roots, "_private", None)
 
     def make(name: str):  # type: ignore[no-untyped-def]
         spec = fake_spec(tmp_path / "specs", name)
@@ -65,7 +67,12 @@ def test_get_takes_one_op_name(bad: object) -> None:
         (lambda: jitops.get("softmax", fallback="no"), "fallback"),
         (lambda: jitops.reference(["softmax"]), "name"),
         (lambda: jitops.register("softmax"), "OpSpec"),
-        (lambda: jitops.register(jitops.OpSpec("x", Path("."), ("a.cpp",), exports=("x",)), replace="yes"), "replace"),
+        (
+            lambda: jitops.register(
+                jitops.OpSpec("x", Path("."), ("a.cpp",), exports=("x",)), replace="yes"
+            ),
+            "replace",
+        ),
         (lambda: jitops.load("lib", 3), "sources"),
         (lambda: jitops.load("lib", ["a.cpp", 3]), "sources"),
         (lambda: jitops.load(["lib"], "a.cpp"), "name"),
@@ -87,7 +94,10 @@ def test_invalid_name_is_still_invalid_name_error() -> None:
         jitops.get("../etc")
 
 
-@pytest.mark.parametrize(("typed", "meant"), [("Softmax", "softmax"), (" log_softmax ", "log_softmax"), ("my-kernels", "my_kernels")])
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [("Softmax", "softmax"), (" log_softmax ", "log_softmax"), ("my-kernels", "my_kernels")],
+)
 def test_a_near_valid_name_suggests_the_valid_one(typed: str, meant: str) -> None:
     with pytest.raises(InvalidNameError, match=f"Did you mean '{meant}'"):
         jitops.get(typed)
@@ -103,7 +113,9 @@ def test_a_hopeless_name_suggests_nothing() -> None:
 
 
 @pytest.mark.parametrize("var", ["CXXFLAGS", "CFLAGS", "LDFLAGS"])
-def test_unbalanced_quote_in_flags_names_the_variable_even_for_cached_ops(fake, monkeypatch, var: str) -> None:  # type: ignore[no-untyped-def]
+def test_unbalanced_quote_in_flags_names_the_variable_even_for_cached_ops(
+    fake, monkeypatch, var: str
+) -> None:  # type: ignore[no-untyped-def]
     make, _cache = fake
     make("flagop")
     jitops.get("flagop")  # cached now
@@ -113,7 +125,7 @@ def test_unbalanced_quote_in_flags_names_the_variable_even_for_cached_ops(fake, 
     with pytest.raises(ConfigError) as info:
         jitops.get("flagop")
     msg = str(info.value)
-    assert var in msg and '-DX=1' in msg and "Fix:" in msg
+    assert var in msg and "-DX=1" in msg and "Fix:" in msg
     assert isinstance(info.value, ValueError)
 
 
@@ -130,7 +142,9 @@ def test_fallback_names_the_flag_variable(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.parametrize("var", ["NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS"])
-def test_unbalanced_nvcc_flags_name_the_variable_for_cuda(monkeypatch: pytest.MonkeyPatch, var: str) -> None:
+def test_unbalanced_nvcc_flags_name_the_variable_for_cuda(
+    monkeypatch: pytest.MonkeyPatch, var: str
+) -> None:
     from jitops.key import extra_env_flags
     from jitops.target import probe
 
@@ -208,7 +222,8 @@ def test_obstructed_cache_folders_heal_or_name_the_fix(fake, where: str, what: s
     else:
         path.symlink_to(cache.root.parent)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a file with data: the private temporary cache, with a warning
+        # a file with data: the private temporary cache, with a warning
+        warnings.simplefilter("ignore")
         op = jitops.get(f"ob{where}{what}")
     assert op.library is not None
     if what != "file":
@@ -255,7 +270,11 @@ def test_import_of_a_tar_with_duplicate_members(fake, tmp_path: Path, capsys) ->
     bundle, cache = _exported(fake, tmp_path, "dupop")
     plain = tmp_path / "dup.tar"
     _plain_tar(bundle, plain)
-    with tarfile.open(bundle) as tin, tarfile.open(plain, "a") as tar:  # like `tar -r`: append members again
+    # like `tar -r`: append members again
+    with (
+        tarfile.open(bundle) as tin,
+        tarfile.open(plain, "a") as tar,
+    ):
         for m in tin.getmembers():
             tar.addfile(m, tin.extractfile(m))
     with tarfile.open(plain) as t:
@@ -275,7 +294,9 @@ def test_import_duplicate_last_member_wins(fake, tmp_path: Path, capsys) -> None
     _plain_tar(bundle, plain)
     with tarfile.open(plain) as t:
         manifest = next(m for m in t.getmembers() if m.name.endswith("manifest.json"))
-    with tarfile.open(plain, "a") as tar:  # a later, damaged copy of the manifest replaces the good one
+    with tarfile.open(
+        plain, "a"
+    ) as tar:  # a later, damaged copy of the manifest replaces the good one
         info = tarfile.TarInfo(manifest.name)
         info.size = 2
         tar.addfile(info, io.BytesIO(b"{}"))
@@ -287,7 +308,9 @@ def test_import_duplicate_last_member_wins(fake, tmp_path: Path, capsys) -> None
 
 
 @pytest.mark.parametrize("damage", ["truncated", "missing_manifest", "garbage"])
-def test_import_failures_show_no_errno_or_staging_path(fake, tmp_path: Path, capsys, damage: str) -> None:  # type: ignore[no-untyped-def]
+def test_import_failures_show_no_errno_or_staging_path(
+    fake, tmp_path: Path, capsys, damage: str
+) -> None:  # type: ignore[no-untyped-def]
     bundle, cache = _exported(fake, tmp_path, f"imp{damage}")
     bad = tmp_path / "bad.tar"
     if damage == "truncated":
@@ -313,11 +336,18 @@ def test_a_refused_schema_is_the_same_kernel_source_error_every_time(fake) -> No
 
     for _ in range(2):
         with pytest.raises(KernelSourceError, match="refuses the schema"):
-            jitops.load_inline("badschema", "// nothing\n", schemas=["ok_op(Tensor x) -> Tensor", "bad_op(Tensor x -> Tensor"])
+            jitops.load_inline(
+                "badschema",
+                "// nothing\n",
+                schemas=["ok_op(Tensor x) -> Tensor", "bad_op(Tensor x -> Tensor"],
+            )
 
 
-def test_a_library_loaded_again_in_a_process_registers_its_python_side_once(fake, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_library_loaded_again_in_a_process_registers_its_python_side_once(
+    fake,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """torch's registrations (a twin op's schema, fake kernels) live as long as the process: the library's Python
     side runs once per namespace, even when the library is loaded again (the memo of loaded libraries emptied).
     Its second run raised torch's "registered ... multiple times" (found by two tests sharing an xdist worker)."""
@@ -325,9 +355,11 @@ def test_a_library_loaded_again_in_a_process_registers_its_python_side_once(fake
     import sys
 
     mod = tmp_path / "pyside_once.py"
-    mod.write_text("import torch\nCALLS = []\n_LIBS = []\n"
-                   "def register(ns):\n    CALLS.append(ns)\n    lib = torch.library.Library(ns, 'FRAGMENT')\n"
-                   "    _LIBS.append(lib)\n    lib.define('twin_once(Tensor x) -> Tensor')\n")
+    mod.write_text(
+        "import torch\nCALLS = []\n_LIBS = []\n"
+        "def register(ns):\n    CALLS.append(ns)\n    lib = torch.library.Library(ns, 'FRAGMENT')\n"
+        "    _LIBS.append(lib)\n    lib.define('twin_once(Tensor x) -> Tensor')\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "pyside_once", raising=False)
     make, _cache = fake

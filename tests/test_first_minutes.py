@@ -20,7 +20,8 @@ def test_cxx_with_flags_says_to_put_them_in_cxxflags() -> None:
         toolchain.find_cxx(probe({"CXX": "g++ -O2 -g"}), "softmax")
     assert "CXX='g++ -O2 -g' holds flags" in str(e.value) and "Fix: set CXX=g++" in str(e.value)
     assert "CXXFLAGS='-O2 -g'" in str(e.value)
-    with pytest.raises(ToolchainError, match="does not name an executable"):  # no compiler in it at all
+    # no compiler in it at all
+    with pytest.raises(ToolchainError, match="does not name an executable"):
         toolchain.find_cxx(probe({"CXX": "no-such-compiler -O2"}), "softmax")
 
 
@@ -48,11 +49,16 @@ def test_real_compilers_pass_and_ask_nothing_more() -> None:
         path = shutil.which(name)
         if path is not None:
             tool = compilers.cxx(probe({"CXX": path}), "softmax", None, record=False)
-            assert compilers.kind_of(tool.version)[0] in ("gcc", "clang")  # known: no -dumpmachine question
+            # known: no -dumpmachine question
+            assert compilers.kind_of(tool.version)[0] in (
+                "gcc",
+                "clang",
+            )
 
 
-def test_info_and_doctor_label_their_fingerprints(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                                  tmp_path: Path) -> None:
+def test_info_and_doctor_label_their_fingerprints(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     from jitops.cli import diagnose
     from jitops import cli, registry
 

@@ -22,7 +22,14 @@ from jitops.base.settings import VARIABLES, Settings
 from jitops.build import freeze as jfreeze
 from jitops.build import runner as build_mod
 from jitops.cli import main
-from jitops.errors import ArgumentError, ConfigError, FrozenBuildWarning, FrozenError, JitopsError, ToolchainError
+from jitops.errors import (
+    ArgumentError,
+    ConfigError,
+    FrozenBuildWarning,
+    FrozenError,
+    JitopsError,
+    ToolchainError,
+)
 from jitops.spec import OpSpec
 from jitops.store import admin as cache_admin
 from jitops.store.cache import Cache
@@ -48,7 +55,9 @@ def _thawed() -> Iterator[None]:
 
 
 @pytest.fixture
-def fake(private_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[Any, Cache, list[str]]]:
+def fake(
+    private_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[tuple[Any, Cache, list[str]]]:
     """(make(name) -> registered fake-built spec, the test's Cache, the libraries the fake builder was asked for)."""
     monkeypatch.setenv("JITOPS_BUILDER", "fake")
     monkeypatch.setenv("JITOPS_PROGRESS", "0")
@@ -80,7 +89,9 @@ def key12(spec: OpSpec) -> str:
 # ------------------------------------------------------------------ error mode
 
 
-def test_error_mode_refuses_a_miss_naming_op_key_cache_why_and_fix_and_builds_nothing(fake, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_error_mode_refuses_a_miss_naming_op_key_cache_why_and_fix_and_builds_nothing(
+    fake, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     make, cache, calls = fake
     spec = make("frz_err")
     monkeypatch.setenv("JITOPS_FREEZE", "error")
@@ -90,7 +101,9 @@ def test_error_mode_refuses_a_miss_naming_op_key_cache_why_and_fix_and_builds_no
     assert isinstance(info.value, JitopsError) and isinstance(info.value, RuntimeError)
     assert "'frz_err'" in msg and key12(spec) in msg and str(cache.root) in msg, msg
     assert "JITOPS_FREEZE=error" in msg and "no entry: nothing is cached for 'frz_err'" in msg, msg
-    assert "`jitops warm frz_err`" in msg and "jitops.unfreeze()" in msg and "Nothing was built" in msg, msg
+    assert (
+        "`jitops warm frz_err`" in msg and "jitops.unfreeze()" in msg and "Nothing was built" in msg
+    ), msg
     assert calls == [] and cache_admin.entries(cache) == []
 
 
@@ -125,7 +138,11 @@ def test_another_compiler_is_named_as_the_reason(fake, monkeypatch: pytest.Monke
     spec = make("frz_tool")
     warmed = jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
     real_cxx = jplan.compilers.cxx
-    monkeypatch.setattr(jplan.compilers, "cxx", lambda *a, **k: dataclasses.replace(real_cxx(*a, **k), version="g++ 99.1"))
+    monkeypatch.setattr(
+        jplan.compilers,
+        "cxx",
+        lambda *a, **k: dataclasses.replace(real_cxx(*a, **k), version="g++ 99.1"),
+    )
     jitops.freeze()
     with pytest.raises(FrozenError) as info:
         jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
@@ -133,33 +150,49 @@ def test_another_compiler_is_named_as_the_reason(fake, monkeypatch: pytest.Monke
     assert "this machine has g++ 99.1" in str(info.value) and calls == ["frz_tool"]
 
 
-def test_other_keys_and_a_missing_compiler_are_named_as_the_reason(fake, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_other_keys_and_a_missing_compiler_are_named_as_the_reason(
+    fake, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     """An edited source (the cached entry has another key), then no compiler at all: FrozenError, not ToolchainError."""
     make, cache, calls = fake
     spec = make("frz_keys")
     jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
     (spec.root / "k.cpp").write_text("// frz_keys, edited after warm-up\n")
     jitops.freeze()
-    with pytest.raises(FrozenError, match="no entry has this key: the 1 cached for 'frz_keys' differ in sources"
-                                          r".*`jitops explain frz_keys`"):
+    with pytest.raises(
+        FrozenError,
+        match="no entry has this key: the 1 cached for 'frz_keys' differ in sources"
+        r".*`jitops explain frz_keys`",
+    ):
         jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
 
     def no_compiler(*args: Any, **kwargs: Any) -> Any:
         raise ToolchainError("cannot build op 'frz_keys': no C++ compiler found. Fix: install one")
 
     monkeypatch.setattr(jplan.compilers, "cxx", no_compiler)
-    with pytest.raises(FrozenError, match=r"and this machine has no compiler to build with \(cannot build op 'frz_keys': "
-                                          r"no C\+\+ compiler found\)\. Nothing was built"):
+    with pytest.raises(
+        FrozenError,
+        match=r"and this machine has no compiler to build with \(cannot build op 'frz_keys': "
+        r"no C\+\+ compiler found\)\. Nothing was built",
+    ):
         jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
     jitops.freeze("warn")
-    with warnings.catch_warnings(), pytest.raises(ToolchainError):  # warn mode would build, and cannot: the usual
+    # warn mode would build, and cannot: the usual
+    with (
+        warnings.catch_warnings(),
+        pytest.raises(ToolchainError),
+    ):
         warnings.simplefilter("error", FrozenBuildWarning)  # error, and no warning
         jentry.ensure_entry(jplan.make_plan(spec, "cpu"))
     assert calls == ["frz_keys"]
 
 
-def test_load_load_inline_the_drop_in_and_warm_all_refuse(fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_load_load_inline_the_drop_in_and_warm_all_refuse(
+    fake,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     make, cache, calls = fake
     monkeypatch.setenv("JITOPS_FREEZE", "error")
     src = tmp_path / "frz_file.cpp"
@@ -183,10 +216,20 @@ def test_fallback_gives_the_reference_instead_of_a_build(fake, tmp_path: Path) -
     folder = tmp_path / "fakeadd_frozen"
     folder.mkdir()
     (folder / "k.cpp").write_text("// a fakeadd of this test's own (own key)\n")
-    jitops.register(OpSpec(name="fakeadd", root=folder, cpu_sources=("k.cpp",), schemas=("fakeadd(Tensor x) -> Tensor",),
-                           python="tests.fakelib"), replace=True)
+    jitops.register(
+        OpSpec(
+            name="fakeadd",
+            root=folder,
+            cpu_sources=("k.cpp",),
+            schemas=("fakeadd(Tensor x) -> Tensor",),
+            python="tests.fakelib",
+        ),
+        replace=True,
+    )
     jitops.freeze()
-    with pytest.warns(RuntimeWarning, match="pure-PyTorch reference for op 'fakeadd'.*forbids building"):
+    with pytest.warns(
+        RuntimeWarning, match="pure-PyTorch reference for op 'fakeadd'.*forbids building"
+    ):
         op = jitops.get("fakeadd", device="cpu", fallback=True)
     import torch
 
@@ -196,12 +239,15 @@ def test_fallback_gives_the_reference_instead_of_a_build(fake, tmp_path: Path) -
 # ------------------------------------------------------------------ warn mode
 
 
-def test_warn_mode_builds_and_warns_once_per_op_library(fake, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_warn_mode_builds_and_warns_once_per_op_library(
+    fake, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     make, cache, calls = fake
     spec, other = make("frz_warn"), make("frz_warn_b")
     monkeypatch.setenv("JITOPS_FREEZE", "warn")
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")  # Python's once-per-location filter must not be what dedupes
+        # Python's once-per-location filter must not be what dedupes
+        warnings.simplefilter("always")
         jitops.get("frz_warn", device="cpu")
         jitops.get("frz_warn", device="cpu")  # a hit: no build, no warning
         (spec.root / "k.cpp").write_text("// frz_warn, edited: a second miss of the same library\n")
@@ -210,7 +256,9 @@ def test_warn_mode_builds_and_warns_once_per_op_library(fake, monkeypatch: pytes
     frozen = [w for w in caught if issubclass(w.category, FrozenBuildWarning)]
     assert len(frozen) == 1, [str(w.message) for w in caught]
     assert "JITOPS_FREEZE=warn: building op library 'frz_warn'" in str(frozen[0].message)
-    assert "no entry: nothing is cached" in str(frozen[0].message) and "`jitops warm frz_warn`" in str(frozen[0].message)
+    assert "no entry: nothing is cached" in str(
+        frozen[0].message
+    ) and "`jitops warm frz_warn`" in str(frozen[0].message)
     with pytest.warns(FrozenBuildWarning, match="'frz_warn_b'"):  # another library warns on its own
         jitops.get("frz_warn_b", device="cpu")
     assert calls == ["frz_warn", "frz_warn", "frz_warn_b"] and len(cache_admin.entries(cache)) == 3
@@ -220,18 +268,25 @@ def test_warn_mode_builds_and_warns_once_per_op_library(fake, monkeypatch: pytes
 # ------------------------------------------------------------------ the setting and the API
 
 
-def test_the_setting_parses_and_a_bad_value_is_a_config_error_naming_it(fake, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_setting_parses_and_a_bad_value_is_a_config_error_naming_it(
+    fake, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     make, _, calls = fake
     assert "JITOPS_FREEZE" in VARIABLES
-    assert [Settings.from_env({"JITOPS_FREEZE": v}).freeze for v in ("error", " WARN ", "0", "off", "")] == \
-        ["error", "warn", None, None, None]
+    assert [
+        Settings.from_env({"JITOPS_FREEZE": v}).freeze for v in ("error", " WARN ", "0", "off", "")
+    ] == ["error", "warn", None, None, None]
     assert Settings.from_env({}).freeze is None
     for bad in ("1", "on", "errors", "raise"):
-        with pytest.raises(ConfigError, match=rf"JITOPS_FREEZE='{bad}' is not a freeze mode.*Fix: set JITOPS_FREEZE=error"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"JITOPS_FREEZE='{bad}' is not a freeze mode.*Fix: set JITOPS_FREEZE=error",
+        ):
             Settings.from_env({"JITOPS_FREEZE": bad})
     make("frz_bad")
     monkeypatch.setenv("JITOPS_FREEZE", "yes")
-    with pytest.raises(ConfigError, match="JITOPS_FREEZE"):  # at the public entry point, before anything is built
+    # at the public entry point, before anything is built
+    with pytest.raises(ConfigError, match="JITOPS_FREEZE"):
         jitops.get("frz_bad", device="cpu")
     assert calls == []
 
@@ -274,7 +329,9 @@ def test_a_remote_hit_loads_in_error_mode_and_a_remote_miss_refuses(tmp_path: Pa
     c = run_scenario("get_and_check", name="fakemul", env=frozen)
     assert c["type"] == "FrozenError" and "'fakemul'" in c["msg"] and "no entry" in c["msg"], c
     shared = tmp_path / "shared" / "v1"
-    assert not list((shared / "entries").glob("fakemul/*/*")) and not list((tmp_path / "b").glob("v1/*/fakemul/*/*"))
+    assert not list((shared / "entries").glob("fakemul/*/*")) and not list(
+        (tmp_path / "b").glob("v1/*/fakemul/*/*")
+    )
     held = [p for p in shared.rglob("*") if p.is_file() and "fakemul" in str(p)]
     assert held == [], f"a frozen miss left a lease or a failure record in the store: {held}"
 
@@ -289,7 +346,11 @@ def test_offline_ready_before_and_after_warm(fake, capsys: pytest.CaptureFixture
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert len(lines) == 2 and all(ln.startswith("NOT READY") for ln in lines), out
-    assert key12(a) in lines[0] and "nothing is cached for 'frz_ready_a'" in lines[0] and "`jitops warm frz_ready_a`" in lines[0]
+    assert (
+        key12(a) in lines[0]
+        and "nothing is cached for 'frz_ready_a'" in lines[0]
+        and "`jitops warm frz_ready_a`" in lines[0]
+    )
     assert "2 of 2 ops" in err
     assert calls == [] and cache_admin.entries(cache) == []  # the check built nothing
 
@@ -298,7 +359,9 @@ def test_offline_ready_before_and_after_warm(fake, capsys: pytest.CaptureFixture
     calls.clear()
     assert main(["doctor", "--offline-ready", "frz_ready_a"]) == 0
     out, _ = capsys.readouterr()
-    assert out.startswith("READY") and "frz_ready_a" in out and key12(a) in out and "no build" in out, out
+    assert (
+        out.startswith("READY") and "frz_ready_a" in out and key12(a) in out and "no build" in out
+    ), out
     assert main(["doctor", "--offline-ready", "frz_ready_a", "frz_ready_b", "frz_nosuch"]) == 1
     out, err = capsys.readouterr()
     assert [ln[:9].strip() for ln in out.splitlines()] == ["READY", "NOT READY", "NOT READY"], out
@@ -306,7 +369,9 @@ def test_offline_ready_before_and_after_warm(fake, capsys: pytest.CaptureFixture
     assert b.name == "frz_ready_b"
 
 
-def test_offline_ready_names_a_damaged_entry_and_device_alone_is_usage(fake, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_offline_ready_names_a_damaged_entry_and_device_alone_is_usage(
+    fake, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     make, cache, calls = fake
     entry = jentry.ensure_entry(jplan.make_plan(make("frz_ready_dmg"), "cpu"))
     (entry.path / entry.manifest.library_file).write_bytes(b"not a library")
@@ -325,8 +390,15 @@ def test_doctor_fails_an_uncached_op_only_when_frozen_in_error_mode(fake) -> Non
 
     make, _, calls = fake
     spec = make("frz_doctor")
-    rows = {mode: diagnose._ops([spec], Settings.from_env({**os.environ, "JITOPS_FREEZE": mode}))[0]
-            for mode in ("error", "warn", "0")}
-    assert rows["error"].status == "fail" and "JITOPS_FREEZE forbids building" in rows["error"].detail
-    assert "`jitops warm frz_doctor`" in rows["error"].fix and "unset JITOPS_FREEZE" in rows["error"].fix
+    rows = {
+        mode: diagnose._ops([spec], Settings.from_env({**os.environ, "JITOPS_FREEZE": mode}))[0]
+        for mode in ("error", "warn", "0")
+    }
+    assert (
+        rows["error"].status == "fail" and "JITOPS_FREEZE forbids building" in rows["error"].detail
+    )
+    assert (
+        "`jitops warm frz_doctor`" in rows["error"].fix
+        and "unset JITOPS_FREEZE" in rows["error"].fix
+    )
     assert rows["warn"].status == rows["0"].status == "info" and calls == []

@@ -59,13 +59,16 @@ def test_registered_kernels_pass_opcheck_and_compile() -> None:
     assert functionalize.register(ns, ["scale", "scale_"], impl) == []  # registered once
 
 
-def test_without_the_torch_internals_eager_still_works(monkeypatch: pytest.MonkeyPatch,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_without_the_torch_internals_eager_still_works(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     ns, _lib, impl = _scale_library()
     monkeypatch.delattr(torch, "_functionalize_replace")
     with caplog.at_level(logging.WARNING, logger="jitops"):
         assert functionalize.register(ns, ["scale", "scale_"], impl) == []
-    assert "torch._functionalize_replace" in caplog.text and "not inside torch.compile" in caplog.text
+    assert (
+        "torch._functionalize_replace" in caplog.text and "not inside torch.compile" in caplog.text
+    )
     x = torch.ones(3)
     getattr(torch.ops, ns).scale_(x, 2.0)
     assert x.tolist() == [2.0, 2.0, 2.0]
@@ -73,15 +76,22 @@ def test_without_the_torch_internals_eager_still_works(monkeypatch: pytest.Monke
 
 def test_overloads_pair_with_their_namesakes() -> None:
     """torch's convention: add_.Scalar and add.Scalar_out pair with add.Scalar, add.out and add_ with add."""
-    schemas = [torch._C.parse_schema(s) for s in (
-        "ns::add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
-        "ns::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)",
-        "ns::add_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)",
-        "ns::add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
-        "ns::add.Scalar_out(Tensor self, Scalar other, Scalar alpha=1, *, Tensor(a!) out) -> Tensor(a!)",
-        "ns::add_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)",
-        "ns::add_.Other(Tensor(a!) self, int other) -> Tensor(a!)",  # no add.Other: left alone
-    )]
+    schemas = [
+        torch._C.parse_schema(s)
+        for s in (
+            "ns::add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+            "ns::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)",
+            "ns::add_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)",
+            "ns::add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
+            "ns::add.Scalar_out(Tensor self, Scalar other, Scalar alpha=1, *, Tensor(a!) out) -> Tensor(a!)",
+            "ns::add_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)",
+            "ns::add_.Other(Tensor(a!) self, int other) -> Tensor(a!)",  # no add.Other: left alone
+        )
+    ]
     found = {p.mutable: (p.functional, p.written) for p in functionalize.pairings(schemas)}
-    assert found == {"add.out": ("add", "out"), "add_": ("add", "self"),
-                     "add.Scalar_out": ("add.Scalar", "out"), "add_.Scalar": ("add.Scalar", "self")}
+    assert found == {
+        "add.out": ("add", "out"),
+        "add_": ("add", "self"),
+        "add.Scalar_out": ("add.Scalar", "out"),
+        "add_.Scalar": ("add.Scalar", "self"),
+    }

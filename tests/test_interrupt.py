@@ -83,7 +83,9 @@ def test_ctrl_c_during_build_leaves_no_compiler_and_no_stuck_lock(private_cache:
         try:
             return json.loads(lines.get(timeout=timeout))
         except queue.Empty:
-            raise AssertionError(f"child said nothing for {timeout}s; output:\n{''.join(output)}") from None
+            raise AssertionError(
+                f"child said nothing for {timeout}s; output:\n{''.join(output)}"
+            ) from None
 
     try:
         assert report(120)["state"] == "building"
@@ -105,11 +107,15 @@ def test_ctrl_c_during_build_leaves_no_compiler_and_no_stuck_lock(private_cache:
         assert returned < 2.0, f"control came back after {returned:.2f}s"
 
         procs = _processes()
-        left = [(pid, info) for pid, info in procs.items() if info[2] in groups and pid != child.pid]
+        left = [
+            (pid, info) for pid, info in procs.items() if info[2] in groups and pid != child.pid
+        ]
         assert left == [] and _descendants(child.pid, procs) == set(), left
         base = private_cache / "v1"
         assert list((base / "staging").iterdir()) == []
-        assert not (base / "entries").exists() or list((base / "entries").rglob("manifest.json")) == []
+        assert (
+            not (base / "entries").exists() or list((base / "entries").rglob("manifest.json")) == []
+        )
         locks = list((base / "locks").glob("ctrlc-*.lock"))
         assert len(locks) == 1
         held = filelock.FileLock(str(locks[0]))

@@ -21,9 +21,16 @@ from tests.helpers import DEVICES
 
 pytestmark = pytest.mark.compile
 
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FAST = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
-TOL = {torch.float16: (2e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2), torch.float32: (1e-5, 1e-6), torch.float64: (1e-12, 1e-12)}
+TOL = {
+    torch.float16: (2e-3, 1e-3),
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.float32: (1e-5, 1e-6),
+    torch.float64: (1e-12, 1e-12),
+}
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +61,13 @@ def softmax_inputs(draw: Any) -> tuple[torch.Tensor, int]:
     x = x.to(dtype)
     if x.dim() >= 2 and draw(st.booleans()):  # non-contiguous: a transposed view
         x = x.transpose(0, -1).contiguous().transpose(0, -1)
-        assert x.dim() < 2 or x.shape[0] == 1 or x.shape[-1] == 1 or not x.is_contiguous() or x.numel() == 0
+        assert (
+            x.dim() < 2
+            or x.shape[0] == 1
+            or x.shape[-1] == 1
+            or not x.is_contiguous()
+            or x.numel() == 0
+        )
     return x, dim
 
 
@@ -62,7 +75,9 @@ def softmax_inputs(draw: Any) -> tuple[torch.Tensor, int]:
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
 @FAST
 @given(case=softmax_inputs())
-def test_softmax_matches_reference(get: Any, device: str, name: str, case: tuple[torch.Tensor, int]) -> None:
+def test_softmax_matches_reference(
+    get: Any, device: str, name: str, case: tuple[torch.Tensor, int]
+) -> None:
     x, dim = case
     x = x.to(device)
     got = get(name, device)(x, dim)
@@ -71,7 +86,9 @@ def test_softmax_matches_reference(get: Any, device: str, name: str, case: tuple
     rtol, atol = TOL[x.dtype]
     torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
     if x.dtype == torch.float32:
-        torch.testing.assert_close(got, getattr(torch, name)(x, dim), rtol=1e-5, atol=1e-6, equal_nan=True)
+        torch.testing.assert_close(
+            got, getattr(torch, name)(x, dim), rtol=1e-5, atol=1e-6, equal_nan=True
+        )
 
 
 INTS = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
@@ -80,7 +97,7 @@ INTS = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
 @st.composite
 def add_inputs(draw: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
     shape = draw(st.lists(st.integers(1, 5), min_size=0, max_size=3))
-    other_shape = [draw(st.sampled_from([s, 1])) for s in shape][draw(st.integers(0, len(shape))):]
+    other_shape = [draw(st.sampled_from([s, 1])) for s in shape][draw(st.integers(0, len(shape))) :]
     a_dtype, b_dtype = draw(st.sampled_from(FLOATS + INTS)), draw(st.sampled_from(FLOATS + INTS))
 
     def make(sh: list[int], dt: torch.dtype) -> torch.Tensor:
@@ -101,7 +118,9 @@ def add_inputs(draw: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
 @pytest.mark.parametrize("device", DEVICES)
 @FAST
 @given(case=add_inputs())
-def test_add_matches_reference_and_torch(get: Any, device: str, case: tuple[torch.Tensor, torch.Tensor, float]) -> None:
+def test_add_matches_reference_and_torch(
+    get: Any, device: str, case: tuple[torch.Tensor, torch.Tensor, float]
+) -> None:
     a, b, alpha = (case[0].to(device), case[1].to(device), case[2])
     got = get("add", device)(a, b, alpha=alpha)
     want = torch.add(a, b, alpha=alpha)
@@ -139,21 +158,68 @@ def test_add_out_and_inplace(get: Any, device: str) -> None:
 
 BAD_ADD = [
     ("add", lambda T: (T(2, 3), T(4)), {}, "cannot be broadcast together (dim -1: 3 vs 4)"),
-    ("add", lambda T: (T(2, dtype=torch.int64), T(2, dtype=torch.int64)), {"alpha": 0.5}, "alpha must be an integer when the result dtype is int64, got 0.5"),
+    (
+        "add",
+        lambda T: (T(2, dtype=torch.int64), T(2, dtype=torch.int64)),
+        {"alpha": 0.5},
+        "alpha must be an integer when the result dtype is int64, got 0.5",
+    ),
     # bool is added now, as torch does; uint16 has no kernel in torch either
-    ("add", lambda T: (T(2, dtype=torch.uint16), T(2, dtype=torch.uint16)), {}, "the result dtype uint16 is not supported"),
-    ("add", lambda T: (T(2, dtype=torch.int64), T(2, dtype=torch.int64)), {"alpha": True}, "alpha is a bool, but the result dtype int64 is not bool"),
-    ("add", lambda T: (T(2), T(2)), {"alpha": 1j}, "alpha is complex, but the result dtype float32 is not"),
-    ("add", lambda T: (T(2, dtype=torch.bool), T(2, dtype=torch.bool)), {"alpha": 0.5}, "alpha must be an integer when the result dtype is bool, got 0.5"),
-    ("add_", lambda T: (T(3, dtype=torch.int32), 2.5), {}, "result dtype float32 cannot be cast to self's dtype int32"),
-    ("add_", lambda T: (T(3), T(2, 3)), {}, "the broadcast shape [2, 3] differs from self's shape [3]"),
-    ("add_", lambda T: (T(3, dtype=torch.int32), T(3)), {}, "result dtype float32 cannot be cast to self's dtype int32"),
-    ("add", lambda T: (T(3), T(3)), {"out": "int"}, "result dtype float32 cannot be cast to out's dtype int64"),
+    (
+        "add",
+        lambda T: (T(2, dtype=torch.uint16), T(2, dtype=torch.uint16)),
+        {},
+        "the result dtype uint16 is not supported",
+    ),
+    (
+        "add",
+        lambda T: (T(2, dtype=torch.int64), T(2, dtype=torch.int64)),
+        {"alpha": True},
+        "alpha is a bool, but the result dtype int64 is not bool",
+    ),
+    (
+        "add",
+        lambda T: (T(2), T(2)),
+        {"alpha": 1j},
+        "alpha is complex, but the result dtype float32 is not",
+    ),
+    (
+        "add",
+        lambda T: (T(2, dtype=torch.bool), T(2, dtype=torch.bool)),
+        {"alpha": 0.5},
+        "alpha must be an integer when the result dtype is bool, got 0.5",
+    ),
+    (
+        "add_",
+        lambda T: (T(3, dtype=torch.int32), 2.5),
+        {},
+        "result dtype float32 cannot be cast to self's dtype int32",
+    ),
+    (
+        "add_",
+        lambda T: (T(3), T(2, 3)),
+        {},
+        "the broadcast shape [2, 3] differs from self's shape [3]",
+    ),
+    (
+        "add_",
+        lambda T: (T(3, dtype=torch.int32), T(3)),
+        {},
+        "result dtype float32 cannot be cast to self's dtype int32",
+    ),
+    (
+        "add",
+        lambda T: (T(3), T(3)),
+        {"out": "int"},
+        "result dtype float32 cannot be cast to out's dtype int64",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,make,kwargs,message", BAD_ADD)
-def test_add_errors_match_between_kernel_and_fake(get: Any, name: str, make: Any, kwargs: dict[str, Any], message: str) -> None:
+def test_add_errors_match_between_kernel_and_fake(
+    get: Any, name: str, make: Any, kwargs: dict[str, Any], message: str
+) -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     op = get(name, "cpu")
@@ -163,7 +229,9 @@ def test_add_errors_match_between_kernel_and_fake(get: Any, name: str, make: Any
 
     def call() -> None:
         args = make(T)
-        kw = {k: (torch.zeros(3, dtype=torch.int64) if v == "int" else v) for k, v in kwargs.items()}
+        kw = {
+            k: (torch.zeros(3, dtype=torch.int64) if v == "int" else v) for k, v in kwargs.items()
+        }
         op(*args, **kw)
 
     with pytest.raises(RuntimeError, match=None) as real:
@@ -183,12 +251,21 @@ def _random_boxes(n: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Ten
 
 @pytest.mark.parametrize("device", DEVICES)
 @FAST
-@given(n=st.integers(0, 300), seed=st.integers(0, 2**31 - 1), ties=st.booleans(),
-       threshold=st.sampled_from([0.0, 0.3, 0.5, 0.9, 1.0]), dtype=st.sampled_from([torch.float32, torch.float64]))
-def test_nms_matches_reference(get: Any, device: str, n: int, seed: int, ties: bool, threshold: float, dtype: torch.dtype) -> None:
+@given(
+    n=st.integers(0, 300),
+    seed=st.integers(0, 2**31 - 1),
+    ties=st.booleans(),
+    threshold=st.sampled_from([0.0, 0.3, 0.5, 0.9, 1.0]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_nms_matches_reference(
+    get: Any, device: str, n: int, seed: int, ties: bool, threshold: float, dtype: torch.dtype
+) -> None:
     gen = torch.Generator().manual_seed(seed)
     boxes = _random_boxes(n, gen, dtype)
-    scores = (torch.randint(0, 4, (n,), generator=gen) if ties else torch.rand(n, generator=gen)).to(dtype)
+    scores = (
+        torch.randint(0, 4, (n,), generator=gen) if ties else torch.rand(n, generator=gen)
+    ).to(dtype)
     boxes, scores = boxes.to(device), scores.to(device)
     got = get("nms", device)(boxes, scores, threshold)
     want = jitops.reference("nms")(boxes, scores, threshold)
@@ -200,9 +277,14 @@ def test_nms_errors_name_the_value(get: Any) -> None:
     nms = get("nms", "cpu")
     with pytest.raises(RuntimeError, match=r"nms: boxes must be \(N, 4\), got \[3, 5\]"):
         nms(torch.zeros(3, 5), torch.zeros(3), 0.5)
-    with pytest.raises(RuntimeError, match=r"nms: scores must be \(N,\) for N = 3 boxes, got \[4\]"):
+    with pytest.raises(
+        RuntimeError, match=r"nms: scores must be \(N,\) for N = 3 boxes, got \[4\]"
+    ):
         nms(torch.zeros(3, 4), torch.zeros(4), 0.5)
-    with pytest.raises(RuntimeError, match="nms: boxes and scores must have the same dtype, got float32 and float64"):
+    with pytest.raises(
+        RuntimeError,
+        match="nms: boxes and scores must have the same dtype, got float32 and float64",
+    ):
         nms(torch.zeros(3, 4), torch.zeros(3, dtype=torch.float64), 0.5)
 
 
@@ -251,10 +333,18 @@ def test_softmax_dtype_keyword(get: Any, device: str, name: str) -> None:
     """torch's `softmax(x, dim, dtype=...)` form (issue 18): half logits, float32 result and gradient back in half."""
     op, ref = get(name, device), getattr(torch, name)
     x = torch.randn(4, 8, dtype=torch.float16, device=device)
-    for got in (op(x, dim=-1, dtype=torch.float32), op(x, -1, torch.float32), op.default(x, -1, dtype=torch.float32)):
+    for got in (
+        op(x, dim=-1, dtype=torch.float32),
+        op(x, -1, torch.float32),
+        op.default(x, -1, dtype=torch.float32),
+    ):
         assert got.dtype == torch.float32
-        torch.testing.assert_close(got, ref(x, dim=-1, dtype=torch.float32), rtol=0 if device == "cpu" else None,
-                                   atol=0 if device == "cpu" else None)
+        torch.testing.assert_close(
+            got,
+            ref(x, dim=-1, dtype=torch.float32),
+            rtol=0 if device == "cpu" else None,
+            atol=0 if device == "cpu" else None,
+        )
     xg = x.clone().requires_grad_()
     op(xg, -1, dtype=torch.float32).sum().backward()
     assert xg.grad is not None and xg.grad.dtype == torch.float16
@@ -294,14 +384,21 @@ def test_no_grad_call_runs_no_python_autograd(get: Any) -> None:
         op = get(name, "cpu")
         args = (x, x) if name == "add" else (x,)
         seen: list[tuple[str, str]] = []
-        sys.setprofile(lambda frame, event, arg: seen.append(
-            (Path(frame.f_code.co_filename).name, frame.f_code.co_name)) if event == "call" else None)
+        sys.setprofile(
+            lambda frame, event, arg: (
+                seen.append((Path(frame.f_code.co_filename).name, frame.f_code.co_name))
+                if event == "call"
+                else None
+            )
+        )
         try:
             op(*args)
         finally:
             sys.setprofile(None)
         # Only the handle's __call__ and torch's op object's __call__: no Python autograd frame.
-        assert set(seen) <= {("ops.py", "__call__"), ("_ops.py", "__call__")} and len(seen) <= 2, seen
+        assert set(seen) <= {("ops.py", "__call__"), ("_ops.py", "__call__")} and len(seen) <= 2, (
+            seen
+        )
         y = x.clone().requires_grad_()
         assert op(*((y, y) if name == "add" else (y,))).grad_fn is not None
 
@@ -311,7 +408,9 @@ class _Model(torch.nn.Module):
         super().__init__()
         self.lin = torch.nn.Linear(8, 8)
         # The handles users get: Dynamo inlines Op.__call__ without a graph break.
-        self.softmax, self.log_softmax, self.add = (jitops.get(n, device="cpu") for n in ("softmax", "log_softmax", "add"))
+        self.softmax, self.log_softmax, self.add = (
+            jitops.get(n, device="cpu") for n in ("softmax", "log_softmax", "add")
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.add(self.lin(x), x, alpha=0.5)
@@ -337,7 +436,9 @@ def test_torch_compile_fullgraph_matches_eager(backend: str) -> None:
         torch.testing.assert_close(torch.compile(model, fullgraph=True, backend=backend)(x), eager)
 
 
-def _mutating(x: torch.Tensor, y: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _mutating(
+    x: torch.Tensor, y: torch.Tensor, o: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     add, add_ = jitops.get("add", device="cpu"), jitops.get("add_", device="cpu")
     z = x * 2
     add_(z, y, alpha=3)  # an intermediate, mutated in place
@@ -373,24 +474,35 @@ def test_issue_18_add_and_nms_calls(get: Any) -> None:
     """The calls issue 18 lists as failing or rounding differently on main, now as torch/torchvision."""
     add, add_, nms = get("add", "cpu"), get("add_", "cpu"), get("nms", "cpu")
     x = torch.randn(1000)
-    assert torch.equal(add(x, 2.0), torch.add(x, 2.0))  # main: "Expected a value of type 'Tensor' for argument 'other'"
+    # main: "Expected a value of type 'Tensor' for argument 'other'"
+    assert torch.equal(add(x, 2.0), torch.add(x, 2.0))
     assert torch.equal(add(x, 2.0, alpha=3), torch.add(x, 2.0, alpha=3))
     i = torch.arange(5)
-    assert add(i, 2.5).dtype == torch.float32 and torch.equal(add(i, 2.5), torch.add(i, 2.5))  # a number promotes as torch's
+    # a number promotes as torch's
+    assert add(i, 2.5).dtype == torch.float32 and torch.equal(add(i, 2.5), torch.add(i, 2.5))
     assert torch.equal(add_(x.clone(), 1.5, alpha=2), x.clone().add_(1.5, alpha=2))
     b = torch.tensor([True, False, False])
-    assert torch.equal(add(b, torch.tensor([False, False, True]), alpha=3), torch.add(b, torch.tensor([False, False, True]), alpha=3))
+    assert torch.equal(
+        add(b, torch.tensor([False, False, True]), alpha=3),
+        torch.add(b, torch.tensor([False, False, True]), alpha=3),
+    )
     c = torch.randn(7, dtype=torch.complex64)
     # complex: torch's own scalar loops place the fma of the complex product differently by element
     # position; held to assert_close's tolerances (README)
-    torch.testing.assert_close(add(c, c.flip(0), alpha=1.5 - 2j), torch.add(c, c.flip(0), alpha=1.5 - 2j))
+    torch.testing.assert_close(
+        add(c, c.flip(0), alpha=1.5 - 2j), torch.add(c, c.flip(0), alpha=1.5 - 2j)
+    )
     h, k = torch.randn(1037).half(), torch.randn(1037).half()
-    assert torch.equal(add(h, k, alpha=-3.125), torch.add(h, k, alpha=-3.125))  # main: 0.0156 apart in the tail
-    assert torch.equal(add(h[1::2], k[::2][:518], alpha=-3.125), torch.add(h[1::2], k[::2][:518], alpha=-3.125))
+    # main: 0.0156 apart in the tail
+    assert torch.equal(add(h, k, alpha=-3.125), torch.add(h, k, alpha=-3.125))
+    assert torch.equal(
+        add(h[1::2], k[::2][:518], alpha=-3.125), torch.add(h[1::2], k[::2][:518], alpha=-3.125)
+    )
     boxes = torch.tensor([[0, 0, 10, 10], [0, 0, 10, 3.0], [1, 1, 11, 11]])
     scores = torch.tensor([1.0, 0.5, 0.7])
     assert nms(boxes.half(), scores.half(), 0.5).tolist() == [0, 1]  # main: float16 refused
-    # IoU 30/100 rounds to float(0.3) in float32; torchvision's CPU kernel compares it with 0.3 as a double
+    # IoU 30/100 rounds to float(0.3) in float32; torchvision's CPU kernel compares it with 0.3 as a
+    # double
     assert nms(boxes[:2], scores[:2], 0.3).tolist() == [0]
     assert nms(boxes[:2].double(), scores[:2].double(), 0.3).tolist() == [0, 1]
 
@@ -403,9 +515,15 @@ def test_scalar_overloads_opcheck(get: Any, case: str) -> None:
         torch.library.opcheck(get("add", "cpu").packet.Scalar, (x, 2.5), {"alpha": 2})
         assert torch.autograd.gradcheck(lambda t: get("add", "cpu")(t, 2.5, alpha=-3), (x,))
     elif case == "Scalar_out":
-        torch.library.opcheck(get("add", "cpu").packet.Scalar_out, (x.detach(), 2, 3), {"out": torch.empty(4, 3, dtype=torch.float64)})
+        torch.library.opcheck(
+            get("add", "cpu").packet.Scalar_out,
+            (x.detach(), 2, 3),
+            {"out": torch.empty(4, 3, dtype=torch.float64)},
+        )
     else:
-        torch.library.opcheck(get("add_", "cpu").packet.Scalar, (x.detach().clone(), 1.5), {"alpha": -2})
+        torch.library.opcheck(
+            get("add_", "cpu").packet.Scalar, (x.detach().clone(), 1.5), {"alpha": -2}
+        )
 
 
 def _scalar_calls(x: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -53,8 +53,12 @@ def test_every_module_has_a_stage() -> None:
 
 
 def test_imports_only_point_down_to_a_lower_stage_or_within_one() -> None:
-    upward = sorted(f"{m} -> {d}" for m, deps in graph().items() for d in deps
-                    if stage_of(d) != stage_of(m) and rank(d) >= rank(m))
+    upward = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph().items()
+        for d in deps
+        if stage_of(d) != stage_of(m) and rank(d) >= rank(m)
+    )
     assert upward == []
 
 
@@ -66,7 +70,9 @@ def test_the_rule_catches_an_upward_and_a_circular_import() -> None:
     """The checks above can fail: an upward edge and a circle added to the real graph are found."""
     g = graph()
     g["jitops.store.cache"] = g["jitops.store.cache"] | {"jitops.plan"}
-    assert any(rank(d) >= rank(m) and stage_of(d) != stage_of(m) for m, deps in g.items() for d in deps)
+    assert any(
+        rank(d) >= rank(m) and stage_of(d) != stage_of(m) for m, deps in g.items() for d in deps
+    )
     g = graph()
     g["jitops.store.manifest"] = g["jitops.store.manifest"] | {"jitops.store.cache"}
     assert ["jitops.store.cache", "jitops.store.manifest", "jitops.store.cache"] in cycles(g)
@@ -85,9 +91,18 @@ def test_every_import_names_a_module_that_exists() -> None:
     assert unresolved() == []
 
 
-@pytest.mark.skipif(shutil.which("git") is None or not (PACKAGE.parent / ".git").exists(), reason="needs a git checkout")
+@pytest.mark.skipif(
+    shutil.which("git") is None or not (PACKAGE.parent / ".git").exists(),
+    reason="needs a git checkout",
+)
 def test_no_file_of_the_package_is_git_ignored() -> None:
     """A .gitignore rule for a build folder once matched jitops/build/: its modules were never committed."""
-    ignored = subprocess.run(["git", "ls-files", "--others", "--ignored", "--exclude-standard", "--", "jitops"],
-                             cwd=PACKAGE.parent, capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    ignored = subprocess.run(
+        ["git", "ls-files", "--others", "--ignored", "--exclude-standard", "--", "jitops"],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
     assert [f for f in ignored if "__pycache__" not in f] == []

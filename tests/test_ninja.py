@@ -31,17 +31,33 @@ def _torch_written(job: BuildJob) -> Path:
     with_cuda = job.device == "cuda"
     path = job.build_dir / "build.ninja"
     libs = [f for d in ninja.cuda_library_includes() for f in ("-isystem", d)] if with_cuda else []
-    cflags = [*job.cflags, f"-DJITOPS_NS={job.namespace}"] + (["-DJITOPS_WITH_CUDA", *libs] if with_cuda else [])
-    cuda_cflags = [*job.cuda_cflags, f"-DJITOPS_NS={job.namespace}", "-DJITOPS_WITH_CUDA", *libs] if with_cuda else []
+    cflags = [*job.cflags, f"-DJITOPS_NS={job.namespace}"] + (
+        ["-DJITOPS_WITH_CUDA", *libs] if with_cuda else []
+    )
+    cuda_cflags = (
+        [*job.cuda_cflags, f"-DJITOPS_NS={job.namespace}", "-DJITOPS_WITH_CUDA", *libs]
+        if with_cuda
+        else []
+    )
     saved = ce.CUDA_HOME
     if with_cuda and job.nvcc:
         ce.CUDA_HOME = os.path.dirname(os.path.dirname(job.nvcc))
     try:
         ldflags = ce._prepare_ldflags(list(job.ldflags), with_cuda, False, False, False)
         ldflags.remove("-ltorch_python")
-        ce._write_ninja_file_to_build_library(str(path), job.library, [str(s) for s in job.sources], cflags,
-                                              cuda_cflags, [], ldflags, [str(d) for d in job.include_dirs],
-                                              with_cuda, False, False)
+        ce._write_ninja_file_to_build_library(
+            str(path),
+            job.library,
+            [str(s) for s in job.sources],
+            cflags,
+            cuda_cflags,
+            [],
+            ldflags,
+            [str(d) for d in job.include_dirs],
+            with_cuda,
+            False,
+            False,
+        )
     finally:
         ce.CUDA_HOME = saved
     out, cflags_line = [], ""
@@ -53,15 +69,21 @@ def _torch_written(job: BuildJob) -> Path:
         elif line.startswith("cflags = "):
             cflags_line = line
         out.append(line)
-        if line.startswith("build ") and ": compile " in line and os.path.basename(line).startswith("register"):
-            out.append("  cflags = " + ninja.registration_cflags(cflags_line[len("cflags = "):]))
+        if (
+            line.startswith("build ")
+            and ": compile " in line
+            and os.path.basename(line).startswith("register")
+        ):
+            out.append("  cflags = " + ninja.registration_cflags(cflags_line[len("cflags = ") :]))
     path.write_text("\n".join(out) + "\n")
     return path
 
 
 def _commands(build_dir: Path) -> list[str]:
     exe = toolchain.find_ninja("test")
-    proc = subprocess.run([exe, "-t", "commands"], cwd=build_dir, capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [exe, "-t", "commands"], cwd=build_dir, capture_output=True, text=True, check=True
+    )
     return proc.stdout.splitlines()
 
 
@@ -72,18 +94,33 @@ def _job(tmp_path: Path, name: str, device: str, nvcc: str | None) -> BuildJob:
     (tmp_path / name).mkdir()
     gencode = arch_gencode_flags(("8.0", "9.0+PTX")) if device == "cuda" else ()
     return BuildJob(
-        library="softmax", target="t", device=device, namespace="jitops_softmax_0123456789abcdef",
+        library="softmax",
+        target="t",
+        device=device,
+        namespace="jitops_softmax_0123456789abcdef",
         sources=tuple(spec.root / s for s in spec.sources_for(device)),
         include_dirs=(Path(__file__).parent.parent / "jitops" / "include", spec.root),
-        cflags=(*target.cflags(), "-DX=1"), cuda_cflags=("-O3", *gencode), ldflags=("-fopenmp",),
-        cxx="/usr/bin/c++", ninja="ninja", nvcc=nvcc, build_dir=tmp_path / name, env={},
+        cflags=(*target.cflags(), "-DX=1"),
+        cuda_cflags=("-O3", *gencode),
+        ldflags=("-fopenmp",),
+        cxx="/usr/bin/c++",
+        ninja="ninja",
+        nvcc=nvcc,
+        build_dir=tmp_path / name,
+        env={},
     )
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_same_commands_as_torchs_writer(tmp_path: Path, device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_same_commands_as_torchs_writer(
+    tmp_path: Path, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("CC", raising=False)
-    nvcc = str(fake_toolkit(tmp_path / "cuda-13.0", "13.0") / "bin" / "nvcc") if device == "cuda" else None
+    nvcc = (
+        str(fake_toolkit(tmp_path / "cuda-13.0", "13.0") / "bin" / "nvcc")
+        if device == "cuda"
+        else None
+    )
     theirs = _torch_written(_job(tmp_path, "torch", device, nvcc))
     ours, aliases = ninja.write_ninja_file(_job(tmp_path, "jitops", device, nvcc))
     assert aliases == {}  # plain paths are used as they are
@@ -101,12 +138,29 @@ def test_paths_sh_would_act_on_never_reach_nvcc(tmp_path: Path) -> None:
     (odd / "register.cpp").write_text("// r\n")
     kit = fake_toolkit(tmp_path / "cuda", "13.0")
     (tmp_path / "b").mkdir()
-    job = BuildJob(library="odd", target="t", device="cuda", namespace="jitops_odd_0", sources=(odd / "k.cu", odd / "register.cpp"),
-                   include_dirs=(odd,), cflags=(), cuda_cflags=tuple(arch_gencode_flags(("8.0",))), ldflags=(),
-                   cxx="/usr/bin/c++", ninja="ninja", nvcc=str(kit / "bin" / "nvcc"), build_dir=tmp_path / "b", env={})
+    job = BuildJob(
+        library="odd",
+        target="t",
+        device="cuda",
+        namespace="jitops_odd_0",
+        sources=(odd / "k.cu", odd / "register.cpp"),
+        include_dirs=(odd,),
+        cflags=(),
+        cuda_cflags=tuple(arch_gencode_flags(("8.0",))),
+        ldflags=(),
+        cxx="/usr/bin/c++",
+        ninja="ninja",
+        nvcc=str(kit / "bin" / "nvcc"),
+        build_dir=tmp_path / "b",
+        env={},
+    )
     path, aliases = ninja.write_ninja_file(job)
-    assert set(aliases.values()) == {str(odd)} and (tmp_path / "b" / "_jitops_path0").resolve() == odd
-    assert (tmp_path / "b" / "_jitops_src1" / "k.cu").read_text() == "// k\n"  # nvcc resolves symlinks: a copy
+    assert (
+        set(aliases.values()) == {str(odd)} and (tmp_path / "b" / "_jitops_path0").resolve() == odd
+    )
+    assert (
+        tmp_path / "b" / "_jitops_src1" / "k.cu"
+    ).read_text() == "// k\n"  # nvcc resolves symlinks: a copy
     commands = _commands(path.parent)
     nvcc_lines = [c for c in commands if c.startswith(str(kit))]
     assert nvcc_lines and all(str(odd) not in c and "MARK" not in c for c in nvcc_lines)

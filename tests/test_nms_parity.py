@@ -27,7 +27,10 @@ import torch
 import jitops
 from tests.helpers import DEVICES
 
-pytestmark = [pytest.mark.compile, pytest.mark.filterwarnings("ignore:.*quantized tensor creation functions.*")]
+pytestmark = [
+    pytest.mark.compile,
+    pytest.mark.filterwarnings("ignore:.*quantized tensor creation functions.*"),
+]
 
 THRESHOLDS = [0.0, 0.2, 0.5, 0.8, 1.0]
 
@@ -47,7 +50,9 @@ def get(request: pytest.FixtureRequest) -> Callable[[str], Any]:
     def aten(device: str) -> Any:
         if device != "cpu":
             pytest.skip("a CUDA build is the ATen library already")
-        return op_from_library(load_library(dataclasses.replace(lookup("nms"), stable_cpu_sources=()), "cpu"), "nms")
+        return op_from_library(
+            load_library(dataclasses.replace(lookup("nms"), stable_cpu_sources=()), "cpu"), "nms"
+        )
 
     return aten
 
@@ -77,9 +82,13 @@ def _boxes(n: int, seed: int, grid: float) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("low", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("n", [0, 1, 40, 700])
-def test_autocast_gives_the_float32_indices(get: Any, device: str, low: torch.dtype, n: int) -> None:
+def test_autocast_gives_the_float32_indices(
+    get: Any, device: str, low: torch.dtype, n: int
+) -> None:
     nms = get(device)
-    for (seed, grid), threshold in itertools.product([(n, 1.0), (n + 1, 4.0), (n + 2, 1e3)], THRESHOLDS):
+    for (seed, grid), threshold in itertools.product(
+        [(n, 1.0), (n + 1, 4.0), (n + 2, 1e3)], THRESHOLDS
+    ):
         boxes, scores = (t.to(low).to(device) for t in _boxes(n, seed, grid))
         want = nms(boxes.float(), scores.float(), threshold)
         with torch.autocast(device, dtype=low):
@@ -87,7 +96,11 @@ def test_autocast_gives_the_float32_indices(get: Any, device: str, low: torch.dt
             ref = jitops.reference("nms")(boxes, scores, threshold)
             mixed = nms(boxes, scores.float(), threshold)  # one input already float32
         assert got.dtype == torch.int64 and got.device == boxes.device
-        assert got.tolist() == want.tolist() == ref.tolist() == mixed.tolist(), (seed, grid, threshold)
+        assert got.tolist() == want.tolist() == ref.tolist() == mixed.tolist(), (
+            seed,
+            grid,
+            threshold,
+        )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -102,14 +115,20 @@ def test_autocast_leaves_float32_and_float64_alone(get: Any, device: str) -> Non
             got = nms(b, s, 0.5)
         assert got.tolist() == nms(b, s, 0.5).tolist()
     with torch.autocast(device, dtype=torch.bfloat16):
-        with pytest.raises(RuntimeError, match="nms: boxes and scores must have the same dtype, got float64 and float32"):
+        with pytest.raises(
+            RuntimeError,
+            match="nms: boxes and scores must have the same dtype, got float64 and float32",
+        ):
             nms(boxes, scores.bfloat16(), 0.5)
 
 
 def test_bfloat16_outside_autocast_is_still_refused(get: Any) -> None:
     nms = get("cpu")
     z = torch.zeros(3, 4, dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="expected float16, float32 or float64 boxes, got bfloat16 .*under torch.autocast"):
+    with pytest.raises(
+        RuntimeError,
+        match="expected float16, float32 or float64 boxes, got bfloat16 .*under torch.autocast",
+    ):
         nms(z, torch.zeros(3, dtype=torch.bfloat16), 0.5)
     with torch.autocast("cpu", enabled=False), pytest.raises(RuntimeError, match="got bfloat16"):
         nms(z, torch.zeros(3, dtype=torch.bfloat16), 0.5)
@@ -124,7 +143,9 @@ def test_autocast_float16_takes_the_float32_formula_not_the_float16_one(get: Any
     for seed, threshold in itertools.product(range(12), (0.7, 0.9)):
         # boxes from near 0 to 500..2000: their float16 differences round (spacing 0.5..1 up there)
         g = torch.Generator().manual_seed(seed)
-        boxes = torch.cat([torch.rand(60, 2, generator=g) * 3, 500 + torch.rand(60, 2, generator=g) * 1500], 1).half()
+        boxes = torch.cat(
+            [torch.rand(60, 2, generator=g) * 3, 500 + torch.rand(60, 2, generator=g) * 1500], 1
+        ).half()
         scores = torch.rand(60, generator=g).half()
         half_way = nms(boxes, scores, threshold)
         float_way = nms(boxes.float(), scores.float(), threshold)
@@ -153,27 +174,45 @@ def _quantize(t: torch.Tensor, scale: float, zero_point: int, dtype: torch.dtype
     return torch.quantize_per_tensor(t.float(), scale=scale, zero_point=zero_point, dtype=dtype)
 
 
-# (dtype, scale, zero point): scales whose dequantized 8-bit values, differences and products are exact
-# in float32, so the integer rule and the float rule on the dequantized values decide every case alike.
-EXACT = [(torch.quint8, 1.0, 0), (torch.quint8, 2.0, 50), (torch.quint8, 3.0, 10), (torch.quint8, 0.5, 7),
-         (torch.qint8, 1.0, 0), (torch.qint8, 0.25, -20), (torch.qint8, 3.0, 5)]
+# (dtype, scale, zero point): scales whose dequantized 8-bit values, differences and products are
+# exact in float32, so the integer rule and the float rule on the dequantized values decide every
+# case alike.
+EXACT = [
+    (torch.quint8, 1.0, 0),
+    (torch.quint8, 2.0, 50),
+    (torch.quint8, 3.0, 10),
+    (torch.quint8, 0.5, 7),
+    (torch.qint8, 1.0, 0),
+    (torch.qint8, 0.25, -20),
+    (torch.qint8, 3.0, 5),
+]
 
 
-@pytest.mark.parametrize("qcase", EXACT, ids=lambda c: f"{str(c[0]).removeprefix('torch.')}-{c[1]}-{c[2]}")
+@pytest.mark.parametrize(
+    "qcase", EXACT, ids=lambda c: f"{str(c[0]).removeprefix('torch.')}-{c[1]}-{c[2]}"
+)
 @pytest.mark.parametrize("n", [0, 1, 30, 1000])
-def test_quantized_gives_the_dequantized_result(get: Any, qcase: tuple[torch.dtype, float, int], n: int) -> None:
+def test_quantized_gives_the_dequantized_result(
+    get: Any, qcase: tuple[torch.dtype, float, int], n: int
+) -> None:
     nms = get("cpu")
     dtype, scale, zero_point = qcase
     for (seed, grid), threshold in itertools.product([(n, 1.0), (n + 1, 0.25)], THRESHOLDS):
         boxes, scores = _boxes(n, seed, grid)
         # qint8 holds -128..127: shift the boxes into its range; many scores tie after quantization
-        qb = _quantize(boxes * (0.5 if dtype == torch.qint8 else 1.0) - (60 if dtype == torch.qint8 else 0),
-                       scale, zero_point, dtype)
+        qb = _quantize(
+            boxes * (0.5 if dtype == torch.qint8 else 1.0) - (60 if dtype == torch.qint8 else 0),
+            scale,
+            zero_point,
+            dtype,
+        )
         qs = _quantize(scores, scale, zero_point, dtype)
         got = nms(qb, qs, threshold)
         assert got.dtype == torch.int64 and got.device.type == "cpu"
         want = nms(qb.dequantize(), qs.dequantize(), threshold)
-        assert got.tolist() == want.tolist() == jitops.reference("nms")(qb, qs, threshold).tolist(), (seed, threshold)
+        assert (
+            got.tolist() == want.tolist() == jitops.reference("nms")(qb, qs, threshold).tolist()
+        ), (seed, threshold)
 
 
 def test_quantized_compares_the_stored_integers(get: Any) -> None:
@@ -182,7 +221,10 @@ def test_quantized_compares_the_stored_integers(get: Any) -> None:
     nms = get("cpu")
     for seed, threshold in itertools.product(range(4), THRESHOLDS):
         boxes, scores = _boxes(500, seed, 1.0)
-        qb, qs = _quantize(boxes * 1e3, 0.1, 17, torch.qint32), _quantize(scores, 0.1, -3, torch.qint32)
+        qb, qs = (
+            _quantize(boxes * 1e3, 0.1, 17, torch.qint32),
+            _quantize(scores, 0.1, -3, torch.qint32),
+        )
         got = nms(qb, qs, threshold)
         ints = (qb.int_repr() - 17).float()  # exact: |values| < 2**24
         assert got.tolist() == nms(ints, qs.int_repr().float(), threshold).tolist()
@@ -193,11 +235,22 @@ def test_quantized_inputs_that_cannot_be_compared_are_refused(get: Any) -> None:
     nms = get("cpu")
     boxes, scores = _boxes(6, 1, 1.0)
     qb, qs = _quantize(boxes, 1.0, 0, torch.quint8), _quantize(scores, 1.0, 0, torch.quint8)
-    per_channel = torch.quantize_per_channel(boxes.float(), torch.ones(6, dtype=torch.float64), torch.zeros(6, dtype=torch.int64),
-                                             0, torch.quint8)
+    per_channel = torch.quantize_per_channel(
+        boxes.float(),
+        torch.ones(6, dtype=torch.float64),
+        torch.zeros(6, dtype=torch.int64),
+        0,
+        torch.quint8,
+    )
     cases = [
-        ((qb, scores.float()), "nms: boxes and scores must have the same dtype, got quint8 and float32"),
-        ((boxes.float(), qs), "nms: boxes and scores must have the same dtype, got float32 and quint8"),
+        (
+            (qb, scores.float()),
+            "nms: boxes and scores must have the same dtype, got quint8 and float32",
+        ),
+        (
+            (boxes.float(), qs),
+            "nms: boxes and scores must have the same dtype, got float32 and quint8",
+        ),
         ((qb, _quantize(scores, 1.0, 0, torch.qint8)), "same dtype, got quint8 and qint8"),
         ((per_channel, qs), "quantized boxes must be quantized per tensor"),
         ((qb[:, :3], qs), r"boxes must be \(N, 4\)"),
@@ -213,14 +266,24 @@ def test_quantized_opcheck(get: Any) -> None:
     meta (fake) quantized tensors, and says so (torchvision's generated opcheck tests skip that error)."""
     nms = get("cpu")
     boxes, scores = _boxes(40, 3, 1.0)
-    args = (_quantize(boxes, 2.0, 50, torch.quint8), _quantize(scores * 30, 2.0, 50, torch.quint8), 0.5)
-    torch.library.opcheck(nms.packet.default, args, test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    args = (
+        _quantize(boxes, 2.0, 50, torch.quint8),
+        _quantize(scores * 30, 2.0, 50, torch.quint8),
+        0.5,
+    )
+    torch.library.opcheck(
+        nms.packet.default,
+        args,
+        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
+    )
     with pytest.raises(Exception, match="test_aot_dispatch_dynamic failed") as e:
         torch.library.opcheck(nms.packet.default, args, test_utils="test_aot_dispatch_dynamic")
-    assert isinstance(e.value.__cause__, torch._subclasses.fake_tensor.UnsupportedFakeTensorException)
+    assert isinstance(
+        e.value.__cause__, torch._subclasses.fake_tensor.UnsupportedFakeTensorException
+    )
 
 
-# ---------------------------------------------------------------- against torchvision, where it imports
+# ------------------------------------------------------------ against torchvision, where it imports
 
 
 def _torchvision_nms() -> Callable[..., torch.Tensor] | None:
@@ -236,7 +299,9 @@ def _torchvision_nms() -> Callable[..., torch.Tensor] | None:
 def test_same_indices_as_torchvision_for_autocast_and_quantized(get: Any) -> None:
     tv = _torchvision_nms()
     if tv is None:
-        pytest.skip("torchvision's C++ ops do not load with this torch (run in a venv with a matching torchvision)")
+        pytest.skip(
+            "torchvision's C++ ops do not load with this torch (run in a venv with a matching torchvision)"
+        )
     nms = get("cpu")
     for seed, threshold in itertools.product(range(3), THRESHOLDS):
         boxes, scores = _boxes(800, seed, 4.0)
@@ -246,4 +311,8 @@ def test_same_indices_as_torchvision_for_autocast_and_quantized(get: Any) -> Non
         for dtype, scale, zero_point in [*EXACT, (torch.qint32, 0.1, 17)]:
             qb = _quantize(boxes * (0.5 if dtype == torch.qint8 else 1.0), scale, zero_point, dtype)
             qs = _quantize(scores, scale, zero_point, dtype)
-            assert nms(qb, qs, threshold).tolist() == tv(qb, qs, threshold).tolist(), (dtype, scale, threshold)
+            assert nms(qb, qs, threshold).tolist() == tv(qb, qs, threshold).tolist(), (
+                dtype,
+                scale,
+                threshold,
+            )

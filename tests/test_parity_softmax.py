@@ -31,23 +31,56 @@ FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 # (shape, dim, layout): layout "t" transposes the last two dims of a contiguous
 # tensor (same values, permuted strides), "s" takes every other column.
 SHAPES: list[tuple[tuple[int, ...], int, str]] = [
-    ((), 0, ""), ((), -1, ""), ((1,), 0, ""), ((7,), 0, ""), ((0,), 0, ""), ((4, 0), -1, ""), ((0, 5), 0, ""),
-    ((3, 0, 2), 1, ""), ((5, 5), -1, ""), ((5, 5), 0, ""), ((3, 17), -1, ""), ((5, 10, 5), 0, ""),
-    ((5, 10, 5), 1, ""), ((5, 10, 5), 2, ""), ((2, 33, 40), 1, ""), ((64, 1000), -1, ""), ((8, 2048), -1, ""),
-    ((300, 70), 0, ""), ((4, 5, 6, 7), 2, ""), ((5, 1), 1, ""), ((64, 33), 0, "t"), ((64, 33), -1, "t"),
-    ((6, 16), -1, "s"), ((6, 16), 0, "s"),
+    ((), 0, ""),
+    ((), -1, ""),
+    ((1,), 0, ""),
+    ((7,), 0, ""),
+    ((0,), 0, ""),
+    ((4, 0), -1, ""),
+    ((0, 5), 0, ""),
+    ((3, 0, 2), 1, ""),
+    ((5, 5), -1, ""),
+    ((5, 5), 0, ""),
+    ((3, 17), -1, ""),
+    ((5, 10, 5), 0, ""),
+    ((5, 10, 5), 1, ""),
+    ((5, 10, 5), 2, ""),
+    ((2, 33, 40), 1, ""),
+    ((64, 1000), -1, ""),
+    ((8, 2048), -1, ""),
+    ((300, 70), 0, ""),
+    ((4, 5, 6, 7), 2, ""),
+    ((5, 1), 1, ""),
+    ((64, 33), 0, "t"),
+    ((64, 33), -1, "t"),
+    ((6, 16), -1, "s"),
+    ((6, 16), 0, "s"),
 ]
 
 
 def _dtype_args(dt: torch.dtype) -> list[torch.dtype | None]:
-    return {torch.float16: [None, torch.float32], torch.bfloat16: [None, torch.float32],
-            torch.float32: [None, torch.float64], torch.float64: [None]}[dt]
+    return {
+        torch.float16: [None, torch.float32],
+        torch.bfloat16: [None, torch.float32],
+        torch.float32: [None, torch.float64],
+        torch.float64: [None],
+    }[dt]
 
 
 CASES = [
-    pytest.param(name, dt, shape, dim, layout, out_dt,
-                 id=f"{name}-{str(dt)[6:]}-{'x'.join(map(str, shape)) or 'scalar'}-d{dim}{layout}-{str(out_dt)[6:] if out_dt else 'nodtype'}")
-    for name in OPS for dt in FLOATS for shape, dim, layout in SHAPES for out_dt in _dtype_args(dt)
+    pytest.param(
+        name,
+        dt,
+        shape,
+        dim,
+        layout,
+        out_dt,
+        id=f"{name}-{str(dt)[6:]}-{'x'.join(map(str, shape)) or 'scalar'}-d{dim}{layout}-{str(out_dt)[6:] if out_dt else 'nodtype'}",
+    )
+    for name in OPS
+    for dt in FLOATS
+    for shape, dim, layout in SHAPES
+    for out_dt in _dtype_args(dt)
 ]
 
 
@@ -71,7 +104,9 @@ def max_ulp(got: torch.Tensor, want: torch.Tensor) -> int:
     return int(d[~nan].max()) if (~nan).any() else 0
 
 
-def make_input(shape: tuple[int, ...], layout: str, dtype: torch.dtype, device: str, seed: int) -> torch.Tensor:
+def make_input(
+    shape: tuple[int, ...], layout: str, dtype: torch.dtype, device: str, seed: int
+) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     base = shape
     if layout == "t":
@@ -101,32 +136,53 @@ def ulp_bound(device: str, dtype: torch.dtype) -> int | None:
     return 2 if dtype in (torch.float16, torch.bfloat16) else None
 
 
-def check_case(device: str, name: str, dt: torch.dtype, shape: tuple[int, ...], dim: int, layout: str,
-               out_dt: torch.dtype | None) -> None:
+def check_case(
+    device: str,
+    name: str,
+    dt: torch.dtype,
+    shape: tuple[int, ...],
+    dim: int,
+    layout: str,
+    out_dt: torch.dtype | None,
+) -> None:
     op, ref = jitops.get(name, device=device), getattr(torch, name)
     x = make_input(shape, layout, dt, device, seed=len(shape) * 31 + dim)
     kwargs: dict[str, Any] = {} if out_dt is None else {"dtype": out_dt}
     xa = x.detach().clone().requires_grad_()
     xb = x.detach().clone().requires_grad_()
     got, want = op(xa, dim, **kwargs), ref(xb, dim, **kwargs)
-    assert got.dtype == want.dtype == (out_dt or dt) and got.shape == want.shape and got.device == want.device
+    assert (
+        got.dtype == want.dtype == (out_dt or dt)
+        and got.shape == want.shape
+        and got.device == want.device
+    )
     torch.testing.assert_close(got, want, equal_nan=True)
     bound = ulp_bound(device, got.dtype)
     if bound is not None:
-        assert max_ulp(got, want) <= bound, f"forward differs from torch by {max_ulp(got, want)} ulp (bound {bound})"
+        assert max_ulp(got, want) <= bound, (
+            f"forward differs from torch by {max_ulp(got, want)} ulp (bound {bound})"
+        )
 
     if got.numel() == 0:
         return
-    g = torch.randn(got.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(got.dtype).to(device)
+    g = (
+        torch.randn(got.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        .to(got.dtype)
+        .to(device)
+    )
     got.backward(g)
     want.backward(g)
     assert xa.grad is not None and xb.grad is not None
-    assert xa.grad.dtype == xb.grad.dtype == dt  # the gradient flows back to the input dtype, as torch's
+    # the gradient flows back to the input dtype, as torch's
+    assert xa.grad.dtype == xb.grad.dtype == dt
     # The backward kernel against torch's, from the same output: bit-identical on CPU.
-    backward_data = torch._softmax_backward_data if name == "softmax" else torch._log_softmax_backward_data
+    backward_data = (
+        torch._softmax_backward_data if name == "softmax" else torch._log_softmax_backward_data
+    )
     torch_from_ours = backward_data(g, got.detach(), dim, got.dtype).to(dt)
     torch.testing.assert_close(xa.grad, torch_from_ours, equal_nan=True)
-    if device == "cpu":  # (on CUDA, y * (g - sum) near cancellation turns the sum's order into many ulps)
+    # (on CUDA, y * (g - sum) near cancellation turns the sum's order into many ulps)
+    if device == "cpu":
         assert max_ulp(xa.grad, torch_from_ours) == 0, "backward kernel differs from torch's"
     # End to end: where the forwards agree bit for bit, so must the gradients. (Elsewhere an ulp
     # of the output can move a gradient near cancellation, y * (g - sum), by much more.)
@@ -135,15 +191,27 @@ def check_case(device: str, name: str, dt: torch.dtype, shape: tuple[int, ...], 
 
 
 @pytest.mark.parametrize("name,dt,shape,dim,layout,out_dt", CASES)
-def test_parity_cpu(name: str, dt: torch.dtype, shape: tuple[int, ...], dim: int, layout: str,
-                    out_dt: torch.dtype | None) -> None:
+def test_parity_cpu(
+    name: str,
+    dt: torch.dtype,
+    shape: tuple[int, ...],
+    dim: int,
+    layout: str,
+    out_dt: torch.dtype | None,
+) -> None:
     check_case("cpu", name, dt, shape, dim, layout, out_dt)
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("name,dt,shape,dim,layout,out_dt", CASES)
-def test_parity_cuda(name: str, dt: torch.dtype, shape: tuple[int, ...], dim: int, layout: str,
-                     out_dt: torch.dtype | None) -> None:
+def test_parity_cuda(
+    name: str,
+    dt: torch.dtype,
+    shape: tuple[int, ...],
+    dim: int,
+    layout: str,
+    out_dt: torch.dtype | None,
+) -> None:
     check_case("cuda", name, dt, shape, dim, layout, out_dt)
 
 
@@ -161,13 +229,48 @@ def test_integer_input_with_dtype_works_as_in_torch(device: str, name: str) -> N
 
 # Calls torch refuses, and the exception type it raises: jitops raises the same type.
 ERRORS = [
-    ("int input", lambda: (torch.arange(3), 0, {}), NotImplementedError, r"expected a float16, bfloat16, float32 or float64 tensor, got int64"),
-    ("bool input", lambda: (torch.ones(3, dtype=torch.bool), 0, {}), NotImplementedError, r"got bool"),
-    ("complex input", lambda: (torch.ones(3, dtype=torch.complex64), 0, {}), NotImplementedError, r"got complex64"),
-    ("integer dtype", lambda: (torch.ones(3), 0, {"dtype": torch.int64}), NotImplementedError, r"float64 dtype, got int64"),
-    ("dim too large", lambda: (torch.ones(3), 1, {}), IndexError, r"dim 1 is out of range for a tensor with 1 dimensions"),
-    ("dim too small", lambda: (torch.ones(2, 3), -3, {}), IndexError, r"dim -3 is out of range for a tensor with 2 dimensions"),
-    ("0-d, dim 1", lambda: (torch.tensor(1.0), 1, {}), IndexError, r"dim 1 is out of range for a tensor with 0 dimensions"),
+    (
+        "int input",
+        lambda: (torch.arange(3), 0, {}),
+        NotImplementedError,
+        r"expected a float16, bfloat16, float32 or float64 tensor, got int64",
+    ),
+    (
+        "bool input",
+        lambda: (torch.ones(3, dtype=torch.bool), 0, {}),
+        NotImplementedError,
+        r"got bool",
+    ),
+    (
+        "complex input",
+        lambda: (torch.ones(3, dtype=torch.complex64), 0, {}),
+        NotImplementedError,
+        r"got complex64",
+    ),
+    (
+        "integer dtype",
+        lambda: (torch.ones(3), 0, {"dtype": torch.int64}),
+        NotImplementedError,
+        r"float64 dtype, got int64",
+    ),
+    (
+        "dim too large",
+        lambda: (torch.ones(3), 1, {}),
+        IndexError,
+        r"dim 1 is out of range for a tensor with 1 dimensions",
+    ),
+    (
+        "dim too small",
+        lambda: (torch.ones(2, 3), -3, {}),
+        IndexError,
+        r"dim -3 is out of range for a tensor with 2 dimensions",
+    ),
+    (
+        "0-d, dim 1",
+        lambda: (torch.tensor(1.0), 1, {}),
+        IndexError,
+        r"dim 1 is out of range for a tensor with 0 dimensions",
+    ),
 ]
 
 

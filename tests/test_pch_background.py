@@ -27,15 +27,19 @@ from tests.helpers import run_scenario
 
 pytestmark = pytest.mark.timeout(300)
 
-SRC = ('#include <vector>\n#include <string>\n'
-       'extern "C" __attribute__((visibility("default"))) int f() {{ std::vector<int> v{{{n}}}; '
-       'return v[0] + (int)std::string("ab").size(); }}\n')
+SRC = (
+    "#include <vector>\n#include <string>\n"
+    'extern "C" __attribute__((visibility("default"))) int f() {{ std::vector<int> v{{{n}}}; '
+    'return v[0] + (int)std::string("ab").size(); }}\n'
+)
 
 
 def _slow_cxx(tmp_path: Path, delay: float) -> Path:
     """g++, but a PCH compile first sleeps ``delay`` seconds (the slow step the user must not wait for)."""
     script = tmp_path / "cxx"
-    script.write_text('#!/bin/sh\ncase "$*" in *c++-header*) sleep ' + str(delay) + ' ;; esac\nexec g++ "$@"\n')
+    script.write_text(
+        '#!/bin/sh\ncase "$*" in *c++-header*) sleep ' + str(delay) + ' ;; esac\nexec g++ "$@"\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script
 
@@ -44,25 +48,51 @@ def _gated_cxx(tmp_path: Path) -> tuple[Path, Path]:
     """g++, but a PCH compile waits (at most 2 min) until the file ``gate`` exists: a build that waited for its PCH
     would hang until the test opens it."""
     gate, script = tmp_path / "gate", tmp_path / "cxx"
-    script.write_text(f'#!/bin/sh\ncase "$*" in *c++-header*) i=0; while [ ! -e {gate} ] && [ $i -lt 1200 ]; '
-                      'do sleep 0.1; i=$((i+1)); done ;; esac\nexec g++ "$@"\n')
+    script.write_text(
+        f'#!/bin/sh\ncase "$*" in *c++-header*) i=0; while [ ! -e {gate} ] && [ $i -lt 1200 ]; '
+        'do sleep 0.1; i=$((i+1)); done ;; esac\nexec g++ "$@"\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script, gate
 
 
-def _job(tmp_path: Path, cxx: Path, store: cache.Cache, n: int, background: bool = True,
-         library: str = "bg") -> build.BuildJob:
+def _job(
+    tmp_path: Path,
+    cxx: Path,
+    store: cache.Cache,
+    n: int,
+    background: bool = True,
+    library: str = "bg",
+) -> build.BuildJob:
     root = tmp_path / ("lib" if library == "bg" else library)
     root.mkdir(exist_ok=True)
     (root / "f.cpp").write_text(SRC.format(n=n))
     build_dir = tmp_path / f"build{library}{n}"
     build_dir.mkdir()
     return build.BuildJob(
-        library=library, target="cpu-test", device="cpu", namespace=f"jitops_{library}_{n:016d}",
-        sources=(root / "f.cpp",), include_dirs=(root,), cflags=("-O1",), cuda_cflags=(), ldflags=(), cxx=str(cxx),
-        ninja=toolchain.find_ninja("bg"), nvcc=None, build_dir=build_dir, env=dict(os.environ), jobs=2,
-        cache=store, root=root, identity=json.dumps({"compiler": "gcc"}), pch="gcc", pch_build=True,
-        pch_background=background, pch_max_size=1 << 30)
+        library=library,
+        target="cpu-test",
+        device="cpu",
+        namespace=f"jitops_{library}_{n:016d}",
+        sources=(root / "f.cpp",),
+        include_dirs=(root,),
+        cflags=("-O1",),
+        cuda_cflags=(),
+        ldflags=(),
+        cxx=str(cxx),
+        ninja=toolchain.find_ninja("bg"),
+        nvcc=None,
+        build_dir=build_dir,
+        env=dict(os.environ),
+        jobs=2,
+        cache=store,
+        root=root,
+        identity=json.dumps({"compiler": "gcc"}),
+        pch="gcc",
+        pch_build=True,
+        pch_background=background,
+        pch_max_size=1 << 30,
+    )
 
 
 def _state(tmp_path: Path, cxx: Path, store: cache.Cache, n: int) -> str:
@@ -96,7 +126,8 @@ def test_settings_turn_background_pchs_off_and_set_the_cap() -> None:
 def test_first_edit_returns_before_the_pch_then_the_next_edit_uses_it(tmp_path: Path) -> None:
     store, (cxx, gate) = cache.Cache(tmp_path / "cache"), _gated_cxx(tmp_path)
     assert _state(tmp_path, cxx, store, 1) == "first use"
-    assert _state(tmp_path, cxx, store, 2) == "background"  # the first edit: compiled without, PCH after
+    # the first edit: compiled without, PCH after
+    assert _state(tmp_path, cxx, store, 2) == "background"
     assert _published(store) == []  # it returned while its PCH's compile waits at the gate
     (pid,) = pch_bg.running()
     assert _state(tmp_path, cxx, store, 3) == "busy"  # an edit meanwhile compiles without it
@@ -117,15 +148,22 @@ def test_the_process_exits_without_waiting_and_the_child_is_bounded(tmp_path: Pa
     publishes nothing half made, and leaves no process behind."""
     store, cxx = cache.Cache(tmp_path / "cache"), _slow_cxx(tmp_path, 120)
     build.build(_job(tmp_path, cxx, store, 1), None)  # first use
-    report = run_scenario("test_pch_background.build_then_exit", tmp=str(tmp_path), cxx=str(cxx), root=str(store.root),
-                          timeout=120)
+    report = run_scenario(
+        "test_pch_background.build_then_exit",
+        tmp=str(tmp_path),
+        cxx=str(cxx),
+        root=str(store.root),
+        timeout=120,
+    )
     assert report["state"] == "background" and len(report["pids"]) == 1, report
     pid = report["pids"][0]
-    assert _alive(pid)  # the process that built has exited; its PCH child still runs (bounded to 20 s here)
+    # the process that built has exited; its PCH child still runs (bounded to 20 s here)
+    assert _alive(pid)
     deadline = time.monotonic() + 60
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(pid)  # bounded: killed its compile after 20 s (not the 120 s step), cleaned up, exited
+    # bounded: killed its compile after 20 s (not the 120 s step), cleaned up, exited
+    assert not _alive(pid)
     assert _published(store) == [] and not list(store.staging.iterdir())
     stray = subprocess.run(["pgrep", "-f", str(cxx)], capture_output=True, text=True).stdout.split()
     assert stray == [], stray  # no compiler (nor the sleep of the wrapper's shell) left running
@@ -171,12 +209,15 @@ def test_the_default_cap_prunes_least_recently_used_pchs_and_objects(tmp_path: P
         (tmp_path / "lib" / "f.cpp").write_text(other.format(n=n))
         build.build(job, None)
     new = next(p for p in _published(store) if p != old)
-    _age([*store.pch.glob(old.name + "*"), *store.objects.iterdir()], 3600)  # the first PCH, every object: an hour idle
-    _age([*store.pch.glob(new.name + "*")], 1200)  # idle longer than prune's grace, used after the rest
+    # the first PCH, every object: an hour idle
+    _age([*store.pch.glob(old.name + "*"), *store.objects.iterdir()], 3600)
+    # idle longer than prune's grace, used after the rest
+    _age([*store.pch.glob(new.name + "*")], 1200)
     size_new = cache_parts.tree_size(new)
     total = cache_admin.parts_size(store)
     assert total > size_new + cache_parts.tree_size(old) > 0
-    assert cache_admin.cap_parts(store, total + 1) is None  # under the cap: one stat per file, nothing removed
+    # under the cap: one stat per file, nothing removed
+    assert cache_admin.cap_parts(store, total + 1) is None
     removed = cache_admin.cap_parts(store, size_new + 4096)
     assert removed is not None and _published(store) == [new]
     assert cache_admin.parts_size(store) <= size_new + 4096
@@ -197,8 +238,9 @@ def test_the_cap_never_evicts_what_a_build_just_stored(tmp_path: Path) -> None:
 
 
 @pytest.mark.compile
-def test_cache_ls_shows_each_kinds_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_cache_ls_shows_each_kinds_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from jitops import cli
 
     store, cxx = cache.Cache(tmp_path / "cache"), _slow_cxx(tmp_path, 0)
@@ -209,8 +251,11 @@ def test_cache_ls_shows_each_kinds_size(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(store.root))
     assert cli.main(["cache", "ls"]) == 0
     out = capsys.readouterr().out
-    kinds = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith(("entries ", "objects ", "pch ", "staging ",
-                                                                          "logs "))}
+    kinds = {
+        ln.split()[0]: ln
+        for ln in out.splitlines()
+        if ln.startswith(("entries ", "objects ", "pch ", "staging ", "logs "))
+    }
     assert set(kinds) == {"entries", "objects", "pch", "staging", "logs"}, out
     assert "4.9 KiB" in kinds["logs"] and " 1 " in kinds["pch"]
 
@@ -232,20 +277,34 @@ def test_a_child_never_remakes_a_cache_that_is_gone(tmp_path: Path) -> None:
     """The parent's private temporary cache is removed at its exit; the detached child (whose argv names that
     path, so another user could make it first) does nothing there and creates nothing."""
     gone = tmp_path / "jitops-cache-gone"
-    spec = {"cache": str(gone), "key": "k" * 64, "limit": 5, "max_size": 0, "kind": "gcc", "cxx": "g++",
-            "flags": ["-O2"], "prefix": ["#include <cstddef>"], "root": str(tmp_path)}
-    done = run_scenario("scenarios_pch.background_child", spec=spec, timeout=120)  # a child: it renices itself
+    spec = {
+        "cache": str(gone),
+        "key": "k" * 64,
+        "limit": 5,
+        "max_size": 0,
+        "kind": "gcc",
+        "cxx": "g++",
+        "flags": ["-O2"],
+        "prefix": ["#include <cstddef>"],
+        "root": str(tmp_path),
+    }
+    # a child: it renices itself
+    done = run_scenario("scenarios_pch.background_child", spec=spec, timeout=120)
     assert done["code"] == 0 and any("gone or unsafe" in line for line in done["log"]), done
     assert not gone.exists()
 
 
 @pytest.mark.compile
-def test_a_prefix_that_does_not_compile_as_a_pch_is_not_retried_after_every_build(tmp_path: Path) -> None:
+def test_a_prefix_that_does_not_compile_as_a_pch_is_not_retried_after_every_build(
+    tmp_path: Path,
+) -> None:
     """A compiler that fails every PCH compile (the files themselves compile): the child's failure leaves a mark,
     the next builds compile without a PCH and start no child until the mark is a day old."""
     script = tmp_path / "cxx"
-    script.write_text('#!/bin/sh\ncase "$*" in *c++-header*) echo "error: no PCH here" >&2; exit 1 ;; esac\n'
-                      'exec g++ "$@"\n')
+    script.write_text(
+        '#!/bin/sh\ncase "$*" in *c++-header*) echo "error: no PCH here" >&2; exit 1 ;; esac\n'
+        'exec g++ "$@"\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     store = cache.Cache(tmp_path / "cache")
     assert _state(tmp_path, script, store, 1) == "first use"
@@ -257,17 +316,33 @@ def test_a_prefix_that_does_not_compile_as_a_pch_is_not_retried_after_every_buil
     os.utime(mark, (old, old))
     assert _state(tmp_path, script, store, 4) == "background"
     assert pch_bg.wait(120) and mark.stat().st_mtime > old  # failed again: the mark renewed
-    assert {p.kind for p in cache_parts.pchs(store, time.time())} == {"pch"}  # the mark is the key's part
+    # the mark is the key's part
+    assert {p.kind for p in cache_parts.pchs(store, time.time())} == {"pch"}
 
 
-@pytest.mark.parametrize(("status", "log", "marked"), [
-    ("1", "prefix.h:1:10: fatal error: mine.h: No such file or directory\n", True),  # the compiler refused it
-    ("1", "g++: fatal error: Killed signal terminated program cc1plus\n", False),  # the OOM killer: may pass later
-    ("1", "fatal error: cannot write PCH file: No space left on device\n", False),
-    ("4", "internal compiler error: Segmentation fault\n", False),
-    ("0", "", False),
-])
-def test_only_the_compilers_refusal_marks_a_prefix(tmp_path: Path, status: str, log: str, marked: bool) -> None:
+@pytest.mark.parametrize(
+    ("status", "log", "marked"),
+    [
+        # the compiler refused it
+        (
+            "1",
+            "prefix.h:1:10: fatal error: mine.h: No such file or directory\n",
+            True,
+        ),
+        # the OOM killer: may pass later
+        (
+            "1",
+            "g++: fatal error: Killed signal terminated program cc1plus\n",
+            False,
+        ),
+        ("1", "fatal error: cannot write PCH file: No space left on device\n", False),
+        ("4", "internal compiler error: Segmentation fault\n", False),
+        ("0", "", False),
+    ],
+)
+def test_only_the_compilers_refusal_marks_a_prefix(
+    tmp_path: Path, status: str, log: str, marked: bool
+) -> None:
     """In a cache that has no v1/pch yet (a stable or builtin build's); a killed compiler, a full disk or an ICE is
     no reason to go without a PCH for a day."""
     store = cache.Cache(tmp_path / "cache")
@@ -280,4 +355,7 @@ def test_only_the_compilers_refusal_marks_a_prefix(tmp_path: Path, status: str, 
     link = cache.Cache(tmp_path / "linked")  # never written through a link at v1/pch
     link.base.mkdir(parents=True)
     link.pch.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
-    assert pch_marks.mark_refused(link, "k" * 64, out) is False and not (tmp_path / "elsewhere").exists()
+    assert (
+        pch_marks.mark_refused(link, "k" * 64, out) is False
+        and not (tmp_path / "elsewhere").exists()
+    )

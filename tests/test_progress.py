@@ -20,14 +20,19 @@ from tests.helpers import REPO, child_env, scenario_argv
 
 pytestmark = pytest.mark.process
 
+
 # The child: tests/scenarios_inert.py:build_progress_demo, on the source folder.
 def _build(source: Path) -> list[str]:
     return scenario_argv("scenarios_inert.build_progress_demo", root=str(source))
 
 
 def _env(cache: Path, progress: str | None = None) -> dict[str, str]:
-    return child_env(JITOPS_CACHE_DIR=str(cache), JITOPS_BUILDER="fake", JITOPS_FAKE_BUILD_SECONDS="1.6",
-                     JITOPS_PROGRESS=progress)
+    return child_env(
+        JITOPS_CACHE_DIR=str(cache),
+        JITOPS_BUILDER="fake",
+        JITOPS_FAKE_BUILD_SECONDS="1.6",
+        JITOPS_PROGRESS=progress,
+    )
 
 
 @pytest.fixture
@@ -40,7 +45,9 @@ def source(tmp_path: Path) -> Path:
 
 def _run_with_stderr_on_a_pty(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     master, slave = pty.openpty()
-    proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    proc = subprocess.Popen(
+        args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -71,31 +78,39 @@ def test_terminal_shows_a_ticking_line_then_the_result(tmp_path: Path, source: P
     # A cache hit shows nothing; JITOPS_PROGRESS=0 silences a build even on a terminal.
     rc, out, tty = _run_with_stderr_on_a_pty(_build(source), _env(tmp_path / "c1"))
     assert rc == 0 and json.loads(out.strip().splitlines()[-1])["built"] is False and tty == ""
-    rc, out, tty = _run_with_stderr_on_a_pty(
-        _build(source), _env(tmp_path / "c2", progress="0")
-    )
+    rc, out, tty = _run_with_stderr_on_a_pty(_build(source), _env(tmp_path / "c2", progress="0"))
     assert rc == 0 and json.loads(out.strip().splitlines()[-1])["built"] is True and tty == ""
 
 
 @pytest.mark.timeout(120)
 def test_not_interactive_prints_nothing(tmp_path: Path, source: Path) -> None:
-    proc = subprocess.run(_build(source), cwd=REPO, env=_env(tmp_path / "c"),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        _build(source),
+        cwd=REPO,
+        env=_env(tmp_path / "c"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["built"] is True
     assert proc.stderr == ""
 
 
 @pytest.mark.timeout(240)
-def test_jupyter_cell_shows_a_live_updating_display(tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jupyter_cell_shows_a_live_updating_display(
+    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import nbformat
     from nbclient import NotebookClient
 
     for k, v in _env(tmp_path / "c").items():
         monkeypatch.setenv(k, v)  # the kernel inherits this environment
     # A cell must be code: it calls the scenario function and prints its reply.
-    code = (f"import json\nfrom tests.scenarios_inert import build_progress_demo\n"
-            f"print(json.dumps(build_progress_demo({str(source)!r})), flush=True)\n")
+    code = (
+        f"import json\nfrom tests.scenarios_inert import build_progress_demo\n"
+        f"print(json.dumps(build_progress_demo({str(source)!r})), flush=True)\n"
+    )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
     messages: list[tuple[str, dict[str, Any]]] = []
 
@@ -104,13 +119,21 @@ def test_jupyter_cell_shows_a_live_updating_display(tmp_path: Path, source: Path
             messages.append((msg["msg_type"], msg["content"]))
             return super().process_message(msg, cell, cell_index)
 
-    Recording(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
-    shown = [c["data"]["text/plain"] for t, c in messages if t in ("display_data", "update_display_data")]
-    assert [t for t, _ in messages if t == "display_data"] == ["display_data"]  # one display, updated in place
+    Recording(
+        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}
+    ).execute()
+    shown = [
+        c["data"]["text/plain"] for t, c in messages if t in ("display_data", "update_display_data")
+    ]
+    # one display, updated in place
+    assert [t for t, _ in messages if t == "display_data"] == ["display_data"]
     assert len(shown) >= 4, shown
     assert all(s.startswith("jitops: building progress_demo for ") for s in shown[:-1]), shown
     assert re.fullmatch(r"jitops: built progress_demo for \S+ \.\.\. \d+\.\ds", shown[-1]), shown
     outputs = nb.cells[0].outputs
-    assert outputs[0]["output_type"] == "display_data" and outputs[0]["data"]["text/plain"] == shown[-1]
+    assert (
+        outputs[0]["output_type"] == "display_data"
+        and outputs[0]["data"]["text/plain"] == shown[-1]
+    )
     assert json.loads(outputs[-1]["text"])["built"] is True
     assert not any(o.get("name") == "stderr" for o in outputs), outputs

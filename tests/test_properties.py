@@ -51,8 +51,13 @@ from tests import fakelib
 from tests.helpers import environ
 
 EXAMPLES = int(os.environ.get("JITOPS_PROPERTY_EXAMPLES", "200"))
-PROPERTY = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=list(HealthCheck))
+PROPERTY = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 BUILTIN_OPS = ("softmax", "log_softmax", "add", "add_", "nms")
 
 
@@ -89,7 +94,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     key, lock, staging, publish, verify, load) is the real code.
     """
     base = tmp_path_factory.mktemp("props")
-    with environ(JITOPS_CACHE_DIR=str(base / "scratch"), JITOPS_BUILDER="fake", JITOPS_PROGRESS="0"):
+    with environ(
+        JITOPS_CACHE_DIR=str(base / "scratch"), JITOPS_BUILDER="fake", JITOPS_PROGRESS="0"
+    ):
         fakelib.register_all()
         proto = base / "proto.so"
         made = entry_mod.ensure_entry(planning.make_plan(fakelib.FAKEADD, "cpu"))
@@ -109,9 +116,18 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         bundle = base / "fakeadd.tar"
         cache_archive.export(Cache(template), base / "fakeadd.tar.gz", {"fakeadd"})
         with tarfile.open(base / "fakeadd.tar.gz") as tin:
-            members = {m.name: (m, tin.extractfile(m).read() if m.isfile() else b"") for m in tin.getmembers()}
-    yield {"base": base, "template": template, "entry": entry.path.relative_to(template), "bundle": bundle,
-           "members": members, "key": entry.plan.key}
+            members = {
+                m.name: (m, tin.extractfile(m).read() if m.isfile() else b"")
+                for m in tin.getmembers()
+            }
+    yield {
+        "base": base,
+        "template": template,
+        "entry": entry.path.relative_to(template),
+        "bundle": bundle,
+        "members": members,
+        "key": entry.plan.key,
+    }
     del build_mod.BUILDERS[BUILDER]
     settings_mod.BUILDERS = known
 
@@ -163,9 +179,18 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 def still_works(world: dict[str, Any]) -> None:
     """In a clean state (a fresh copy of the template cache, plain settings), get() works."""
     root = fresh_cache(world)
-    with environ(JITOPS_CACHE_DIR=str(root), JITOPS_BUILDER=BUILDER, JITOPS_OFFLINE=None, JITOPS_FALLBACK=None), \
-            clean_loader(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the fake kernels re-registered for a new load of the same namespace
+    with (
+        environ(
+            JITOPS_CACHE_DIR=str(root),
+            JITOPS_BUILDER=BUILDER,
+            JITOPS_OFFLINE=None,
+            JITOPS_FALLBACK=None,
+        ),
+        clean_loader(),
+        warnings.catch_warnings(),
+    ):
+        # the fake kernels re-registered for a new load of the same namespace
+        warnings.simplefilter("ignore")
         loader._libraries.clear()
         op = jitops.get("fakeadd")
         assert fakelib.check(op, "fakeadd")
@@ -175,19 +200,57 @@ def still_works(world: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------ 1. arguments
 
-_scalars = (st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12) | st.binary(max_size=6)
-            | st.sampled_from(["fakeadd", "fakemul", "softmax", "nosuchop", "../x", "", "Fake", "a" * 70, "cpu",
-                               "cuda", "tpu", "k.cpp", "/nonexistent/k.cpp", "x\0y"]))
-ANY = st.recursive(_scalars, lambda c: st.lists(c, max_size=3) | st.tuples(c) | st.dictionaries(st.text(max_size=3), c,
-                                                                                                  max_size=2)
-                   | st.builds(Path, st.sampled_from(["k.cpp", ".", "/nonexistent"])), max_leaves=4)
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=12)
+    | st.binary(max_size=6)
+    | st.sampled_from(
+        [
+            "fakeadd",
+            "fakemul",
+            "softmax",
+            "nosuchop",
+            "../x",
+            "",
+            "Fake",
+            "a" * 70,
+            "cpu",
+            "cuda",
+            "tpu",
+            "k.cpp",
+            "/nonexistent/k.cpp",
+            "x\0y",
+        ]
+    )
+)
+ANY = st.recursive(
+    _scalars,
+    lambda c: (
+        st.lists(c, max_size=3)
+        | st.tuples(c)
+        | st.dictionaries(st.text(max_size=3), c, max_size=2)
+        | st.builds(Path, st.sampled_from(["k.cpp", ".", "/nonexistent"]))
+    ),
+    max_leaves=4,
+)
 
 
 def _specs() -> st.SearchStrategy[Any]:
-    fields = st.fixed_dictionaries({
-        "name": ANY, "root": ANY, "cpu_sources": ANY},
-        optional={"cuda_sources": ANY, "schemas": ANY, "exports": ANY, "cflags": ANY, "include_dirs": ANY,
-                  "python": ANY, "editable": ANY})
+    fields = st.fixed_dictionaries(
+        {"name": ANY, "root": ANY, "cpu_sources": ANY},
+        optional={
+            "cuda_sources": ANY,
+            "schemas": ANY,
+            "exports": ANY,
+            "cflags": ANY,
+            "include_dirs": ANY,
+            "python": ANY,
+            "editable": ANY,
+        },
+    )
     return st.builds(lambda kw: outcome(lambda: jitops.OpSpec(**kw)), fields)
 
 
@@ -205,15 +268,23 @@ CALLS = ["get", "reference", "register", "load", "load_inline", "register_kernel
 @PROPERTY
 @given(data=st.data())
 @pytest.mark.parametrize("func", CALLS)
-def test_every_public_function_raises_only_jitops_errors(world, kernel_dir, func: str, data: st.DataObject) -> None:  # type: ignore[no-untyped-def]
+def test_every_public_function_raises_only_jitops_errors(
+    world, kernel_dir, func: str, data: st.DataObject
+) -> None:  # type: ignore[no-untyped-def]
     draw = data.draw
-    lists = {k: draw(st.none() | ANY) for k in ("extra_cflags", "extra_ldflags", "schemas") if draw(st.booleans())}
+    lists = {
+        k: draw(st.none() | ANY)
+        for k in ("extra_cflags", "extra_ldflags", "schemas")
+        if draw(st.booleans())
+    }
     device = draw(st.none() | st.sampled_from(["cpu", "cuda", "tpu"]) | ANY)
     src = str(kernel_dir / "k.cpp")
     if func == "get":
         name = draw(ANY)
         assume(name not in BUILTIN_OPS)  # a builtin would be fake-built without its kernels
-        call = lambda: jitops.get(name, device=device, fallback=draw(st.none() | st.booleans() | ANY))  # noqa: E731
+        call = lambda: jitops.get(
+            name, device=device, fallback=draw(st.none() | st.booleans() | ANY)
+        )  # noqa: E731
     elif func == "reference":
         name = draw(ANY)
         call = lambda: jitops.reference(name)  # noqa: E731
@@ -226,15 +297,24 @@ def test_every_public_function_raises_only_jitops_errors(world, kernel_dir, func
         call = lambda: jitops.load(draw(ANY | st.just("propload")), sources, device=device, **lists)  # noqa: E731
     elif func == "load_inline":
         cpp = draw(ANY | st.just("// empty\n"))
-        call = lambda: jitops.load_inline(draw(ANY | st.just("propinline")), cpp, device=device, **lists)  # noqa: E731
+        call = lambda: jitops.load_inline(
+            draw(ANY | st.just("propinline")), cpp, device=device, **lists
+        )  # noqa: E731
     elif func == "register_kernel_dir":
         path = draw(ANY | st.just(kernel_dir) | st.just(str(kernel_dir)))
         ops = draw(st.none() | ANY | st.just(["kdir_op"]))
-        call = lambda: jitops.register_kernel_dir(path, name=draw(st.none() | ANY), ops=ops, device=device, **lists)  # noqa: E731
+        call = lambda: jitops.register_kernel_dir(
+            path, name=draw(st.none() | ANY), ops=ops, device=device, **lists
+        )  # noqa: E731
     else:
         kw = draw(st.fixed_dictionaries({"name": ANY, "root": ANY, "cpu_sources": ANY}))
         call = lambda: jitops.OpSpec(**kw)  # noqa: E731
-    with environ(JITOPS_CACHE_DIR=str(world["template"]), JITOPS_BUILDER=BUILDER, JITOPS_PROGRESS="0"), clean_loader():
+    with (
+        environ(
+            JITOPS_CACHE_DIR=str(world["template"]), JITOPS_BUILDER=BUILDER, JITOPS_PROGRESS="0"
+        ),
+        clean_loader(),
+    ):
         outcome(call)
 
 
@@ -246,42 +326,112 @@ def test_list_ops_and_arguments_leave_get_working(world) -> None:  # type: ignor
 
 # ------------------------------------------------------------------ 2. environment
 
-ENV_VARS = ("CXX", "CC", "CFLAGS", "CXXFLAGS", "LDFLAGS", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "NVCC_PREPEND_FLAGS",
-            "NVCC_APPEND_FLAGS", "MAX_JOBS", "JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT",
-            "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_BUILDER",
-            # issue 28: the remote tier's variables (a file:// store in the sandbox is set for the others)
-            "JITOPS_REMOTE_CACHE", "JITOPS_REMOTE_CACHE_MODE", "JITOPS_REMOTE_TRUSTED_KEYS", "JITOPS_REMOTE_CONNECT_TIMEOUT",
-            "JITOPS_REMOTE_TIMEOUT", "JITOPS_REMOTE_LEASE_SECONDS", "JITOPS_REMOTE_FAILURE_SECONDS", "JITOPS_DISTRIBUTED",
-            "JITOPS_HOST_ID")
+ENV_VARS = (
+    "CXX",
+    "CC",
+    "CFLAGS",
+    "CXXFLAGS",
+    "LDFLAGS",
+    "CUDA_HOME",
+    "TORCH_CUDA_ARCH_LIST",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "MAX_JOBS",
+    "JITOPS_CACHE_DIR",
+    "JITOPS_OFFLINE",
+    "JITOPS_FALLBACK",
+    "JITOPS_STRICT",
+    "JITOPS_LOCK_TIMEOUT",
+    "JITOPS_PROGRESS",
+    "JITOPS_BUILDER",
+    # issue 28: the remote tier's variables (a file:// store in the sandbox is set for the others)
+    "JITOPS_REMOTE_CACHE",
+    "JITOPS_REMOTE_CACHE_MODE",
+    "JITOPS_REMOTE_TRUSTED_KEYS",
+    "JITOPS_REMOTE_CONNECT_TIMEOUT",
+    "JITOPS_REMOTE_TIMEOUT",
+    "JITOPS_REMOTE_LEASE_SECONDS",
+    "JITOPS_REMOTE_FAILURE_SECONDS",
+    "JITOPS_DISTRIBUTED",
+    "JITOPS_HOST_ID",
+)
 _no_nul = st.characters(blacklist_characters="\0", blacklist_categories=("Cs",))
 VALUES = st.one_of(
     st.just(""),
     st.text(_no_nul, max_size=20),
-    st.lists(st.sampled_from(["'", '"', "\\", " ", "-O2", "-DX=1", "$(x)", "`", "\n", "é", "8.0", "+PTX", ";"]),
-             max_size=8).map("".join),
+    st.lists(
+        st.sampled_from(
+            ["'", '"', "\\", " ", "-O2", "-DX=1", "$(x)", "`", "\n", "é", "8.0", "+PTX", ";"]
+        ),
+        max_size=8,
+    ).map("".join),
     st.binary(max_size=20).map(lambda b: os.fsdecode(b.replace(b"\0", b""))),
-    st.sampled_from(["x" * 5000, "/bin/false", "/bin/true", "/etc/passwd", "cc -m32", "nan", "inf", "-1", "0", "²",
-                     "1e9", "native", "Hopper+PTX", "fake", "~", "~nobody/x", ".", "/", "1", "yes", "off",
-                     "1e300", "-5", "-inf", "0.001", "zip://x", "tar://x", "reference://x", "/dev/zero", "/bin/sh",
-                     "signed", "read", "write", "ed25519:AAAA"]),
+    st.sampled_from(
+        [
+            "x" * 5000,
+            "/bin/false",
+            "/bin/true",
+            "/etc/passwd",
+            "cc -m32",
+            "nan",
+            "inf",
+            "-1",
+            "0",
+            "²",
+            "1e9",
+            "native",
+            "Hopper+PTX",
+            "fake",
+            "~",
+            "~nobody/x",
+            ".",
+            "/",
+            "1",
+            "yes",
+            "off",
+            "1e300",
+            "-5",
+            "-inf",
+            "0.001",
+            "zip://x",
+            "tar://x",
+            "reference://x",
+            "/dev/zero",
+            "/bin/sh",
+            "signed",
+            "read",
+            "write",
+            "ed25519:AAAA",
+        ]
+    ),
 )
 ENV_ACTIONS = ("get", "get", "get", "explain", "info", "ls", "fingerprint")
 
 
 @PROPERTY
 @given(var=st.sampled_from(ENV_VARS), value=VALUES, action=st.sampled_from(ENV_ACTIONS))
-def test_every_environment_value_gives_a_named_error(world, capsys, var: str, value: str, action: str) -> None:  # type: ignore[no-untyped-def]
-    assume(not (var == "JITOPS_BUILDER" and value.strip() == "real"))  # a real compile: test_real_compiler_*
+def test_every_environment_value_gives_a_named_error(
+    world, capsys, var: str, value: str, action: str
+) -> None:  # type: ignore[no-untyped-def]
+    # a real compile: test_real_compiler_*
+    assume(not (var == "JITOPS_BUILDER" and value.strip() == "real"))
     root = fresh_cache(world)
     sandbox = root.parent / "home"
     sandbox.mkdir()
-    values = {"JITOPS_CACHE_DIR": str(root), "JITOPS_BUILDER": BUILDER, "JITOPS_PROGRESS": "0",
-              "HOME": str(sandbox), "XDG_CACHE_HOME": str(sandbox)}
+    values = {
+        "JITOPS_CACHE_DIR": str(root),
+        "JITOPS_BUILDER": BUILDER,
+        "JITOPS_PROGRESS": "0",
+        "HOME": str(sandbox),
+        "XDG_CACHE_HOME": str(sandbox),
+    }
     if var == "JITOPS_CACHE_DIR" and value.strip() and not value.startswith("/"):
-        value = str(sandbox / value.lstrip("~"))  # relative or ~ paths: inside the sandbox, never the checkout
+        # relative or ~ paths: inside the sandbox, never the checkout
+        value = str(sandbox / value.lstrip("~"))
     if var.startswith(("JITOPS_REMOTE_", "JITOPS_DISTRIBUTED", "JITOPS_HOST_ID")):
         if var != "JITOPS_REMOTE_CACHE":
-            values["JITOPS_REMOTE_CACHE"] = f"file://{root.parent / 'shared'}"  # so the remote settings are used
+            # so the remote settings are used
+            values["JITOPS_REMOTE_CACHE"] = f"file://{root.parent / 'shared'}"
         shutil.rmtree(root / world["entry"])  # a local miss: `get` goes through the remote tier
     values[var] = value
     cwd = os.getcwd()
@@ -293,8 +443,12 @@ def test_every_environment_value_gives_a_named_error(world, capsys, var: str, va
                 result = outcome(lambda: jitops.get("fakeadd"))
                 assert isinstance(result, JitopsError) or fakelib.check(result, "fakeadd")
             else:
-                argv = {"explain": ["explain", "fakeadd"], "info": ["info", "fakeadd"], "ls": ["cache", "ls"],
-                        "fingerprint": ["cache", "fingerprint"]}[action]
+                argv = {
+                    "explain": ["explain", "fakeadd"],
+                    "info": ["info", "fakeadd"],
+                    "ls": ["cache", "ls"],
+                    "fingerprint": ["cache", "fingerprint"],
+                }[action]
                 run_cli(argv, capsys)
     finally:
         os.chdir(cwd)
@@ -305,10 +459,34 @@ def test_every_environment_value_gives_a_named_error(world, capsys, var: str, va
 
 # ------------------------------------------------------------------ 3. obstructions
 
-LAYOUT = ("", "v1", "v1/entries", "v1/entries/fakeadd", "<target>", "<entry>", "<entry>/manifest.json",
-          "<entry>/libfakeadd.so", "v1/staging", "v1/locks", "<lock>", "<holder>", "v1/toolchains", "<record>",
-          "v1/logs", "v1/trash", "v1/inline")
-KINDS = ("empty folder", "folder", "empty file", "file", "link", "dangling link", "read-only folder")
+LAYOUT = (
+    "",
+    "v1",
+    "v1/entries",
+    "v1/entries/fakeadd",
+    "<target>",
+    "<entry>",
+    "<entry>/manifest.json",
+    "<entry>/libfakeadd.so",
+    "v1/staging",
+    "v1/locks",
+    "<lock>",
+    "<holder>",
+    "v1/toolchains",
+    "<record>",
+    "v1/logs",
+    "v1/trash",
+    "v1/inline",
+)
+KINDS = (
+    "empty folder",
+    "folder",
+    "empty file",
+    "file",
+    "link",
+    "dangling link",
+    "read-only folder",
+)
 OB_ACTIONS = ("ls", "verify", "repair", "clear", "explain", "prune", "doctor-layout")
 OB_EXAMPLES = max(1, -(-EXAMPLES // len(LAYOUT)))  # every path, and at least EXAMPLES in all
 
@@ -317,9 +495,13 @@ def _layout_path(world: dict[str, Any], root: Path, where: str) -> Path:
     entry = root / world["entry"]
     key = world["key"][:32]
     records = sorted((root / "v1" / "toolchains").glob("*.json"))
-    special = {"<target>": entry.parent, "<entry>": entry, "<lock>": root / f"v1/locks/fakeadd-{key}.lock",
-               "<holder>": root / f"v1/locks/fakeadd-{key}.holder",
-               "<record>": records[0] if records else root / "v1/toolchains" / ("0" * 32 + ".json")}
+    special = {
+        "<target>": entry.parent,
+        "<entry>": entry,
+        "<lock>": root / f"v1/locks/fakeadd-{key}.lock",
+        "<holder>": root / f"v1/locks/fakeadd-{key}.holder",
+        "<record>": records[0] if records else root / "v1/toolchains" / ("0" * 32 + ".json"),
+    }
     head, _, rest = where.partition("/")
     if head in special:
         return special[head] / rest if rest else special[head]
@@ -364,8 +546,14 @@ def _ensure(world: dict[str, Any], root: Path, miss: bool) -> None:
 @pytest.mark.parametrize("where", LAYOUT)
 @settings(PROPERTY, max_examples=OB_EXAMPLES)
 @given(kind=st.sampled_from(KINDS), action=st.sampled_from(OB_ACTIONS), miss_first=st.booleans())
-def test_every_obstruction_heals_or_names_the_fix(world, capsys, where: str, kind: str, action: str,  # type: ignore[no-untyped-def]
-                                                  miss_first: bool) -> None:
+def test_every_obstruction_heals_or_names_the_fix(
+    world,
+    capsys,
+    where: str,
+    kind: str,
+    action: str,  # type: ignore[no-untyped-def]
+    miss_first: bool,
+) -> None:
     root = fresh_cache(world)
     outside = root.parent / "outside"
     outside.mkdir()
@@ -374,7 +562,10 @@ def test_every_obstruction_heals_or_names_the_fix(world, capsys, where: str, kin
     in_entry = where.startswith(("<entry>", "<target>", "v1/entries")) or where in ("", "v1")
     _obstruct(path, kind, outside)
     try:
-        with environ(JITOPS_CACHE_DIR=str(root), JITOPS_BUILDER=BUILDER, JITOPS_PROGRESS="0"), clean_loader():
+        with (
+            environ(JITOPS_CACHE_DIR=str(root), JITOPS_BUILDER=BUILDER, JITOPS_PROGRESS="0"),
+            clean_loader(),
+        ):
             # The hit path, the build path (its lock, staging and publish), and one command.
             _ensure(world, root, miss=miss_first and not in_entry)
             _ensure(world, root, miss=not in_entry)
@@ -384,11 +575,18 @@ def test_every_obstruction_heals_or_names_the_fix(world, capsys, where: str, kin
                 check = outcome(lambda: diagnose._obstructions(root))
                 assert isinstance(check, JitopsError) or check.status in ("ok", "warn")
             else:
-                argv = {"ls": ["cache", "ls"], "verify": ["cache", "verify"], "repair": ["cache", "repair"],
-                        "clear": ["cache", "clear"], "explain": ["explain", "fakeadd"],
-                        "prune": ["cache", "prune", "--max-size", "0"]}[action]
+                argv = {
+                    "ls": ["cache", "ls"],
+                    "verify": ["cache", "verify"],
+                    "repair": ["cache", "repair"],
+                    "clear": ["cache", "clear"],
+                    "explain": ["explain", "fakeadd"],
+                    "prune": ["cache", "prune", "--max-size", "0"],
+                }[action]
                 run_cli(argv, capsys)
-        assert (outside / "precious").read_text() == "must survive"  # nothing outside the cache is touched
+        assert (
+            outside / "precious"
+        ).read_text() == "must survive"  # nothing outside the cache is touched
         # Clean state: `jitops cache repair` clears what stands in the cache's own tree...
         for p in [path, *path.parents]:
             with contextlib.suppress(OSError):
@@ -415,17 +613,32 @@ MEMBER_KINDS = ("good", "good", "good", "empty", "junk", "dir", "symlink", "hard
 
 def _member_names(world: dict[str, Any]) -> list[str]:
     names = [n for n, (m, _) in world["members"].items() if m.isfile()]
-    return [*names, *(n.rsplit("/", 1)[0] for n in names[:1]), "v1/entries", "v1/toolchains/" + "b" * 32 + ".json",
-            "v1/other", "../escape", "/abs/x", "v1/entries/fakeadd/x/y/manifest.json"]
+    return [
+        *names,
+        *(n.rsplit("/", 1)[0] for n in names[:1]),
+        "v1/entries",
+        "v1/toolchains/" + "b" * 32 + ".json",
+        "v1/other",
+        "../escape",
+        "/abs/x",
+        "v1/entries/fakeadd/x/y/manifest.json",
+    ]
 
 
 @PROPERTY
-@given(data=st.data(), gz=st.booleans(), fmt=st.sampled_from([tarfile.PAX_FORMAT, tarfile.GNU_FORMAT,
-                                                                tarfile.USTAR_FORMAT]))
-def test_every_tar_member_list_imports_or_is_refused_in_one_line(world, capsys, data, gz: bool, fmt: int) -> None:  # type: ignore[no-untyped-def]
+@given(
+    data=st.data(),
+    gz=st.booleans(),
+    fmt=st.sampled_from([tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT]),
+)
+def test_every_tar_member_list_imports_or_is_refused_in_one_line(
+    world, capsys, data, gz: bool, fmt: int
+) -> None:  # type: ignore[no-untyped-def]
     names = _member_names(world)
     good_names = [n for n, (m, _) in world["members"].items() if m.isfile()]
-    members = data.draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(MEMBER_KINDS)), max_size=8))
+    members = data.draw(
+        st.lists(st.tuples(st.sampled_from(names), st.sampled_from(MEMBER_KINDS)), max_size=8)
+    )
     members = data.draw(st.permutations(members))
     root = Path(tempfile.mkdtemp(dir=world["base"], prefix="i-"))
     bundle = root / ("b.tar.gz" if gz else "b.tar")
@@ -434,7 +647,9 @@ def test_every_tar_member_list_imports_or_is_refused_in_one_line(world, capsys, 
             info = tarfile.TarInfo(name)
             body = b""
             if kind == "good":
-                body = world["members"].get(name, (None, b'{"path": "/usr/bin/c++", "version": "x"}'))[1]
+                body = world["members"].get(
+                    name, (None, b'{"path": "/usr/bin/c++", "version": "x"}')
+                )[1]
             elif kind == "junk":
                 body = data.draw(st.binary(max_size=64))
             if kind == "dir":
@@ -453,15 +668,24 @@ def test_every_tar_member_list_imports_or_is_refused_in_one_line(world, capsys, 
             assert "Errno" not in err and "staging" not in err and "import-" not in err, err
             assert rc in (0, 1)
             links = any(k in ("symlink", "hardlink", "fifo") for _, k in members)
-            outside = any(not n.startswith("v1/") or n == "v1/other" or n.count("/") > 5 for n, _ in members)
+            outside = any(
+                not n.startswith("v1/") or n == "v1/other" or n.count("/") > 5 for n, _ in members
+            )
             last = {}
             for name, kind in members:
                 last[name] = kind
             if links or outside:
                 assert rc == 1 and "nothing was imported" in err, (members, err)
-                assert not (cache_root / "v1" / "entries").exists() or not cache_admin.entries(Cache(cache_root))
+                assert not (cache_root / "v1" / "entries").exists() or not cache_admin.entries(
+                    Cache(cache_root)
+                )
             elif all(last.get(n) == "good" for n in good_names):
-                assert rc == 0 and "1 imported" in out, (members, out, err)  # the last copy of each member wins
+                # the last copy of each member wins
+                assert rc == 0 and "1 imported" in out, (
+                    members,
+                    out,
+                    err,
+                )
             rc2, _, err2 = run_cli(["cache", "verify"], capsys)
             assert rc2 == 0, err2  # whatever was imported is sound
     finally:
@@ -489,7 +713,10 @@ def test_real_compiler_obstructions_settings_and_duplicate_archive(tmp_path: Pat
     folder.mkdir()
     (folder / "propsq.cpp").write_text(SQ)
     root = tmp_path / "cache"
-    with environ(JITOPS_CACHE_DIR=str(root), JITOPS_BUILDER=None, JITOPS_PROGRESS="0", MAX_JOBS="1"), clean_loader():
+    with (
+        environ(JITOPS_CACHE_DIR=str(root), JITOPS_BUILDER=None, JITOPS_PROGRESS="0", MAX_JOBS="1"),
+        clean_loader(),
+    ):
         spec = jitops.register_kernel_dir(folder, ops=["propsq"])
         plan = planning.make_plan(spec, "cpu")
         # A folder at the lock path and an empty file where the staging folder belongs: both healed.

@@ -28,7 +28,14 @@ SOURCE = r"""#include <torch/extension.h>
 torch::Tensor scaled(torch::Tensor x) { return x * SCALE; }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scaled", &scaled, "scaled"); }
 """
-PLANNER = {"jitops.plan", "jitops.key", "jitops.loading.loader", "jitops.build.entry", "jitops.api.cpp_ext_style", "jitops.api.user"}
+PLANNER = {
+    "jitops.plan",
+    "jitops.key",
+    "jitops.loading.loader",
+    "jitops.build.entry",
+    "jitops.api.cpp_ext_style",
+    "jitops.api.user",
+}
 
 
 def _settle() -> None:
@@ -41,16 +48,28 @@ def _records(state: Path) -> list[Path]:
 
 @pytest.mark.compile
 @pytest.mark.timeout(900)
-def test_a_warm_load_is_recalled_without_planning_and_any_change_plans_again(tmp_path: Path) -> None:
+def test_a_warm_load_is_recalled_without_planning_and_any_change_plans_again(
+    tmp_path: Path,
+) -> None:
     src, inc, state = tmp_path / "src", tmp_path / "inc", tmp_path / "state"
     src.mkdir(), inc.mkdir()
     (src / "scaled.cpp").write_text(SOURCE)
     (inc / "scale.h").write_text("#pragma once\n#define SCALE 3\n")
-    env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_STATE_DIR=str(state), JITOPS_PROGRESS="0")
+    env = child_env(
+        JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_STATE_DIR=str(state), JITOPS_PROGRESS="0"
+    )
 
     def warm(**extra: str) -> tuple[str, dict[str, Any]]:
-        reply = run_scenario("scenarios_dropin.warm_load", loader="jitops", folder=str(src), source="scaled.cpp",
-                             name="recalled", includes=[str(inc)], env={**env, **extra}, timeout=600)
+        reply = run_scenario(
+            "scenarios_dropin.warm_load",
+            loader="jitops",
+            folder=str(src),
+            source="scaled.cpp",
+            name="recalled",
+            includes=[str(inc)],
+            env={**env, **extra},
+            timeout=600,
+        )
         ours = {m for m in reply["imported"] if m.startswith("jitops")}
         how = "planned" if "jitops.plan" in ours else "recalled"
         assert how == "planned" or not PLANNER & ours, reply
@@ -66,15 +85,20 @@ def test_a_warm_load_is_recalled_without_planning_and_any_change_plans_again(tmp
     how, reply = warm()
     assert (how, reply["value"], reply["spawned"]) == ("recalled", [3.0, 3.0], []), reply
 
-    # Each change below plans again (the same key: nothing is built), and the next process recalls once settled.
+    # Each change below plans again (the same key: nothing is built), and the next process recalls
+    # once settled.
     entry_lib = next((tmp_path / "cache").rglob("*.so"))
 
-    def swap_library() -> None:  # the same bytes in another file: its identity is not the one a stamp vouched for
+    # the same bytes in another file: its identity is not the one a stamp vouched for
+    def swap_library() -> None:
         shutil.copy2(entry_lib, entry_lib.with_suffix(".tmp"))
         os.replace(entry_lib.with_suffix(".tmp"), entry_lib)
 
     changes: list[tuple[str, Any]] = [
-        ("the header rewritten with the same bytes", lambda: (inc / "scale.h").write_text("#pragma once\n#define SCALE 3\n")),
+        (
+            "the header rewritten with the same bytes",
+            lambda: (inc / "scale.h").write_text("#pragma once\n#define SCALE 3\n"),
+        ),
         ("a file added beside the source", lambda: (src / "notes.txt").write_text("not a source")),
         ("the library swapped for a copy", swap_library),
         ("a setting changed", None),
@@ -86,7 +110,8 @@ def test_a_warm_load_is_recalled_without_planning_and_any_change_plans_again(tmp
         how, reply = warm(**extra)
         assert (how, reply["value"], reply["spawned"]) == ("planned", [3.0, 3.0], []), (what, reply)
         _settle()
-        warm(**extra)  # remembers again (a swapped library: after this process hashed and stamped it)
+        # remembers again (a swapped library: after this process hashed and stamped it)
+        warm(**extra)
         how, reply = warm(**extra)
         assert (how, reply["value"]) == ("recalled", [3.0, 3.0]), (what, reply)
 
@@ -118,10 +143,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scaled", &scaled, "scaled"); }
 def test_a_warm_load_inline_is_recalled_and_gives_one_module_per_process(tmp_path: Path) -> None:
     """load_inline's sources are its arguments: the same strings are recalled (the module torch would return, with
     ``.ops``, the same object on each call in a process)."""
-    env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_STATE_DIR=str(tmp_path / "state"), JITOPS_PROGRESS="0")
+    env = child_env(
+        JITOPS_CACHE_DIR=str(tmp_path / "cache"),
+        JITOPS_STATE_DIR=str(tmp_path / "state"),
+        JITOPS_PROGRESS="0",
+    )
 
     def twice(source: str = INLINE) -> dict[str, Any]:
-        return run_scenario("scenarios_dropin.inline_twice", source=source, name="inline_recalled", env=env, timeout=500)
+        return run_scenario(
+            "scenarios_dropin.inline_twice",
+            source=source,
+            name="inline_recalled",
+            env=env,
+            timeout=500,
+        )
 
     assert twice()["planned"]  # the build
     _settle()
@@ -134,15 +169,27 @@ def _request(tmp_path: Path) -> Any:
     from jitops.base.settings import Settings
     from jitops.loading import recall
 
-    settings = Settings.from_env({"JITOPS_STATE_DIR": str(tmp_path / "state"), "JITOPS_CACHE_DIR": str(tmp_path / "cache")})
+    settings = Settings.from_env(
+        {"JITOPS_STATE_DIR": str(tmp_path / "state"), "JITOPS_CACHE_DIR": str(tmp_path / "cache")}
+    )
     req = recall.request("jitops.load", {"name": "x", "sources": ["x.cpp"]}, settings)
     assert req is not None
     return req
 
 
-@pytest.mark.parametrize("damage", [
-    "not json", "[]", '{"v": 1}', "paths-short", "paths-not-ids", "ids-floats", "other-request", "library-gone",
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "not json",
+        "[]",
+        '{"v": 1}',
+        "paths-short",
+        "paths-not-ids",
+        "ids-floats",
+        "other-request",
+        "library-gone",
+    ],
+)
 def test_a_damaged_or_stale_record_is_no_record(damage: str, tmp_path: Path) -> None:
     """Anything odd in a record (its JSON, its fields, another request's digest, a library that is not there) makes
     the call plan: recall answers None and raises nothing."""
@@ -151,13 +198,28 @@ def test_a_damaged_or_stale_record_is_no_record(damage: str, tmp_path: Path) -> 
     req = _request(tmp_path)
     lib = tmp_path / "lib.so"
     lib.write_bytes(b"x")
-    good = {"v": recall.FORMAT, "request": req.digest, "key": "k" * 64, "namespace": "ns", "module": "m",
-            "manifest_path": str(tmp_path / "manifest.json"), "manifest": "0" * 64, "library_path": str(lib),
-            "library": list(stamps.identity(os.stat(lib))), "command": "/bin/true", "compiler": "/bin/true",
-            "compiler_identity": [0, 0, 0, 0, 0], "paths": []}
-    bodies = {"paths-short": {**good, "paths": [["only a path"]]}, "paths-not-ids": {**good, "paths": [["/", "x"]]},
-              "ids-floats": {**good, "library": [1.0, 2, 3, 4, 5]}, "other-request": {**good, "request": "0" * 64},
-              "library-gone": {**good, "library_path": str(tmp_path / "gone.so")}}
+    good = {
+        "v": recall.FORMAT,
+        "request": req.digest,
+        "key": "k" * 64,
+        "namespace": "ns",
+        "module": "m",
+        "manifest_path": str(tmp_path / "manifest.json"),
+        "manifest": "0" * 64,
+        "library_path": str(lib),
+        "library": list(stamps.identity(os.stat(lib))),
+        "command": "/bin/true",
+        "compiler": "/bin/true",
+        "compiler_identity": [0, 0, 0, 0, 0],
+        "paths": [],
+    }
+    bodies = {
+        "paths-short": {**good, "paths": [["only a path"]]},
+        "paths-not-ids": {**good, "paths": [["/", "x"]]},
+        "ids-floats": {**good, "library": [1.0, 2, 3, 4, 5]},
+        "other-request": {**good, "request": "0" * 64},
+        "library-gone": {**good, "library_path": str(tmp_path / "gone.so")},
+    }
     folder = tmp_path / "state" / "verified"
     folder.mkdir(parents=True, mode=0o700)
     (tmp_path / "state").chmod(0o700)
@@ -171,8 +233,9 @@ def test_a_damaged_or_stale_record_is_no_record(damage: str, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("marker", ["STABLE_TORCH_LIBRARY", "JITOPS_LIBRARY"])
-def test_sources_that_load_as_a_user_library_look_up_no_record(marker: str, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sources_that_load_as_a_user_library_look_up_no_record(
+    marker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A stable-ABI or jitops-style source loads as a UserLibrary, which is never remembered: its warm load makes no
     request (no digest, no state-dir lookup); a torch-style source does."""
     from jitops.api import dropin
@@ -184,7 +247,17 @@ def test_sources_that_load_as_a_user_library_look_up_no_record(marker: str, tmp_
     args = {"verbose": False, "is_python_module": True, "abi": None, "schemas": None}
     settings = Settings.from_env({"JITOPS_STATE_DIR": str(tmp_path)})
     text = f"{marker}(JITOPS_NS, m) {{ }}"
-    assert dropin._recalled("jitops.load_inline", args, settings, None, False, ["// a", text]) == (None, None)
+    assert dropin._recalled("jitops.load_inline", args, settings, None, False, ["// a", text]) == (
+        None,
+        None,
+    )
     assert asked == []
-    dropin._recalled("jitops.load_inline", args, settings, None, False, ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}"])
+    dropin._recalled(
+        "jitops.load_inline",
+        args,
+        settings,
+        None,
+        False,
+        ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}"],
+    )
     assert asked == ["jitops.load_inline"]

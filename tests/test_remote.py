@@ -19,10 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, child_env, environ, last_json, run_scenario, run_scenario_proc, scenario_argv
+from tests.helpers import (
+    REPO,
+    child_env,
+    environ,
+    last_json,
+    run_scenario,
+    run_scenario_proc,
+    scenario_argv,
+)
 from tests.remote_helpers import CutProxy, keygen, moto_s3, node_env, redis_server, silent_server
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(240)]
+
 
 def get_ops(env: dict[str, str], ops: tuple[str, ...] = ("fakeadd",)) -> tuple[dict, str]:
     proc = run_scenario_proc("remote_scenarios.get_node", ops=list(ops), env=env, timeout=120)
@@ -58,7 +67,9 @@ def test_second_node_fetches_what_the_first_built(tmp_path: Path, kind: str) -> 
     assert not any(r["built"] for r in b["ops"].values()), err
     assert all(r["works"] for r in b["ops"].values())
     assert b["stats"]["hits"] == 2 and b["stats"]["rejected"] == 0
-    assert {n: r["sha256"] for n, r in a["ops"].items()} == {n: r["sha256"] for n, r in b["ops"].items()}
+    assert {n: r["sha256"] for n, r in a["ops"].items()} == {
+        n: r["sha256"] for n, r in b["ops"].items()
+    }
 
 
 @pytest.mark.slow
@@ -69,8 +80,14 @@ def test_sixteen_nodes_cold_store_one_build_per_op(tmp_path: Path, kind: str) ->
     build_s = 1.0
     with store(kind, tmp_path) as url:
         env = node_env(tmp_path / "unused", url, cfg, JITOPS_FAKE_BUILD_SECONDS=str(build_s))
-        out = run_scenario("remote_scenarios.main_nodes", n=16, base=str(tmp_path), ops=["fakeadd", "fakemul"],
-                           env=env, timeout=200)
+        out = run_scenario(
+            "remote_scenarios.main_nodes",
+            n=16,
+            base=str(tmp_path),
+            ops=["fakeadd", "fakemul"],
+            env=env,
+            timeout=200,
+        )
     replies = out["replies"]
     assert len(replies) == 16, "every node reported"
     bad = [r for r in replies if not r["ok"] or r["exit"] != 0]
@@ -81,18 +98,21 @@ def test_sixteen_nodes_cold_store_one_build_per_op(tmp_path: Path, kind: str) ->
         assert len({r["value"]["ops"][op]["sha256"] for r in replies}) == 1
         assert all(r["value"]["ops"][op]["works"] for r in replies)
     assert not any(r["value"]["warnings"] for r in replies), replies[0]["value"]["warnings"]
-    # The issue's bound: the build time plus 3 s (nodes ask for the two ops in different orders, so the two
-    # builds run at once on two nodes). Redis and file://: 2.4-2.8 s measured with 16 nodes on this shared
-    # 2-core machine at load 5-8. moto: 3.3-3.8 s at load 4-5, 4.7-6.0 s at load 5-8: its server (one
-    # Python process, concurrent requests answered one after another: doctor's "polling" row measures it)
-    # and the 16 node processes' S3 clients share the 2 cores, so there it gets 6 s of slack.
+    # The issue's bound: the build time plus 3 s (nodes ask for the two ops in different orders, so
+    # the two builds run at once on two nodes). Redis and file://: 2.4-2.8 s measured with 16 nodes
+    # on this shared 2-core machine at load 5-8. moto: 3.3-3.8 s at load 4-5, 4.7-6.0 s at load 5-8:
+    # its server (one Python process, concurrent requests answered one after another: doctor's
+    # "polling" row measures it) and the 16 node processes' S3 clients share the 2 cores, so there
+    # it gets 6 s of slack.
     last = max(r["value"]["done"] for r in replies) - out["start"]
     bound = build_s + 3 + (6 if kind == "s3" else 0)
     assert last < bound, f"every node had every op after {last:.1f}s"
 
 
 def test_without_the_url_nothing_extra_is_imported(tmp_path: Path) -> None:
-    env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"), JITOPS_BUILDER="fake", JITOPS_REMOTE_CACHE=None)
+    env = child_env(
+        JITOPS_CACHE_DIR=str(tmp_path / "c"), JITOPS_BUILDER="fake", JITOPS_REMOTE_CACHE=None
+    )
     out = run_scenario("scenarios_inert.get_without_remote", env=env)
     assert out == {"built": True, "mods": []}
 
@@ -108,7 +128,11 @@ def test_local_hit_makes_no_network_call(tmp_path: Path) -> None:
 
 
 def _blob_path(shared: Path) -> Path:
-    (p,) = [p for p in (shared / "v1" / "entries").rglob("*") if p.is_file() and p.parent.parent.name == "fakeadd"]
+    (p,) = [
+        p
+        for p in (shared / "v1" / "entries").rglob("*")
+        if p.is_file() and p.parent.parent.name == "fakeadd"
+    ]
     return p
 
 
@@ -134,7 +158,8 @@ def _forge(kind: str, blob: bytes, tmp: Path, marker: Path, other: bytes) -> byt
         return blob[: len(blob) - len(archive) // 2]
     if kind == "not-an-entry":
         return os.urandom(len(blob))
-    if kind == "other-key":  # fakemul's genuine, validly signed entry, stored (and labelled) as fakeadd's
+    # fakemul's genuine, validly signed entry, stored (and labelled) as fakeadd's
+    if kind == "other-key":
         oh, oarch = envelope.unpack(other)
         return envelope.pack(header["key"], oh["signer"], oh["signature"], oarch)
     members = {}
@@ -150,7 +175,9 @@ def _forge(kind: str, blob: bytes, tmp: Path, marker: Path, other: bytes) -> byt
         import hashlib
 
         m = Manifest.parse(manifest_raw)
-        manifest_raw = dataclasses.replace(m, sha256=hashlib.sha256(evil).hexdigest(), size=len(evil)).to_json()
+        manifest_raw = dataclasses.replace(
+            m, sha256=hashlib.sha256(evil).hexdigest(), size=len(evil)
+        ).to_json()
     if kind == "untrusted":  # signed, by a key nobody trusts
         settings = RemoteSettings("file:///x", "write", None, None, str(tmp / "attacker"))
         _keygen(settings)
@@ -182,12 +209,16 @@ def _open_store(url: str):  # type: ignore[no-untyped-def]
     from jitops.remote.backends import open_store
     from jitops.remote.config import RemoteSettings
 
-    return open_store(RemoteSettings(url, "read", None, None, None, connect_timeout=5.0, op_timeout=30.0))
+    return open_store(
+        RemoteSettings(url, "read", None, None, None, connect_timeout=5.0, op_timeout=30.0)
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", list(FORGERIES))
-def test_forged_entries_are_rejected_before_loading(tmp_path: Path, kind: str, backend: str) -> None:
+def test_forged_entries_are_rejected_before_loading(
+    tmp_path: Path, kind: str, backend: str
+) -> None:
     """Every forgery on every backend: rejected before dlopen (the tattletale never runs), the node builds its own."""
     cfg = tmp_path / "cfg"
     keygen(cfg)
@@ -212,7 +243,9 @@ def test_forged_entries_are_rejected_before_loading(tmp_path: Path, kind: str, b
         fp = run_scenario("remote_scenarios.fingerprint", config_dir=str(tmp_path / "attacker"))
         assert f"signed by key {fp}, which this node does not trust" in err
         assert "JITOPS_REMOTE_TRUSTED_KEYS" in err
-    assert not list((tmp_path / "b" / "v1" / "entries").glob("fakemul/*/*")), "nothing else was published"
+    assert not list((tmp_path / "b" / "v1" / "entries").glob("fakemul/*/*")), (
+        "nothing else was published"
+    )
 
 
 @contextlib.contextmanager
@@ -225,30 +258,40 @@ def stopped_server() -> Iterator[str]:
 @contextlib.contextmanager
 def unanswering(server: str, scheme: str) -> Iterator[str]:
     """A store URL of ``scheme`` whose server is silent (accepts, never answers) or stopped (nothing listens)."""
-    with (silent_server() if server == "silent" else stopped_server()) as url:
+    with silent_server() if server == "silent" else stopped_server() as url:
         if scheme == "redis":
             yield url
             return
         pytest.importorskip("s3fs")
         port = url.rsplit(":", 1)[1].split("/")[0]
-        with environ(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
-                     AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}"):
+        with environ(
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+        ):
             yield "s3://jitops-test/cache"
 
 
 @pytest.mark.parametrize("scheme", ["redis", "s3"])
 @pytest.mark.parametrize("server", ["silent", "stopped"])
-def test_unanswering_server_costs_the_connect_timeout_once(tmp_path: Path, server: str, scheme: str) -> None:
+def test_unanswering_server_costs_the_connect_timeout_once(
+    tmp_path: Path, server: str, scheme: str
+) -> None:
     cfg = tmp_path / "cfg"
     keygen(cfg)
     with unanswering(server, scheme) as url:
         t0 = time.monotonic()
-        out, err = get_ops(node_env(tmp_path / "c", url, cfg, JITOPS_REMOTE_CONNECT_TIMEOUT="1"), ("fakeadd", "fakemul"))
+        out, err = get_ops(
+            node_env(tmp_path / "c", url, cfg, JITOPS_REMOTE_CONNECT_TIMEOUT="1"),
+            ("fakeadd", "fakemul"),
+        )
         elapsed = time.monotonic() - t0
     assert all(r["built"] and r["works"] for r in out["ops"].values())
     assert len([w for w in out["warnings"] if "remote cache" in w]) == 1, (out, err)
     assert out["stats"]["errors"] == 1 and out["stats"]["seconds"] < 1.8, out["stats"]
-    # a refused S3 listing is an error even where botocore's first request (CPU work) outlasts the budget
+    # a refused S3 listing is an error even where botocore's first request (CPU work) outlasts the
+    # budget
     assert out["stats"]["timeouts"] == (1 if server == "silent" else 0), (out, err)
     assert elapsed < 30
 
@@ -294,13 +337,27 @@ def test_sigkilled_lease_holder_is_taken_over(tmp_path: Path, kind: str) -> None
     keygen(cfg)
     lease_s = 2.0
     with store(kind, tmp_path) as url:
-        env = node_env(tmp_path / "a", url, cfg, JITOPS_REMOTE_LEASE_SECONDS=str(lease_s), JITOPS_FAKE_BUILD_SECONDS="60")
-        holder = subprocess.Popen(scenario_argv("remote_scenarios.get_node", ops=["fakeadd"]), env=env, cwd=REPO,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        env = node_env(
+            tmp_path / "a",
+            url,
+            cfg,
+            JITOPS_REMOTE_LEASE_SECONDS=str(lease_s),
+            JITOPS_FAKE_BUILD_SECONDS="60",
+        )
+        holder = subprocess.Popen(
+            scenario_argv("remote_scenarios.get_node", ops=["fakeadd"]),
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + 60
             while not list((tmp_path / "a" / "v1" / "staging").glob("fakeadd-*/build")):
-                assert holder.poll() is None and time.monotonic() < deadline, "the holder never started building"
+                assert holder.poll() is None and time.monotonic() < deadline, (
+                    "the holder never started building"
+                )
                 time.sleep(0.05)
             time.sleep(0.3)  # the lease is taken before the build starts
         finally:  # killed here also when the wait above fails: no builder outlives the test
@@ -309,13 +366,24 @@ def test_sigkilled_lease_holder_is_taken_over(tmp_path: Path, kind: str) -> None
             holder.wait(timeout=30)
         t0 = time.time()
         env_b = {**env, "JITOPS_FAKE_BUILD_SECONDS": "0.5"}
-        proc = run_scenario_proc("remote_scenarios.main_nodes", n=3, base=str(tmp_path / "w"), ops=["fakeadd"], env=env_b,
-                                 timeout=120)
+        proc = run_scenario_proc(
+            "remote_scenarios.main_nodes",
+            n=3,
+            base=str(tmp_path / "w"),
+            ops=["fakeadd"],
+            env=env_b,
+            timeout=120,
+        )
         out = last_json(proc.stdout)
     replies = out["replies"]
-    assert "waiting for the build of fakeadd for" in proc.stderr and "holding the lease for" in proc.stderr, proc.stderr
+    assert (
+        "waiting for the build of fakeadd for" in proc.stderr
+        and "holding the lease for" in proc.stderr
+    ), proc.stderr
     assert len(replies) == 3 and all(r["ok"] and r["exit"] == 0 for r in replies), replies
-    assert sum(r["value"]["ops"]["fakeadd"]["built"] for r in replies) == 1, "one build after the takeover"
+    assert sum(r["value"]["ops"]["fakeadd"]["built"] for r in replies) == 1, (
+        "one build after the takeover"
+    )
     assert max(r["value"]["done"] for r in replies) - t0 < lease_s + 20
 
 
@@ -327,12 +395,24 @@ def test_failed_build_is_shared_with_waiters(tmp_path: Path) -> None:
     (tmp_path / "broken" / "broken.cpp").write_text('#error "deliberately broken"\n')
     with redis_server(tmp_path) as (url, _):
         args = {"name": "broken", "root": str(tmp_path / "broken"), "source": "broken.cpp"}
-        first = run_scenario("remote_scenarios.get_failing", env=node_env(tmp_path / "a", url, cfg, JITOPS_BUILDER="real"), **args)
-        second = run_scenario("remote_scenarios.get_failing", env=node_env(tmp_path / "b", url, cfg, JITOPS_BUILDER="real"), **args)
+        first = run_scenario(
+            "remote_scenarios.get_failing",
+            env=node_env(tmp_path / "a", url, cfg, JITOPS_BUILDER="real"),
+            **args,
+        )
+        second = run_scenario(
+            "remote_scenarios.get_failing",
+            env=node_env(tmp_path / "b", url, cfg, JITOPS_BUILDER="real"),
+            **args,
+        )
     assert "deliberately broken" in first["error"]
     assert "deliberately broken" in second["error"] and "failed on" in second["error"]
-    assert list((tmp_path / "a" / "v1" / "logs").glob("broken-*")), "the first node's failed build kept its log"
-    assert not list((tmp_path / "b" / "v1" / "logs").glob("broken-*")), "the second node did not build"
+    assert list((tmp_path / "a" / "v1" / "logs").glob("broken-*")), (
+        "the first node's failed build kept its log"
+    )
+    assert not list((tmp_path / "b" / "v1" / "logs").glob("broken-*")), (
+        "the second node did not build"
+    )
 
 
 def test_cli_keygen_warm_push_ls_pull_stats(tmp_path: Path) -> None:
@@ -342,23 +422,41 @@ def test_cli_keygen_warm_push_ls_pull_stats(tmp_path: Path) -> None:
     (tmp_path / "shared").mkdir()
 
     def jitops(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-        e = child_env(JITOPS_CACHE_DIR=str(tmp_path / "ci"), JITOPS_REMOTE_CACHE=url, JITOPS_CONFIG_DIR=str(cfg),
-                      JITOPS_BUILDER="fake", JITOPS_REMOTE_CACHE_MODE="read")
+        e = child_env(
+            JITOPS_CACHE_DIR=str(tmp_path / "ci"),
+            JITOPS_REMOTE_CACHE=url,
+            JITOPS_CONFIG_DIR=str(cfg),
+            JITOPS_BUILDER="fake",
+            JITOPS_REMOTE_CACHE_MODE="read",
+        )
         e.update(env)
-        return subprocess.run([sys.executable, "-m", "jitops", *argv], env=e, cwd=REPO, capture_output=True,
-                              text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "jitops", *argv],
+            env=e,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     key = jitops("cache", "keygen")
     assert key.returncode == 0, key.stderr
     public = key.stdout.split("JITOPS_REMOTE_TRUSTED_KEYS=")[1].split()[0]
-    warm = jitops("warm", "add", "--push", JITOPS_REMOTE_CACHE_MODE="write")  # read mode while warming: push uploads
+    # read mode while warming: push uploads
+    warm = jitops("warm", "add", "--push", JITOPS_REMOTE_CACHE_MODE="write")
     assert warm.returncode == 0 and "push: 1 uploaded" in warm.stdout, warm.stdout + warm.stderr
     ls = jitops("cache", "ls", "--remote")
     assert ls.returncode == 0 and "1 entries in" in ls.stdout and ls.stdout.startswith("add ")
-    node = {"JITOPS_CACHE_DIR": str(tmp_path / "node"), "JITOPS_CONFIG_DIR": str(tmp_path / "nodecfg"),
-            "JITOPS_REMOTE_TRUSTED_KEYS": public}
-    offline = jitops("cache", "pull", "add", **node, JITOPS_OFFLINE="1")  # refused before any download
-    assert offline.returncode != 0 and "JITOPS_OFFLINE=1 forbids" in offline.stderr, offline.stdout + offline.stderr
+    node = {
+        "JITOPS_CACHE_DIR": str(tmp_path / "node"),
+        "JITOPS_CONFIG_DIR": str(tmp_path / "nodecfg"),
+        "JITOPS_REMOTE_TRUSTED_KEYS": public,
+    }
+    # refused before any download
+    offline = jitops("cache", "pull", "add", **node, JITOPS_OFFLINE="1")
+    assert offline.returncode != 0 and "JITOPS_OFFLINE=1 forbids" in offline.stderr, (
+        offline.stdout + offline.stderr
+    )
     assert "Fix: run the pull without JITOPS_OFFLINE" in offline.stderr
     assert not (tmp_path / "node" / "v1" / "entries").exists(), "an offline pull wrote the cache"
     pull = jitops("cache", "pull", "add", **node)
@@ -367,11 +465,19 @@ def test_cli_keygen_warm_push_ls_pull_stats(tmp_path: Path) -> None:
     assert "1 hits" in stats.stdout, stats.stdout
     assert (tmp_path / "node" / "v1" / "remote-stats.json").exists()
     assert jitops("cache", "clear", **node).returncode == 0
-    assert not (tmp_path / "node" / "v1" / "remote-stats.json").exists(), "cache clear left the remote counters"
+    assert not (tmp_path / "node" / "v1" / "remote-stats.json").exists(), (
+        "cache clear left the remote counters"
+    )
     assert "0 hits" in jitops("cache", "stats", **node).stdout
-    stranger = {**node, "JITOPS_CACHE_DIR": str(tmp_path / "stranger"), "JITOPS_REMOTE_TRUSTED_KEYS": ""}
+    stranger = {
+        **node,
+        "JITOPS_CACHE_DIR": str(tmp_path / "stranger"),
+        "JITOPS_REMOTE_TRUSTED_KEYS": "",
+    }
     refused = jitops("cache", "pull", "add", **stranger)
-    assert refused.returncode == 1 and "1 rejected" in refused.stdout, refused.stdout + refused.stderr
+    assert refused.returncode == 1 and "1 rejected" in refused.stdout, (
+        refused.stdout + refused.stderr
+    )
     assert "trusts no signing key" in refused.stderr
 
 
@@ -393,21 +499,40 @@ def test_doctor_checks_the_remote(tmp_path: Path, kind: str) -> None:
     keygen(cfg)
     with store(kind, tmp_path) as url:
         env = node_env(tmp_path / "c", url, cfg)
-        out = subprocess.run([sys.executable, "-m", "jitops", "doctor"], env=env, cwd=REPO, capture_output=True,
-                             text=True, timeout=120)
-    rows = {line.split()[1]: line for line in out.stdout.splitlines() if line[:5].strip() in ("OK", "WARN", "INFO", "FAIL")}
+        out = subprocess.run(
+            [sys.executable, "-m", "jitops", "doctor"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    rows = {
+        line.split()[1]: line
+        for line in out.stdout.splitlines()
+        if line[:5].strip() in ("OK", "WARN", "INFO", "FAIL")
+    }
     assert rows["remote"].startswith("OK") and " ms" in rows["remote"], out.stdout
     assert rows["trust"].startswith("OK") and "(your own key)" in rows["trust"]
     assert rows["upload"].startswith("OK") and "signed by SHA256:" in rows["upload"]
-    assert "ms (median of 5), 16 at once" in rows["polling"] and "after its build" in rows["polling"], out.stdout
-    if kind != "s3":  # moto's server may be slow to answer 16 at once on a loaded machine: then it says so
+    assert (
+        "ms (median of 5), 16 at once" in rows["polling"] and "after its build" in rows["polling"]
+    ), out.stdout
+    # moto's server may be slow to answer 16 at once on a loaded machine: then it says so
+    if kind != "s3":
         assert rows["polling"].startswith("OK"), out.stdout
     if kind == "s3":
         assert rows["leases"].startswith("OK") and "conditional create works" in rows["leases"]
     with silent_server() as url:
         env = node_env(tmp_path / "c", url, cfg, JITOPS_REMOTE_CONNECT_TIMEOUT="0.5")
-        out = subprocess.run([sys.executable, "-m", "jitops", "doctor"], env=env, cwd=REPO, capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-m", "jitops", "doctor"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert "WARN  remote" in out.stdout and "unreachable" in out.stdout, out.stdout
 
 
@@ -419,7 +544,8 @@ def test_doctor_polling_row_says_why_a_store_is_slow(tmp_path: Path) -> None:
     from jitops.remote.commands import polling
     from jitops.remote.fs_store import FileStore
 
-    class OneAtATime(FileStore):  # a real shared dir behind a server that serves one request at a time
+    # a real shared dir behind a server that serves one request at a time
+    class OneAtATime(FileStore):
         lock = threading.Lock()
 
         def get_blob(self, name: str) -> bytes | None:
@@ -462,21 +588,27 @@ def test_remote_entries_bring_no_toolchain_records(tmp_path: Path) -> None:
     path = _blob_path(tmp_path / "shared")
     header, archive = envelope.unpack(path.read_bytes())
     buf = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as src, \
-            tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as dst:
+    with (
+        tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as src,
+        tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as dst,
+    ):
         for m in src:
             dst.addfile(m, src.extractfile(m) if m.isfile() else None)
         record = json.dumps({"path": "/usr/bin/c++", "version": "planted"}).encode()
         info = tarfile.TarInfo(f"v1/toolchains/{'0' * 32}.json")
         info.size = len(record)
         dst.addfile(info, io.BytesIO(record))
-    path.write_bytes(envelope.pack(header["key"], header["signer"], header["signature"], buf.getvalue()))
+    path.write_bytes(
+        envelope.pack(header["key"], header["signer"], header["signature"], buf.getvalue())
+    )
     b, _ = get_ops(node_env(tmp_path / "b", url, cfg))
     assert not b["ops"]["fakeadd"]["built"] and b["stats"]["hits"] == 1
     assert not (tmp_path / "b" / "v1" / "toolchains" / f"{'0' * 32}.json").exists()
 
 
-def test_a_refused_s3_endpoint_is_named_even_when_the_budget_ran_out(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refused_s3_endpoint_is_named_even_when_the_budget_ran_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A loaded machine can spend the connect budget on botocore's CPU work before it connects (seen in CI):
     the stopped server is still reported as refused, not as slow. Running out of budget is simulated (the
     module's ``within`` raises StoreTimeout); the endpoints, refused and listening, are real sockets."""
@@ -493,8 +625,12 @@ def test_a_refused_s3_endpoint_is_named_even_when_the_budget_ran_out(monkeypatch
         raise StoreTimeout(f"{what}: no answer within {seconds:.1f}s")
 
     port = free_port()
-    with environ(AWS_ACCESS_KEY_ID="t", AWS_SECRET_ACCESS_KEY="t", AWS_DEFAULT_REGION="us-east-1",
-                 AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}"):
+    with environ(
+        AWS_ACCESS_KEY_ID="t",
+        AWS_SECRET_ACCESS_KEY="t",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+    ):
         store = object_store.ObjectStore("s3://jitops-test/cache", 1.0, 2.0)
         monkeypatch.setattr(object_store, "within", spent)
         with pytest.raises(StoreError, match=f"nothing listens at 127.0.0.1:{port}") as e:

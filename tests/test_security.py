@@ -30,9 +30,19 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another u
 
 # Each case: (name, how the test damages trust after nobody built a perfect entry).
 CASES = [
-    "root-owned-by-other", "entry-owned-by-other", "library-owned-by-other", "manifest-owned-by-other",
-    "root-group-writable", "root-world-writable", "v1-world-writable", "entry-world-writable",
-    "library-group-writable", "root-is-symlink", "v1-is-symlink", "entry-is-symlink", "target-dir-is-symlink",
+    "root-owned-by-other",
+    "entry-owned-by-other",
+    "library-owned-by-other",
+    "manifest-owned-by-other",
+    "root-group-writable",
+    "root-world-writable",
+    "v1-world-writable",
+    "entry-world-writable",
+    "library-group-writable",
+    "root-is-symlink",
+    "v1-is-symlink",
+    "entry-is-symlink",
+    "target-dir-is-symlink",
 ]
 
 
@@ -55,10 +65,15 @@ def test_untrusted_cache_is_never_loaded(nobody_dir: Path) -> None:
     marker = base / "PLANTED-LIBRARY-RAN"
     evil = tattletale_library(tmp_path, marker, mode=0o666)
     os.chmod(evil, 0o755)
-    built = run_as_nobody(base, "scenarios_damage.build_pristine", child_env(JITOPS_BUILDER="fake", TMPDIR=str(base)),
-                          base=str(base))
+    built = run_as_nobody(
+        base,
+        "scenarios_damage.build_pristine",
+        child_env(JITOPS_BUILDER="fake", TMPDIR=str(base)),
+        base=str(base),
+    )
     assert built == "built"
-    # As root: copy the pristine cache per case, plant the tattletale with a matching manifest, break trust.
+    # As root: copy the pristine cache per case, plant the tattletale with a matching manifest,
+    # break trust.
     pristine = base / "pristine"
     for case in CASES:
         cache = base / case
@@ -70,8 +85,16 @@ def test_untrusted_cache_is_never_loaded(nobody_dir: Path) -> None:
         m = _manifest_for(entry / "manifest.json", data)
         (entry / "manifest.json").write_bytes(m)
         _break(case, cache, entry, tmp_path)
-    rows = dict(run_as_nobody(base, "scenarios_damage.get_from_each_cache", child_env(JITOPS_BUILDER="fake", TMPDIR=str(base)),
-                              base=str(base), cases=CASES, strict_case="root-owned-by-other"))
+    rows = dict(
+        run_as_nobody(
+            base,
+            "scenarios_damage.get_from_each_cache",
+            child_env(JITOPS_BUILDER="fake", TMPDIR=str(base)),
+            base=str(base),
+            cases=CASES,
+            strict_case="root-owned-by-other",
+        )
+    )
     assert not marker.exists(), "a library from an untrusted cache ran"
     for case in CASES:
         r = rows[case]
@@ -116,8 +139,12 @@ def _break(case: str, cache: Path, entry: Path, tmp_path: Path) -> None:
     elif case == "library-group-writable":
         os.chmod(entry / "libfakeadd.so", 0o770)
     elif case in ("root-is-symlink", "v1-is-symlink", "entry-is-symlink", "target-dir-is-symlink"):
-        victim = {"root-is-symlink": cache, "v1-is-symlink": v1, "entry-is-symlink": entry,
-                  "target-dir-is-symlink": entry.parent}[case]
+        victim = {
+            "root-is-symlink": cache,
+            "v1-is-symlink": v1,
+            "entry-is-symlink": entry,
+            "target-dir-is-symlink": entry.parent,
+        }[case]
         real = victim.with_name(victim.name + ".real")
         victim.rename(real)
         victim.symlink_to(real)
@@ -127,12 +154,68 @@ def _break(case: str, cache: Path, entry: Path, tmp_path: Path) -> None:
 
 
 HOSTILE = [
-    "", "../x", "..", ".", "/abs", "/etc/passwd", "a/b", "a\\b", "x\0", "\0", "soft\0max", "a\nb", "softmax\n",
-    "a\rb", "a\tb", "a b", " softmax", "softmax ", "$(id)", "`id`", "a;rm -rf ~", "a|b", "a&b", "a>b", "~", "~root",
-    "%2e%2e", "a*", "a?", "[a]", "{a,b}", "'a'", '"a"', "a" * 65, "a" * 256, "a" * 5000, "Softmax", "SOFTMAX",
-    "1abc", "_x", "-x", "a-b", "a.b", "a.so", "s\u043eftmax", "\u0455oftmax", "\uff53oftmax", "softmax\u200b",
-    "softmax\u0301", "stra\u00dfe", "caf\u00e9", "\u212bngstrom", "\U0001f600", "\x7f", "a:b", "a=b", "a@b",
-    None, b"softmax", 123, ["softmax"], Path("softmax"),
+    "",
+    "../x",
+    "..",
+    ".",
+    "/abs",
+    "/etc/passwd",
+    "a/b",
+    "a\\b",
+    "x\0",
+    "\0",
+    "soft\0max",
+    "a\nb",
+    "softmax\n",
+    "a\rb",
+    "a\tb",
+    "a b",
+    " softmax",
+    "softmax ",
+    "$(id)",
+    "`id`",
+    "a;rm -rf ~",
+    "a|b",
+    "a&b",
+    "a>b",
+    "~",
+    "~root",
+    "%2e%2e",
+    "a*",
+    "a?",
+    "[a]",
+    "{a,b}",
+    "'a'",
+    '"a"',
+    "a" * 65,
+    "a" * 256,
+    "a" * 5000,
+    "Softmax",
+    "SOFTMAX",
+    "1abc",
+    "_x",
+    "-x",
+    "a-b",
+    "a.b",
+    "a.so",
+    "s\u043eftmax",
+    "\u0455oftmax",
+    "\uff53oftmax",
+    "softmax\u200b",
+    "softmax\u0301",
+    "stra\u00dfe",
+    "caf\u00e9",
+    "\u212bngstrom",
+    "\U0001f600",
+    "\x7f",
+    "a:b",
+    "a=b",
+    "a@b",
+    None,
+    b"softmax",
+    123,
+    ["softmax"],
+    Path("softmax"),
 ]
 
 
@@ -140,7 +223,9 @@ def test_hostile_names_rejected_before_any_file_access() -> None:
     """>= 30 hostile names: InvalidNameError from get(), reference() and OpSpec(), with no
     file access, import or subprocess in between (audit hook)."""
     assert len(HOSTILE) >= 30
-    events, rejected = run_scenario("scenarios_inert.hostile_names", pickled_hex=pickle.dumps(HOSTILE).hex())
+    events, rejected = run_scenario(
+        "scenarios_inert.hostile_names", pickled_hex=pickle.dumps(HOSTILE).hex()
+    )
     assert events == []
     assert rejected == [True] * (4 * len(HOSTILE))
 
@@ -149,11 +234,17 @@ def test_build_subprocesses_are_argv_lists_with_scrubbed_env(tmp_path: Path) -> 
     """Every process a cold build starts is an argv list (never a shell), and its environment
     carries none of the scrubbed variables even when the user's has them."""
     scrubbed = {v: "/evil" for v in jkey.SCRUBBED_ENV_VARS}
-    seen = run_scenario("scenarios_damage.build_subprocesses",
-                        env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c"), **scrubbed))
+    seen = run_scenario(
+        "scenarios_damage.build_subprocesses",
+        env=child_env(JITOPS_BUILDER="fake", JITOPS_CACHE_DIR=str(tmp_path / "c"), **scrubbed),
+    )
     assert len(seen) >= 2  # `c++ --version` and the supervised build
     for _exe, argv, env in seen:
-        assert isinstance(argv, list) and argv and os.path.basename(argv[0]) not in ("sh", "bash", "dash", "zsh")
+        assert (
+            isinstance(argv, list)
+            and argv
+            and os.path.basename(argv[0]) not in ("sh", "bash", "dash", "zsh")
+        )
         if env is not None:
             assert not set(env) & set(scrubbed), set(env) & set(scrubbed)
 
@@ -165,8 +256,11 @@ def test_no_shell_anywhere_in_jitops() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.keyword) and node.arg == "shell":
                 offenders.append(f"{path.name}:{node.lineno} shell=")
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os" and (
-                node.attr in ("system", "popen") or node.attr.startswith(("exec", "spawn"))
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "os"
+                and (node.attr in ("system", "popen") or node.attr.startswith(("exec", "spawn")))
             ):
                 offenders.append(f"{path.name}:{node.lineno} os.{node.attr}")
     assert offenders == []
@@ -178,14 +272,19 @@ def _key_with(environ: dict[str, str], device: str = "cpu") -> str:
 
     system = target.probe(environ, cuda=False)
     spec = BUILTINS[0]
-    tgt = target.choose_target(system, "cpu") if device == "cpu" else target.Target("cuda", "AVX2", ("9.0",))
+    tgt = (
+        target.choose_target(system, "cpu")
+        if device == "cpu"
+        else target.Target("cuda", "AVX2", ("9.0",))
+    )
     ingr = jkey.ingredients(spec, tgt, system, None, None, {"x.cpp": "0" * 64})
     return compute_key(ingr)
 
 
 @pytest.mark.parametrize("var", target.BUILD_ENV_VARS)
 def test_every_build_env_var_changes_the_key(var: str) -> None:
-    device = "cuda" if var in target.CUDA_ENV_VARS else "cpu"  # CUDA-only variables reach CUDA keys only
+    # CUDA-only variables reach CUDA keys only
+    device = "cuda" if var in target.CUDA_ENV_VARS else "cpu"
     assert _key_with({var: "1"}, device) != _key_with({}, device)
 
 
@@ -198,8 +297,12 @@ _HARMLESS = {
     "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES": "dependency files only",
     "TORCH_NO_COMPILER_WRAPPER": "jitops replaces the cxx line, so no ccache wrapper is used",
     "PYTORCH_ROCM_ARCH": "ROCm only; jitops builds CPU and CUDA",
-    "ROCM_HOME": "ROCm only", "ROCM_PATH": "ROCm only", "TORCH_XPU_ARCH_LIST": "XPU only",
-    "VCT": "Windows only", "VSCMD_ARG_TGT_ARCH": "Windows only", "WINDOWS_CUDA_HOME": "Windows only",
+    "ROCM_HOME": "ROCm only",
+    "ROCM_PATH": "ROCm only",
+    "TORCH_XPU_ARCH_LIST": "XPU only",
+    "VCT": "Windows only",
+    "VSCMD_ARG_TGT_ARCH": "Windows only",
+    "WINDOWS_CUDA_HOME": "Windows only",
 }
 
 
@@ -231,7 +334,8 @@ def test_scrubbed_vars_leave_the_build_env() -> None:
         os.environ.clear()
         os.environ.update(old)
     assert not set(built) & set(jkey.SCRUBBED_ENV_VARS)
-    assert built["TMPDIR"] == built["TMP"] == built["TEMP"] == "/staging/tmp"  # compiler temp files stay in staging
+    # compiler temp files stay in staging
+    assert built["TMPDIR"] == built["TMP"] == built["TEMP"] == "/staging/tmp"
 
 
 @needs_root
@@ -241,9 +345,19 @@ def test_unreachable_cache_as_nobody(nobody_dir: Path) -> None:
     build, not a PermissionError; JITOPS_STRICT=1 gives a CacheError."""
     private = nobody_dir / "rootonly"
     private.mkdir(mode=0o700)
-    lenient, strict = run_as_nobody(nobody_dir / "sec", "scenarios_damage.unreachable_cache", child_env(
-        JITOPS_BUILDER="fake", TMPDIR=str(nobody_dir / "sec"), JITOPS_CACHE_DIR=str(private / "c")))
+    lenient, strict = run_as_nobody(
+        nobody_dir / "sec",
+        "scenarios_damage.unreachable_cache",
+        child_env(
+            JITOPS_BUILDER="fake",
+            TMPDIR=str(nobody_dir / "sec"),
+            JITOPS_CACHE_DIR=str(private / "c"),
+        ),
+    )
     assert lenient["ok"] and lenient["value"]["values"] == [True, True], lenient
-    assert len(lenient["value"]["warnings"]) == 1 and "Permission denied" in lenient["value"]["warnings"][0]
+    assert (
+        len(lenient["value"]["warnings"]) == 1
+        and "Permission denied" in lenient["value"]["warnings"][0]
+    )
     assert strict["type"] == "CacheError" and "fakeadd" in strict["msg"] and "Fix:" in strict["msg"]
     assert os.listdir(private) == []

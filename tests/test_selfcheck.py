@@ -40,8 +40,12 @@ def crashing_cxx(folder: Path) -> Path:
 
 
 def _compiler(**over: object) -> dict:
-    base = {"path": "/usr/bin/x86_64-linux-gnu-g++-12", "version": "g++ (Debian 12.2.0-14) 12.2.0",
-            "driver": "g++", "openmp": ["-fopenmp"]}
+    base = {
+        "path": "/usr/bin/x86_64-linux-gnu-g++-12",
+        "version": "g++ (Debian 12.2.0-14) 12.2.0",
+        "driver": "g++",
+        "openmp": ["-fopenmp"],
+    }
     return {**base, **over}
 
 
@@ -58,14 +62,21 @@ def test_identity_changes_with_each_ingredient_of_the_probe() -> None:
         "openmp": selfcheck.identity(system, _compiler(openmp=["-fopenmp=libgomp"])),
         "LDFLAGS": selfcheck.identity(probe({"LDFLAGS": "-static-libgcc"}), _compiler()),
         "CXXFLAGS": selfcheck.identity(probe({"CXXFLAGS": "-O1"}), _compiler()),
-        "torch": selfcheck.identity(dataclasses.replace(system, torch_version="9.9.9"), _compiler()),
+        "torch": selfcheck.identity(
+            dataclasses.replace(system, torch_version="9.9.9"), _compiler()
+        ),
     }
     assert base not in others.values() and len(set(others.values())) == len(others)
     # what does not shape the probe's binary does not re-run it
-    assert selfcheck.identity(probe({"MAX_JOBS": "3", "TORCH_CUDA_ARCH_LIST": "9.0"}), _compiler()) == base
+    assert (
+        selfcheck.identity(probe({"MAX_JOBS": "3", "TORCH_CUDA_ARCH_LIST": "9.0"}), _compiler())
+        == base
+    )
 
 
-def test_fake_builder_and_offline_never_run_the_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fake_builder_and_offline_never_run_the_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def boom(*a: object, **k: object) -> None:
         raise AssertionError("the probe ran")
 
@@ -79,16 +90,24 @@ def test_fake_builder_and_offline_never_run_the_probe(tmp_path: Path, monkeypatc
     with pytest.raises(OfflineMiss):
         loader.ensure_entry(plan, offline=True)
     assert not (tmp_path / "cache").exists()
-    assert selfcheck.doctor(plan.system, tmp_path / "t", Settings.from_env(), offline=True)[0] == "info"
+    assert (
+        selfcheck.doctor(plan.system, tmp_path / "t", Settings.from_env(), offline=True)[0]
+        == "info"
+    )
 
 
 def _probe_result(ok: bool = True) -> selfcheck.Result:
-    return selfcheck.Result(ok, "a C++ error arrived as RuntimeError" if ok else "the process was killed by SIGABRT",
-                            0.1, "g++ (test)")
+    return selfcheck.Result(
+        ok,
+        "a C++ error arrived as RuntimeError" if ok else "the process was killed by SIGABRT",
+        0.1,
+        "g++ (test)",
+    )
 
 
 def test_the_self_check_runs_beside_the_build_and_gates_publish_and_load(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The probe runs while the build runs (not before it); the build may publish, and ensure_entry return an
     entry to load, only after the verdict; a refusal publishes nothing. A remote hit runs no probe."""
     import threading
@@ -116,40 +135,66 @@ def test_the_self_check_runs_beside_the_build_and_gates_publish_and_load(
     published: list[object] = []
     monkeypatch.setattr(selfcheck, "run_probe", slow_probe)
     monkeypatch.setattr(jitops.build.publish, "build_and_publish", build)
-    monkeypatch.setattr(selfcheck.Cache, "publish_entry", lambda self, staged, address: published.append(events[:]) or
-                        ("hit", True))
+    monkeypatch.setattr(
+        selfcheck.Cache,
+        "publish_entry",
+        lambda self, staged, address: published.append(events[:]) or ("hit", True),
+    )
     for ok in (True, False):
         selfcheck._passed.clear()
         events.clear()
         probe_may_finish.clear()
         verdict["ok"] = ok
-        local = Settings.from_env({"JITOPS_CACHE_DIR": str(tmp_path / f"c{ok}"), "JITOPS_STATE_DIR": str(tmp_path / f"s{ok}")})
+        local = Settings.from_env(
+            {
+                "JITOPS_CACHE_DIR": str(tmp_path / f"c{ok}"),
+                "JITOPS_STATE_DIR": str(tmp_path / f"s{ok}"),
+            }
+        )
         plan = loader.make_plan(registry.lookup("softmax"), "cpu", settings=local)
         if plan.compiler is None:
             pytest.skip("needs a C++ compiler on PATH (only its identity is asked)")
         if ok:
             got = entry.ensure_entry(plan, settings=local)
             assert got.built and got.manifest == "manifest"  # type: ignore[comparison-overlap]
-            # published after the verdict; the probe and the build overlap (the probe ends only once the build has
-            # started), in either order of starting: which thread appends first is the scheduler's choice
-            assert published[-1][-1] == "verdict" and sorted(published[-1][:2]) == ["build started", "probe started"]
+            # published after the verdict; the probe and the build overlap (the probe ends only once
+            # the build has started), in either order of starting: which thread appends first is the
+            # scheduler's choice
+            assert published[-1][-1] == "verdict" and sorted(published[-1][:2]) == [
+                "build started",
+                "probe started",
+            ]
         else:
             before = len(published)
             with pytest.raises(ToolchainError, match="fails the toolchain self-check.*SIGABRT"):
                 entry.ensure_entry(plan, settings=local)
             assert len(published) == before  # refused: nothing published, so nothing to load
-        assert events[:2] in (["probe started", "build started"], ["build started", "probe started"])
+        assert events[:2] in (
+            ["probe started", "build started"],
+            ["build started", "probe started"],
+        )
 
     class Tier:  # stands in for the remote tier: a hit, or a miss that builds locally
         def __init__(self, hit: bool) -> None:
             self.hit = hit
 
-        def obtain(self, plan: object, cache: object, build: object, wait_limit: object = None,
-                   built_here: object = None) -> tuple[object, bool]:  # Tier.obtain's parameters
+        def obtain(
+            self,
+            plan: object,
+            cache: object,
+            build: object,
+            wait_limit: object = None,
+            built_here: object = None,
+        ) -> tuple[object, bool]:  # Tier.obtain's parameters
             return ("remote manifest", False) if self.hit else (build(), True)  # type: ignore[operator]
 
-    remote = Settings.from_env({"JITOPS_CACHE_DIR": str(tmp_path / "c"), "JITOPS_REMOTE_CACHE": f"file://{tmp_path}/r",
-                                "JITOPS_STATE_DIR": str(tmp_path / "s-remote")})
+    remote = Settings.from_env(
+        {
+            "JITOPS_CACHE_DIR": str(tmp_path / "c"),
+            "JITOPS_REMOTE_CACHE": f"file://{tmp_path}/r",
+            "JITOPS_STATE_DIR": str(tmp_path / "s-remote"),
+        }
+    )
     for hit in (True, False):
         selfcheck._passed.clear()
         events.clear()
@@ -175,13 +220,18 @@ def _counting_probe(monkeypatch: pytest.MonkeyPatch, ok: bool = True) -> list[in
 
 
 def test_a_verdict_is_remembered_across_cache_roots_and_doctor_reuses_it_unless_recheck(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from jitops import cli
 
     runs = _counting_probe(monkeypatch)
     state = tmp_path / "state"
     monkeypatch.setenv("JITOPS_STATE_DIR", str(state))
-    for root in ("a", "b"):  # two cache roots, one verdict: a fresh process (memo cleared) probes nothing
+    # two cache roots, one verdict: a fresh process (memo cleared) probes nothing
+    for root in (
+        "a",
+        "b",
+    ):
         selfcheck._passed.clear()
         monkeypatch.setenv("JITOPS_CACHE_DIR", str(tmp_path / root))
         plan = loader.make_plan(registry.lookup("softmax"), "cpu")
@@ -190,7 +240,9 @@ def test_a_verdict_is_remembered_across_cache_roots_and_doctor_reuses_it_unless_
         selfcheck.ensure_sound(plan, Settings.from_env())
     assert len(runs) == 1
     record = json.loads(next((state / "selfcheck").glob("*.json")).read_text())
-    assert record["ok"] is True and record["identity"] == selfcheck.identity(plan.system, plan.ingredients["compiler"])
+    assert record["ok"] is True and record["identity"] == selfcheck.identity(
+        plan.system, plan.ingredients["compiler"]
+    )
     assert oct((state / "selfcheck").stat().st_mode & 0o777) == oct(0o700)
 
     selfcheck._passed.clear()
@@ -198,7 +250,9 @@ def test_a_verdict_is_remembered_across_cache_roots_and_doctor_reuses_it_unless_
     assert cli.main(["doctor", "--recheck"]) in (0, 1) and len(runs) == 2  # asked to run it again
 
 
-def test_a_damaged_or_untrusted_verdict_is_rerun_never_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_damaged_or_untrusted_verdict_is_rerun_never_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runs = _counting_probe(monkeypatch)
     state = tmp_path / "state"
     system = probe({})
@@ -239,14 +293,25 @@ def test_a_damaged_or_untrusted_verdict_is_rerun_never_trusted(tmp_path: Path, m
         elif how == "huge":
             record.write_text(valid[:-1] + ', "pad": "' + "x" * 20000 + '"}')
 
-    cases = ["garbage", "not an object", "other identity", "ok as a string", "from the future", "too old", "symlink",
-             "group-writable", "a fifo", "huge"] + (["another owner"] if os.geteuid() == 0 else [])
+    cases = [
+        "garbage",
+        "not an object",
+        "other identity",
+        "ok as a string",
+        "from the future",
+        "too old",
+        "symlink",
+        "group-writable",
+        "a fifo",
+        "huge",
+    ] + (["another owner"] if os.geteuid() == 0 else [])
     for n, how in enumerate(cases, start=2):
         damage(how)
         selfcheck._passed.clear()
         again = selfcheck.check(system, compiler, "g++", state)
         assert again.ok and not again.cached and len(runs) == n, how
-        assert not record.is_symlink() and json.loads(record.read_text())["identity"] == ident, how  # replaced
+        # replaced
+        assert not record.is_symlink() and json.loads(record.read_text())["identity"] == ident, how
         assert elsewhere.read_text() == valid  # a link's target is never written
     # an untrusted folder: not read, not written; the probe runs every time
     (state / "selfcheck").chmod(0o777)
@@ -257,7 +322,9 @@ def test_a_damaged_or_untrusted_verdict_is_rerun_never_trusted(tmp_path: Path, m
     assert oct((state / "selfcheck").stat().st_mode & 0o777) == oct(0o777)
 
 
-def test_a_failure_is_reused_only_by_those_who_waited_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_is_reused_only_by_those_who_waited_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from jitops.store import verdicts
 
     runs = _counting_probe(monkeypatch, ok=False)
@@ -268,12 +335,17 @@ def test_a_failure_is_reused_only_by_those_who_waited_for_it(tmp_path: Path, mon
     assert not first.ok and len(runs) == 1
     data = verdicts.read(state, ident, since=t - 1)  # a process that was waiting when it was found
     assert data is not None and data["ok"] is False and "SIGABRT" in data["detail"]
-    assert verdicts.read(state, ident, since=time.time() + 1) is None and verdicts.read(state, ident) is None
-    assert not selfcheck.check(system, compiler, "g++", state).ok and len(runs) == 2  # a later process checks again
+    assert (
+        verdicts.read(state, ident, since=time.time() + 1) is None
+        and verdicts.read(state, ident) is None
+    )
+    # a later process checks again
+    assert not selfcheck.check(system, compiler, "g++", state).ok and len(runs) == 2
 
 
 def test_a_waiter_waits_a_bounded_time_and_an_unusable_state_dir_only_costs_a_probe(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import threading
 
     from jitops.store import verdicts
@@ -283,12 +355,15 @@ def test_a_waiter_waits_a_bounded_time_and_an_unusable_state_dir_only_costs_a_pr
     ident = selfcheck.identity(system, compiler)
     got: list[selfcheck.Result] = []
     with verdicts.probing(state, ident, 10):  # another prober holds the lock and never finishes
-        waiter = threading.Thread(target=lambda: got.append(selfcheck.check(system, compiler, "g++", state, wait=0.5)))
+        waiter = threading.Thread(
+            target=lambda: got.append(selfcheck.check(system, compiler, "g++", state, wait=0.5))
+        )
         t = time.monotonic()
         waiter.start()
         waiter.join(30)
         assert not waiter.is_alive() and time.monotonic() - t < 20
-    assert got and got[0].ok and not got[0].cached and len(runs) == 1  # gave up waiting, probed itself
+    # gave up waiting, probed itself
+    assert got and got[0].ok and not got[0].cached and len(runs) == 1
 
     blocked = tmp_path / "state-file"
     blocked.write_text("not a folder")
@@ -301,12 +376,18 @@ def test_a_waiter_waits_a_bounded_time_and_an_unusable_state_dir_only_costs_a_pr
 def test_the_state_dir_is_a_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import platformdirs
 
-    assert Settings.from_env({"JITOPS_STATE_DIR": str(tmp_path / "s")}).state_root() == tmp_path / "s"
+    assert (
+        Settings.from_env({"JITOPS_STATE_DIR": str(tmp_path / "s")}).state_root() == tmp_path / "s"
+    )
     monkeypatch.chdir(tmp_path)
     assert Settings.from_env({"JITOPS_STATE_DIR": "rel"}).state_root() == tmp_path / "rel"
-    assert Settings.from_env({}).state_root() == Path(platformdirs.user_state_dir("jitops", appauthor=False))
+    assert Settings.from_env({}).state_root() == Path(
+        platformdirs.user_state_dir("jitops", appauthor=False)
+    )
     # the test session's own (conftest), never the home's
-    assert Settings.from_env().state_root() != Path(platformdirs.user_state_dir("jitops", appauthor=False))
+    assert Settings.from_env().state_root() != Path(
+        platformdirs.user_state_dir("jitops", appauthor=False)
+    )
     assert any(v.startswith("JITOPS_STATE_DIR=") for v in Settings.from_env().shown())
 
 
@@ -315,7 +396,9 @@ def test_the_state_dir_is_a_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.compile
 @needs_gxx
-def test_sound_toolchain_passes_once_and_is_remembered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sound_toolchain_passes_once_and_is_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     system = probe({})
     compiler = _compiler(path=os.path.realpath(shutil.which("g++")), driver="g++")
     state = tmp_path / "state"
@@ -337,12 +420,25 @@ def test_sound_toolchain_passes_once_and_is_remembered(tmp_path: Path, monkeypat
 @pytest.mark.process
 @pytest.mark.timeout(480)
 @needs_gxx
-def test_crashing_toolchain_fails_doctor_and_get_refuses_and_publishes_nothing(tmp_path: Path) -> None:
+def test_crashing_toolchain_fails_doctor_and_get_refuses_and_publishes_nothing(
+    tmp_path: Path,
+) -> None:
     cache = tmp_path / "cache"
-    env = child_env(CXX=str(crashing_cxx(tmp_path)), JITOPS_CACHE_DIR=str(cache), JITOPS_BUILDER=None,
-                    JITOPS_OFFLINE=None, JITOPS_STATE_DIR=str(tmp_path / "state"))
-    doctor = subprocess.run([sys.executable, "-m", "jitops", "doctor"], env=env, cwd=REPO, capture_output=True,
-                            text=True, timeout=240)
+    env = child_env(
+        CXX=str(crashing_cxx(tmp_path)),
+        JITOPS_CACHE_DIR=str(cache),
+        JITOPS_BUILDER=None,
+        JITOPS_OFFLINE=None,
+        JITOPS_STATE_DIR=str(tmp_path / "state"),
+    )
+    doctor = subprocess.run(
+        [sys.executable, "-m", "jitops", "doctor"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert doctor.returncode == 1, doctor.stdout + doctor.stderr
     line = next(ln for ln in doctor.stdout.splitlines() if "self-check" in ln)
     assert line.startswith("FAIL") and "crashing-g++" in line and "SIGABRT" in line, doctor.stdout
@@ -351,17 +447,25 @@ def test_crashing_toolchain_fails_doctor_and_get_refuses_and_publishes_nothing(t
     out = run_scenario("scenarios_inert.get_or_refusal", name="add", env=env, timeout=240)
     assert "REFUSED" in out and "crashing-g++" in out and "crash the process" in out, out
     assert "unset CXX" in out and "torch.__config__.show()" in out
-    # the build ran beside the probe, but the refusal came before its publish: no entry, no staging dir left
+    # the build ran beside the probe, but the refusal came before its publish: no entry, no staging
+    # dir left
     assert not list((cache / "v1" / "entries").glob("**/manifest.json"))
     assert not (cache / "v1" / "staging").exists() or not os.listdir(cache / "v1" / "staging")
-    out = run_scenario("scenarios_inert.get_or_refusal", name="add", env={**env, "JITOPS_OFFLINE": "1"}, timeout=240)
+    out = run_scenario(
+        "scenarios_inert.get_or_refusal",
+        name="add",
+        env={**env, "JITOPS_OFFLINE": "1"},
+        timeout=240,
+    )
     assert "OfflineMiss" in json.dumps(out), out  # nothing a later process could load
 
 
 def counting_cxx(folder: Path, log: Path) -> Path:
     """g++, which appends a line to ``log`` each time it is asked to build the self-check's probe."""
     wrapper = folder / "counting-g++"
-    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *probe.cpp*) echo "$$" >> {log} ;; esac\nexec g++ "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\ncase "$*" in *probe.cpp*) echo "$$" >> {log} ;; esac\nexec g++ "$@"\n'
+    )
     wrapper.chmod(0o755)
     return wrapper
 
@@ -375,12 +479,23 @@ def test_eight_processes_on_a_cold_machine_run_the_self_check_once(tmp_path: Pat
     log, ready = tmp_path / "probes.log", tmp_path / "ready"
     ready.mkdir()
     cxx = counting_cxx(tmp_path, log)
-    procs = [subprocess.Popen(scenario_argv("scenarios_selfcheck.selfcheck_race", ready_dir=str(ready), count=8),
-                              env=child_env(CXX=str(cxx), JITOPS_CACHE_DIR=str(tmp_path / f"cache{i % 2}"),
-                                            JITOPS_STATE_DIR=str(tmp_path / "state"), JITOPS_BUILDER=None,
-                                            JITOPS_OFFLINE=None),
-                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(8)]
+    procs = [
+        subprocess.Popen(
+            scenario_argv("scenarios_selfcheck.selfcheck_race", ready_dir=str(ready), count=8),
+            env=child_env(
+                CXX=str(cxx),
+                JITOPS_CACHE_DIR=str(tmp_path / f"cache{i % 2}"),
+                JITOPS_STATE_DIR=str(tmp_path / "state"),
+                JITOPS_BUILDER=None,
+                JITOPS_OFFLINE=None,
+            ),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(8)
+    ]
     try:
         outs = [p.communicate(timeout=420) for p in procs]
     finally:

@@ -71,7 +71,8 @@ def test_load_inline_is_a_dispatcher_op_with_the_right_result(built: jitops.User
     op = getattr(torch.ops, built.library.namespace).scale
     torch.testing.assert_close(op(x, -1.0), -x)
     assert built.library.manifest.ingredients["abi"] == "stable"
-    with pytest.raises(RuntimeError, match="scale: x must be float32"):  # a C++ error crosses the C ABI intact
+    # a C++ error crosses the C ABI intact
+    with pytest.raises(RuntimeError, match="scale: x must be float32"):
         built.scale(x.double(), 1.0)
 
 
@@ -91,11 +92,14 @@ def test_opcheck_and_torch_compile_fullgraph(built: jitops.UserLibrary) -> None:
 
 @pytest.mark.compile
 def test_rerun_is_a_hit_and_an_edit_rebuilds(built: jitops.UserLibrary) -> None:
-    assert jitops.load_inline("stable_scale", FIRST) is built  # same source: the same object, nothing built
-    assert pch_bg.wait(300)  # the stable headers' PCH, started after the first build (a user edits meanwhile)
+    # same source: the same object, nothing built
+    assert jitops.load_inline("stable_scale", FIRST) is built
+    # the stable headers' PCH, started after the first build (a user edits meanwhile)
+    assert pch_bg.wait(300)
     edited = jitops.load_inline("stable_scale", EDITED)
     assert edited.library.built and edited.library.key != built.library.key
-    assert edited.library.manifest.timings["files"]["stable_scale.cpp"]["pch"] == "hit"  # the edit compiles with it
+    # the edit compiles with it
+    assert edited.library.manifest.timings["files"]["stable_scale.cpp"]["pch"] == "hit"
     x = torch.randn(16)
     torch.testing.assert_close(edited.scale(x, 2.0), x * 2 + 1)
     torch.testing.assert_close(built.scale(x, 2.0), x * 2)  # the old handle keeps its code
@@ -106,33 +110,59 @@ def test_library_imports_only_the_stable_c_shim(built: jitops.UserLibrary) -> No
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("nm (binutils) is not installed")
-    out = subprocess.run([nm, "-D", "--undefined-only", str(built.library.library_path)], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [nm, "-D", "--undefined-only", str(built.library.library_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     names = [line.split()[-1] for line in out.splitlines() if line.strip()]
-    torch_cxx = [n for n in names if re.match(r"_ZN\d*(c10|at|torch|caffe2)\b|_ZN(K)?(3c10|2at|5torch|6caffe2)", n)]
+    torch_cxx = [
+        n
+        for n in names
+        if re.match(r"_ZN\d*(c10|at|torch|caffe2)\b|_ZN(K)?(3c10|2at|5torch|6caffe2)", n)
+    ]
     assert not torch_cxx, f"C++ symbols of torch imported: {torch_cxx[:5]}"
-    unversioned = [n for n in names if "@" not in n and not n.startswith(("_ITM_", "__gmon_start__"))]
-    assert unversioned and all(n.startswith(("aoti_torch_", "torch_")) for n in unversioned), unversioned
+    unversioned = [
+        n for n in names if "@" not in n and not n.startswith(("_ITM_", "__gmon_start__"))
+    ]
+    assert unversioned and all(n.startswith(("aoti_torch_", "torch_")) for n in unversioned), (
+        unversioned
+    )
 
 
 @pytest.mark.compile
 @pytest.mark.process
-def test_a_new_process_loads_it_without_building(built: jitops.UserLibrary, session_cache: Path) -> None:
-    reply = run_scenario("scenarios_stable.load_stable", env=child_env(JITOPS_CACHE_DIR=str(session_cache)),
-                         timeout=120, name="stable_scale", source=FIRST)
+def test_a_new_process_loads_it_without_building(
+    built: jitops.UserLibrary, session_cache: Path
+) -> None:
+    reply = run_scenario(
+        "scenarios_stable.load_stable",
+        env=child_env(JITOPS_CACHE_DIR=str(session_cache)),
+        timeout=120,
+        name="stable_scale",
+        source=FIRST,
+    )
     assert reply == {**reply, "built": False, "out": [4.0, 4.0, 4.0], "unused_imported": []}, reply
 
 
 def test_a_stray_aten_include_names_the_line_and_the_fix() -> None:
-    src = FIRST.replace("#include <torch/csrc/stable/ops.h>", "#include <torch/csrc/stable/ops.h>\n#include <ATen/ATen.h>")
-    with pytest.raises(KernelSourceError, match=r"stable_bad\.cpp:4 includes <ATen/ATen\.h>.*Fix: include only"):
+    src = FIRST.replace(
+        "#include <torch/csrc/stable/ops.h>",
+        "#include <torch/csrc/stable/ops.h>\n#include <ATen/ATen.h>",
+    )
+    with pytest.raises(
+        KernelSourceError, match=r"stable_bad\.cpp:4 includes <ATen/ATen\.h>.*Fix: include only"
+    ):
         jitops.load_inline("stable_bad", src)
     with pytest.raises(KernelSourceError, match=r"<torch/extension\.h>"):
         jitops.load_inline("stable_bad", "#include <torch/extension.h>\n" + FIRST, abi="stable")
 
 
 def test_a_fixed_namespace_or_no_op_is_refused_before_compiling() -> None:
-    with pytest.raises(KernelSourceError, match=r"fixed namespace 'myops'.*STABLE_TORCH_LIBRARY\(JITOPS_NS, m\)"):
+    with pytest.raises(
+        KernelSourceError, match=r"fixed namespace 'myops'.*STABLE_TORCH_LIBRARY\(JITOPS_NS, m\)"
+    ):
         jitops.load_inline("stable_bad", FIRST.replace("(JITOPS_NS,", "(myops,"))
     with pytest.raises(KernelSourceError, match="defines no op"):
         jitops.load_inline("stable_bad", "int f() { return 1; }", abi="stable")
@@ -144,7 +174,9 @@ def test_a_fixed_namespace_or_no_op_is_refused_before_compiling() -> None:
 def test_a_header_reaching_aten_is_translated_from_torchs_error(tmp_path: Path) -> None:
     (tmp_path / "mine.h").write_text("#pragma once\n#include <torch/library.h>\n")
     (tmp_path / "k.cpp").write_text('#include "mine.h"\n' + FIRST)
-    with pytest.raises(KernelSourceError, match=r"header of torch's C\+\+ API is included \(through .*k\.cpp:1\)"):
+    with pytest.raises(
+        KernelSourceError, match=r"header of torch's C\+\+ API is included \(through .*k\.cpp:1\)"
+    ):
         jitops.load("stable_hdr", [str(tmp_path / "k.cpp")])
 
 
@@ -154,21 +186,31 @@ def test_target_version_encoding_and_the_running_torch_check() -> None:
     assert stable.target_of(["-DTORCH_TARGET_VERSION=0x020b000000000000"], "2.13.0")[1] == (2, 11)
     with pytest.raises(ArgumentError, match="major << 56"):
         stable.target_of(["-DTORCH_TARGET_VERSION=2.13"], "2.13.0")
-    for words in (["-D", "TORCH_TARGET_VERSION=0x020e000000000000"], ["-UTORCH_TARGET_VERSION"],
-                  ["-DTORCH_TARGET_VERSION=0x020d000000000000", "-DTORCH_TARGET_VERSION=0x020e000000000000"],
-                  ["-UTORCH_STABLE_ONLY"]):  # the compiler would build for a target the key and the check miss
+    # the compiler would build for a target the key and the check miss
+    for words in (
+        ["-D", "TORCH_TARGET_VERSION=0x020e000000000000"],
+        ["-UTORCH_TARGET_VERSION"],
+        ["-DTORCH_TARGET_VERSION=0x020d000000000000", "-DTORCH_TARGET_VERSION=0x020e000000000000"],
+        ["-UTORCH_STABLE_ONLY"],
+    ):
         with pytest.raises(ArgumentError, match="one -DTORCH_TARGET_VERSION=<number> word"):
             stable.target_of(words, "2.13.0")
     stable.check_torch("k", (2, 13), "2.13.0+cpu")
     stable.check_torch("k", (2, 13), "2.15.0")
-    with pytest.raises(TargetError, match=r"targets torch's stable ABI 2\.14.*runs torch 2\.13\.0.*upgrade torch"):
+    with pytest.raises(
+        TargetError, match=r"targets torch's stable ABI 2\.14.*runs torch 2\.13\.0.*upgrade torch"
+    ):
         stable.check_torch("k", (2, 14), "2.13.0")
 
 
 def test_key_holds_the_target_version_not_torchs() -> None:
     system = probe()
-    spec = OpSpec(name="k", root=Path("/nonexistent"), cpu_sources=("k.cpp",),
-                  cflags=(STABLE_ABI_FLAG, stable.version_flag((2, 13))))
+    spec = OpSpec(
+        name="k",
+        root=Path("/nonexistent"),
+        cpu_sources=("k.cpp",),
+        cflags=(STABLE_ABI_FLAG, stable.version_flag((2, 13))),
+    )
     target = Target("cpu", "AVX2", openmp=True)
     digests = {"k.cpp": "0" * 64}
 
@@ -176,31 +218,61 @@ def test_key_holds_the_target_version_not_torchs() -> None:
         return compute_key(ingredients(spec_, target_, sys_, None, None, digests))  # type: ignore[arg-type]
 
     ingr = ingredients(spec, target, system, None, None, digests)
-    assert ingr["torch_version"] is None and ingr["torch_git_version"] is None and ingr["python_abi"] is None
+    assert (
+        ingr["torch_version"] is None
+        and ingr["torch_git_version"] is None
+        and ingr["python_abi"] is None
+    )
     assert system.torch_version not in repr(ingr)
-    for field, value in (("torch_version", "2.99.0"), ("torch_git_version", "deadbeef"), ("python_abi", "cpython-399")):
-        assert key(dataclasses.replace(system, **{field: value})) == key()  # a torch upgrade keeps the key
-    assert key(spec_=dataclasses.replace(spec, cflags=(STABLE_ABI_FLAG, stable.version_flag((2, 14))))) != key()
+    for field, value in (
+        ("torch_version", "2.99.0"),
+        ("torch_git_version", "deadbeef"),
+        ("python_abi", "cpython-399"),
+    ):
+        # a torch upgrade keeps the key
+        assert key(dataclasses.replace(system, **{field: value})) == key()
+    assert (
+        key(spec_=dataclasses.replace(spec, cflags=(STABLE_ABI_FLAG, stable.version_flag((2, 14)))))
+        != key()
+    )
     assert key(target_=Target("cpu", "AVX512", openmp=True)) != key()  # the ISA stays in it
-    cflags, _, ldflags = build_flags(dataclasses.replace(spec, origin="jitops.load_inline (stable ABI)"), target, system)
-    assert "-fopenmp" not in cflags + ldflags and "-O2" in cflags and "-mavx2" not in cflags  # a user's kernel
+    cflags, _, ldflags = build_flags(
+        dataclasses.replace(spec, origin="jitops.load_inline (stable ABI)"), target, system
+    )
+    # a user's kernel
+    assert "-fopenmp" not in cflags + ldflags and "-O2" in cflags and "-mavx2" not in cflags
     # a builtin stable library (nms) gets the target's -O3 and ISA flags instead, each flag once
     builtin, _, _ = build_flags(spec, target, system)
-    assert "-O2" not in builtin and builtin.count("-O3") == 1 and "-mavx2" in builtin and len(set(builtin)) == len(builtin)
+    assert (
+        "-O2" not in builtin
+        and builtin.count("-O3") == 1
+        and "-mavx2" in builtin
+        and len(set(builtin)) == len(builtin)
+    )
     assert "-fopenmp" not in builtin and "-std=c++17" in builtin
     full = dataclasses.replace(spec, cflags=())  # a C++-API library keeps torch's exact version
-    assert ingredients(full, target, system, None, None, digests)["torch_version"] == system.torch_version
+    assert (
+        ingredients(full, target, system, None, None, digests)["torch_version"]
+        == system.torch_version
+    )
 
 
 def test_detection() -> None:
     assert stable.is_stable([FIRST]) and not stable.is_stable(["JITOPS_LIBRARY(m) {}"])
-    assert stable.wanted("f", None, [FIRST]) and stable.wanted("f", "stable", ["x"]) and not stable.wanted("f", None, ["x"])
+    assert (
+        stable.wanted("f", None, [FIRST])
+        and stable.wanted("f", "stable", ["x"])
+        and not stable.wanted("f", None, ["x"])
+    )
 
 
 def test_op_names_come_from_literal_schemas_only() -> None:
     assert stable.exports([("a.cpp", FIRST)]) == ("scale",)
-    assert stable.exports([("a.cpp", 'm.def("a(Tensor x) -> Tensor"); m.def("b.out(Tensor x) -> Tensor");')]) == ("a", "b")
-    assert stable.exports([("a.cpp", 'm.def("a(Tensor x) -> Tensor"); m.def(SCHEMA_B);')]) == ()  # the dispatcher decides
+    assert stable.exports(
+        [("a.cpp", 'm.def("a(Tensor x) -> Tensor"); m.def("b.out(Tensor x) -> Tensor");')]
+    ) == ("a", "b")
+    # the dispatcher decides
+    assert stable.exports([("a.cpp", 'm.def("a(Tensor x) -> Tensor"); m.def(SCHEMA_B);')]) == ()
 
 
 @pytest.mark.compile
@@ -214,17 +286,34 @@ def test_example_notebook_runs_green(monkeypatch: pytest.MonkeyPatch, session_ca
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(session_cache))
     monkeypatch.delenv("JITOPS_PROGRESS", raising=False)
     nb = nbformat.read(repo / "examples" / "stable_abi.ipynb", as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(repo / "examples")}}).execute()
-    out = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                  if o.get("output_type") == "stream" and o.get("name") == "stdout")
-    for line in ("scale matches PyTorch: True", "edited kernel adds 1: True", "old handle still works: True",
-                 "same source, same object: True", "torch.compile(fullgraph=True): True",
-                 "RuntimeError: scale: x must be float32", "includes <ATen/ATen.h>"):
+    nbclient.NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(repo / "examples")}},
+    ).execute()
+    out = "".join(
+        o.get("text", "")
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.get("output_type") == "stream" and o.get("name") == "stdout"
+    )
+    for line in (
+        "scale matches PyTorch: True",
+        "edited kernel adds 1: True",
+        "old handle still works: True",
+        "same source, same object: True",
+        "torch.compile(fullgraph=True): True",
+        "RuntimeError: scale: x must be float32",
+        "includes <ATen/ATen.h>",
+    ):
         assert line in out, out
 
 
-def test_a_target_hidden_in_a_flag_string_or_cxxflags_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_target_hidden_in_a_flag_string_or_cxxflags_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One extra_cflags string holding two flags is read as the compiler's words: its target is the library's
     (a newer one than this torch is refused before compiling); a target in CXXFLAGS is refused by the builder."""
     newer = stable.version_flag((2, 99))
@@ -250,18 +339,26 @@ def test_arguments_the_stable_path_cannot_honour_are_refused(tmp_path: Path) -> 
 
 
 @pytest.mark.compile
-def test_the_stable_pch_is_made_off_the_wait_shared_and_verified(built: jitops.UserLibrary, session_cache: Path,
-                                                                  tmp_path: Path) -> None:
+def test_the_stable_pch_is_made_off_the_wait_shared_and_verified(
+    built: jitops.UserLibrary, session_cache: Path, tmp_path: Path
+) -> None:
     """The first stable build (an empty cache: the module fixture's, unless another stable kernel with the same
     prefix made the PCH first) compiled without the PCH and started it detached: published after the build's
     compile ended. Another library of the same prefix and flags uses it on its first build; a damaged copy is
     set aside, never used. Its link named the shim's library through the stub."""
     first = built.library.manifest.timings
-    assert first["files"]["stable_scale.cpp"]["pch"] in ("background", "hit") and first["link"] == "stub"
+    assert (
+        first["files"]["stable_scale.cpp"]["pch"] in ("background", "hit")
+        and first["link"] == "stub"
+    )
     assert pch_bg.wait(300)
     store = Cache(session_cache)
-    made = [d for d in store.pch.iterdir() if (d / "manifest.json").is_file()
-            and "torch/csrc/stable/library.h" in (d / pch.HEADER).read_text()]
+    made = [
+        d
+        for d in store.pch.iterdir()
+        if (d / "manifest.json").is_file()
+        and "torch/csrc/stable/library.h" in (d / pch.HEADER).read_text()
+    ]
     assert len(made) == 1, made
     if first["files"]["stable_scale.cpp"]["pch"] == "background":  # never on the user's wait
         assert (made[0] / "manifest.json").stat().st_mtime > first["at"]
@@ -278,25 +375,46 @@ def test_the_stable_pch_is_made_off_the_wait_shared_and_verified(built: jitops.U
         byte = f.read(1)
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte[0] ^ 0xFF]))
-    assert pch.find(copy, key, "gcc") is None and not copy.build_path("pch", key).exists()  # set aside
+    # set aside
+    assert pch.find(copy, key, "gcc") is None and not copy.build_path("pch", key).exists()
 
 
-def _job(root: str, cflags: tuple[str, ...] = ("-O2",), cache: Cache | None = None,
-         ldflags: tuple[str, ...] = ()) -> types.SimpleNamespace:
-    return types.SimpleNamespace(include_dirs=(Path("/inc"), Path(root)), root=Path(root), cflags=cflags,
-                                 cache=cache, cxx="c++", identity="{}", env=dict(os.environ), build_dir=Path(root),
-                                 ldflags=ldflags)
+def _job(
+    root: str,
+    cflags: tuple[str, ...] = ("-O2",),
+    cache: Cache | None = None,
+    ldflags: tuple[str, ...] = (),
+) -> types.SimpleNamespace:
+    return types.SimpleNamespace(
+        include_dirs=(Path("/inc"), Path(root)),
+        root=Path(root),
+        cflags=cflags,
+        cache=cache,
+        cxx="c++",
+        identity="{}",
+        env=dict(os.environ),
+        build_dir=Path(root),
+        ldflags=ldflags,
+    )
 
 
 def test_the_stable_pch_key_leaves_out_the_library_and_holds_flags_and_torch() -> None:
     def key(job: types.SimpleNamespace, torch_id: str = "2.13.0 abc") -> str:
-        return pch.key_of(job.identity, "gcc", " ".join(stable_fast.pch_flags(job, "/torch/include", torch_id)), ["#include <a>"])
+        return pch.key_of(
+            job.identity,
+            "gcc",
+            " ".join(stable_fast.pch_flags(job, "/torch/include", torch_id)),
+            ["#include <a>"],
+        )
 
-    assert key(_job("/lib/a")) == key(_job("/lib/b"))  # shared by every library (its folder is not in it)
+    # shared by every library (its folder is not in it)
+    assert key(_job("/lib/a")) == key(_job("/lib/b"))
     assert key(_job("/lib/a")) != key(_job("/lib/a", ("-O1",)))  # not used when the flags differ
-    assert key(_job("/lib/a")) != key(_job("/lib/a"), "2.14.0 def")  # nor under another torch's headers
+    # nor under another torch's headers
+    assert key(_job("/lib/a")) != key(_job("/lib/a"), "2.14.0 def")
     assert all("JITOPS_NS" not in w for w in stable_fast.pch_flags(_job("/lib/a"), "/i", "t"))
-    # link words that change the one compile-and-link command's compile are the PCH's too (-fopenmp: _OPENMP)
+    # link words that change the one compile-and-link command's compile are the PCH's too (-fopenmp:
+    # _OPENMP)
     assert key(_job("/lib/a", ldflags=("-fopenmp",))) != key(_job("/lib/a"))
     assert key(_job("/lib/a", ldflags=("-lm", "-L/x"))) == key(_job("/lib/a"))
 
@@ -320,14 +438,22 @@ def test_the_link_stub_is_made_once_per_process_in_the_build_folder(tmp_path: Pa
     stub = stable_fast.link_stub(_job(str(one)), real, run)
     assert stub is not None and stub.parent == one and stable_fast.soname(str(stub)) == name
     assert stub.stat().st_size < 100_000 and len(ran) == 1
-    again = stable_fast.link_stub(_job(str(two)), real, run)  # the next build: the same bytes, no command
-    assert again is not None and again.parent == two and again.read_bytes() == stub.read_bytes() and len(ran) == 1
+    # the next build: the same bytes, no command
+    again = stable_fast.link_stub(_job(str(two)), real, run)
+    assert (
+        again is not None
+        and again.parent == two
+        and again.read_bytes() == stub.read_bytes()
+        and len(ran) == 1
+    )
     for flag in ("-Wl,-z,defs", "-Wl,--no-undefined"):
         assert stable_fast.link_stub(_job(str(two), ldflags=(flag,)), real, run) is None
 
 
 @pytest.mark.compile
-def test_a_stub_begun_on_the_miss_is_taken_by_the_build_and_a_failed_one_is_made_again(tmp_path: Path) -> None:
+def test_a_stub_begun_on_the_miss_is_taken_by_the_build_and_a_failed_one_is_made_again(
+    tmp_path: Path,
+) -> None:
     """start_stub (entry.before_first_build, for a stable plan) makes the stub in a thread; link_stub takes its bytes
     and runs nothing. One that failed (a compiler that does not exist) leaves link_stub to make it with the runner."""
     real = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
@@ -335,14 +461,19 @@ def test_a_stub_begun_on_the_miss_is_taken_by_the_build_and_a_failed_one_is_made
 
     def run(cmd: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
         ran.append(cmd)
-        return subprocess.run(["c++", *cmd[1:]], cwd=cwd, env=env, capture_output=True, text=True).returncode, ""
+        return subprocess.run(
+            ["c++", *cmd[1:]], cwd=cwd, env=env, capture_output=True, text=True
+        ).returncode, ""
 
     stable_fast._stubs.clear()
     stable_fast.start_stub("c++", real, dict(os.environ))
-    stable_fast.start_stub("c++", real, dict(os.environ))  # once per process: the second call begins nothing
+    # once per process: the second call begins nothing
+    stable_fast.start_stub("c++", real, dict(os.environ))
     assert len(stable_fast._early) == 1
     stub = stable_fast.link_stub(_job(str(tmp_path)), real, run)
-    assert stub is not None and ran == [] and stable_fast.soname(str(stub)) == stable_fast.soname(real)
+    assert (
+        stub is not None and ran == [] and stable_fast.soname(str(stub)) == stable_fast.soname(real)
+    )
     assert stable_fast._early == {}
     (tmp_path / "b").mkdir()
     missing = str(tmp_path / "no-such-compiler")
@@ -356,14 +487,18 @@ def test_a_stub_begun_on_the_miss_is_taken_by_the_build_and_a_failed_one_is_made
 @pytest.mark.compile
 def test_a_link_that_forbids_undefined_symbols_builds_against_the_real_library() -> None:
     """`-z defs` needs the shim's symbols: the stub has none, so such a build links against libtorch_cpu."""
-    lib = jitops.load_inline("stable_zdefs", FIRST.replace("* static_cast<float>(s)", "* 3.0f"),
-                             extra_ldflags=["-Wl,-z,defs"])
+    lib = jitops.load_inline(
+        "stable_zdefs",
+        FIRST.replace("* static_cast<float>(s)", "* 3.0f"),
+        extra_ldflags=["-Wl,-z,defs"],
+    )
     assert lib.library.manifest.timings["link"] == stable.SHIM_LIBRARY
     torch.testing.assert_close(_with_fake(lib).scale(torch.ones(2), 1.0), torch.full((2,), 3.0))
 
 
-def test_pch_words_reach_the_compiler_unquoted_and_background_off_builds_none(tmp_path: Path,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pch_words_reach_the_compiler_unquoted_and_background_off_builds_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """pch.pch_words are quoted for ninja's shell; the stable builder runs an argv list, so a cache path with a
     space must reach g++ as one plain word. JITOPS_PCH_BACKGROUND=0: no detached child, no PCH."""
     src = tmp_path / "k.cpp"
@@ -371,9 +506,17 @@ def test_pch_words_reach_the_compiler_unquoted_and_background_off_builds_none(tm
     job = _job(str(tmp_path), cache=Cache(tmp_path / "my cache"))
     job.sources, job.pch, job.pch_build, job.pch_background = (src,), "gcc", True, True
     where = tmp_path / "my cache" / "v1" / "pch" / "k"
-    monkeypatch.setattr(pch, "find", lambda cache, key, kind: types.SimpleNamespace(words=pch.pch_words(kind, where)))
+    monkeypatch.setattr(
+        pch,
+        "find",
+        lambda cache, key, kind: types.SimpleNamespace(words=pch.pch_words(kind, where)),
+    )
     words, state, later = stable_fast.use_pch(job, "/torch/include", "t")
-    assert state == "hit" and words == ["-include", str(where / pch.HEADER), "-Winvalid-pch"] and not later
+    assert (
+        state == "hit"
+        and words == ["-include", str(where / pch.HEADER), "-Winvalid-pch"]
+        and not later
+    )
     monkeypatch.setattr(pch, "find", lambda cache, key, kind: None)
     assert stable_fast.use_pch(job, "/torch/include", "t")[1:] != ("off (background)", {})
     job.pch_background = False
@@ -381,7 +524,9 @@ def test_pch_words_reach_the_compiler_unquoted_and_background_off_builds_none(tm
 
 
 @pytest.mark.compile
-def test_a_stable_build_needs_no_ninja_and_starts_no_self_check(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stable_build_needs_no_ninja_and_starts_no_self_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """One compiler command builds a stable kernel: a machine without ninja still builds it, and the self-check
     (a C++-API probe) is neither started nor imported for it."""
     from jitops.build import entry
@@ -394,11 +539,18 @@ def test_a_stable_build_needs_no_ninja_and_starts_no_self_check(monkeypatch: pyt
 
     monkeypatch.setattr(toolchain, "find_ninja", no_ninja)
     settings = Settings.from_env({})
-    stable_plan = types.SimpleNamespace(ingredients={"abi": "stable", "compiler": "g++"}, spec=types.SimpleNamespace(name="k"),
-                                        compiler=None)  # its link stub begins with the default c++
+    # its link stub begins with the default c++
+    stable_plan = types.SimpleNamespace(
+        ingredients={"abi": "stable", "compiler": "g++"},
+        spec=types.SimpleNamespace(name="k"),
+        compiler=None,
+    )
     assert entry.before_first_build(stable_plan, settings) is None  # type: ignore[arg-type]
-    other = types.SimpleNamespace(ingredients={"compiler": "g++"}, spec=types.SimpleNamespace(name="k"))
+    other = types.SimpleNamespace(
+        ingredients={"compiler": "g++"}, spec=types.SimpleNamespace(name="k")
+    )
     with pytest.raises(ToolchainError, match="ninja"):
         entry.before_first_build(other, settings)  # type: ignore[arg-type]
-    lib = jitops.load_inline("stable_noninja", FIRST.replace("* static_cast<float>(s)", "* 4.0f"))  # a real build
+    # a real build
+    lib = jitops.load_inline("stable_noninja", FIRST.replace("* static_cast<float>(s)", "* 4.0f"))
     torch.testing.assert_close(_with_fake(lib).scale(torch.ones(2), 1.0), torch.full((2,), 4.0))

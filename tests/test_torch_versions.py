@@ -14,10 +14,19 @@ from jitops import target
 from tests.helpers import REPO, child_env, run_scenario
 
 
-@pytest.mark.parametrize("version, inside", [
-    ("2.13.0+cpu", True), ("2.15.0", True), ("2.7.1+cu126", False), ("2.14.1+cu130", True),
-    ("2.6.0", False), ("2.16.0.dev20270101", False), ("3.0.0", False), ("weird", False),
-])
+@pytest.mark.parametrize(
+    "version, inside",
+    [
+        ("2.13.0+cpu", True),
+        ("2.15.0", True),
+        ("2.7.1+cu126", False),
+        ("2.14.1+cu130", True),
+        ("2.6.0", False),
+        ("2.16.0.dev20270101", False),
+        ("3.0.0", False),
+        ("weird", False),
+    ],
+)
 def test_versions_outside_the_tested_range_warn_once(version: str, inside: bool) -> None:
     torchcompat._warned.discard(version)
     with warnings.catch_warnings(record=True) as caught:
@@ -28,7 +37,9 @@ def test_versions_outside_the_tested_range_warn_once(version: str, inside: bool)
         assert not caught
     else:
         assert len(caught) == 1 and caught[0].category is RuntimeWarning
-        assert version in str(caught[0].message) and "Fix: install a torch" in str(caught[0].message)
+        assert version in str(caught[0].message) and "Fix: install a torch" in str(
+            caught[0].message
+        )
 
 
 def test_pyproject_and_readme_state_the_tested_range() -> None:
@@ -37,15 +48,21 @@ def test_pyproject_and_readme_state_the_tested_range() -> None:
     assert f"torch>={lo[0]}.{lo[1]},<{hi[0]}.{hi[1] + 1}" in deps
     readme = (REPO / "README.md").read_text()
     assert f"torch {lo[0]}.{lo[1]}" in readme and f"{hi[0]}.{hi[1]}" in readme
-    versions = re.findall(r"versions=\(\$\{JITOPS_TORCH_VERSIONS:-(.*)\}\)", (REPO / ".ci" / "torch-versions.sh").read_text())
+    versions = re.findall(
+        r"versions=\(\$\{JITOPS_TORCH_VERSIONS:-(.*)\}\)",
+        (REPO / ".ci" / "torch-versions.sh").read_text(),
+    )
     assert versions and any(v.startswith(f"{hi[0]}.{hi[1]}.") for v in versions[0].split())
     assert "torch==2.13.0" in (REPO / ".ci" / "run").read_text()  # the oldest: CI's main job
 
 
 def test_a_faked_old_torch_warns_once_then_works(tmp_path: Path) -> None:
     """A torch outside the range: one clear warning from the first key, and the key still works."""
-    r = run_scenario("scenarios_inert.keys_with_torch_version", version="2.3.1+cpu",
-                     env=child_env(JITOPS_CACHE_DIR=str(tmp_path), JITOPS_BUILDER="fake"))
+    r = run_scenario(
+        "scenarios_inert.keys_with_torch_version",
+        version="2.3.1+cpu",
+        env=child_env(JITOPS_CACHE_DIR=str(tmp_path), JITOPS_BUILDER="fake"),
+    )
     msgs = r["msgs"]
     assert len(msgs) == 1 and "2.3.1" in msgs[0] and "older than" in msgs[0], msgs
     assert r["differ"] is True, r

@@ -53,7 +53,14 @@ def kernel(offset: str) -> str:
 # ---- subprocess audit: the warm path must start no process
 
 _spawned: list[str] = []
-_SPAWN_EVENTS = {"subprocess.Popen", "os.posix_spawn", "os.spawn", "os.system", "os.exec", "os.fork"}
+_SPAWN_EVENTS = {
+    "subprocess.Popen",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.system",
+    "os.exec",
+    "os.fork",
+}
 
 
 def _audit(event: str, args: tuple[object, ...]) -> None:
@@ -81,9 +88,13 @@ def include_dir(tmp_path: Path) -> Path:
     return d
 
 
-def test_failed_build_is_retried_and_reports_the_error_in_the_users_source(include_dir: Path) -> None:
+def test_failed_build_is_retried_and_reports_the_error_in_the_users_source(
+    include_dir: Path,
+) -> None:
     broken = kernel("undefined_offset")
-    target = choose_target(probe(), "cpu").name  # C++ sources only: a CPU library, on a GPU node too
+    target = choose_target(
+        probe(), "cpu"
+    ).name  # C++ sources only: a CPU library, on a GPU node too
     errors = []
     for _attempt in range(2):  # a failure never sticks: the second call runs the compiler again
         with spawns() as started, pytest.raises(jitops.BuildError) as info:
@@ -93,12 +104,14 @@ def test_failed_build_is_retried_and_reports_the_error_in_the_users_source(inclu
 
     err = errors[-1]
     src = user.inline_dir("hot", {"hot.cpp": broken}) / "hot.cpp"
-    assert src.read_text() == broken  # the compiler saw a real file holding exactly the user's string
+    # the compiler saw a real file holding exactly the user's string
+    assert src.read_text() == broken
     col = broken.splitlines()[ERROR_LINE - 1].index("undefined_offset") + 1
     lines = str(err).splitlines()
     assert lines[0] == f"building op library 'hot' for {target} failed"
     assert re.fullmatch(
-        rf"{re.escape(str(src))}:{ERROR_LINE}:{col}: error: .undefined_offset. was not declared in this scope", lines[1]
+        rf"{re.escape(str(src))}:{ERROR_LINE}:{col}: error: .undefined_offset. was not declared in this scope",
+        lines[1],
     ), lines[1]
     source = broken.splitlines()
     assert lines[2:8] == [
@@ -115,7 +128,8 @@ def test_failed_build_is_retried_and_reports_the_error_in_the_users_source(inclu
     assert "undefined_offset" in Path(err.log_path).read_text()
     assert err.log == Path(err.log_path).read_text()
     frames = {Path(f.filename).name for f in traceback.extract_tb(err.__traceback__)}
-    assert not frames & {"loader.py", "build.py"}, frames  # the cell shows the compiler's story, not jitops's frames
+    # the cell shows the compiler's story, not jitops's frames
+    assert not frames & {"loader.py", "build.py"}, frames
 
     fixed = jitops.load_inline("hot", kernel("1.0f"), extra_include_paths=[str(include_dir)])
     x = torch.randn(257)
@@ -135,7 +149,8 @@ def test_edit_reload_run_in_one_process(include_dir: Path) -> None:
     v2 = jitops.load_inline("hot", kernel("1.0f"), extra_include_paths=[str(include_dir)])
     torch.testing.assert_close(v2.hot(x), 3.0 * x + 1.0)
 
-    v3 = jitops.load_inline("hot", kernel("-5.0f"), extra_include_paths=[str(include_dir)])  # a source edit rebuilds
+    # a source edit rebuilds
+    v3 = jitops.load_inline("hot", kernel("-5.0f"), extra_include_paths=[str(include_dir)])
     torch.testing.assert_close(v3.hot(x), 3.0 * x - 5.0)
 
     namespaces = {lib.library.namespace for lib in (v1, v2, v3)}
@@ -151,10 +166,13 @@ def test_load_from_files_and_register_kernel_dir(tmp_path: Path, include_dir: Pa
     folder = tmp_path / "hot"
     folder.mkdir()
     (folder / "hot.cpp").write_text(kernel("1.0f"))
-    # Same library name, file name, bytes and include-path contents as load_inline above: the same key.
+    # Same library name, file name, bytes and include-path contents as load_inline above: the same
+    # key.
     inline = jitops.load_inline("hot", kernel("1.0f"), extra_include_paths=[str(include_dir)])
     with spawns() as started:
-        from_file = jitops.load("hot", [str(folder / "hot.cpp")], extra_include_paths=[str(include_dir)])
+        from_file = jitops.load(
+            "hot", [str(folder / "hot.cpp")], extra_include_paths=[str(include_dir)]
+        )
         spec = jitops.register_kernel_dir(folder, extra_include_paths=[str(include_dir)])
         op = jitops.get("hot")
     assert started == []
@@ -162,7 +180,9 @@ def test_load_from_files_and_register_kernel_dir(tmp_path: Path, include_dir: Pa
     assert spec.exports == ("hot",) and spec.name == "hot" and "hot" in jitops.list_ops()
     x = torch.randn(33)
     torch.testing.assert_close(op(x), 2.0 * x + 1.0)
-    assert jitops.register_kernel_dir(folder, ops=["hot"], extra_include_paths=[str(include_dir)]).exports == ("hot",)
+    assert jitops.register_kernel_dir(
+        folder, ops=["hot"], extra_include_paths=[str(include_dir)]
+    ).exports == ("hot",)
 
     # Editing the folder in place: get() notices (file stamps), rebuilds, and returns the new op.
     op = jitops.get("hot")

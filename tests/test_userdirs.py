@@ -18,10 +18,16 @@ VARS = {"cache": "XDG_CACHE_HOME", "state": "XDG_STATE_HOME", "config": "XDG_CON
 @pytest.mark.parametrize("xdg", ["absolute", "relative", "empty", "unset", "trailing slash"])
 @pytest.mark.parametrize("home", ["/home/someone", "/root/", "relative/home", "unset"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_each_kind_is_platformdirs_answer(kind: str, home: str, xdg: str, tmp_path: object,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_kind_is_platformdirs_answer(
+    kind: str, home: str, xdg: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     var = VARS[kind]
-    values = {"absolute": "/srv/xdg-dir", "relative": "xdg/rel", "empty": "", "trailing slash": "/srv/xdg/"}
+    values = {
+        "absolute": "/srv/xdg-dir",
+        "relative": "xdg/rel",
+        "empty": "",
+        "trailing slash": "/srv/xdg/",
+    }
     if xdg == "unset":
         monkeypatch.delenv(var, raising=False)
     else:
@@ -43,5 +49,11 @@ def test_settings_roots_use_it(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fast path is Linux's")
 def test_the_roots_import_no_platformdirs_on_linux() -> None:
-    report = run_scenario("scenarios_inert.user_roots", env={"HOME": "/home/u", "PATH": "/usr/bin:/bin"}, timeout=60)
-    assert report == {"cache": "/home/u/.cache/jitops", "state": "/home/u/.local/state/jitops", "platformdirs": False}
+    report = run_scenario(
+        "scenarios_inert.user_roots", env={"HOME": "/home/u", "PATH": "/usr/bin:/bin"}, timeout=60
+    )
+    assert report == {
+        "cache": "/home/u/.cache/jitops",
+        "state": "/home/u/.local/state/jitops",
+        "platformdirs": False,
+    }

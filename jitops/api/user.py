@@ -48,7 +48,6 @@ _memo: dict[str, UserLibrary] = {}  # cache key -> the object load() returned fo
 _memo_lock = threading.Lock()
 
 
-
 class UserLibrary:
     """One build of a user kernel library; its ops are attributes (``lib.my_relu(x)``).
 
@@ -67,14 +66,20 @@ class UserLibrary:
         return f"<jitops library {lib.spec.name} ({lib.target}, key {lib.key[:12]}): {', '.join(self.ops)}>"
 
     def __getattr__(self, name: str) -> Any:  # only called when normal lookup fails
-        if name.startswith("_") or name in ("ops", "library"):  # copy/pickle probes, half-built objects
+        # copy/pickle probes, half-built objects
+        if name.startswith("_") or name in (
+            "ops",
+            "library",
+        ):
             raise AttributeError(name)
         raise AttributeError(
             f"library {self.library.spec.name!r} defines no op {name!r}; it defines: {', '.join(self.ops)}"
         )
 
 
-def load_spec(spec: OpSpec, device: str | None = None, settings: Settings | None = None) -> UserLibrary:
+def load_spec(
+    spec: OpSpec, device: str | None = None, settings: Settings | None = None
+) -> UserLibrary:
     """Load (building if needed) a user library through the loader; the same object while unchanged."""
     from ..loading.loader import load_library
     from ..loading.ops import op_from_library
@@ -129,21 +134,50 @@ def load(
     so editing any of them rebuilds on the next call; unchanged, the same
     object comes back without a rebuild.
     """
-    checks.library_args("jitops.load", name, device, sources=sources, extra_cflags=extra_cflags,  # issue 20
-                        extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
-                        extra_include_paths=extra_include_paths, schemas=schemas)
-    from ..build import stable  # torch's stable C ABI: abi="stable", or STABLE_TORCH_LIBRARY in the sources
+    checks.library_args(
+        "jitops.load",
+        name,
+        device,
+        sources=sources,
+        extra_cflags=extra_cflags,  # issue 20
+        extra_cuda_cflags=extra_cuda_cflags,
+        extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths,
+        schemas=schemas,
+    )
+    # torch's stable C ABI: abi="stable", or STABLE_TORCH_LIBRARY in the sources
+    from ..build import (
+        stable,
+    )
 
     stable_abi = stable.wanted("jitops.load", abi, stable.texts_of(sources))
     root, rel = source_files(name, sources)
     if stable_abi:
         stable.refuse_cuda(name, "", device, schemas=schemas, cuda_cflags=extra_cuda_cflags)
-        return _stable(stable.spec(name, root, rel, extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
-                                   extra_include_paths=extra_include_paths, origin=f"jitops.load (stable ABI) from {root}"))
-    spec = _spec(name, root, rel, BuildOptions.of(
-        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
-        extra_include_paths=extra_include_paths, schemas=schemas),
-                 origin=f"jitops.load from {root}")
+        return _stable(
+            stable.spec(
+                name,
+                root,
+                rel,
+                extra_cflags=extra_cflags,
+                extra_ldflags=extra_ldflags,
+                extra_include_paths=extra_include_paths,
+                origin=f"jitops.load (stable ABI) from {root}",
+            )
+        )
+    spec = _spec(
+        name,
+        root,
+        rel,
+        BuildOptions.of(
+            extra_cflags=extra_cflags,
+            extra_cuda_cflags=extra_cuda_cflags,
+            extra_ldflags=extra_ldflags,
+            extra_include_paths=extra_include_paths,
+            schemas=schemas,
+        ),
+        origin=f"jitops.load from {root}",
+    )
     return load_spec(spec, device)
 
 
@@ -151,12 +185,18 @@ def source_files(name: str, sources: StrOrSeq) -> tuple[Path, list[str]]:
     """Checked source files: their common folder and their paths relative to it."""
     paths = [Path(os.path.abspath(p)) for p in _as_list(sources, "sources")]
     if not paths:
-        raise KernelSourceError(f"library {name!r}: no sources given. Fix: pass sources=['my_op.cpp']")
+        raise KernelSourceError(
+            f"library {name!r}: no sources given. Fix: pass sources=['my_op.cpp']"
+        )
     for p in paths:
         if p.suffix not in SOURCE_SUFFIXES:
-            raise KernelSourceError(f"library {name!r}: {p} is not a source file (expected one of {', '.join(SOURCE_SUFFIXES)})")
+            raise KernelSourceError(
+                f"library {name!r}: {p} is not a source file (expected one of {', '.join(SOURCE_SUFFIXES)})"
+            )
         if not p.is_file():
-            raise KernelSourceError(f"library {name!r}: source file {p} does not exist. Fix: check the path")
+            raise KernelSourceError(
+                f"library {name!r}: source file {p} does not exist. Fix: check the path"
+            )
     root = Path(os.path.commonpath([str(p.parent) for p in paths]))
     _check_tree_size(root, name)
     return root, [p.relative_to(root).as_posix() for p in paths]
@@ -220,12 +260,24 @@ def load_inline(
     string. Sources ``#include <jitops/op.h>`` and register with
     ``JITOPS_LIBRARY`` / ``JITOPS_LIBRARY_IMPL``.
     """
-    checks.library_args("jitops.load_inline", name, device, cpp_sources=cpp_sources,  # issue 20
-                        cuda_sources=cuda_sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-                        extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, schemas=schemas)
+    checks.library_args(
+        "jitops.load_inline",
+        name,
+        device,
+        cpp_sources=cpp_sources,  # issue 20
+        cuda_sources=cuda_sources,
+        extra_cflags=extra_cflags,
+        extra_cuda_cflags=extra_cuda_cflags,
+        extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths,
+        schemas=schemas,
+    )
     files = {f"{name}.cpp": _join(cpp_sources, "cpp_sources")}
     cuda = _join(cuda_sources, "cuda_sources")
-    from ..build import stable  # torch's stable C ABI: abi="stable", or STABLE_TORCH_LIBRARY in the sources
+    # torch's stable C ABI: abi="stable", or STABLE_TORCH_LIBRARY in the sources
+    from ..build import (
+        stable,
+    )
 
     stable_abi = stable.wanted("jitops.load_inline", abi, [files[f"{name}.cpp"], cuda])
     if stable_abi:
@@ -235,12 +287,31 @@ def load_inline(
     settings = Settings.from_env()  # read once for this call
     root = inline_dir(name, files, settings)
     if stable_abi:
-        return _stable(stable.spec(name, root, list(files), extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
-                                   extra_include_paths=extra_include_paths, origin="jitops.load_inline (stable ABI)"), settings)
-    spec = _spec(name, root, list(files), BuildOptions.of(
-        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
-        extra_include_paths=extra_include_paths, schemas=schemas),
-                 origin="jitops.load_inline")
+        return _stable(
+            stable.spec(
+                name,
+                root,
+                list(files),
+                extra_cflags=extra_cflags,
+                extra_ldflags=extra_ldflags,
+                extra_include_paths=extra_include_paths,
+                origin="jitops.load_inline (stable ABI)",
+            ),
+            settings,
+        )
+    spec = _spec(
+        name,
+        root,
+        list(files),
+        BuildOptions.of(
+            extra_cflags=extra_cflags,
+            extra_cuda_cflags=extra_cuda_cflags,
+            extra_ldflags=extra_ldflags,
+            extra_include_paths=extra_include_paths,
+            schemas=schemas,
+        ),
+        origin="jitops.load_inline",
+    )
     return load_spec(spec, device, settings)
 
 
@@ -266,9 +337,17 @@ def register_kernel_dir(
     """
     from ..registry import register, registry
 
-    checks.library_args("jitops.register_kernel_dir", name, device, ops=ops, extra_cflags=extra_cflags,  # issue 20
-                        extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
-                        extra_include_paths=extra_include_paths, schemas=schemas)
+    checks.library_args(
+        "jitops.register_kernel_dir",
+        name,
+        device,
+        ops=ops,
+        extra_cflags=extra_cflags,  # issue 20
+        extra_cuda_cflags=extra_cuda_cflags,
+        extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths,
+        schemas=schemas,
+    )
     folder = Path(os.path.abspath(checks.path("jitops.register_kernel_dir", "path", path)))
     if not folder.is_dir():
         raise KernelSourceError(f"kernel folder {folder} does not exist or is not a directory")
@@ -276,15 +355,31 @@ def register_kernel_dir(
     try:
         validate_name(lib_name, "library name")
     except ValueError as e:
-        raise KernelSourceError(f"{e}. Fix: pass name='my_kernels' to register_kernel_dir") from None
+        raise KernelSourceError(
+            f"{e}. Fix: pass name='my_kernels' to register_kernel_dir"
+        ) from None
     _check_tree_size(folder, lib_name)
-    sources = sorted(p.name for p in folder.iterdir() if p.suffix in SOURCE_SUFFIXES and p.is_file())
+    sources = sorted(
+        p.name for p in folder.iterdir() if p.suffix in SOURCE_SUFFIXES and p.is_file()
+    )
     if not sources:
-        raise KernelSourceError(f"kernel folder {folder} holds no source file ({', '.join(SOURCE_SUFFIXES)})")
-    spec = _spec(lib_name, folder, sources, BuildOptions.of(
-        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
-        extra_include_paths=extra_include_paths, schemas=schemas),
-                 exports=tuple(ops or ()), origin=f"kernel folder {folder}")
+        raise KernelSourceError(
+            f"kernel folder {folder} holds no source file ({', '.join(SOURCE_SUFFIXES)})"
+        )
+    spec = _spec(
+        lib_name,
+        folder,
+        sources,
+        BuildOptions.of(
+            extra_cflags=extra_cflags,
+            extra_cuda_cflags=extra_cuda_cflags,
+            extra_ldflags=extra_ldflags,
+            extra_include_paths=extra_include_paths,
+            schemas=schemas,
+        ),
+        exports=tuple(ops or ()),
+        origin=f"kernel folder {folder}",
+    )
     spec = dataclasses.replace(spec, editable=True)
     if not spec.exports:
         spec = dataclasses.replace(spec, exports=tuple(load_spec(spec, device).ops))

@@ -43,8 +43,16 @@ def show_line(lines: list[str], line: str) -> None:
 def describe(lib: LoadedLibrary, streamed: bool) -> str:
     m = lib.manifest
     if lib.built:  # by this call (its output streamed above), or earlier in this process
-        return (f"jitops: built {lib.spec.name} for {lib.target} in {m.build_seconds:.1f}s (key {lib.key[:12]}, "
-                f"library {lib.library_path}); " + ("its compiler commands and output are above" if streamed else
-                                                    f"compiler commands and output:\n{m.build_log}"))
-    return (f"jitops: loaded {lib.spec.name} for {lib.target} from the cache entry {lib.entry} (key {lib.key[:12]}, "
-            f"built in {m.build_seconds:.1f}s by an earlier run); nothing was compiled")
+        return (
+            f"jitops: built {lib.spec.name} for {lib.target} in {m.build_seconds:.1f}s (key {lib.key[:12]}, "
+            f"library {lib.library_path}); "
+            + (
+                "its compiler commands and output are above"
+                if streamed
+                else f"compiler commands and output:\n{m.build_log}"
+            )
+        )
+    return (
+        f"jitops: loaded {lib.spec.name} for {lib.target} from the cache entry {lib.entry} (key {lib.key[:12]}, "
+        f"built in {m.build_seconds:.1f}s by an earlier run); nothing was compiled"
+    )

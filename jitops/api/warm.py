@@ -51,7 +51,9 @@ def _run(task: Task, archs: str | None, build_jobs: int, settings: Settings) -> 
     try:
         plan = make_plan(task.spec, task.device, archs, settings=settings)
     except TargetError as e:
-        return Outcome(task, "skipped" if task.device == "cuda" else "failed", task.device, 0.0, str(e))
+        return Outcome(
+            task, "skipped" if task.device == "cuda" else "failed", task.device, 0.0, str(e)
+        )
     try:
         entry = ensure_entry(plan, jobs=build_jobs, settings=settings)
     except ToolchainError as e:
@@ -103,7 +105,9 @@ def warm(
                 on_done(outcome)
 
     probe()  # read torch's facts once, before the threads need them
-    threads = [threading.Thread(target=work, name=f"jitops-warm-{n}", daemon=True) for n in range(workers)]
+    threads = [
+        threading.Thread(target=work, name=f"jitops-warm-{n}", daemon=True) for n in range(workers)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -17,10 +17,13 @@ from typing import Any
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 LIB_MODE = 0o700
-# a cache folder's tag (https://bford.info/cachedir/): backup tools skip it, and so do the key's walks of a
-# user's source folder, which may hold the cache itself (JITOPS_CACHE_DIR=./cache beside the kernel)
+# a cache folder's tag (https://bford.info/cachedir/): backup tools skip it, and so do the key's
+# walks of a user's source folder, which may hold the cache itself (JITOPS_CACHE_DIR=./cache beside
+# the kernel)
 CACHEDIR_TAG = "CACHEDIR.TAG"
-CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55\n# jitops's cache: rebuilt on demand.\n"
+CACHEDIR_SIGNATURE = (
+    b"Signature: 8a477f597d28d172789f06886806bc55\n# jitops's cache: rebuilt on demand.\n"
+)
 
 
 def makedirs(path: Path) -> None:
@@ -183,7 +186,9 @@ def _no_constant(text: str) -> float:
     raise ValueError(f"{text} is not a number a record holds")
 
 
-def read_record(path: Path, max_bytes: int = MAX_RECORD_BYTES, *, private: bool = False) -> dict[str, Any] | None:
+def read_record(
+    path: Path, max_bytes: int = MAX_RECORD_BYTES, *, private: bool = False
+) -> dict[str, Any] | None:
     """The JSON object in the file at ``path`` (not through a link), or None when it is missing, unreadable
     or damaged: too large, not UTF-8, not JSON, not an object, nested too deep, or holding a number
     that is not finite (``1e999``, ``NaN``). Callers check each field's type before use."""
@@ -233,9 +238,12 @@ def files_under(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
     out: list[Path] = []
     for folder, dirs, files in os.walk(root):
         if CACHEDIR_TAG in files and Path(folder) != root and _ours(Path(folder, CACHEDIR_TAG)):
-            dirs.clear()  # jitops's own tag only: cargo's target/ (tagged too) can hold generated headers
+            # jitops's own tag only: cargo's target/ (tagged too) can hold generated headers
+            dirs.clear()
             continue
-        out.extend(p for p in (Path(folder, f) for f in files) if p.suffix in suffixes and p.is_file())
+        out.extend(
+            p for p in (Path(folder, f) for f in files) if p.suffix in suffixes and p.is_file()
+        )
     return sorted(out)
 
 

@@ -24,7 +24,9 @@ class lazy:  # noqa: N801 - used as re.compile is
 
     __slots__ = ("_args", "_compiled", "_needs")
 
-    def __init__(self, pattern: str, flags: int | re.RegexFlag = 0, *, needs: str | tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, pattern: str, flags: int | re.RegexFlag = 0, *, needs: str | tuple[str, ...] = ()
+    ) -> None:
         self._args = (pattern, flags)
         self._compiled: re.Pattern[str] | None = None
         self._needs = (needs,) if isinstance(needs, str) else needs
@@ -52,7 +54,9 @@ class lazy:  # noqa: N801 - used as re.compile is
     def findall(self, text: str, *args: int) -> list[Any]:
         return [] if self._absent(text) else self.compiled().findall(text, *args)
 
-    def __getattr__(self, name: str) -> Any:  # what the methods above are not: the rest of the Pattern's API
+    def __getattr__(
+        self, name: str
+    ) -> Any:  # what the methods above are not: the rest of the Pattern's API
         return getattr(self.compiled(), name)
 
     def __repr__(self) -> str:

@@ -33,7 +33,9 @@ def mode(forced: bool | None = None) -> str:
         return "off"
     if _in_notebook():
         return "notebook"
-    if forced is True or (sys.stderr is not None and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
+    if forced is True or (
+        sys.stderr is not None and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    ):
         return "terminal"
     return "off"
 
@@ -80,13 +82,20 @@ class BuildProgress:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         if self.mode != "off":
-            state = "built" if exc_type is None else ("interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed")
+            state = (
+                "built"
+                if exc_type is None
+                else ("interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed")
+            )
             self._show(self._text(state), final=True)
 
 
@@ -125,7 +134,9 @@ class WarmDisplay:
                 sys.stderr.write("\r\033[K")
             first = o.message.splitlines()[0] if o.message else ""
             detail = f": {first}" if o.status in ("skipped", "failed") else ""
-            print(f"[{self.done}/{self.total}] {o.status:<7} {o.task.spec.name} for {o.target} ({o.seconds:.1f}s){detail}")
+            print(
+                f"[{self.done}/{self.total}] {o.status:<7} {o.task.spec.name} for {o.target} ({o.seconds:.1f}s){detail}"
+            )
             if o.status == "failed" and len(o.message.splitlines()) > 1:
                 print("\n".join(o.message.splitlines()[1:]), file=sys.stderr)
             sys.stdout.flush()

@@ -26,23 +26,39 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 _T = TypeVar("_T", bound=type)
 _MISSING = dataclasses.MISSING
-_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None) or type("_Factory", (), {"__repr__": lambda self: "<factory>"})()
+_FACTORY = (
+    getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None)
+    or type("_Factory", (), {"__repr__": lambda self: "<factory>"})()
+)
 
 
 def _fields_of(cls: type) -> list[dataclasses.Field[Any]]:
     if any(dataclasses.is_dataclass(base) for base in cls.__mro__[1:]):
-        raise TypeError(f"@record {cls.__name__}: inherits from a dataclass; use @dataclass(frozen=True)")
+        raise TypeError(
+            f"@record {cls.__name__}: inherits from a dataclass; use @dataclass(frozen=True)"
+        )
     out: list[dataclasses.Field[Any]] = []
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():
         text = annotation if isinstance(annotation, str) else repr(annotation)
         if "ClassVar" in text or "InitVar" in text or "KW_ONLY" in text:
-            raise TypeError(f"@record {cls.__name__}.{name}: ClassVar / InitVar / KW_ONLY need @dataclass")
+            raise TypeError(
+                f"@record {cls.__name__}.{name}: ClassVar / InitVar / KW_ONLY need @dataclass"
+            )
         default = cls.__dict__.get(name, _MISSING)
-        f: dataclasses.Field[Any] = default if isinstance(default, dataclasses.Field) else dataclasses.field(default=default)
+        f: dataclasses.Field[Any] = (
+            default
+            if isinstance(default, dataclasses.Field)
+            else dataclasses.field(default=default)
+        )
         if not f.init or f.kw_only is True or f.hash is not None:
-            raise TypeError(f"@record {cls.__name__}.{name}: init=False / kw_only / hash= need @dataclass")
-        if isinstance(f.default, (list, dict, set)):  # as dataclass: a mutable default would be shared
-            raise ValueError(f"mutable default {type(f.default)} for field {name} is not allowed: use default_factory")
+            raise TypeError(
+                f"@record {cls.__name__}.{name}: init=False / kw_only / hash= need @dataclass"
+            )
+        # as dataclass: a mutable default would be shared
+        if isinstance(f.default, (list, dict, set)):
+            raise ValueError(
+                f"mutable default {type(f.default)} for field {name} is not allowed: use default_factory"
+            )
         f.name, f.type = name, annotation
         f._field_type = dataclasses._FIELD  # type: ignore[attr-defined]  # what dataclasses.replace reads
         f.kw_only = False  # type: ignore[assignment]
@@ -59,7 +75,9 @@ def _init(cls: type, fields: list[dataclasses.Field[Any]], post_init: bool) -> A
     a default or a fresh ``default_factory()`` for each one left out, TypeError as CPython words it."""
     names = tuple(f.name for f in fields)
     index = {n: i for i, n in enumerate(names)}
-    fill: list[tuple[bool, Any]] = []  # per field: (is a factory, the default or factory), or (False, _MISSING)
+    fill: list[
+        tuple[bool, Any]
+    ] = []  # per field: (is a factory, the default or factory), or (False, _MISSING)
     seen_default = False
     for f in fields:
         if f.default is not _MISSING:
@@ -78,7 +96,9 @@ def _init(cls: type, fields: list[dataclasses.Field[Any]], post_init: bool) -> A
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if len(args) > count:
-            raise TypeError(f"{where} takes {takes} positional arguments but {len(args) + 1} were given")
+            raise TypeError(
+                f"{where} takes {takes} positional arguments but {len(args) + 1} were given"
+            )
         values = list(args) + [_MISSING] * (count - len(args))
         for name, value in kwargs.items():
             i = index.get(name)
@@ -87,12 +107,18 @@ def _init(cls: type, fields: list[dataclasses.Field[Any]], post_init: bool) -> A
             if i < len(args):
                 raise TypeError(f"{where} got multiple values for argument {name!r}")
             values[i] = value
-        missing = [names[i] for i, v in enumerate(values) if v is _MISSING and fill[i][1] is _MISSING]
+        missing = [
+            names[i] for i, v in enumerate(values) if v is _MISSING and fill[i][1] is _MISSING
+        ]
         if missing:
             quoted = [repr(n) for n in missing]
-            listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
-            raise TypeError(f"{where} missing {len(missing)} required positional argument"
-                            f"{'s' if len(missing) > 1 else ''}: {listed}")
+            listed = (
+                quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+            )
+            raise TypeError(
+                f"{where} missing {len(missing)} required positional argument"
+                f"{'s' if len(missing) > 1 else ''}: {listed}"
+            )
         for i, value in enumerate(values):
             if value is _MISSING:
                 factory, default = fill[i]
@@ -122,9 +148,19 @@ class _Signature:
             import inspect  # (torch has imported it already)
 
             kind, empty = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty
-            params = [inspect.Parameter(f.name, kind, annotation=f.type, default=f.default
-                                        if f.default is not _MISSING else _FACTORY
-                                        if f.default_factory is not _MISSING else empty) for f in self._fields]
+            params = [
+                inspect.Parameter(
+                    f.name,
+                    kind,
+                    annotation=f.type,
+                    default=f.default
+                    if f.default is not _MISSING
+                    else _FACTORY
+                    if f.default_factory is not _MISSING
+                    else empty,
+                )
+                for f in self._fields
+            ]
             self._built = inspect.Signature(params, return_annotation=None)
         return self._built
 
@@ -137,11 +173,22 @@ def _methods(cls: type, fields: list[dataclasses.Field[Any]]) -> dict[str, Any]:
     names = frozenset(f.name for f in fields)
     owner: Any = cls  # (mypy takes a `type` in a closure for an instance)
     getter = operator.attrgetter(*compared) if compared else None
-    key: Any = (lambda self: ()) if getter is None else getter if len(compared) > 1 \
-        else (lambda self: (getter(self),))  # always a tuple, as dataclass compares and hashes
+    # always a tuple, as dataclass compares and hashes
+    key: Any = (
+        (lambda self: ())
+        if getter is None
+        else getter
+        if len(compared) > 1
+        else (lambda self: (getter(self),))
+    )
 
     def __repr__(self: Any) -> str:
-        return self.__class__.__qualname__ + "(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in shown) + ")"
+        return (
+            self.__class__.__qualname__
+            + "("
+            + ", ".join(f"{n}={getattr(self, n)!r}" for n in shown)
+            + ")"
+        )
 
     def __eq__(self: Any, other: object) -> Any:
         if other.__class__ is self.__class__:
@@ -161,8 +208,13 @@ def _methods(cls: type, fields: list[dataclasses.Field[Any]]) -> dict[str, Any]:
             raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
         super(owner, self).__delattr__(name)
 
-    return {"__repr__": __repr__, "__eq__": __eq__, "__hash__": __hash__, "__setattr__": __setattr__,
-            "__delattr__": __delattr__}
+    return {
+        "__repr__": __repr__,
+        "__eq__": __eq__,
+        "__hash__": __hash__,
+        "__setattr__": __setattr__,
+        "__delattr__": __delattr__,
+    }
 
 
 def _replace(self: Any, /, **changes: Any) -> Any:
@@ -173,8 +225,15 @@ def _record(cls: _T) -> _T:
     """Make ``cls`` a frozen dataclass, as ``@dataclass(frozen=True)`` would (see the module docstring)."""
     fields = _fields_of(cls)
     own_hash = "__hash__" in cls.__dict__ and cls.__dict__["__hash__"] is not None
-    methods = {"__init__": _init(cls, fields, hasattr(cls, "__post_init__")), **_methods(cls, fields)}
-    methods["__init__"].__annotations__ = {**{f.name: f.type for f in fields}, "return": None}  # as dataclass's
+    methods = {
+        "__init__": _init(cls, fields, hasattr(cls, "__post_init__")),
+        **_methods(cls, fields),
+    }
+    # as dataclass's
+    methods["__init__"].__annotations__ = {
+        **{f.name: f.type for f in fields},
+        "return": None,
+    }
     for method, fn in methods.items():
         if method == "__hash__" and own_hash:
             continue
@@ -199,10 +258,13 @@ def _record(cls: _T) -> _T:
     return cls
 
 
-if TYPE_CHECKING:  # so type checkers see a frozen dataclass: its __init__, its fields, no assignment
+# so type checkers see a frozen dataclass: its __init__, its fields, no assignment
+if TYPE_CHECKING:
     from typing_extensions import dataclass_transform
 
-    @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, dataclasses.Field))
+    @dataclass_transform(
+        frozen_default=True, field_specifiers=(dataclasses.field, dataclasses.Field)
+    )
     def record(cls: _T) -> _T: ...
 else:
     record = _record

@@ -26,15 +26,41 @@ from .record import record
 from .userdirs import user_dir
 
 # The variables Settings reads, in display order (doctor shows the ones set).
-VARIABLES = ("JITOPS_CACHE_DIR", "JITOPS_OFFLINE", "JITOPS_FALLBACK", "JITOPS_STRICT", "JITOPS_BUILDER",
-             "JITOPS_LOCK_TIMEOUT", "JITOPS_PROGRESS", "JITOPS_FAKE_BUILD_SECONDS", "MAX_JOBS", "JITOPS_PCH",
-             "JITOPS_LEAN_EXTENSION_H", "JITOPS_PCH_BACKGROUND", "JITOPS_PCH_MAX_SIZE",
-             "JITOPS_STATE_DIR", "JITOPS_FREEZE", "JITOPS_REQUIRE_SIGNED",
-             "JITOPS_REMOTE_CACHE", "JITOPS_REMOTE_CACHE_MODE", "JITOPS_REMOTE_TRUSTED_KEYS", "JITOPS_REMOTE_SIGNING_KEY",
-             "JITOPS_CONFIG_DIR", "JITOPS_REMOTE_CONNECT_TIMEOUT", "JITOPS_REMOTE_TIMEOUT",
-             "JITOPS_REMOTE_LEASE_SECONDS", "JITOPS_REMOTE_FAILURE_SECONDS", "JITOPS_DISTRIBUTED", "JITOPS_HOST_ID")
+VARIABLES = (
+    "JITOPS_CACHE_DIR",
+    "JITOPS_OFFLINE",
+    "JITOPS_FALLBACK",
+    "JITOPS_STRICT",
+    "JITOPS_BUILDER",
+    "JITOPS_LOCK_TIMEOUT",
+    "JITOPS_PROGRESS",
+    "JITOPS_FAKE_BUILD_SECONDS",
+    "MAX_JOBS",
+    "JITOPS_PCH",
+    "JITOPS_LEAN_EXTENSION_H",
+    "JITOPS_PCH_BACKGROUND",
+    "JITOPS_PCH_MAX_SIZE",
+    "JITOPS_STATE_DIR",
+    "JITOPS_FREEZE",
+    "JITOPS_REQUIRE_SIGNED",
+    "JITOPS_REMOTE_CACHE",
+    "JITOPS_REMOTE_CACHE_MODE",
+    "JITOPS_REMOTE_TRUSTED_KEYS",
+    "JITOPS_REMOTE_SIGNING_KEY",
+    "JITOPS_CONFIG_DIR",
+    "JITOPS_REMOTE_CONNECT_TIMEOUT",
+    "JITOPS_REMOTE_TIMEOUT",
+    "JITOPS_REMOTE_LEASE_SECONDS",
+    "JITOPS_REMOTE_FAILURE_SECONDS",
+    "JITOPS_DISTRIBUTED",
+    "JITOPS_HOST_ID",
+)
 BUILDERS = ("real", "fake")
-FREEZE_MODES = ("error", "warn")  # JITOPS_FREEZE / jitops.freeze(): a build raises FrozenError, or builds and warns
+# JITOPS_FREEZE / jitops.freeze(): a build raises FrozenError, or builds and warns
+FREEZE_MODES = (
+    "error",
+    "warn",
+)
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -48,15 +74,23 @@ def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
 
 
 def _bad(name: str, raw: str, expected: str, fix: str) -> ConfigError:
-    shown = repr(raw) if len(repr(raw)) <= 80 else repr(raw)[:77] + "..."  # one short line (issue 20)
+    # one short line (issue 20)
+    shown = repr(raw) if len(repr(raw)) <= 80 else repr(raw)[:77] + "..."
     return ConfigError(f"{name}={shown} is not {expected}. Fix: {fix}")
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
-    return _optional(env, name, _progress, "an on/off value", f"set {name}=1 to turn it on, or unset it") or False
+    return (
+        _optional(
+            env, name, _progress, "an on/off value", f"set {name}=1 to turn it on, or unset it"
+        )
+        or False
+    )
 
 
-def _optional(env: Mapping[str, str], name: str, parse: Callable[[str], T], expected: str, fix: str) -> T | None:
+def _optional(
+    env: Mapping[str, str], name: str, parse: Callable[[str], T], expected: str, fix: str
+) -> T | None:
     raw = env.get(name, "")
     if not raw.strip():
         return None
@@ -72,15 +106,20 @@ def _seconds(text: str) -> float:
     return value
 
 
-# Every wait and every timeout is bounded (SECURITY.md): a seconds setting is finite, positive and at most a day.
+# Every wait and every timeout is bounded (SECURITY.md): a seconds setting is finite, positive and
+# at most a day.
 MAX_SECONDS = 86400.0
 
 
-def _bounded_seconds(env: Mapping[str, str], name: str, default: float | None, *, zero: bool = False) -> float | None:
+def _bounded_seconds(
+    env: Mapping[str, str], name: str, default: float | None, *, zero: bool = False
+) -> float | None:
     """The one parser of a seconds setting: ``default`` when unset; ConfigError naming variable, value, range, fix."""
     low = "0" if zero else "more than 0"
     expected = f"a number of seconds ({low} to {MAX_SECONDS:g})"
-    fix = f"set e.g. {default:g}, or unset it" if default is not None else "set e.g. 600, or unset it"
+    fix = (
+        f"set e.g. {default:g}, or unset it" if default is not None else "set e.g. 600, or unset it"
+    )
     value = _optional(env, name, _seconds, expected, fix)
     if value is None:
         return default
@@ -90,7 +129,8 @@ def _bounded_seconds(env: Mapping[str, str], name: str, default: float | None, *
 
 
 def _jobs(text: str) -> int:
-    # A whole number of parallel compiles; junk is a ConfigError rather than silently ignored (issue 20).
+    # A whole number of parallel compiles; junk is a ConfigError rather than silently ignored (issue
+    # 20).
     if not (text.isascii() and text.isdigit() and 0 < int(text) <= 4096):
         raise ValueError(text)
     return int(text)
@@ -110,7 +150,9 @@ def _freeze(text: str) -> str | None:
 
 def _size(text: str) -> int:  # 1G, 500M, 1.5GiB or a byte count (binary units); 0: no cap
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", text.lower())
-    return int(float("x") if m is None else float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
+    return int(
+        float("x") if m is None else float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ")
+    )
 
 
 @record
@@ -118,29 +160,42 @@ class RemoteSettings:
     """The remote tier's variables (issue 15); present only when ``JITOPS_REMOTE_CACHE`` is set."""
 
     url: str  # JITOPS_REMOTE_CACHE
-    mode: str  # JITOPS_REMOTE_CACHE_MODE: "read", "write" (warns without a key) or "auto" (write iff a key is found)
+    # JITOPS_REMOTE_CACHE_MODE: "read", "write" (warns without a key) or "auto" (write iff a key is
+    # found)
+    mode: str
     trusted_keys: str | None  # JITOPS_REMOTE_TRUSTED_KEYS: key texts and/or files of them
-    signing_key: str | None  # JITOPS_REMOTE_SIGNING_KEY: private key file (default: in the config dir)
-    config_dir: str | None  # JITOPS_CONFIG_DIR, else platformdirs' user config dir (jitops.remote.config)
-    connect_timeout: float = 2.0  # JITOPS_REMOTE_CONNECT_TIMEOUT: a silent store costs this once per process
+    # JITOPS_REMOTE_SIGNING_KEY: private key file (default: in the config dir)
+    signing_key: str | None
+    # JITOPS_CONFIG_DIR, else platformdirs' user config dir (jitops.remote.config)
+    config_dir: str | None
+    # JITOPS_REMOTE_CONNECT_TIMEOUT: a silent store costs this once per process
+    connect_timeout: float = 2.0
     op_timeout: float = 30.0  # JITOPS_REMOTE_TIMEOUT: one blob up or down
-    lease_seconds: float = 30.0  # JITOPS_REMOTE_LEASE_SECONDS: renewed every third; a dead builder's lapses
-    failure_seconds: float = 300.0  # JITOPS_REMOTE_FAILURE_SECONDS: how long a failed build's record stops waiters
+    # JITOPS_REMOTE_LEASE_SECONDS: renewed every third; a dead builder's lapses
+    lease_seconds: float = 30.0
+    # JITOPS_REMOTE_FAILURE_SECONDS: how long a failed build's record stops waiters
+    failure_seconds: float = 300.0
 
 
 def _positive(env: Mapping[str, str], name: str, default: float) -> float:
-    return _bounded_seconds(env, name, default) or default  # never None, never 0 (it must be more than 0)
+    # never None, never 0 (it must be more than 0)
+    return _bounded_seconds(env, name, default) or default
 
 
 def _tier(env: Mapping[str, str], url: str, mode: str, connect_timeout: float) -> RemoteSettings:
     """A tier's settings: the remote cache's, or the job store's (which shares its keys, timeouts and lease)."""
     d = RemoteSettings
-    return RemoteSettings(url=url, mode=mode, trusted_keys=env.get("JITOPS_REMOTE_TRUSTED_KEYS") or None,
-        signing_key=env.get("JITOPS_REMOTE_SIGNING_KEY") or None, config_dir=env.get("JITOPS_CONFIG_DIR") or None,
+    return RemoteSettings(
+        url=url,
+        mode=mode,
+        trusted_keys=env.get("JITOPS_REMOTE_TRUSTED_KEYS") or None,
+        signing_key=env.get("JITOPS_REMOTE_SIGNING_KEY") or None,
+        config_dir=env.get("JITOPS_CONFIG_DIR") or None,
         connect_timeout=_positive(env, "JITOPS_REMOTE_CONNECT_TIMEOUT", connect_timeout),
         op_timeout=_positive(env, "JITOPS_REMOTE_TIMEOUT", d.op_timeout),
         lease_seconds=_positive(env, "JITOPS_REMOTE_LEASE_SECONDS", d.lease_seconds),
-        failure_seconds=_positive(env, "JITOPS_REMOTE_FAILURE_SECONDS", d.failure_seconds))
+        failure_seconds=_positive(env, "JITOPS_REMOTE_FAILURE_SECONDS", d.failure_seconds),
+    )
 
 
 def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings | None:
@@ -151,7 +206,9 @@ def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings 
         return None
     mode = env.get("JITOPS_REMOTE_CACHE_MODE", "").strip().lower() or "auto"
     if mode not in ("read", "write", "auto"):
-        raise _bad("JITOPS_REMOTE_CACHE_MODE", mode, "a mode", "set it to read or write, or unset it")
+        raise _bad(
+            "JITOPS_REMOTE_CACHE_MODE", mode, "a mode", "set it to read or write, or unset it"
+        )
     return _tier(env, url, mode, RemoteSettings.connect_timeout)
 
 
@@ -162,14 +219,19 @@ class DistributedSettings:
     ``TORCHELASTIC_RESTART_COUNT``, and the remote tier's timeouts, lease and failure seconds and key settings,
     which apply to the job store too (``tier``; its ``url`` names the job store in messages)."""
 
-    signed: bool  # JITOPS_DISTRIBUTED=signed: accept only entries signed by a trusted key (the remote tier's rules)
-    master_addr: str | None  # MASTER_ADDR (with MASTER_PORT and WORLD_SIZE > 1: connect a TCPStore client)
+    # JITOPS_DISTRIBUTED=signed: accept only entries signed by a trusted key (the remote tier's
+    # rules)
+    signed: bool
+    # MASTER_ADDR (with MASTER_PORT and WORLD_SIZE > 1: connect a TCPStore client)
+    master_addr: str | None
     master_port: int | None  # MASTER_PORT
     world_size: int  # WORLD_SIZE (1 when unset)
     rank: int  # RANK (0 when unset): this process's rank for `distributed.warm` without a group
-    host_id: str | None  # JITOPS_HOST_ID: which ranks share a node for `distributed.warm`; None: the hostname
+    # JITOPS_HOST_ID: which ranks share a node for `distributed.warm`; None: the hostname
+    host_id: str | None
     tier: RemoteSettings  # the tier's settings, url "c10d://MASTER_ADDR:MASTER_PORT"
-    attempt: int = 0  # TORCHELASTIC_RESTART_COUNT: torchrun's restart number (the agent's store outlives attempts)
+    # TORCHELASTIC_RESTART_COUNT: torchrun's restart number (the agent's store outlives attempts)
+    attempt: int = 0
 
     def in_job(self) -> bool:
         """torchrun's variables name a store of a job of 2+ ranks, or a default process group is up (peeks at
@@ -194,17 +256,30 @@ def distributed_settings(env: Mapping[str, str]) -> DistributedSettings | None:
     if word in ("0", "false", "no", "off"):
         return None
     if word not in ("", "1", "true", "yes", "on", "signed"):
-        raise _bad("JITOPS_DISTRIBUTED", raw, "an on/off value or `signed`",
-                   "unset it (on under torchrun), set 0 to turn the job store tier off, or `signed` to require signatures")
+        raise _bad(
+            "JITOPS_DISTRIBUTED",
+            raw,
+            "an on/off value or `signed`",
+            "unset it (on under torchrun), set 0 to turn the job store tier off, or `signed` to require signatures",
+        )
     port, world = _whole(env.get("MASTER_PORT", "")), _whole(env.get("WORLD_SIZE", "")) or 1
     if port is not None and not 0 < port < 65536:
-        port = None  # no TCP port: not a job's store (torch.distributed would refuse it with a raw TypeError)
+        # no TCP port: not a job's store (torch.distributed would refuse it with a raw TypeError)
+        port = None
     addr = env.get("MASTER_ADDR", "").strip() or None
-    tier = _tier(env, f"c10d://{addr}:{port}" if addr and port else "c10d://default-store", "write", 10.0)
-    return DistributedSettings(signed=word == "signed", master_addr=addr, master_port=port, world_size=world,
-                               rank=_whole(env.get("RANK", "")) or 0,
-                               host_id=env.get("JITOPS_HOST_ID", "").strip() or None, tier=tier,
-                               attempt=_whole(env.get("TORCHELASTIC_RESTART_COUNT", "")) or 0)
+    tier = _tier(
+        env, f"c10d://{addr}:{port}" if addr and port else "c10d://default-store", "write", 10.0
+    )
+    return DistributedSettings(
+        signed=word == "signed",
+        master_addr=addr,
+        master_port=port,
+        world_size=world,
+        rank=_whole(env.get("RANK", "")) or 0,
+        host_id=env.get("JITOPS_HOST_ID", "").strip() or None,
+        tier=tier,
+        attempt=_whole(env.get("TORCHELASTIC_RESTART_COUNT", "")) or 0,
+    )
 
 
 NOT_IN_A_JOB = distributed_settings({})  # the default: on, and idle until a job is found
@@ -218,21 +293,35 @@ class Settings:
     offline: bool = False  # JITOPS_OFFLINE: never build, never write the cache
     fallback: bool = False  # JITOPS_FALLBACK: the pure-PyTorch reference when an op cannot be built
     strict: bool = False  # JITOPS_STRICT: no private temporary cache when the cache is unusable
-    lock_timeout: float | None = None  # JITOPS_LOCK_TIMEOUT seconds; None: wait as long as the build takes
-    progress: bool | None = None  # JITOPS_PROGRESS: force the build progress line on/off; None: auto
+    # JITOPS_LOCK_TIMEOUT seconds; None: wait as long as the build takes
+    lock_timeout: float | None = None
+    # JITOPS_PROGRESS: force the build progress line on/off; None: auto
+    progress: bool | None = None
     jobs: int | None = None  # MAX_JOBS: parallel compiles; None: cores capped by memory
-    builder: str = "real"  # JITOPS_BUILDER: "fake" is the test seam (a tiny real library, no compiler)
-    fake_build_seconds: float = 0.0  # JITOPS_FAKE_BUILD_SECONDS: stretches a fake build (kill/race tests)
-    remote: RemoteSettings | None = None  # JITOPS_REMOTE_*: the remote tier; None: off, nothing of it imported
-    config_dir: str | None = None  # JITOPS_CONFIG_DIR: where `jitops cache keygen` keeps the key pair
-    distributed: DistributedSettings | None = NOT_IN_A_JOB  # JITOPS_DISTRIBUTED: the job's c10d store as a tier (issue 16)
-    pch: bool = True  # JITOPS_PCH (on unless 0): precompile each file's header prefix into the cache
-    lean_extension_h: bool = True  # JITOPS_LEAN_EXTENSION_H (on unless 0): torch/extension.h's stand-in (tubuild)
-    pch_background: bool = True  # JITOPS_PCH_BACKGROUND (on unless 0): PCHs built after the build, detached (pch_bg)
-    pch_max_size: int = 1 << 30  # JITOPS_PCH_MAX_SIZE: cap on PCHs + per-file objects, LRU after builds; 0: none
-    state_dir: Path | None = None  # JITOPS_STATE_DIR, absolute; None: platformdirs' user state dir (self-check verdicts)
-    freeze: str | None = None  # JITOPS_FREEZE: "error"/"warn" after warm-up (build.freeze; jitops.freeze() wins); None: off
-    require_signed: bool = False  # JITOPS_REQUIRE_SIGNED: bundles and imported archives only if signed by a trusted key
+    # JITOPS_BUILDER: "fake" is the test seam (a tiny real library, no compiler)
+    builder: str = "real"
+    # JITOPS_FAKE_BUILD_SECONDS: stretches a fake build (kill/race tests)
+    fake_build_seconds: float = 0.0
+    # JITOPS_REMOTE_*: the remote tier; None: off, nothing of it imported
+    remote: RemoteSettings | None = None
+    # JITOPS_CONFIG_DIR: where `jitops cache keygen` keeps the key pair
+    config_dir: str | None = None
+    # JITOPS_DISTRIBUTED: the job's c10d store as a tier (issue 16)
+    distributed: DistributedSettings | None = NOT_IN_A_JOB
+    # JITOPS_PCH (on unless 0): precompile each file's header prefix into the cache
+    pch: bool = True
+    # JITOPS_LEAN_EXTENSION_H (on unless 0): torch/extension.h's stand-in (tubuild)
+    lean_extension_h: bool = True
+    # JITOPS_PCH_BACKGROUND (on unless 0): PCHs built after the build, detached (pch_bg)
+    pch_background: bool = True
+    # JITOPS_PCH_MAX_SIZE: cap on PCHs + per-file objects, LRU after builds; 0: none
+    pch_max_size: int = 1 << 30
+    # JITOPS_STATE_DIR, absolute; None: platformdirs' user state dir (self-check verdicts)
+    state_dir: Path | None = None
+    # JITOPS_FREEZE: "error"/"warn" after warm-up (build.freeze; jitops.freeze() wins); None: off
+    freeze: str | None = None
+    # JITOPS_REQUIRE_SIGNED: bundles and imported archives only if signed by a trusted key
+    require_signed: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -241,22 +330,42 @@ class Settings:
         timeout = _bounded_seconds(env, "JITOPS_LOCK_TIMEOUT", None, zero=True)
         builder = env.get("JITOPS_BUILDER", "").strip() or "real"
         if builder not in BUILDERS:
-            raise _bad("JITOPS_BUILDER", env["JITOPS_BUILDER"], "a builder",
-                       f"set it to one of {list(BUILDERS)} or unset it")
-        cap = _optional(env, "JITOPS_PCH_MAX_SIZE", _size, "a size such as 2G, 500M or 0 (no cap)",
-                        "set e.g. JITOPS_PCH_MAX_SIZE=2G, or unset it for the default 1G")
+            raise _bad(
+                "JITOPS_BUILDER",
+                env["JITOPS_BUILDER"],
+                "a builder",
+                f"set it to one of {list(BUILDERS)} or unset it",
+            )
+        cap = _optional(
+            env,
+            "JITOPS_PCH_MAX_SIZE",
+            _size,
+            "a size such as 2G, 500M or 0 (no cap)",
+            "set e.g. JITOPS_PCH_MAX_SIZE=2G, or unset it for the default 1G",
+        )
         return cls(
             cache_dir=_cache_dir(env.get("JITOPS_CACHE_DIR", "")),
             offline=_flag(env, "JITOPS_OFFLINE"),
             fallback=_flag(env, "JITOPS_FALLBACK"),
             strict=_flag(env, "JITOPS_STRICT"),
             lock_timeout=timeout,
-            progress=_optional(env, "JITOPS_PROGRESS", _progress, "0 or 1",
-                               "set JITOPS_PROGRESS=0 to hide the build progress line, 1 to force it, or unset it"),
-            jobs=_optional(env, "MAX_JOBS", _jobs, "a number of parallel compiles (1 to 4096)",
-                           "set e.g. MAX_JOBS=4, or unset it to size builds from cores and free memory"),
+            progress=_optional(
+                env,
+                "JITOPS_PROGRESS",
+                _progress,
+                "0 or 1",
+                "set JITOPS_PROGRESS=0 to hide the build progress line, 1 to force it, or unset it",
+            ),
+            jobs=_optional(
+                env,
+                "MAX_JOBS",
+                _jobs,
+                "a number of parallel compiles (1 to 4096)",
+                "set e.g. MAX_JOBS=4, or unset it to size builds from cores and free memory",
+            ),
             builder=builder,
-            fake_build_seconds=_bounded_seconds(env, "JITOPS_FAKE_BUILD_SECONDS", 0.0, zero=True) or 0.0,
+            fake_build_seconds=_bounded_seconds(env, "JITOPS_FAKE_BUILD_SECONDS", 0.0, zero=True)
+            or 0.0,
             remote=remote_settings(env),
             config_dir=env.get("JITOPS_CONFIG_DIR") or None,
             distributed=distributed_settings(env),
@@ -265,8 +374,13 @@ class Settings:
             state_dir=_cache_dir(env.get("JITOPS_STATE_DIR", "")),
             pch_background=_on_unless_off(env, "JITOPS_PCH_BACKGROUND"),
             pch_max_size=1 << 30 if cap is None else cap,
-            freeze=_optional(env, "JITOPS_FREEZE", _freeze, "a freeze mode (error, warn, or 0 for off)",
-                             "set JITOPS_FREEZE=error (a build raises FrozenError) or warn (builds, warns once per op), or unset it"),
+            freeze=_optional(
+                env,
+                "JITOPS_FREEZE",
+                _freeze,
+                "a freeze mode (error, warn, or 0 for off)",
+                "set JITOPS_FREEZE=error (a build raises FrozenError) or warn (builds, warns once per op), or unset it",
+            ),
             require_signed=_flag(env, "JITOPS_REQUIRE_SIGNED"),
         )
 

@@ -25,9 +25,11 @@ _warned: set[str] = set()
 def parse(version: str) -> tuple[int, int] | None:
     """``"2.13.0+cpu"`` -> ``(2, 13)``; None for what is not a release number."""
     major, _, rest = version.partition(".")
-    minor = rest[:len(rest) - len(rest.lstrip("0123456789"))]  # the digits after the first dot ("13" of "13.0+cpu")
+    # the digits after the first dot ("13" of "13.0+cpu")
+    minor = rest[: len(rest) - len(rest.lstrip("0123456789"))]
     ok = major.isascii() and major.isdigit() and minor != ""
-    return (int(major), int(minor)) if ok else None  # (no regex: compiling one is most of a warm import's cost)
+    # (no regex: compiling one is most of a warm import's cost)
+    return (int(major), int(minor)) if ok else None
 
 
 def check_version(version: str) -> bool:
@@ -38,7 +40,13 @@ def check_version(version: str) -> bool:
         return True
     if version not in _warned:
         _warned.add(version)
-        what = "newer than" if have is not None and have > hi else "older than" if have is not None else "not"
+        what = (
+            "newer than"
+            if have is not None and have > hi
+            else "older than"
+            if have is not None
+            else "not"
+        )
         warnings.warn(
             f"jitops: torch {version} is {what} the versions jitops is tested with "
             f"({lo[0]}.{lo[1]} to {hi[0]}.{hi[1]}); builds may fail or misbehave. Fix: install a torch in that "

@@ -18,8 +18,11 @@ import posixpath
 import sys
 
 APP = "jitops"
-_XDG = {"cache": ("XDG_CACHE_HOME", ".cache"), "state": ("XDG_STATE_HOME", ".local/state"),
-        "config": ("XDG_CONFIG_HOME", ".config")}
+_XDG = {
+    "cache": ("XDG_CACHE_HOME", ".cache"),
+    "state": ("XDG_STATE_HOME", ".local/state"),
+    "config": ("XDG_CONFIG_HOME", ".config"),
+}
 
 
 def user_dir(kind: str) -> str:
@@ -35,4 +38,8 @@ def user_dir(kind: str) -> str:
 
 
 def _android() -> bool:
-    return hasattr(sys, "getandroidapilevel") or "ANDROID_DATA" in os.environ or "ANDROID_ROOT" in os.environ
+    return (
+        hasattr(sys, "getandroidapilevel")
+        or "ANDROID_DATA" in os.environ
+        or "ANDROID_ROOT" in os.environ
+    )

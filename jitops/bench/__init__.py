@@ -62,7 +62,8 @@ class Row:
     label: str
     times: dict[str, float]
     ratios: dict[str, float]
-    fastest: float | None = None  # the fastest other side's time / jitops's (None with one other side)
+    # the fastest other side's time / jitops's (None with one other side)
+    fastest: float | None = None
     bytes: int | None = None
     note: str | None = None
 
@@ -88,7 +89,9 @@ def _calibrate(fn: Fn, block_s: float) -> int:
     return max(1, round(block_s / max(m.median, 1e-9)))
 
 
-def interleaved(fns: Sequence[Fn], rounds: int = ROUNDS, block_s: float = BLOCK_S) -> tuple[list[float], list[float], float | None]:
+def interleaved(
+    fns: Sequence[Fn], rounds: int = ROUNDS, block_s: float = BLOCK_S
+) -> tuple[list[float], list[float], float | None]:
     """CPU: each side's median time, each other side's median ratio to the first, and the fastest-other ratio.
 
     Every round times one block of each side back to back, in an order that
@@ -134,8 +137,11 @@ def gpu_time(fn: Fn) -> float:
         do_bench = None
     if do_bench is not None:
         return float(do_bench(fn, warmup=25, rep=200, return_mode="median")) / 1e3
-    fn()  # warm-up (first-call allocations, lazy compiles); the Timer synchronizes the device itself
-    return float(tb.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=0.5).median)
+    # warm-up (first-call allocations, lazy compiles); the Timer synchronizes the device itself
+    fn()
+    return float(
+        tb.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=0.5).median
+    )
 
 
 # ------------------------------------------------------------------ measuring
@@ -152,7 +158,9 @@ def measure(case: Case, device: str, timing: Timing = Timing()) -> Row:
         fastest = min(ts[1:]) / ts[0] if len(ts) > 2 else None
     else:
         ts, ratios, fastest = interleaved(fns, timing.rounds, timing.block_s)
-    return Row(case.label, dict(zip(names, ts)), dict(zip(names[1:], ratios)), fastest, case.bytes, note)
+    return Row(
+        case.label, dict(zip(names, ts)), dict(zip(names[1:], ratios)), fastest, case.bytes, note
+    )
 
 
 def sync(device: str) -> None:
@@ -166,7 +174,11 @@ def copy_bandwidth(device: str, nbytes: int | None = None, timing: Timing = Timi
     src = torch.ones(n, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     fn = lambda: dst.copy_(src)  # noqa: E731
-    t = gpu_time(fn) if device == "cuda" else cpu_time(fn, max(3, timing.rounds // 3), timing.block_s)
+    t = (
+        gpu_time(fn)
+        if device == "cuda"
+        else cpu_time(fn, max(3, timing.rounds // 3), timing.block_s)
+    )
     return 2 * n / t
 
 
@@ -202,7 +214,11 @@ def table(rows: Sequence[Row], copy_bps: float | None = None) -> list[str]:
     first = others[0] if others else None
     header = ["case", *(f"{s} ms" for s in sides), *(f"{s}/{ours}" for s in others)]
     header += [f"fastest/{ours}"] if len(others) > 1 else []
-    header += [f"{ours} GB/s"] + ([f"{first} GB/s"] if first else []) + ([f"{ours} % copy"] if copy_bps else [])
+    header += (
+        [f"{ours} GB/s"]
+        + ([f"{first} GB/s"] if first else [])
+        + ([f"{ours} % copy"] if copy_bps else [])
+    )
     body = []
     for r in rows:
         cells = [r.label + (" (!)" if r.note else ""), *(_ms(r.times.get(s)) for s in sides)]
@@ -216,9 +232,17 @@ def table(rows: Sequence[Row], copy_bps: float | None = None) -> list[str]:
     widths = [max(len(c[i]) for c in [header, *body]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+        return (
+            "| "
+            + " | ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+            )
+            + " |"
+        )
 
-    rule = "| " + " | ".join("-" * (w - 1) + (":" if i else "-") for i, w in enumerate(widths)) + " |"
+    rule = (
+        "| " + " | ".join("-" * (w - 1) + (":" if i else "-") for i, w in enumerate(widths)) + " |"
+    )
     notes = [f"(!) {r.label}: {r.note}" for r in rows if r.note]
     return [line(header), rule, *(line(b) for b in body), *notes]
 

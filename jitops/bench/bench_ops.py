@@ -28,9 +28,17 @@ from . import Case, Fn, traffic
 from ..errors import JitopsError, UnknownOpError
 
 SOFTMAXES = {"softmax": torch.softmax, "log_softmax": torch.log_softmax}
-DEFAULT_SHAPES = {"nms": ((1000,),)}  # nms: a shape is the number of boxes; others default to 4096x4096
-_ALIASES = {"f16": "float16", "half": "float16", "bf16": "bfloat16", "f32": "float32", "float": "float32",
-            "f64": "float64", "double": "float64"}
+# nms: a shape is the number of boxes; others default to 4096x4096
+DEFAULT_SHAPES = {"nms": ((1000,),)}
+_ALIASES = {
+    "f16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "float": "float32",
+    "f64": "float64",
+    "double": "float64",
+}
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,9 @@ class Request:
 def parse_shape(text: str) -> tuple[int, ...]:
     """``"4096,4096"`` (or ``4096x4096``) -> ``(4096, 4096)``."""
     if not re.fullmatch(r"\s*\d+(\s*[,x]\s*\d+)*\s*", text):
-        raise JitopsError(f"invalid shape {text!r}: expected sizes separated by commas, e.g. --shape 4096,4096")
+        raise JitopsError(
+            f"invalid shape {text!r}: expected sizes separated by commas, e.g. --shape 4096,4096"
+        )
     return tuple(int(s) for s in re.split(r"[,x]", text.replace(" ", "")))
 
 
@@ -58,15 +68,25 @@ def parse_dtype(text: str) -> torch.dtype:
     name = _ALIASES.get(text.lower(), text.lower()).removeprefix("torch.")
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
-        raise JitopsError(f"unknown dtype {text!r}: use a torch dtype name, e.g. float32, bfloat16, float16, int64")
+        raise JitopsError(
+            f"unknown dtype {text!r}: use a torch dtype name, e.g. float32, bfloat16, float16, int64"
+        )
     return dtype
 
 
-def request(op: str, shapes: Sequence[str] | None, dtype: str, device: str | None, dim: int | None,
-            backward: bool, trace: str | None = None) -> Request:
+def request(
+    op: str,
+    shapes: Sequence[str] | None,
+    dtype: str,
+    device: str | None,
+    dim: int | None,
+    backward: bool,
+    trace: str | None = None,
+) -> Request:
     """Check everything the user typed; raise JitopsError (usage) before anything is built or timed."""
     try:
-        ref = jitops.reference(op)  # raises UnknownOpError, listing close matches, for a name nobody knows
+        # raises UnknownOpError, listing close matches, for a name nobody knows
+        ref = jitops.reference(op)
     except UnknownOpError:
         raise
     except KeyError:
@@ -74,9 +94,17 @@ def request(op: str, shapes: Sequence[str] | None, dtype: str, device: str | Non
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        why = "this torch is built without CUDA" if not torch.version.cuda else "torch.cuda.is_available() is False"
-        raise JitopsError(f"--device cuda: no usable CUDA GPU here ({why}). Fix: run on a GPU machine, or use --device cpu")
-    parsed = tuple(parse_shape(s) for s in shapes) if shapes else DEFAULT_SHAPES.get(op, ((4096, 4096),))
+        why = (
+            "this torch is built without CUDA"
+            if not torch.version.cuda
+            else "torch.cuda.is_available() is False"
+        )
+        raise JitopsError(
+            f"--device cuda: no usable CUDA GPU here ({why}). Fix: run on a GPU machine, or use --device cpu"
+        )
+    parsed = (
+        tuple(parse_shape(s) for s in shapes) if shapes else DEFAULT_SHAPES.get(op, ((4096, 4096),))
+    )
     dt = parse_dtype(dtype)
     if dim is not None and op not in SOFTMAXES:
         raise JitopsError(f"--dim applies to softmax and log_softmax, not to {op}")
@@ -93,14 +121,24 @@ def request(op: str, shapes: Sequence[str] | None, dtype: str, device: str | Non
                 raise JitopsError(f"--dim {d} is out of range for shape {s}")
     if trace is not None and not Path(trace).resolve().parent.is_dir():
         raise JitopsError(f"--trace {trace}: folder {Path(trace).resolve().parent} does not exist")
-    return Request(op, parsed, dt, device, -1 if dim is None else dim, backward, ref,
-                   None if trace is None else Path(trace))
+    return Request(
+        op,
+        parsed,
+        dt,
+        device,
+        -1 if dim is None else dim,
+        backward,
+        ref,
+        None if trace is None else Path(trace),
+    )
 
 
 # ------------------------------------------------------------------ inputs and calls
 
 
-def random(shape: Sequence[int], dtype: torch.dtype, device: str, gen: torch.Generator | None = None) -> torch.Tensor:
+def random(
+    shape: Sequence[int], dtype: torch.dtype, device: str, gen: torch.Generator | None = None
+) -> torch.Tensor:
     if dtype.is_floating_point:
         return torch.randn(tuple(shape), generator=gen, device=device).to(dtype)
     if dtype == torch.bool:
@@ -108,7 +146,9 @@ def random(shape: Sequence[int], dtype: torch.dtype, device: str, gen: torch.Gen
     return torch.randint(0, 100, tuple(shape), generator=gen, device=device).to(dtype)
 
 
-def random_boxes(n: int, dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def random_boxes(
+    n: int, dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` xyxy boxes in a 1100-wide square with sides 1-101, and their scores (as benchmarks/kernels.py always made them)."""
     gen = torch.Generator().manual_seed(seed)
     xy = torch.rand(n, 2, generator=gen) * 1000
@@ -117,7 +157,9 @@ def random_boxes(n: int, dtype: torch.dtype = torch.float32, device: str = "cpu"
     return boxes.to(device, dtype), scores.to(device, dtype)
 
 
-def call(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], mode: str = "forward", **kw: Any) -> Fn:
+def call(
+    fn: Callable[..., Any], inputs: Sequence[torch.Tensor], mode: str = "forward", **kw: Any
+) -> Fn:
     """A zero-argument call of ``fn(*inputs, **kw)``.
 
     ``mode``: "forward"; "backward", the backward alone (``torch.autograd.grad``
@@ -136,7 +178,9 @@ def call(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], mode: str = "fo
     raise ValueError(f"mode must be forward, backward or fwd+bwd, got {mode!r}")
 
 
-def close_to(expected: Callable[[], Any], got: Callable[[], Any], what: str) -> Callable[[], str | None]:
+def close_to(
+    expected: Callable[[], Any], got: Callable[[], Any], what: str
+) -> Callable[[], str | None]:
     """A Case check: ``got()`` equals ``expected()`` within torch.testing's tolerance for the dtype."""
 
     def check() -> str | None:
@@ -149,23 +193,38 @@ def close_to(expected: Callable[[], Any], got: Callable[[], Any], what: str) -> 
     return check
 
 
-def softmax_case(name: str, x: torch.Tensor, dim: int, mode: str, sides: dict[str, Callable[..., Any]],
-                 check_against: str | None = None) -> Case:
+def softmax_case(
+    name: str,
+    x: torch.Tensor,
+    dim: int,
+    mode: str,
+    sides: dict[str, Callable[..., Any]],
+    check_against: str | None = None,
+) -> Case:
     """softmax or log_softmax of ``x`` along ``dim``: ``sides`` maps a name to ``fn(x, dim)`` (jitops's first)."""
     calls = {k: call(f, [x], mode, dim=dim) for k, f in sides.items()}
-    moved = traffic(x, x) if mode == "forward" else traffic(x, x, x)  # fwd: x, y; bwd: grad, out, grad_in
+    # fwd: x, y; bwd: grad, out, grad_in
+    moved = traffic(x, x) if mode == "forward" else traffic(x, x, x)
     ours = next(iter(sides.values()))
     check = None
     if check_against is not None:
-        check = close_to(lambda: sides[check_against](x, dim=dim), lambda: ours(x, dim=dim), check_against)
+        check = close_to(
+            lambda: sides[check_against](x, dim=dim), lambda: ours(x, dim=dim), check_against
+        )
     dims = "" if dim in (-1, x.dim() - 1) else f" dim={dim}"
     kind = {"forward": "fwd", "backward": "bwd", "fwd+bwd": "fwd+bwd"}[mode]
     dt = str(x.dtype).removeprefix("torch.").replace("float", "f")
     return Case(f"{name} {tuple(x.shape)}{dims} {dt} {kind}", calls, moved, check)
 
 
-def nms_case(n: int, sides: dict[str, Callable[..., Any]], dtype: torch.dtype = torch.float32, device: str = "cpu",
-             iou: float = 0.5, check_against: str | None = None) -> Case:
+def nms_case(
+    n: int,
+    sides: dict[str, Callable[..., Any]],
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    iou: float = 0.5,
+    check_against: str | None = None,
+) -> Case:
     boxes, scores = random_boxes(n, dtype, device)
     calls = {k: call(f, [boxes, scores, iou]) for k, f in sides.items()}  # type: ignore[list-item]
     check = None
@@ -173,7 +232,11 @@ def nms_case(n: int, sides: dict[str, Callable[..., Any]], dtype: torch.dtype = 
         ours, theirs = next(iter(calls.values())), calls[check_against]
 
         def check() -> str | None:
-            return None if torch.equal(ours(), theirs()) else f"kept indices differ from {check_against}'s"
+            return (
+                None
+                if torch.equal(ours(), theirs())
+                else f"kept indices differ from {check_against}'s"
+            )
 
     return Case(f"nms {n} boxes, iou {iou}", calls, None, check)
 
@@ -199,7 +262,11 @@ def cases(req: Request) -> list[Case]:
         native = SOFTMAXES[req.op]
     elif req.op == "nms":
         native = torchvision_nms()
-    named = {"jitops": op, "torch" if req.op != "nms" else "torchvision": native, "reference": req.reference}
+    named = {
+        "jitops": op,
+        "torch" if req.op != "nms" else "torchvision": native,
+        "reference": req.reference,
+    }
     sides = {k: f for k, f in named.items() if f is not None}
     against = "reference" if req.reference is not None else None
     out: list[Case] = []
@@ -209,16 +276,27 @@ def cases(req: Request) -> list[Case]:
             out.append(softmax_case(req.op, x, req.dim, mode, sides, check_against=against))
         elif req.op == "nms":
             out.append(nms_case(shape[0], sides, req.dtype, req.device, check_against=against))
-        else:  # add, add_, and a user library's op: one tensor per input (add: self and other, same shape)
-            inputs = [random(shape, req.dtype, req.device) for _ in range(2 if req.op in ("add", "add_") else 1)]
+        # add, add_, and a user library's op: one tensor per input (add: self and other, same shape)
+        else:
+            inputs = [
+                random(shape, req.dtype, req.device)
+                for _ in range(2 if req.op in ("add", "add_") else 1)
+            ]
             calls = {k: call(f, inputs, mode) for k, f in sides.items()}
             check = None
             if against is not None and mode == "forward" and not req.op.endswith("_"):
                 check = close_to(calls[against], calls["jitops"], against)
             dt = str(req.dtype).removeprefix("torch.")
-            # inputs read and the output written (backward: the grad read and one grad per input written)
-            out.append(Case(f"{req.op} {shape} {dt}{' bwd' if req.backward else ''}", calls,
-                            traffic(*inputs, inputs[0]), check))
+            # inputs read and the output written (backward: the grad read and one grad per input
+            # written)
+            out.append(
+                Case(
+                    f"{req.op} {shape} {dt}{' bwd' if req.backward else ''}",
+                    calls,
+                    traffic(*inputs, inputs[0]),
+                    check,
+                )
+            )
     return out
 
 
@@ -233,11 +311,21 @@ def run(req: Request, rounds: int = bench.ROUNDS) -> list[str]:
     except RuntimeError as e:  # a kernel's TORCH_CHECK on these inputs: say which, no traceback
         raise JitopsError(f"{req.op} failed on these inputs: {str(e).splitlines()[0]}") from e
     copy = bench.copy_bandwidth(req.device, timing=timing)
-    timer = bench.gpu_timer_name() if req.device == "cuda" else f"CPU, {rounds} interleaved rounds, medians"
-    where = torch.cuda.get_device_name() if req.device == "cuda" else f"{torch.get_num_threads()} threads"
-    lines = [f"jitops bench {req.op} on {req.device} ({where}), torch {torch.__version__}; timer: {timer}",
-             f"copy bandwidth {copy / 1e9:.0f} GB/s; ratio = other time / jitops time (> 1: jitops faster)"
-             + ("; backward alone (autograd.grad of a precomputed output)" if req.backward else "")]
+    timer = (
+        bench.gpu_timer_name()
+        if req.device == "cuda"
+        else f"CPU, {rounds} interleaved rounds, medians"
+    )
+    where = (
+        torch.cuda.get_device_name()
+        if req.device == "cuda"
+        else f"{torch.get_num_threads()} threads"
+    )
+    lines = [
+        f"jitops bench {req.op} on {req.device} ({where}), torch {torch.__version__}; timer: {timer}",
+        f"copy bandwidth {copy / 1e9:.0f} GB/s; ratio = other time / jitops time (> 1: jitops faster)"
+        + ("; backward alone (autograd.grad of a precomputed output)" if req.backward else ""),
+    ]
     lines += bench.table(rows, copy)
     if req.trace is not None:
         bench.trace(todo, req.trace, req.device)

@@ -14,13 +14,21 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .job import BuildJob
 
-_ERROR_RE = re.compile(r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?:fatal )?error\b[:\s]?(?P<msg>.*)$")
+_ERROR_RE = re.compile(
+    r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?:fatal )?error\b[:\s]?(?P<msg>.*)$"
+)
 _NVCC_ERROR_RE = re.compile(r"^(?P<file>[^(\s][^(]*)\((?P<line>\d+)\): error:?\s*(?P<msg>.*)$")
 # What GCC, clang, collect2 and the kernel's messages say when the OOM killer
 # took a compiler or linker (both end as SIGKILL), or when memory ran out.
-_OOM_MARKERS = ("Killed signal terminated program", "internal compiler error: Killed", "virtual memory exhausted",
-                "out of memory allocating", "cannot allocate memory", "unable to execute command: Killed",
-                "terminated with signal 9")
+_OOM_MARKERS = (
+    "Killed signal terminated program",
+    "internal compiler error: Killed",
+    "virtual memory exhausted",
+    "out of memory allocating",
+    "cannot allocate memory",
+    "unable to execute command: Killed",
+    "terminated with signal 9",
+)
 MAX_ERROR_LINES = 40
 MAX_LINE_CHARS = 200  # template errors can run to thousands of characters
 _LINE_DIRECTIVE = re.compile(r"\s*#\s*line\s+(\d+)\s*$")  # "#line N" without a file name
@@ -65,7 +73,7 @@ def _excerpt(path: str, line: int, col: int | None = None, context: int = 2) -> 
     if not at:
         return []
     i = at[-1]
-    around = [e for e in numbered[max(0, i - context):i + context + 1] if e[0] == numbered[i][0]]
+    around = [e for e in numbered[max(0, i - context) : i + context + 1] if e[0] == numbered[i][0]]
     out = []
     for _, k, raw in around:
         text = raw.expandtabs(8)[:MAX_LINE_CHARS]  # gcc counts display columns, tabs to 8
@@ -98,13 +106,15 @@ def format_build_error(job: BuildJob, rc: int, log_text: str, log_path: Path | N
     else:
         first = errors[0][0]
         if os.path.abspath(first).startswith(str(Path(__file__).parent.parent) + os.sep):
-            lines.append("Fix: this error is in jitops's own kernel source: please report it with the full log")
+            lines.append(
+                "Fix: this error is in jitops's own kernel source: please report it with the full log"
+            )
         else:
-            lines.append(f"Fix: correct the first error above ({os.path.basename(first)}:{errors[0][1]}) and run again")
+            lines.append(
+                f"Fix: correct the first error above ({os.path.basename(first)}:{errors[0][1]}) and run again"
+            )
     if log_path is not None:
         lines.append(f"full log: {log_path}")
     if len(lines) > MAX_ERROR_LINES:
         lines = lines[: MAX_ERROR_LINES - 1] + [lines[-1]]
     return "\n".join(lines)
-
-

@@ -63,7 +63,9 @@ class Miss:
 EntryStatus = Hit | Compatible | Damaged | Miss
 
 
-def find_compatible(plan: Plan, cache: Cache | None = None, refused: list[str] | None = None) -> Compatible | None:
+def find_compatible(
+    plan: Plan, cache: Cache | None = None, refused: list[str] | None = None
+) -> Compatible | None:
     """With no compiler here, an entry equal to the plan in every ingredient but the toolchain: how a slim container
     loads a cache warmed elsewhere (same torch, flags and sources). ``cache``: another one than the plan's (a
     bundle); ``refused`` collects why a candidate failed its check.
@@ -83,7 +85,9 @@ def find_compatible(plan: Plan, cache: Cache | None = None, refused: list[str] |
             if refused is not None:
                 refused.append(str(e))
             continue
-        return Compatible(entry, verified, dataclasses.replace(plan.with_tools_of(verified), cache=cache))
+        return Compatible(
+            entry, verified, dataclasses.replace(plan.with_tools_of(verified), cache=cache)
+        )
     return None
 
 
@@ -93,7 +97,8 @@ def entry_status(plan: Plan) -> EntryStatus:
     if isinstance(found, Hit):
         return found
     refused = [found.reason] if found.reason is not None else []
-    caches = installed_bundles(plan.cache.stamps)  # a hit asks no bundle: entry points read on a local miss only
+    # a hit asks no bundle: entry points read on a local miss only
+    caches = installed_bundles(plan.cache.stamps)
     for bundle in caches:
         there = bundle.lookup(plan.address)
         if isinstance(there, Hit):
@@ -116,16 +121,23 @@ def entry_status(plan: Plan) -> EntryStatus:
 def installed_bundles(memo: Stamps | None = None) -> list[BundleCache]:
     """The installed bundles, each checking signatures against the trusted keys (and JITOPS_REQUIRE_SIGNED)."""
     from ..store import bundles
-    def check(manifest: bytes, signature: Any) -> None:  # each check reads the environment as it is then
-        if signature is not None or Settings.from_env().require_signed:  # else it passes: no import of remote
+
+    def check(
+        manifest: bytes, signature: Any
+    ) -> None:  # each check reads the environment as it is then
+        # else it passes: no import of remote
+        if signature is not None or Settings.from_env().require_signed:
             from ..remote.archive_trust import archive_trust
+
             archive_trust(Settings.from_env())(manifest, signature)
+
     return bundles.installed(check, memo)
 
 
 def _from(plan: Plan, path: Path) -> Plan:
     """``plan``, reading from the bundle that holds ``path`` if one does (the loader never writes into it)."""
-    bundles = sys.modules.get("jitops.store.bundles")  # not imported: no bundle was read, none holds it
+    # not imported: no bundle was read, none holds it
+    bundles = sys.modules.get("jitops.store.bundles")
     bundle = bundles.holding(path) if bundles is not None else None
     return plan if bundle is None else dataclasses.replace(plan, cache=bundle)
 
@@ -140,7 +152,9 @@ class Entry:
     built: bool  # True if this call compiled it
 
 
-def before_first_build(plan: Plan, settings: Settings, *, check_toolchain: bool = True) -> Pending | None:
+def before_first_build(
+    plan: Plan, settings: Settings, *, check_toolchain: bool = True
+) -> Pending | None:
     """The one place that runs before this process builds anything for ``plan`` (the miss path only).
 
     Starts the toolchain self-check (C++ exceptions from its binaries must reach Python as RuntimeError) beside the
@@ -156,30 +170,52 @@ def before_first_build(plan: Plan, settings: Settings, *, check_toolchain: bool 
     return start(plan, settings)
 
 
-def _warm_hint(plan: Plan) -> str:  # how to fill the cache ahead of time: `jitops warm`, else one online call
+def _warm_hint(
+    plan: Plan,
+) -> str:  # how to fill the cache ahead of time: `jitops warm`, else one online call
     if plan.spec.exports:
         return f"run `jitops warm {plan.spec.exports[0]}`"
-    return (f"call the same jitops.load / load_inline for {plan.spec.name!r} once without JITOPS_OFFLINE=1 "
-            "(e.g. in the step that fills the cache)")
+    return (
+        f"call the same jitops.load / load_inline for {plan.spec.name!r} once without JITOPS_OFFLINE=1 "
+        "(e.g. in the step that fills the cache)"
+    )
 
 
 def _why_missed(plan: Plan, status: EntryStatus) -> str:
     """Why nothing cached matched ``plan``, for FrozenError (the miss path only: it may verify other entries)."""
     if isinstance(status, Damaged):
         return f"its entry is damaged ({status.reason})"
-    other = find_compatible(plan) if plan.toolchain_error is None else None  # entry_status has looked without one
+    # entry_status has looked without one
+    other = find_compatible(plan) if plan.toolchain_error is None else None
     if other is not None:
-        theirs, ours = (" / ".join(str(t.get("version")) for t in (i.get("compiler"), i.get("nvcc")) if isinstance(t, dict))
-                        for i in (other.manifest.ingredients, plan.ingredients))
-        return f"the toolchain differs: {other.path} was built with {theirs}, this machine has {ours}"
+        theirs, ours = (
+            " / ".join(
+                str(t.get("version"))
+                for t in (i.get("compiler"), i.get("nvcc"))
+                if isinstance(t, dict)
+            )
+            for i in (other.manifest.ingredients, plan.ingredients)
+        )
+        return (
+            f"the toolchain differs: {other.path} was built with {theirs}, this machine has {ours}"
+        )
     lib = plan.cache.library_dir(plan.spec.name)
     count = sum(1 for _ in lib.glob("*/*")) if lib.is_dir() else 0
-    explain = f" (`jitops explain {plan.spec.exports[0]}` names the differing ingredients)" if plan.spec.exports else ""
-    why = (f"no entry has this key: the {count} cached for {plan.spec.name!r} differ in sources, torch or flags{explain}"
-           if count else f"no entry: nothing is cached for {plan.spec.name!r}")
+    explain = (
+        f" (`jitops explain {plan.spec.exports[0]}` names the differing ingredients)"
+        if plan.spec.exports
+        else ""
+    )
+    why = (
+        f"no entry has this key: the {count} cached for {plan.spec.name!r} differ in sources, torch or flags{explain}"
+        if count
+        else f"no entry: nothing is cached for {plan.spec.name!r}"
+    )
     if plan.toolchain_error is not None:
-        why += (", none differs only in the compiler, and this machine has no compiler to build with "
-                f"({str(plan.toolchain_error).partition(' Fix: ')[0].rstrip('. ')})")
+        why += (
+            ", none differs only in the compiler, and this machine has no compiler to build with "
+            f"({str(plan.toolchain_error).partition(' Fix: ')[0].rstrip('. ')})"
+        )
     return why
 
 
@@ -187,20 +223,27 @@ def _frozen(plan: Plan, status: EntryStatus, settings: Settings) -> None:
     """Frozen mode, just before a build: FrozenError, or (warn mode) the first warning for this library."""
     if _freeze_mode(settings) is not None:
         from . import freeze  # a hit never asks
+
         what = f"op library {plan.spec.name!r} ({plan.target.name}, key {plan.key[:12]}) in the cache {plan.cache.root}"
         freeze.check(settings, plan.spec.name, what, _why_missed(plan, status), _warm_hint(plan))
 
 
 def _freeze_mode(settings: Settings) -> str | None:
     from . import freeze  # the miss path only
+
     return freeze.mode(settings)[0]
 
 
 SOURCE_ATTEMPTS = 3  # builds of one call whose sources keep changing under them, before BuildError
 
 
-def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = None,
-                 settings: Settings | None = None) -> Entry:
+def ensure_entry(
+    plan: Plan,
+    *,
+    offline: bool | None = None,
+    jobs: int | None = None,
+    settings: Settings | None = None,
+) -> Entry:
     """Make sure a verified entry exists for ``plan``, building it if needed; loads nothing (``jitops warm`` uses it
     directly: a CUDA entry builds without a GPU). ``jobs`` caps parallel compiles (default: settings, cores, memory).
     """
@@ -213,11 +256,14 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
         return Entry(status.plan, status.path, status.manifest, built=False)
     if plan.toolchain_error is not None and not offline:
         if _freeze_mode(settings) == "error":
-            _frozen(plan, status, settings)  # raises: nothing may be built here, which says more than "no compiler"
-        if isinstance(status, Damaged):  # an entry (a bundle's too) was refused: say why beside the missing compiler
+            # raises: nothing may be built here, which says more than "no compiler"
+            _frozen(plan, status, settings)
+        # an entry (a bundle's too) was refused: say why beside the missing compiler
+        if isinstance(status, Damaged):
             head, fix, rest = str(plan.toolchain_error).partition(" Fix: ")
-            raise ToolchainError(f"{head} No cached or bundled entry could be used instead: {status.reason}.{fix}{rest}"
-                                 ) from plan.toolchain_error
+            raise ToolchainError(
+                f"{head} No cached or bundled entry could be used instead: {status.reason}.{fix}{rest}"
+            ) from plan.toolchain_error
         raise plan.toolchain_error
     if offline:
         why = f" ({status.reason})" if isinstance(status, Damaged) else ""
@@ -226,9 +272,11 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
             f"{plan.spec.name!r} ({plan.target.name}, key {plan.key[:12]}){why}. Fix: {_warm_hint(plan)} "
             "with the same torch, compiler and flags, or unset JITOPS_OFFLINE"
         )
-    job = settings.distributed is not None and settings.distributed.in_job()  # the job's store (issue 16)
+    # the job's store (issue 16)
+    job = settings.distributed is not None and settings.distributed.in_job()
     remote = settings.remote is not None or job
-    missed = plan  # the cache looked in, for frozen mode's message (a private one may replace it below)
+    # the cache looked in, for frozen mode's message (a private one may replace it below)
+    missed = plan
     if not remote and _freeze_mode(settings) == "error":
         _frozen(missed, status, settings)  # raises before any lock, self-check or build
     pending = before_first_build(plan, settings, check_toolchain=not remote)
@@ -240,13 +288,16 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
 
     def build() -> Manifest:
         nonlocal pending
-        _frozen(missed, status, settings)  # here, not before: a fetch from a remote tier builds nothing
+        # here, not before: a fetch from a remote tier builds nothing
+        _frozen(missed, status, settings)
         if remote:  # deferred from before_first_build: only a build needs a sound toolchain
             from .selfcheck import start
 
             pending = start(plan, settings)
         # the self-check's verdict gates the publish: a refusal publishes (and so loads) nothing
-        return build_and_publish(plan, pending.gate(cache) if pending is not None else cache, jobs, settings)
+        return build_and_publish(
+            plan, pending.gate(cache) if pending is not None else cache, jobs, settings
+        )
 
     try:
         try:
@@ -254,16 +305,24 @@ def ensure_entry(plan: Plan, *, offline: bool | None = None, jobs: int | None = 
         except SourcesChanged as e:
             entry = _build_again(plan, e, jobs, settings)
     except Exception:
-        if pending is not None and pending.done():  # a refusal known by now says more than the build's error
+        # a refusal known by now says more than the build's error
+        if pending is not None and pending.done():
             pending.result()
         raise
     if pending is not None:
-        pending.result()  # nothing is returned for loading before the verdict (an entry another process built too)
+        # nothing is returned for loading before the verdict (an entry another process built too)
+        pending.result()
     return entry
 
 
-def _locked(plan: Plan, cache: Cache, build: Callable[[], Manifest], remote: bool, job: bool,
-            settings: Settings) -> Entry:
+def _locked(
+    plan: Plan,
+    cache: Cache,
+    build: Callable[[], Manifest],
+    remote: bool,
+    job: bool,
+    settings: Settings,
+) -> Entry:
     from ..store.lock import key_lock
 
     with key_lock(cache.lock_path(plan.spec.name, plan.key), plan.what, settings.lock_timeout):
@@ -272,7 +331,8 @@ def _locked(plan: Plan, cache: Cache, build: Callable[[], Manifest], remote: boo
             return Entry(plan, found.path, found.manifest, built=False)
         if found.reason is not None and os.path.lexists(plan.entry):
             cache.set_aside(plan.entry, found.reason)
-        if remote:  # the remote tier (issue 15), then the job's store (16): fetch, or one build per key
+        # the remote tier (issue 15), then the job's store (16): fetch, or one build per key
+        if remote:
             from ..remote import obtain
 
             manifest, built = obtain(plan, cache, build, settings, job)
@@ -280,7 +340,9 @@ def _locked(plan: Plan, cache: Cache, build: Callable[[], Manifest], remote: boo
         return Entry(plan, plan.entry, build(), built=True)
 
 
-def _build_again(plan: Plan, changed: SourcesChanged, jobs: int | None, settings: Settings) -> Entry:
+def _build_again(
+    plan: Plan, changed: SourcesChanged, jobs: int | None, settings: Settings
+) -> Entry:
     """A build whose sources changed under it published nothing; build the sources as they are now, with
     their own key (a few times at most: then BuildError). The caller gets the edited library."""
     attempts = _ATTEMPTS.get() + 1
@@ -288,7 +350,11 @@ def _build_again(plan: Plan, changed: SourcesChanged, jobs: int | None, settings
         raise BuildError(
             f"the sources of {plan.what} changed during each of {attempts} builds ({changed}); nothing was published. "
             "Fix: let a build finish before saving again, or stop whatever keeps rewriting that file",
-            op=plan.spec.name, target=plan.target.name, log="", log_path=None) from None
+            op=plan.spec.name,
+            target=plan.target.name,
+            log="",
+            log_path=None,
+        ) from None
     log.info("%s; building it again from the sources as they are now", changed)
     token = _ATTEMPTS.set(attempts)
     try:

@@ -19,7 +19,9 @@ from ..base.settings import FREEZE_MODES, Settings
 from ..errors import ArgumentError, FrozenBuildWarning, FrozenError
 
 _lock = threading.Lock()
-_api: list[str | None] = []  # [mode] once freeze()/unfreeze() was called in this process: it wins over JITOPS_FREEZE
+_api: list[
+    str | None
+] = []  # [mode] once freeze()/unfreeze() was called in this process: it wins over JITOPS_FREEZE
 _warned: set[str] = set()  # op libraries warn mode has warned about in this process
 
 
@@ -35,8 +37,10 @@ def freeze(mode: str = "error") -> None:
     """From now on in this process, a use that would build raises FrozenError (``"error"``) or builds and warns
     once per op library (``"warn"``). Wins over ``JITOPS_FREEZE``; loads from the cache are unaffected."""
     if not isinstance(mode, str) or mode not in FREEZE_MODES:
-        raise ArgumentError(f"jitops.freeze: mode must be one of {list(FREEZE_MODES)}, got {mode!r}. "
-                            "Fix: jitops.freeze() (a build raises FrozenError) or jitops.freeze('warn')")
+        raise ArgumentError(
+            f"jitops.freeze: mode must be one of {list(FREEZE_MODES)}, got {mode!r}. "
+            "Fix: jitops.freeze() (a build raises FrozenError) or jitops.freeze('warn')"
+        )
     with _lock:
         _api[:] = [mode]
 
@@ -62,12 +66,17 @@ def check(settings: Settings, library: str, what: str, why: str, warm_hint: str)
     if frozen is None:
         return
     if frozen == "error":
-        raise FrozenError(f"{source} forbids building, and {what} would need a build: {why}. Nothing was built. "
-                          f"Fix: {warm_hint} before freezing, or allow builds (jitops.unfreeze(), or unset JITOPS_FREEZE)")
+        raise FrozenError(
+            f"{source} forbids building, and {what} would need a build: {why}. Nothing was built. "
+            f"Fix: {warm_hint} before freezing, or allow builds (jitops.unfreeze(), or unset JITOPS_FREEZE)"
+        )
     with _lock:
         first = library not in _warned
         _warned.add(library)
     if first:
-        warnings.warn(f"jitops: {source}: building {what} after warm-up ({why}); further builds of "
-                      f"{library!r} in this process are not reported. Fix: {warm_hint} before freezing",
-                      FrozenBuildWarning, stacklevel=2)
+        warnings.warn(
+            f"jitops: {source}: building {what} after warm-up ({why}); further builds of "
+            f"{library!r} in this process are not reported. Fix: {warm_hint} before freezing",
+            FrozenBuildWarning,
+            stacklevel=2,
+        )

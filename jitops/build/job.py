@@ -39,16 +39,24 @@ class BuildJob:
     # Per-file builds (tubuild): the cache holding objects and PCHs (None: one plain ninja build).
     cache: Cache | None = field(default=None, repr=False)
     root: Path | None = None  # the library's own folder (``<root>`` in object keys)
-    identity: str = ""  # compiler, torch, target...: the key's ingredients other than sources and flags
+    # compiler, torch, target...: the key's ingredients other than sources and flags
+    identity: str = ""
     pch: str = ""  # "gcc" / "clang": precompile header prefixes with that compiler; "" off
-    pch_build: bool = False  # build missing PCHs beside the compiles (user libraries; builtin ops only use them)
-    pch_background: bool = False  # build them after the build, detached (pch_bg; settings.pch_background), not beside
-    pch_max_size: int = 0  # bound PCHs + objects to this after a build (settings.pch_max_size); 0: no bound
-    lean_extension: bool = False  # try the stand-in for <torch/extension.h> first (user libraries; tubuild)
+    # build missing PCHs beside the compiles (user libraries; builtin ops only use them)
+    pch_build: bool = False
+    # build them after the build, detached (pch_bg; settings.pch_background), not beside
+    pch_background: bool = False
+    # bound PCHs + objects to this after a build (settings.pch_max_size); 0: no bound
+    pch_max_size: int = 0
+    # try the stand-in for <torch/extension.h> first (user libraries; tubuild)
+    lean_extension: bool = False
     lock_timeout: float | None = None
-    # None if every file the key covers still holds the bytes digested for it, else what changed (publish: the
-    # plan's re-digest). Asked after each ninja run, before objects are cached or anything is published.
-    sources_changed: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
+    # None if every file the key covers still holds the bytes digested for it, else what changed
+    # (publish: the plan's re-digest). Asked after each ninja run, before objects are cached or
+    # anything is published.
+    sources_changed: Callable[[], str | None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def library_file(self) -> str:

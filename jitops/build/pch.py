@@ -57,8 +57,11 @@ FORMAT = 1
 HEADER = "prefix.h"
 CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".C")
 _INCLUDE = re.compile(r"\s*#\s*include\s*<[^>]+>\s*(//.*)?$")
-_SKIP = re.compile(r"\s*(//.*|#\s*line\s+\d+\s*)?$")  # #line: the drop-in's "#line 1" (cpp_ext_style)
-_verified: dict[tuple[str, int, int, int], str] = {}  # (path, size, mtime_ns, inode) -> sha256, this process
+# #line: the drop-in's "#line 1" (cpp_ext_style)
+_SKIP = re.compile(r"\s*(//.*|#\s*line\s+\d+\s*)?$")
+_verified: dict[
+    tuple[str, int, int, int], str
+] = {}  # (path, size, mtime_ns, inode) -> sha256, this process
 
 
 def header_prefix(text: str) -> list[str]:
@@ -84,8 +87,13 @@ def pch_flags(words: list[str], root: Path) -> list[str]:
     """A TU's flags as its PCH is built with: without -DTORCH_EXTENSION_NAME (per library, unused by torch's headers)
     and the library's own folder (a new one per load_inline edit): the prefix reads only headers its manifest covers."""
     own = f"-I{shlex.quote(str(root))}"
-    # Not even -U: gcc refuses a PCH built with -UTORCH_EXTENSION_NAME in a file that defines it (the drop-in's).
-    return [w for w in words if not w.startswith("-DTORCH_EXTENSION_NAME=") and w not in (own, "-UTORCH_EXTENSION_NAME")]
+    # Not even -U: gcc refuses a PCH built with -UTORCH_EXTENSION_NAME in a file that defines it
+    # (the drop-in's).
+    return [
+        w
+        for w in words
+        if not w.startswith("-DTORCH_EXTENSION_NAME=") and w not in (own, "-UTORCH_EXTENSION_NAME")
+    ]
 
 
 def key_of(identity: str, kind: str, flags: str, prefix: list[str]) -> str:
@@ -132,10 +140,16 @@ def _verify(directory: Path, key: str, kind: str) -> dict[str, object]:
     if m is None or m.get("format") != FORMAT or m.get("key") != key:
         raise ValueError("its manifest is missing, damaged or describes another PCH")
     deps, root = m.get("deps"), m.get("root")
-    if not (isinstance(deps, dict) and all(isinstance(v, str) for v in deps.values()) and isinstance(root, str)):
+    if not (
+        isinstance(deps, dict)
+        and all(isinstance(v, str) for v in deps.values())
+        and isinstance(root, str)
+    ):
         raise ValueError("its manifest's header list is damaged")
     if m.get("file") != pch_file(kind):
-        raise ValueError(f"its manifest names {str(m.get('file'))[:40]!r}, not the {pch_file(kind)} the compiler reads")
+        raise ValueError(
+            f"its manifest names {str(m.get('file'))[:40]!r}, not the {pch_file(kind)} the compiler reads"
+        )
     pch = directory / pch_file(kind)
     if (size := os.lstat(pch).st_size) != m.get("size"):
         raise ValueError(f"{pch} has {size} bytes, its manifest says {m.get('size')}")
@@ -149,11 +163,13 @@ def _verify(directory: Path, key: str, kind: str) -> dict[str, object]:
 def find(cache: Cache, key: str, kind: str) -> Use | None:
     """The verified PCH of ``key``, or None; one that fails verification is set aside (one note)."""
     final = cache.build_path("pch", key)
-    if not fsutil.may_hold(cache.pch) or not os.path.lexists(final):  # a link at v1/pch: never used, never entered
+    # a link at v1/pch: never used, never entered
+    if not fsutil.may_hold(cache.pch) or not os.path.lexists(final):
         return None
     try:
         use = Use(key, pch_words(kind, final), "hit", deps=_verify(final, key, kind)["deps"])  # type: ignore[arg-type]
-        cache.record_use(final)  # its last use, which `cache prune` reads (a PCH used within 10 minutes is kept)
+        # its last use, which `cache prune` reads (a PCH used within 10 minutes is kept)
+        cache.record_use(final)
         return use
     except (OSError, ValueError) as e:
         _set_aside(cache, final, str(e))
@@ -174,8 +190,9 @@ class Pending:
     staging: Path
 
 
-def start(cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], prefix: list[str],
-          root: Path) -> Pending | None:
+def start(
+    cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], prefix: list[str], root: Path
+) -> Pending | None:
     """Take the PCH's lock (without waiting: None if another process builds it) and prepare its build."""
     from ..errors import LockTimeout
     from ..store.lock import key_lock
@@ -197,20 +214,40 @@ def start(cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], pref
         text = "\n".join(prefix) + "\n"
         (out / HEADER).write_text(text)
         header = HEADER
-        if kind == "clang":  # clang's PCH names its input header by path and needs it later: one outside staging
+        # clang's PCH names its input header by path and needs it later: one outside staging
+        if kind == "clang":
             stable = cache.build_path("pch", key, ".h")
             if not stable.is_file() or stable.read_text() != text:
                 fsutil.makedirs(stable.parent)
                 fsutil.atomic_write(stable, text.encode())
             header = str(stable)
         file = pch_file(kind)
-        # clang can instantiate the headers' templates into the PCH; gcc leaves them to every file (~1 s each here).
-        more = ["-fpch-instantiate-templates", "-Xclang", "-fno-pch-timestamp"] if kind == "clang" else []
-        words = [shlex.quote(cxx), *flags, *more, "-x", "c++-header", shlex.quote(header), "-o", f"{file}.part",
-                 "-MMD", "-MF", "prefix.d"]
-        # Never fails the build: a PCH that cannot be made is a note (finish). Renamed when complete.
-        command = (f"cd {shlex.quote(str(out))} && {{ ({' '.join(words)} && mv {file}.part {file}) > pch.log 2>&1; "
-                   f"echo $? > {pch_marks.STATUS}; }} || true")
+        # clang can instantiate the headers' templates into the PCH; gcc leaves them to every file
+        # (~1 s each here).
+        more = (
+            ["-fpch-instantiate-templates", "-Xclang", "-fno-pch-timestamp"]
+            if kind == "clang"
+            else []
+        )
+        words = [
+            shlex.quote(cxx),
+            *flags,
+            *more,
+            "-x",
+            "c++-header",
+            shlex.quote(header),
+            "-o",
+            f"{file}.part",
+            "-MMD",
+            "-MF",
+            "prefix.d",
+        ]
+        # Never fails the build: a PCH that cannot be made is a note (finish). Renamed when
+        # complete.
+        command = (
+            f"cd {shlex.quote(str(out))} && {{ ({' '.join(words)} && mv {file}.part {file}) > pch.log 2>&1; "
+            f"echo $? > {pch_marks.STATUS}; }} || true"
+        )
         return Pending(key, kind, out, file, command, root, hold, staging)
     except BaseException:
         hold.close()
@@ -226,21 +263,43 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
         if not publish:
             return None
         if not pch.is_file() or not (p.out / "prefix.d").is_file():
-            why = (p.out / "pch.log").read_text(errors="replace").strip().splitlines()[-1:] if (p.out / "pch.log").is_file() else []
-            log.info("note: could not precompile the header prefix of PCH %s (%s); its files compile without a PCH",
-                     p.key[:12], why[0] if why else "no output")
+            why = (
+                (p.out / "pch.log").read_text(errors="replace").strip().splitlines()[-1:]
+                if (p.out / "pch.log").is_file()
+                else []
+            )
+            log.info(
+                "note: could not precompile the header prefix of PCH %s (%s); its files compile without a PCH",
+                p.key[:12],
+                why[0] if why else "no output",
+            )
             pch_marks.mark_refused(cache, p.key, p.out)
             return None
         ours = (str(p.out) + "/", str(cache.pch) + "/")  # the prefix header itself
-        files = [f for f in read_depfile(p.out / "prefix.d") if f != HEADER and not os.path.abspath(f).startswith(ours)]
-        if edited := fsutil.changed_since(files, time.time() - seconds - 2.0):  # digests read now would vouch
-            log.info("note: %s changed while PCH %s compiled; not published", edited, p.key[:12])  # for text
+        files = [
+            f
+            for f in read_depfile(p.out / "prefix.d")
+            if f != HEADER and not os.path.abspath(f).startswith(ours)
+        ]
+        # digests read now would vouch
+        if edited := fsutil.changed_since(files, time.time() - seconds - 2.0):
+            # for text
+            log.info("note: %s changed while PCH %s compiled; not published", edited, p.key[:12])
             return None  # the .gch may not hold; the next build makes it again
         deps = header_digests(files, p.root, ours)
-        manifest = {"format": FORMAT, "key": p.key, "file": p.file, "size": pch.stat().st_size,
-                    "sha256": fsutil.sha256_file(pch), "header_sha256": fsutil.sha256_file(p.out / HEADER),
-                    "deps": deps, "root": str(p.root), "seconds": round(seconds, 3)}
-        fsutil.atomic_write(p.out / "manifest.json", json.dumps(manifest, sort_keys=True).encode())  # last
+        manifest = {
+            "format": FORMAT,
+            "key": p.key,
+            "file": p.file,
+            "size": pch.stat().st_size,
+            "sha256": fsutil.sha256_file(pch),
+            "header_sha256": fsutil.sha256_file(p.out / HEADER),
+            "deps": deps,
+            "root": str(p.root),
+            "seconds": round(seconds, 3),
+        }
+        # last
+        fsutil.atomic_write(p.out / "manifest.json", json.dumps(manifest, sort_keys=True).encode())
         final = cache.build_path("pch", p.key)
         fsutil.makedirs(final.parent)
         try:
@@ -250,8 +309,11 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
                 raise
         return find(cache, p.key, p.kind)
     except OSError as e:  # its strerror only: never the private staging path
-        log.info("note: could not publish precompiled header %s (%s); the files compile without one", p.key[:12],
-                 e.strerror or type(e).__name__)
+        log.info(
+            "note: could not publish precompiled header %s (%s); the files compile without one",
+            p.key[:12],
+            e.strerror or type(e).__name__,
+        )
         return None
     finally:
         shutil.rmtree(p.staging, ignore_errors=True)

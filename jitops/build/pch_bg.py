@@ -47,43 +47,74 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jitops")
 
-LIMIT = 600.0  # seconds a background PCH compile may take before it is killed (and nothing published)
+# seconds a background PCH compile may take before it is killed (and nothing published)
+LIMIT = 600.0
 NICE = 10
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
-_CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); from jitops.build.pch_bg import child_main; "
-          "sys.exit(child_main(sys.argv[2]))")
-_children: list[subprocess.Popen[bytes]] = []  # started by this process (wait(), and reaped as they end)
+_CHILD = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from jitops.build.pch_bg import child_main; "
+    "sys.exit(child_main(sys.argv[2]))"
+)
+_children: list[
+    subprocess.Popen[bytes]
+] = []  # started by this process (wait(), and reaped as they end)
 _keys: dict[int, str] = {}  # pid -> the PCH key its child builds
 
 
 def busy(cache: Cache, key: str) -> bool:
     """Whether the PCH is being built: by a child of this process (even one still starting), or under its lock."""
-    return any(_keys.get(c.pid) == key and c.poll() is None for c in _children) or pch.building(cache, key)
+    return any(_keys.get(c.pid) == key and c.poll() is None for c in _children) or pch.building(
+        cache, key
+    )
 
 
-def spawn(cache: Cache, wanted: dict[str, dict[str, Any]], env: dict[str, str], max_size: int) -> list[int]:
+def spawn(
+    cache: Cache, wanted: dict[str, dict[str, Any]], env: dict[str, str], max_size: int
+) -> list[int]:
     """Start one detached child per wanted PCH ({key: pch.start's keywords}); their pids. Never raises."""
     _children[:] = [c for c in _children if c.poll() is None]
     pids = []
     for key, kw in wanted.items():
-        spec = {"cache": str(cache.root), "key": key, "limit": LIMIT, "max_size": max_size,
-                **{k: (str(v) if isinstance(v, Path) else v) for k, v in kw.items()}}
+        spec = {
+            "cache": str(cache.root),
+            "key": key,
+            "limit": LIMIT,
+            "max_size": max_size,
+            **{k: (str(v) if isinstance(v, Path) else v) for k, v in kw.items()},
+        }
         try:
             fsutil.makedirs(cache.logs)
-            fd = os.open(cache.logs / f"pch-{key[:12]}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-                         fsutil.FILE_MODE)
+            fd = os.open(
+                cache.logs / f"pch-{key[:12]}.log",
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                fsutil.FILE_MODE,
+            )
             with os.fdopen(fd, "ab") as out:
-                child = subprocess.Popen([sys.executable, "-I", "-c", _CHILD, _PACKAGE_PARENT, json.dumps(spec)],
-                                         env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True, close_fds=True)
+                child = subprocess.Popen(
+                    [sys.executable, "-I", "-c", _CHILD, _PACKAGE_PARENT, json.dumps(spec)],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
         except OSError as e:
-            log.info("note: could not start the background build of PCH %s (%s)", key[:12], e.strerror or e)
+            log.info(
+                "note: could not start the background build of PCH %s (%s)",
+                key[:12],
+                e.strerror or e,
+            )
             continue
         _children.append(child)
         _keys[child.pid] = key
         pids.append(child.pid)
-        log.info("PCH %s: building in the background (pid %d; log %s)", key[:12], child.pid,
-                 cache.logs / f"pch-{key[:12]}.log")
+        log.info(
+            "PCH %s: building in the background (pid %d; log %s)",
+            key[:12],
+            child.pid,
+            cache.logs / f"pch-{key[:12]}.log",
+        )
     return pids
 
 
@@ -114,16 +145,31 @@ def child_main(raw: str) -> int:
         os.nice(NICE)
     spec = json.loads(raw)
     cache = Cache(Path(spec["cache"]))
-    if not fsutil.is_real_dir(cache.base) or cache.root_problem():  # e.g. the parent's private temporary cache,
-        log.info("PCH %s: the cache %s is gone or unsafe; nothing to do", spec["key"][:12], cache.root)  # removed at
-        return 0  # its exit: never made again here (its path was in argv, another user could have made it)
-    p = pch.start(cache, key=spec["key"], kind=spec["kind"], cxx=spec["cxx"], flags=spec["flags"],
-                  prefix=spec["prefix"], root=Path(spec["root"]))
+    # e.g. the parent's private temporary cache,
+    if not fsutil.is_real_dir(cache.base) or cache.root_problem():
+        # removed at
+        log.info(
+            "PCH %s: the cache %s is gone or unsafe; nothing to do", spec["key"][:12], cache.root
+        )
+        # its exit: never made again here (its path was in argv, another user could have made it)
+        return 0
+    p = pch.start(
+        cache,
+        key=spec["key"],
+        kind=spec["kind"],
+        cxx=spec["cxx"],
+        flags=spec["flags"],
+        prefix=spec["prefix"],
+        root=Path(spec["root"]),
+    )
     if p is None:
-        log.info("PCH %s: published or being built by another process; nothing to do", spec["key"][:12])
+        log.info(
+            "PCH %s: published or being built by another process; nothing to do", spec["key"][:12]
+        )
         return 0
     start, ok = time.monotonic(), False
-    tmp = {k: str(p.staging) for k in ("TMPDIR", "TMP", "TEMP")}  # the build's own staging may be gone by now
+    # the build's own staging may be gone by now
+    tmp = {k: str(p.staging) for k in ("TMPDIR", "TMP", "TEMP")}
     procs: list[subprocess.Popen[bytes]] = []
 
     def stop(signum: int, frame: object) -> None:
@@ -135,9 +181,17 @@ def child_main(raw: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # before the compile starts
         signal.signal(sig, stop)
     # coreutils' timeout bounds the compile's whole process group even if this child is SIGKILLed
-    bound = ["timeout", "-s", "KILL", str(int(float(spec["limit"])) + 5)] if shutil.which("timeout") else []
-    proc = subprocess.Popen([*bound, "/bin/sh", "-c", p.command], stdin=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, **tmp})
+    bound = (
+        ["timeout", "-s", "KILL", str(int(float(spec["limit"])) + 5)]
+        if shutil.which("timeout")
+        else []
+    )
+    proc = subprocess.Popen(
+        [*bound, "/bin/sh", "-c", p.command],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, **tmp},
+    )
     procs.append(proc)
     try:
         proc.wait(timeout=float(spec["limit"]))
@@ -146,10 +200,19 @@ def child_main(raw: str) -> int:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        log.info("note: PCH %s took more than %gs; stopped, nothing published", spec["key"][:12], spec["limit"])
+        log.info(
+            "note: PCH %s took more than %gs; stopped, nothing published",
+            spec["key"][:12],
+            spec["limit"],
+        )
     finally:
         made = pch.finish(cache, p, time.monotonic() - start, publish=ok)
-    log.info("PCH %s: %s in %.1fs", spec["key"][:12], "published" if made else "not made", time.monotonic() - start)
+    log.info(
+        "PCH %s: %s in %.1fs",
+        spec["key"][:12],
+        "published" if made else "not made",
+        time.monotonic() - start,
+    )
     if spec.get("max_size"):
         cache_admin.cap_parts(cache, int(spec["max_size"]))
     return 0

@@ -29,14 +29,18 @@ if TYPE_CHECKING:
 
 RETRY_AFTER = 24 * 3600.0  # seconds before a refused prefix is tried again
 STATUS = "pch.rc"  # the PCH compile's exit status, written beside its log by pch.start's command
-_PASSING = re.compile(r"Killed signal|No space left|Cannot allocate memory|out of memory|internal compiler error|"
-                      r"Disk quota|Resource temporarily unavailable", re.IGNORECASE)
+_PASSING = re.compile(
+    r"Killed signal|No space left|Cannot allocate memory|out of memory|internal compiler error|"
+    r"Disk quota|Resource temporarily unavailable",
+    re.IGNORECASE,
+)
 
 
 def seen_before(cache: Cache, key: str) -> bool:
     """Whether a build has compiled a file with this prefix before; records this one (best effort)."""
     mark = cache.build_path("pch", key, ".seen")
-    if not fsutil.may_hold(cache.pch):  # a link at v1/pch (`jitops cache repair`): no PCH, nothing written through it
+    # a link at v1/pch (`jitops cache repair`): no PCH, nothing written through it
+    if not fsutil.may_hold(cache.pch):
         return False
     if os.path.isfile(mark):
         return True
@@ -62,7 +66,8 @@ def mark_refused(cache: Cache, key: str, out: Path) -> bool:
         text = (out / "pch.log").read_text(errors="replace")
     except OSError:
         return False
-    if status != "1" or _PASSING.search(text) or not fsutil.may_hold(cache.pch):  # never through a link at v1/pch
+    # never through a link at v1/pch
+    if status != "1" or _PASSING.search(text) or not fsutil.may_hold(cache.pch):
         return False
     mark = cache.build_path("pch", key, ".failed")
     try:

@@ -28,8 +28,17 @@ from ..base.settings import Settings
 from .tubuild import compiler_hint, summary
 
 log = logging.getLogger("jitops")
-# Ingredients an object or PCH key holds in other forms (the source's digest, the exact flags) or not at all.
-_NOT_IDENTITY = ("library", "schemas", "sources", "build_sources", "cflags", "cuda_cflags", "ldflags")
+# Ingredients an object or PCH key holds in other forms (the source's digest, the exact flags) or
+# not at all.
+_NOT_IDENTITY = (
+    "library",
+    "schemas",
+    "sources",
+    "build_sources",
+    "cflags",
+    "cuda_cflags",
+    "ldflags",
+)
 
 
 def build_env(tmp: Path) -> dict[str, str]:
@@ -45,7 +54,7 @@ def build_env(tmp: Path) -> dict[str, str]:
 
 
 def _pch_kind(plan: Plan, settings: Settings) -> str:
-    """"gcc" / "clang" when the build precompiles its header prefixes (JITOPS_PCH, on by default), else ""."""
+    """ "gcc" / "clang" when the build precompiles its header prefixes (JITOPS_PCH, on by default), else ""."""
     kind = compilers.kind_of(plan.compiler.version)[0] if settings.pch and plan.compiler else ""
     return kind if kind in ("gcc", "clang") else ""
 
@@ -63,7 +72,9 @@ def _work_dir(staging: Path, device: str) -> Path:
     return work if sh_plain(str(work)) else staging
 
 
-def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, settings: Settings | None = None) -> Manifest:
+def build_and_publish(
+    plan: Plan, cache: Cache, jobs: int | None = None, settings: Settings | None = None
+) -> Manifest:
     from . import runner as _build
     from ..base.progress import BuildProgress
 
@@ -80,7 +91,8 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             fsutil.makedirs(d)
         spec, target = plan.spec, plan.target
         omp = compilers.ingredient(plan.compiler) if plan.compiler else None
-        edited = spec.origin != "builtin" and not spec.origin.startswith("package ")  # a user's library
+        # a user's library
+        edited = spec.origin != "builtin" and not spec.origin.startswith("package ")
         job = _build.BuildJob(
             library=spec.name,
             target=target.name,
@@ -88,11 +100,16 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             namespace=plan.namespace,
             sources=tuple(spec.root / s for s in spec.sources_for(target.device)),
             include_dirs=(INCLUDE_DIR, spec.root, *spec.include_dirs),
-            cflags=compilers.build_flags(plan.cflags, omp),  # clang: -fopenmp=libgomp and GCC's omp.h
+            # clang: -fopenmp=libgomp and GCC's omp.h
+            cflags=compilers.build_flags(plan.cflags, omp),
             cuda_cflags=plan.cuda_cflags,
             ldflags=compilers.build_flags(plan.ldflags, omp),
-            cxx=plan.compiler.run if plan.compiler else "c++",  # the command the user named; the key holds its realpath
-            ninja="" if plan.builder == "stable" else toolchain.find_ninja(spec.name),  # stable: one g++ command
+            cxx=plan.compiler.run
+            if plan.compiler
+            else "c++",  # the command the user named; the key holds its realpath
+            ninja=""
+            if plan.builder == "stable"
+            else toolchain.find_ninja(spec.name),  # stable: one g++ command
             nvcc=plan.nvcc.path if plan.nvcc else None,
             build_dir=build_dir,
             env=build_env(work / "tmp"),
@@ -101,14 +118,18 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
             fake_seconds=settings.fake_build_seconds,
             cache=cache,  # per-file objects and precompiled headers (tubuild)
             root=spec.root,
-            identity=json.dumps({k: v for k, v in plan.ingredients.items() if k not in _NOT_IDENTITY}, sort_keys=True),
+            identity=json.dumps(
+                {k: v for k, v in plan.ingredients.items() if k not in _NOT_IDENTITY},
+                sort_keys=True,
+            ),
             pch=_pch_kind(plan, settings),
             pch_build=edited,
             pch_background=settings.pch_background,
             pch_max_size=settings.pch_max_size,
             lean_extension=edited and settings.lean_extension_h,
             lock_timeout=settings.lock_timeout,
-            sources_changed=plan.sources_changed,  # the key's files re-digested after each ninja run
+            # the key's files re-digested after each ninja run
+            sources_changed=plan.sources_changed,
         )
         log.info("building %s (first use; cached afterwards)", plan.what)
         with BuildProgress(plan.what, forced=settings.progress):
@@ -141,7 +162,8 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
         fsutil.atomic_write(out_dir / "manifest.json", manifest.to_json())  # written last
         found, ours = cache.publish_entry(out_dir, plan.address)
         if not ours:
-            if not isinstance(found, Hit):  # an unusable entry that could not be set aside (not ours to move)
+            # an unusable entry that could not be set aside (not ours to move)
+            if not isinstance(found, Hit):
                 raise CacheError(
                     f"cannot publish {plan.what}: {plan.entry} is in the way and can be neither used nor moved "
                     f"({found.reason}). Fix: remove that directory, or set JITOPS_CACHE_DIR to a cache you own"
@@ -154,8 +176,10 @@ def build_and_publish(plan: Plan, cache: Cache, jobs: int | None = None, setting
         if hint:
             log.info(hint)
         if not isinstance(found, Hit):  # e.g. a directory above the entry belongs to another user
-            raise CacheError(f"built {plan.what} but cannot trust where it was published: {found.reason}. "
-                             "Fix: set JITOPS_CACHE_DIR to a cache directory you own")
+            raise CacheError(
+                f"built {plan.what} but cannot trust where it was published: {found.reason}. "
+                "Fix: set JITOPS_CACHE_DIR to a cache directory you own"
+            )
         return found.manifest
     except OSError as e:
         if e.errno == errno.ENOSPC:

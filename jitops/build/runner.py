@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import BuildError, BuildInterrupted, ConfigError, SourcesChanged, ToolchainError
 from .job import BuildJob, BuildResult
@@ -42,7 +42,9 @@ def default_jobs(max_jobs: int | None = None) -> int:
     """``max_jobs`` (settings.jobs: MAX_JOBS), else cores capped by available memory (one compile ~1.5 GB)."""
     if max_jobs:
         return max_jobs
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
     try:
         with open("/proc/meminfo") as f:
             avail_kb = next(int(ln.split()[1]) for ln in f if ln.startswith("MemAvailable:"))
@@ -122,8 +124,14 @@ class _Checked:
         self.job = job
         self.asked = False
 
-    def __call__(self, cmd: Sequence[str], *, cwd: Path, env: dict[str, str],
-                 on_line: Callable[[str], None] | None = None) -> tuple[int, str]:
+    def __call__(
+        self,
+        cmd: Sequence[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        on_line: Callable[[str], None] | None = None,
+    ) -> tuple[int, str]:
         rc, out = run_supervised(cmd, cwd=cwd, env=env, on_line=on_line)
         self.check()
         return rc, out
@@ -132,17 +140,23 @@ class _Checked:
         self.asked = True
         why = self.job.sources_changed() if self.job.sources_changed is not None else None
         if why is not None:
-            raise SourcesChanged(f"library {self.job.library!r}: {why} while it was compiled; nothing was published")
+            raise SourcesChanged(
+                f"library {self.job.library!r}: {why} while it was compiled; nothing was published"
+            )
 
 
 # What the builders run their commands with (``build`` sets a _Checked for each job).
-_RUN: contextvars.ContextVar[Callable[..., tuple[int, str]]] = contextvars.ContextVar("jitops_run", default=run_supervised)
+_RUN: contextvars.ContextVar[Callable[..., tuple[int, str]]] = contextvars.ContextVar(
+    "jitops_run", default=run_supervised
+)
 
 
 # ---------------------------------------------------------------- builders
 
 
-def real_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
+def real_build(
+    job: BuildJob, on_line: Callable[[str], None] | None = None
+) -> tuple[int, str, Path]:
     from .ninja import unalias, write_ninja_file
 
     run = _RUN.get()
@@ -154,7 +168,9 @@ def real_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> t
         return rc, out, lib
 
     _, aliases = write_ninja_file(job)
-    rc, out = run([job.ninja, "-v", "-j", str(job.jobs)], cwd=job.build_dir, env=job.env, on_line=on_line)
+    rc, out = run(
+        [job.ninja, "-v", "-j", str(job.jobs)], cwd=job.build_dir, env=job.env, on_line=on_line
+    )
     return rc, unalias(out, aliases), job.build_dir / f"{job.library}.so"
 
 
@@ -166,7 +182,9 @@ __attribute__((constructor)) static void jitops_fake_init(void) {{ jitops_fake_l
 """
 
 
-def fake_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
+def fake_build(
+    job: BuildJob, on_line: Callable[[str], None] | None = None
+) -> tuple[int, str, Path]:
     """Test seam: a tiny but real shared library, built by ``cc`` in ~50 ms.
 
     ``job.fake_seconds`` (JITOPS_FAKE_BUILD_SECONDS) stretches it (the compiler runs that long
@@ -184,26 +202,45 @@ def fake_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> t
         f"time.sleep({delay!r});"
         f"sys.exit(subprocess.call([{cc!r},'-shared','-fPIC','-O0','-o',{str(out)!r},{str(src)!r}]))"
     )
-    rc, text = _RUN.get()([sys.executable, "-I", "-S", "-c", code], cwd=job.build_dir, env=job.env, on_line=on_line)
+    rc, text = _RUN.get()(
+        [sys.executable, "-I", "-S", "-c", code], cwd=job.build_dir, env=job.env, on_line=on_line
+    )
     return rc, text, out
 
 
-# Where this context's builds also send each line of output as it comes (the drop-in's verbose=True), or None.
-LIVE: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("jitops_live", default=None)
-_TIMINGS: dict[int, dict[str, Any]] = {}  # id(job) -> timings of its per-file build, until build() takes them
+# Where this context's builds also send each line of output as it comes (the drop-in's
+# verbose=True), or None.
+LIVE: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
+    "jitops_live", default=None
+)
+_TIMINGS: dict[
+    int, dict[str, Any]
+] = {}  # id(job) -> timings of its per-file build, until build() takes them
 
-def stable_build(job: BuildJob, on_line: Callable[[str], None] | None = None) -> tuple[int, str, Path]:
-    from .stable import build as one_command  # torch's stable C ABI: one supervised compile-and-link, no ninja
+
+def stable_build(
+    job: BuildJob, on_line: Callable[[str], None] | None = None
+) -> tuple[int, str, Path]:
+    # torch's stable C ABI: one supervised compile-and-link, no ninja
+    from .stable import (
+        build as one_command,
+    )
 
     rc, out, lib, timings = one_command(job, _RUN.get(), on_line)
     _TIMINGS[id(job)] = timings
     return rc, out, lib
 
 
-BUILDERS: dict[str, Callable[..., tuple[int, str, Path]]] = {"real": real_build, "fake": fake_build, "stable": stable_build}
+BUILDERS: dict[str, Callable[..., tuple[int, str, Path]]] = {
+    "real": real_build,
+    "fake": fake_build,
+    "stable": stable_build,
+}
 
 
-def build(job: BuildJob, log_path: Path | None, on_line: Callable[[str], None] | None = None) -> BuildResult:
+def build(
+    job: BuildJob, log_path: Path | None, on_line: Callable[[str], None] | None = None
+) -> BuildResult:
     """Run the build; return the library path, or raise BuildError (its full log kept at ``log_path``)."""
     builder = BUILDERS.get(job.builder)
     if builder is None:
@@ -231,8 +268,13 @@ def build(job: BuildJob, log_path: Path | None, on_line: Callable[[str], None] |
         from .build_errors import format_build_error
 
         kept = _keep_log(log_path, out)
-        raise BuildError(format_build_error(job, rc, out, kept), op=job.library, target=job.target,
-                         log=out, log_path=kept)
+        raise BuildError(
+            format_build_error(job, rc, out, kept),
+            op=job.library,
+            target=job.target,
+            log=out,
+            log_path=kept,
+        )
     return BuildResult(lib, out, seconds, timings)
 
 

@@ -45,8 +45,19 @@ from ..errors import CacheError, ConfigError, LockTimeout, ToolchainError
 from .selfprobe import NAMESPACE, PROBE_VERSION, Result, run_probe
 from ..target import System
 
-__all__ = ["NAMESPACE", "PROBE_VERSION", "Pending", "Result", "check", "doctor", "ensure_sound", "identity", "refusal",
-           "run_probe", "start"]
+__all__ = [
+    "NAMESPACE",
+    "PROBE_VERSION",
+    "Pending",
+    "Result",
+    "check",
+    "doctor",
+    "ensure_sound",
+    "identity",
+    "refusal",
+    "run_probe",
+    "start",
+]
 
 if TYPE_CHECKING:
     from ..store.manifest import Address, Hit, Miss
@@ -74,8 +85,17 @@ def identity(system: System, compiler: dict[str, Any]) -> str:
     except OSError:
         stamp = "?"
     env = {k: system.env(k) or "" for k in ("CFLAGS", "CXXFLAGS", "LDFLAGS")}
-    parts = [PROBE_VERSION, compiler, stamp, env, system.torch_version, system.torch_git_version,
-             system.cxx11_abi, system.python_abi, system.machine]
+    parts = [
+        PROBE_VERSION,
+        compiler,
+        stamp,
+        env,
+        system.torch_version,
+        system.torch_git_version,
+        system.cxx11_abi,
+        system.python_abi,
+        system.machine,
+    ]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -102,7 +122,8 @@ def refusal(result: Result, op: str) -> ToolchainError:
     )
 
 
-PROBE_WAIT = 300.0  # seconds a process waits for another's probe of the same toolchain before running its own
+# seconds a process waits for another's probe of the same toolchain before running its own
+PROBE_WAIT = 300.0
 
 
 def _recalled(state: Path, ident: str, cxx: str, since: float | None) -> Result | None:
@@ -112,22 +133,49 @@ def _recalled(state: Path, ident: str, cxx: str, since: float | None) -> Result 
     if data["ok"]:
         _passed.add(ident)
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(data["when"]))
-        return Result(True, f"passed on {when} (remembered in {verdicts.folder(state)})", 0.0, cxx, cached=True)
+        return Result(
+            True,
+            f"passed on {when} (remembered in {verdicts.folder(state)})",
+            0.0,
+            cxx,
+            cached=True,
+        )
     return Result(False, data["detail"], data["seconds"], data["compiler"], cached=True)
 
 
-def _probe_now(system: System, compiler: dict[str, Any], cxx: str, ident: str, state: Path | None) -> Result:
+def _probe_now(
+    system: System, compiler: dict[str, Any], cxx: str, ident: str, state: Path | None
+) -> Result:
     result = run_probe(system, cxx, compiler)
-    log.info("toolchain self-check of %s: %s (%.1f s)", cxx, "passed" if result.ok else result.detail, result.seconds)
+    log.info(
+        "toolchain self-check of %s: %s (%.1f s)",
+        cxx,
+        "passed" if result.ok else result.detail,
+        result.seconds,
+    )
     if result.ok:
         _passed.add(ident)
     if state is not None and result.built:  # a probe that did not build is no verdict
-        verdicts.write(state, ident, ok=result.ok, detail=result.detail, compiler=result.compiler, seconds=result.seconds)
+        verdicts.write(
+            state,
+            ident,
+            ok=result.ok,
+            detail=result.detail,
+            compiler=result.compiler,
+            seconds=result.seconds,
+        )
     return result
 
 
-def check(system: System, compiler: dict[str, Any], cxx: str, state: Path | None, *, recheck: bool = False,
-          wait: float = PROBE_WAIT) -> Result:
+def check(
+    system: System,
+    compiler: dict[str, Any],
+    cxx: str,
+    state: Path | None,
+    *,
+    recheck: bool = False,
+    wait: float = PROBE_WAIT,
+) -> Result:
     """This toolchain's verdict: remembered (this process, then ``state``) unless ``recheck``, else probed now.
 
     Concurrent processes probe one at a time under one lock per identity; one that waited reuses the
@@ -142,15 +190,25 @@ def check(system: System, compiler: dict[str, Any], cxx: str, state: Path | None
             return found
     if state is None or verdicts.problem(state) is not None:
         if state is not None:
-            log.info("not using the state dir %s for self-check verdicts: %s", state, verdicts.problem(state))
+            log.info(
+                "not using the state dir %s for self-check verdicts: %s",
+                state,
+                verdicts.problem(state),
+            )
         return _probe_now(system, compiler, cxx, ident, None)
     since = time.time()
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(verdicts.probing(state, ident, wait))
-        except (LockTimeout, CacheError, OSError) as e:  # bounded: after `wait`, or with no usable lock, probe here
-            log.warning("running the toolchain self-check without waiting for another process's: %s",
-                        str(e).split(" Fix: ")[0])
+        except (
+            LockTimeout,
+            CacheError,
+            OSError,
+        ) as e:  # bounded: after `wait`, or with no usable lock, probe here
+            log.warning(
+                "running the toolchain self-check without waiting for another process's: %s",
+                str(e).split(" Fix: ")[0],
+            )
             return _probe_now(system, compiler, cxx, ident, state)
         found = None if recheck else _recalled(state, ident, cxx, since)
         return found if found is not None else _probe_now(system, compiler, cxx, ident, state)
@@ -164,13 +222,21 @@ class Pending:
         compiler = plan.ingredients["compiler"]
         self.op = plan.spec.name
         self._outcome: Result | BaseException | None = None
-        args = (plan.system, compiler, plan.compiler.run if plan.compiler else compiler["path"], settings.state_root())
-        self._thread = threading.Thread(target=self._run, args=args, name="jitops-selfcheck", daemon=True)
+        args = (
+            plan.system,
+            compiler,
+            plan.compiler.run if plan.compiler else compiler["path"],
+            settings.state_root(),
+        )
+        self._thread = threading.Thread(
+            target=self._run, args=args, name="jitops-selfcheck", daemon=True
+        )
         self._thread.start()
 
     def _run(self, *args: Any) -> None:
         try:
-            with _lock:  # threads of one process probe one at a time (then reuse the verdict in memory)
+            # threads of one process probe one at a time (then reuse the verdict in memory)
+            with _lock:
                 self._outcome = check(*args)
         except BaseException as e:  # noqa: BLE001 - handed to the thread that waits
             self._outcome = e
@@ -187,8 +253,13 @@ class Pending:
         assert outcome is not None
         if not outcome.ok and outcome.built:
             raise refusal(outcome, self.op)
-        if not outcome.built:  # no verdict: the real build reports its own error (file:line, OOM, ...) better
-            log.info("toolchain self-check could not build its probe (%s); going on with %s", outcome.detail, self.op)
+        # no verdict: the real build reports its own error (file:line, OOM, ...) better
+        if not outcome.built:
+            log.info(
+                "toolchain self-check could not build its probe (%s); going on with %s",
+                outcome.detail,
+                self.op,
+            )
         return outcome
 
     def gate(self, cache: Cache) -> Cache:
@@ -212,7 +283,8 @@ def start(plan: Plan, settings: Settings) -> Pending | None:
     builder). Called on a cache miss only: the warm path never runs it."""
     if plan.ingredients.get("compiler") is None or settings.builder == "fake":
         return None
-    if plan.ingredients.get("abi") == "stable":  # its probe is a C++-API op; see stable.py's docstring
+    # its probe is a C++-API op; see stable.py's docstring
+    if plan.ingredients.get("abi") == "stable":
         return None
     return Pending(plan, settings)
 
@@ -224,7 +296,9 @@ def ensure_sound(plan: Plan, settings: Settings) -> None:
         pending.result()
 
 
-def doctor(system: System, tool_dir: Path, settings: Settings, *, offline: bool, recheck: bool = False) -> tuple[str, str, str]:
+def doctor(
+    system: System, tool_dir: Path, settings: Settings, *, offline: bool, recheck: bool = False
+) -> tuple[str, str, str]:
     """(status, detail, fix) for ``jitops doctor``: a remembered verdict unless ``recheck``, else the probe now."""
     if offline:
         return "info", "skipped: JITOPS_OFFLINE=1 never builds", ""
@@ -235,15 +309,21 @@ def doctor(system: System, tool_dir: Path, settings: Settings, *, offline: bool,
         compiler = compilers.ingredient(tool)
         cxx = tool.run
         result = check(system, compiler, cxx, settings.state_root(), recheck=recheck)
-    except (ToolchainError, ConfigError) as e:  # no compiler, or unusable flag variables (the settings row says which)
+    except (
+        ToolchainError,
+        ConfigError,
+    ) as e:  # no compiler, or unusable flag variables (the settings row says which)
         return "warn", f"not run: {str(e).split(' Fix: ')[0]}", ""
     if result.ok:
         if result.cached:
             return "ok", f"{result.detail} ({cxx}; `jitops doctor --recheck` runs it again)", ""
         return "ok", f"{result.detail} ({cxx}; {result.seconds:.1f} s)", ""
     if not result.built:
-        return "warn", f"could not build the probe op: {result.detail} ({result.seconds:.1f} s)", \
-            "check the compiler and flags (CXX, CXXFLAGS, LDFLAGS); a real build would likely fail the same way"
+        return (
+            "warn",
+            f"could not build the probe op: {result.detail} ({result.seconds:.1f} s)",
+            "check the compiler and flags (CXX, CXXFLAGS, LDFLAGS); a real build would likely fail the same way",
+        )
     message = str(refusal(result, "<any>"))
     head, _, fix = message.partition(" Fix: ")
     head = head.replace("cannot build op '<any>': ", "")

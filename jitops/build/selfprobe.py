@@ -27,12 +27,12 @@ from ..target import System
 
 PROBE_VERSION = 3  # bump when the probe's source or command line changes
 NAMESPACE = "jitops_selfcheck"
-# The kernel throws a c10::Error (TORCH_CHECK) from the extension's own frames into torch's dispatcher: the
-# path every jitops kernel's errors take. It is registered through torch's C shim
-# (aoti_torch_library_*, the calls STABLE_TORCH_LIBRARY makes) rather than <torch/library.h>: the probe then
-# parses c10's Exception.h and a C header, 1.2-1.8 s to build here instead of 8-9 s, and what it tests (a
-# C++ exception unwinding through frames this toolchain compiled and linked) is the same. A boxed kernel's
-# stack holds an int argument as its int64 bits.
+# The kernel throws a c10::Error (TORCH_CHECK) from the extension's own frames into torch's
+# dispatcher: the path every jitops kernel's errors take. It is registered through torch's C shim
+# (aoti_torch_library_*, the calls STABLE_TORCH_LIBRARY makes) rather than <torch/library.h>: the
+# probe then parses c10's Exception.h and a C header, 1.2-1.8 s to build here instead of 8-9 s, and
+# what it tests (a C++ exception unwinding through frames this toolchain compiled and linked) is the
+# same. A boxed kernel's stack holds an int argument as its int64 bits.
 _PROBE_CPP = """\
 // jitops toolchain self-check: a kernel that throws a c10::Error (TORCH_CHECK).
 #include <c10/util/Exception.h>
@@ -57,13 +57,14 @@ struct Register {
 } register_probe;
 }  // namespace
 """.replace("NAMESPACE", NAMESPACE)
-# The child loads torch's C++ libraries with ctypes and calls the op through the C shim's dispatcher entry
-# (aoti_torch_call_dispatcher), whose catch records the error; no `import torch`, so the child costs ~0.35 s
-# instead of ~2.5 s. The error unwinds from the probe's frames through torch's dispatcher to torch's catch, the
-# path every kernel's errors take (above it, torch's Python bindings only translate a caught c10::Error).
-# Torch's catch records a c10::Error's text without its backtrace; a c10::Error whose type did not match across
-# the two libraries falls to its std::exception catch, which records what(), backtrace included, so the exact
-# text also proves the type matched.
+# The child loads torch's C++ libraries with ctypes and calls the op through the C shim's dispatcher
+# entry (aoti_torch_call_dispatcher), whose catch records the error; no `import torch`, so the child
+# costs ~0.35 s instead of ~2.5 s. The error unwinds from the probe's frames through torch's
+# dispatcher to torch's catch, the path every kernel's errors take (above it, torch's Python
+# bindings only translate a caught c10::Error). Torch's catch records a c10::Error's text without
+# its backtrace; a c10::Error whose type did not match across the two libraries falls to its
+# std::exception catch, which records what(), backtrace included, so the exact text also proves the
+# type matched.
 _CHILD = f"""\
 import ctypes, sys
 lib = sys.argv[2]
@@ -85,7 +86,6 @@ sys.exit(0 if ok else 3)
 """
 
 
-
 @dataclass(frozen=True)
 class Result:
     ok: bool
@@ -94,7 +94,6 @@ class Result:
     compiler: str  # the command run, with its identity
     cached: bool = False
     built: bool = True  # False: the probe did not even compile and link
-
 
 
 def _cxx_standard(torch_root: Path) -> str:
@@ -114,14 +113,32 @@ def _torch_root() -> Path:
     return Path(torch.__file__).parent
 
 
-def _probe_command(system: System, cxx: str, compiler: dict[str, Any], src: Path, out: Path) -> list[str]:
+def _probe_command(
+    system: System, cxx: str, compiler: dict[str, Any], src: Path, out: Path
+) -> list[str]:
     root = _torch_root()
     env_cflags, env_ldflags = extra_env_flags(system)
     omp = compilers.build_flags(["-fopenmp"], compiler) if compiler.get("openmp") else []
-    return [cxx, "-shared", "-fPIC", _cxx_standard(root), "-O0", f"-D_GLIBCXX_USE_CXX11_ABI={int(system.cxx11_abi)}",
-            "-isystem", str(root / "include"),
-            *omp, *env_cflags, str(src), "-o", str(out), f"-L{root / 'lib'}", "-lc10", "-ltorch_cpu", *omp,
-            *env_ldflags]
+    return [
+        cxx,
+        "-shared",
+        "-fPIC",
+        _cxx_standard(root),
+        "-O0",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(system.cxx11_abi)}",
+        "-isystem",
+        str(root / "include"),
+        *omp,
+        *env_cflags,
+        str(src),
+        "-o",
+        str(out),
+        f"-L{root / 'lib'}",
+        "-lc10",
+        "-ltorch_cpu",
+        *omp,
+        *env_ldflags,
+    ]
 
 
 def run_probe(system: System, cxx: str, compiler: dict[str, Any]) -> Result:
@@ -138,17 +155,35 @@ def run_probe(system: System, cxx: str, compiler: dict[str, Any]) -> Result:
         try:
             rc, out = run_supervised(cmd, cwd=Path(tmp), env=env)
         except KeyboardInterrupt as e:  # the supervisor already stopped the compiler
-            raise BuildInterrupted("toolchain self-check interrupted; the compiler was stopped and nothing was "
-                                   "cached") from e
+            raise BuildInterrupted(
+                "toolchain self-check interrupted; the compiler was stopped and nothing was cached"
+            ) from e
         if rc != 0 or not lib.is_file():
-            first = next((ln for ln in out.splitlines() if "error" in ln), out.strip().splitlines()[-1:] or [""])
+            first = next(
+                (ln for ln in out.splitlines() if "error" in ln),
+                out.strip().splitlines()[-1:] or [""],
+            )
             first = first if isinstance(first, str) else first[0]
-            return Result(False, f"cannot build the probe op (exit {rc}): {first[:300]}  [command: "
-                          f"{shlex.join(cmd)}]", time.monotonic() - start, who, built=False)
+            return Result(
+                False,
+                f"cannot build the probe op (exit {rc}): {first[:300]}  [command: "
+                f"{shlex.join(cmd)}]",
+                time.monotonic() - start,
+                who,
+                built=False,
+            )
         loaded: int | None
         try:
-            child = subprocess.run([sys.executable, "-c", _CHILD, str(lib), str(_torch_root() / "lib")],
-                                   capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL, env=env, cwd=tmp, check=False)
+            child = subprocess.run(
+                [sys.executable, "-c", _CHILD, str(lib), str(_torch_root() / "lib")],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=tmp,
+                check=False,
+            )
             loaded, text = child.returncode, (child.stdout + child.stderr)
         except subprocess.TimeoutExpired:
             loaded, text = None, "timed out after 180 s"
@@ -156,7 +191,12 @@ def run_probe(system: System, cxx: str, compiler: dict[str, Any]) -> Result:
             raise BuildInterrupted("toolchain self-check interrupted; nothing was cached") from e
     seconds = time.monotonic() - start
     if loaded == 0:
-        return Result(True, "a C++ error thrown by the probe op reached torch's dispatcher as c10::Error", seconds, who)
+        return Result(
+            True,
+            "a C++ error thrown by the probe op reached torch's dispatcher as c10::Error",
+            seconds,
+            who,
+        )
     if loaded is not None and loaded < 0:
         try:
             sig = signal.Signals(-loaded).name
@@ -165,6 +205,10 @@ def run_probe(system: System, cxx: str, compiler: dict[str, Any]) -> Result:
         why = f"the process was killed by {sig} when the probe op threw a C++ error"
     else:
         said = [ln for ln in text.splitlines() if ln.strip()]
-        mark = next((ln for ln in said if ln.startswith("JITOPS_SELFCHECK")), said[-1] if said else "")
-        why = f"the probe op's error did not reach torch as c10::Error (exit {loaded}): {mark[:300]}"
+        mark = next(
+            (ln for ln in said if ln.startswith("JITOPS_SELFCHECK")), said[-1] if said else ""
+        )
+        why = (
+            f"the probe op's error did not reach torch as c10::Error (exit {loaded}): {mark[:300]}"
+        )
     return Result(False, why, seconds, who)

@@ -42,20 +42,32 @@ from ..base.torchcompat import parse
 from ..spec.user_spec import BuildOptions, StrOrSeq, _as_list, _spec
 from ..base.patterns import lazy
 
-BUILDER = STABLE_BUILDER  # the builder name its plans carry (plan.make_plan picks it for a stable spec)
+# the builder name its plans carry (plan.make_plan picks it for a stable spec)
+BUILDER = STABLE_BUILDER
 ABIS = ("stable",)  # what abi= accepts besides None (detect from the source)
 _STABLE = lazy(r"\bSTABLE_TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(", needs="STABLE_TORCH_LIBRARY")
-_NAMESPACE = lazy(r"\bSTABLE_TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,", needs="STABLE_TORCH_LIBRARY")
-_IMPL_NAMESPACE = lazy(r"\bSTABLE_TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,", needs="STABLE_TORCH_LIBRARY_IMPL")
+_NAMESPACE = lazy(
+    r"\bSTABLE_TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,", needs="STABLE_TORCH_LIBRARY"
+)
+_IMPL_NAMESPACE = lazy(
+    r"\bSTABLE_TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,", needs="STABLE_TORCH_LIBRARY_IMPL"
+)
 _DEF = lazy(r"\.def\s*\(", needs=".def")
 _LITERAL_DEF = lazy(r'\.def\s*\(\s*"\s*(\w+)\s*[(.]', needs=".def")
 _INCLUDE = lazy(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', needs="include")
-# Headers of torch's C++ API (ATen, c10, torch/extension.h...), Python's and pybind11's: not in the stable set. Prefix
-# tests, not a regex: every warm load of a stable library checks its includes, and a fresh process would compile it.
+# Headers of torch's C++ API (ATen, c10, torch/extension.h...), Python's and pybind11's: not in the
+# stable set. Prefix tests, not a regex: every warm load of a stable library checks its includes,
+# and a fresh process would compile it.
 _FULL_API = ("ATen/", "c10/", "caffe2/", "pybind11/", "jitops/")
-_STABLE_SET = ("torch/csrc/stable/", "torch/headeronly/", "torch/csrc/inductor/aoti_torch/c/",
-               "torch/csrc/inductor/aoti_torch/generated/")
-_ERROR_MARK = "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined"
+_STABLE_SET = (
+    "torch/csrc/stable/",
+    "torch/headeronly/",
+    "torch/csrc/inductor/aoti_torch/c/",
+    "torch/csrc/inductor/aoti_torch/generated/",
+)
+_ERROR_MARK = (
+    "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined"
+)
 SHIM_LIBRARY = "torch_cpu"  # holds the stable C shim (aoti_torch_*, torch_*)
 
 
@@ -67,8 +79,10 @@ def is_stable(texts: Sequence[str]) -> bool:
 def wanted(func: str, abi: object, texts: Sequence[str] | None) -> bool:
     """Whether a load takes the stable path: ``abi="stable"``, or ``abi=None`` and the sources say so."""
     if abi is not None and abi not in ABIS:
-        raise ArgumentError(f"{func}: abi={checks.shown(abi)} is not an ABI jitops builds for. Fix: abi='stable' "
-                            "(torch's stable C ABI: torch/csrc/stable), or leave it out")
+        raise ArgumentError(
+            f"{func}: abi={checks.shown(abi)} is not an ABI jitops builds for. Fix: abi='stable' "
+            "(torch's stable C ABI: torch/csrc/stable), or leave it out"
+        )
     return abi == "stable" or (abi is None and texts is not None and is_stable(texts))
 
 
@@ -85,9 +99,11 @@ def target_of(flags: Sequence[str], torch_version: str) -> tuple[str, tuple[int,
     for f in marks:
         if chosen is None or f != marks[0]:
             also = f" after {checks.shown(marks[0])}" if f != marks[0] else ""
-            raise ArgumentError(f"extra_cflags holds {checks.shown(f)}{also}: the stable ABI's target is one -DTORCH_TARGET_VERSION=<number> word, as "
-                                "torch/headeronly/version.h encodes it, and its macros are never undefined. Fix: "
-                                "-DTORCH_TARGET_VERSION=0x020d000000000000 for torch 2.13 (major << 56 | minor << 48)")
+            raise ArgumentError(
+                f"extra_cflags holds {checks.shown(f)}{also}: the stable ABI's target is one -DTORCH_TARGET_VERSION=<number> word, as "
+                "torch/headeronly/version.h encodes it, and its macros are never undefined. Fix: "
+                "-DTORCH_TARGET_VERSION=0x020d000000000000 for torch 2.13 (major << 56 | minor << 48)"
+            )
     assert chosen is not None  # the loop raised otherwise
     return marks[0], chosen
 
@@ -105,12 +121,17 @@ def check_torch(name: str, target: tuple[int, int], torch_version: str) -> None:
             f"library {name!r} targets torch's stable ABI {target[0]}.{target[1]} (TORCH_TARGET_VERSION), but this "
             f"process runs torch {torch_version}, which lacks what that version added. Fix: upgrade torch to "
             f">= {target[0]}.{target[1]}, or build for this one with "
-            f"extra_cflags=['{version_flag(here)}']")
+            f"extra_cflags=['{version_flag(here)}']"
+        )
 
 
 def full_api(header: str) -> bool:
     """Whether ``#include <header>`` is of torch's full C++ API, Python or pybind11 (outside the stable set)."""
-    return header.startswith(_FULL_API) or header == "Python.h" or (header.startswith("torch/") and not header.startswith(_STABLE_SET))
+    return (
+        header.startswith(_FULL_API)
+        or header == "Python.h"
+        or (header.startswith("torch/") and not header.startswith(_STABLE_SET))
+    )
 
 
 def check_sources(name: str, files: Sequence[tuple[str, str]]) -> None:
@@ -124,7 +145,8 @@ def check_sources(name: str, files: Sequence[tuple[str, str]]) -> None:
                     "a header of torch's C++ API, which TORCH_TARGET_VERSION refuses. Fix: include only "
                     "torch/csrc/stable/{library,tensor,ops}.h and torch/headeronly/... (torch::stable::Tensor, "
                     "torch::stable::empty_like, STD_TORCH_CHECK), or load it without abi='stable' and without "
-                    "STABLE_TORCH_LIBRARY to build against the full C++ API")
+                    "STABLE_TORCH_LIBRARY to build against the full C++ API"
+                )
         for m in (*_NAMESPACE.finditer(text), *_IMPL_NAMESPACE.finditer(text)):
             if m.group(1) != "JITOPS_NS":
                 row = text.count("\n", 0, m.start()) + 1
@@ -132,12 +154,14 @@ def check_sources(name: str, files: Sequence[tuple[str, str]]) -> None:
                     f"library {name!r}: {label}:{row} registers in the fixed namespace {m.group(1)!r}; jitops gives "
                     "each build its own, so an edit loads next to the old one. Fix: write "
                     f"STABLE_TORCH_LIBRARY(JITOPS_NS, m) (and STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m)); the ops "
-                    "are then lib.my_op and torch.ops.<lib.library.namespace>.my_op")
+                    "are then lib.my_op and torch.ops.<lib.library.namespace>.my_op"
+                )
     if not any(_NAMESPACE.search(t) for _, t in files):
         raise KernelSourceError(
             f"library {name!r} is built against torch's stable ABI but defines no op. Fix: "
             'STABLE_TORCH_LIBRARY(JITOPS_NS, m) { m.def("my_op(Tensor x) -> Tensor"); } and '
-            'STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m) { m.impl("my_op", TORCH_BOX(&my_op)); }')
+            'STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m) { m.impl("my_op", TORCH_BOX(&my_op)); }'
+        )
 
 
 def _torch_dirs() -> tuple[str, str]:
@@ -147,24 +171,47 @@ def _torch_dirs() -> tuple[str, str]:
     return os.path.join(root, "include"), os.path.join(root, "lib")
 
 
-def command(job: Any, out: Path, pch_words: Sequence[str] = (), stub: Path | None = None) -> list[str]:
+def command(
+    job: Any, out: Path, pch_words: Sequence[str] = (), stub: Path | None = None
+) -> list[str]:
     """One compiler command: compile and link, torch's include root only, the C shim's library only (or its
     link stub: stable_fast), with the PCH's words when one is used."""
     include, lib = _torch_dirs()
     marks = set(_abi_macro_words(job.cflags))
-    if len(marks) != 1:  # CXXFLAGS too: the spec's one target word, nothing else naming the ABI's macros
-        raise ConfigError(f"library {job.library!r}: the compiler flags name the stable ABI's macros as "
-                          f"{sorted(marks)}; only the library's own -DTORCH_TARGET_VERSION may. Fix: remove the "
-                          "others from CXXFLAGS / CFLAGS, and give a target through extra_cflags")
+    # CXXFLAGS too: the spec's one target word, nothing else naming the ABI's macros
+    if len(marks) != 1:
+        raise ConfigError(
+            f"library {job.library!r}: the compiler flags name the stable ABI's macros as "
+            f"{sorted(marks)}; only the library's own -DTORCH_TARGET_VERSION may. Fix: remove the "
+            "others from CXXFLAGS / CFLAGS, and give a target through extra_cflags"
+        )
     dirs = [w for d in job.include_dirs for w in ("-I", str(d))]
-    shim = (["-Wl,--no-as-needed", str(stub), "-Wl,--as-needed"] if stub is not None
-            else [f"-L{lib}", "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"])
-    return [job.cxx, "-shared", "-fPIC", *job.cflags, f"-DJITOPS_NS={job.namespace}", *dirs, "-isystem", include,
-            *pch_words, *map(str, job.sources), "-o", str(out), *job.ldflags, *shim]
+    shim = (
+        ["-Wl,--no-as-needed", str(stub), "-Wl,--as-needed"]
+        if stub is not None
+        else [f"-L{lib}", "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"]
+    )
+    return [
+        job.cxx,
+        "-shared",
+        "-fPIC",
+        *job.cflags,
+        f"-DJITOPS_NS={job.namespace}",
+        *dirs,
+        "-isystem",
+        include,
+        *pch_words,
+        *map(str, job.sources),
+        "-o",
+        str(out),
+        *job.ldflags,
+        *shim,
+    ]
 
 
-def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str], None] | None = None
-          ) -> tuple[int, str, Path, dict[str, Any]]:
+def build(
+    job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str], None] | None = None
+) -> tuple[int, str, Path, dict[str, Any]]:
     """The builder of stable plans (``runner.BUILDERS["stable"]``, a ``job.BuildJob``): one compiler run, no ninja;
     with the shared PCH of its header prefix and the shim's link stub when the job has a cache (stable_fast).
     A failure while using the PCH runs once more without it. Also returns its timings."""
@@ -174,7 +221,9 @@ def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str]
     from .tubuild import PCH_ERROR  # the compiler's words for a PCH it refused (gcc and clang)
 
     if job.device != "cpu":
-        raise TargetError(f"library {job.library!r}: stable-ABI kernels are built for CPU only so far. Fix: device='cpu'")
+        raise TargetError(
+            f"library {job.library!r}: stable-ABI kernels are built for CPU only so far. Fix: device='cpu'"
+        )
     out = job.build_dir / f"{job.library}.so"
     include, lib = _torch_dirs()
     words, state, later = stable_fast.use_pch(job, include, _torch_id())
@@ -182,20 +231,32 @@ def build(job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str]
     start = time.monotonic()
     cmd = command(job, out, words, stub)
     rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
-    if rc != 0 and words and PCH_ERROR.search(log):  # never for the user's own errors: those show at once
+    # never for the user's own errors: those show at once
+    if rc != 0 and words and PCH_ERROR.search(log):
         state, cmd = "rejected", command(job, out, (), stub)
         rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
     elif words and "-Winvalid-pch" in log:
         state = "rejected"
-    if rc != 0 and stub is not None and "undefined reference" in log:  # a flag forbade undefined symbols after all
+    # a flag forbade undefined symbols after all
+    if rc != 0 and stub is not None and "undefined reference" in log:
         stub, cmd = None, command(job, out, (), None)
         rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
     seconds = time.monotonic() - start
     if rc == 0 and later and not stable_fast.after(job, later):
         state = "unavailable"
-    timings = {"files": {os.path.basename(str(s)): {"object": "compiled", "pch": state, "seconds": round(seconds, 3)}
-                         for s in job.sources},
-               "link_seconds": 0.0, "link": "stub" if stub is not None else SHIM_LIBRARY, "at": time.time()}
+    timings = {
+        "files": {
+            os.path.basename(str(s)): {
+                "object": "compiled",
+                "pch": state,
+                "seconds": round(seconds, 3),
+            }
+            for s in job.sources
+        },
+        "link_seconds": 0.0,
+        "link": "stub" if stub is not None else SHIM_LIBRARY,
+        "at": time.time(),
+    }
     return rc, " ".join(cmd) + "\n" + log, out, timings
 
 
@@ -205,9 +266,11 @@ def before_build(plan: Any) -> None:
     from . import stable_fast
     from ..key import SCRUBBED_ENV_VARS
 
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV_VARS}  # the build's, as publish.build_env
+    # the build's, as publish.build_env
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV_VARS}
     real = os.path.join(_torch_dirs()[1], f"lib{SHIM_LIBRARY}.so")
-    stable_fast.start_stub(plan.compiler.run if plan.compiler else "c++", real, env)  # the job's cxx, as publish names it
+    # the job's cxx, as publish names it
+    stable_fast.start_stub(plan.compiler.run if plan.compiler else "c++", real, env)
 
 
 def _torch_id() -> str:
@@ -220,29 +283,52 @@ def translate(name: str, e: BuildError) -> KernelSourceError | None:
     """torch's own #error for a C++ API header reached through another header, as the named error."""
     if _ERROR_MARK not in e.log:
         return None
-    chain = [ln.strip() for ln in e.log.splitlines() if ln.lstrip().startswith(("In file included from", "from "))]
-    where = chain[-1].removeprefix("In file included from ").removeprefix("from ").rstrip(",:") if chain else "a header"
+    chain = [
+        ln.strip()
+        for ln in e.log.splitlines()
+        if ln.lstrip().startswith(("In file included from", "from "))
+    ]
+    where = (
+        chain[-1].removeprefix("In file included from ").removeprefix("from ").rstrip(",:")
+        if chain
+        else "a header"
+    )
     return KernelSourceError(
         f"library {name!r} is built against torch's stable ABI, but a header of torch's C++ API is included "
         f"(through {where}), which TORCH_TARGET_VERSION refuses. Fix: include only torch/csrc/stable/... and "
-        f"torch/headeronly/... headers (full log: {e.log_path})")
+        f"torch/headeronly/... headers (full log: {e.log_path})"
+    )
 
 
-def refuse_cuda(name: str, cuda: str, device: str | None, *, schemas: object = None, cuda_cflags: object = None) -> None:
+def refuse_cuda(
+    name: str, cuda: str, device: str | None, *, schemas: object = None, cuda_cflags: object = None
+) -> None:
     """TargetError for CUDA sources or device='cuda': the stable path builds CPU kernels only so far; ArgumentError
     for arguments it would otherwise drop without a word (``schemas=``: the sources' m.def holds them)."""
     for arg, value in (("schemas", schemas), ("extra_cuda_cflags", cuda_cflags)):
         if value:
-            raise ArgumentError(f"library {name!r} is built against torch's stable ABI, which takes no {arg}= "
-                                "(its schemas are the sources' m.def strings; it builds CPU kernels only). Fix: "
-                                f"drop {arg}=, or load it without abi='stable' and without STABLE_TORCH_LIBRARY")
+            raise ArgumentError(
+                f"library {name!r} is built against torch's stable ABI, which takes no {arg}= "
+                "(its schemas are the sources' m.def strings; it builds CPU kernels only). Fix: "
+                f"drop {arg}=, or load it without abi='stable' and without STABLE_TORCH_LIBRARY"
+            )
     if cuda.strip() or device not in (None, "cpu"):
-        raise TargetError(f"library {name!r}: stable-ABI kernels are built for CPU only so far (CUDA sources and "
-                          "device='cuda' are not). Fix: device='cpu', or build the CUDA part without abi='stable'")
+        raise TargetError(
+            f"library {name!r}: stable-ABI kernels are built for CPU only so far (CUDA sources and "
+            "device='cuda' are not). Fix: device='cpu', or build the CUDA part without abi='stable'"
+        )
 
 
-def spec(name: str, root: Path, sources: Sequence[str], *, extra_cflags: StrOrSeq | None, extra_ldflags: StrOrSeq | None,
-         extra_include_paths: StrOrSeq | None, origin: str) -> OpSpec:
+def spec(
+    name: str,
+    root: Path,
+    sources: Sequence[str],
+    *,
+    extra_cflags: StrOrSeq | None,
+    extra_ldflags: StrOrSeq | None,
+    extra_include_paths: StrOrSeq | None,
+    origin: str,
+) -> OpSpec:
     """The checked spec of a stable-ABI library whose sources are ``root/sources`` (read here, checked before any
     compile); TargetError if the running torch is older than its target."""
     import torch
@@ -254,7 +340,9 @@ def spec(name: str, root: Path, sources: Sequence[str], *, extra_cflags: StrOrSe
     flag, target = target_of(flag_words(tuple(cflags), "extra_cflags"), torch.__version__)
     check_torch(name, target, torch.__version__)
     cflags = [STABLE_ABI_FLAG, flag, *(f for f in cflags if f.strip() != flag)]
-    options = BuildOptions.of(extra_cflags=cflags, extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths)
+    options = BuildOptions.of(
+        extra_cflags=cflags, extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths
+    )
     return _spec(name, root, sources, options, exports=exports(texts), origin=origin)
 
 
@@ -262,7 +350,11 @@ def exports(texts: Sequence[tuple[str, str]]) -> tuple[str, ...]:
     """The op names the sources define, when every ``.def(`` is a literal schema (then the loader need not list the
     dispatcher's ~3,000 ops to find them); else () and the loader asks the dispatcher."""
     found = [m.group(1) for _, t in texts for m in _LITERAL_DEF.finditer(t)]
-    return tuple(dict.fromkeys(found)) if len(found) == sum(len(_DEF.findall(t)) for _, t in texts) else ()
+    return (
+        tuple(dict.fromkeys(found))
+        if len(found) == sum(len(_DEF.findall(t)) for _, t in texts)
+        else ()
+    )
 
 
 def texts_of(sources: StrOrSeq) -> list[str] | None:

@@ -43,17 +43,24 @@ from . import pch, pch_bg
 
 log = logging.getLogger("jitops")
 
-_soname: dict[tuple[str, int, int], str | None] = {}  # (path, size, mtime_ns) -> its SONAME, this process
+_soname: dict[
+    tuple[str, int, int], str | None
+] = {}  # (path, size, mtime_ns) -> its SONAME, this process
 
 
 def prefix_of(sources: tuple[Path, ...]) -> list[str]:
     """The header prefix all C++ sources share (one compiler command builds them all), else []."""
     prefixes = {tuple(pch.header_prefix(Path(s).read_text(errors="replace"))) for s in sources}
-    return list(prefixes.pop()) if len(prefixes) == 1 and all(str(s).endswith(pch.CXX_SUFFIXES) for s in sources) else []
+    return (
+        list(prefixes.pop())
+        if len(prefixes) == 1 and all(str(s).endswith(pch.CXX_SUFFIXES) for s in sources)
+        else []
+    )
 
 
-# Link words that also change how the one compile-and-link command compiles (-fopenmp defines _OPENMP, -pthread
-# _REENTRANT, -m*/-O*/-std* the target and language): the PCH is built with them, or gcc would refuse it.
+# Link words that also change how the one compile-and-link command compiles (-fopenmp defines
+# _OPENMP, -pthread _REENTRANT, -m*/-O*/-std* the target and language): the PCH is built with them,
+# or gcc would refuse it.
 _COMPILING_LDFLAGS = ("-f", "-m", "-O", "-D", "-U", "-std", "-g")
 _COMPILING_LDWORDS = frozenset({"-pthread", "-p", "-pg", "--coverage"})
 
@@ -61,12 +68,23 @@ _COMPILING_LDWORDS = frozenset({"-pthread", "-p", "-pg", "--coverage"})
 def pch_flags(job: Any, include: str, torch_id: str) -> list[str]:
     """The compiler words of the PCH (shell-quoted): the build's, less -DJITOPS_NS and the library's folder, with
     the link flags that change the compile."""
-    dirs = [w for d in job.include_dirs if job.root is None or Path(d) != Path(job.root) for w in ("-I", str(d))]
-    linking = [w for w in job.ldflags if w.startswith(_COMPILING_LDFLAGS) or w in _COMPILING_LDWORDS]
-    return [shlex.quote(w) for w in ("-fPIC", *job.cflags, *dirs, "-isystem", include, *linking)] + [f"# torch {torch_id}"]
+    dirs = [
+        w
+        for d in job.include_dirs
+        if job.root is None or Path(d) != Path(job.root)
+        for w in ("-I", str(d))
+    ]
+    linking = [
+        w for w in job.ldflags if w.startswith(_COMPILING_LDFLAGS) or w in _COMPILING_LDWORDS
+    ]
+    return [
+        shlex.quote(w) for w in ("-fPIC", *job.cflags, *dirs, "-isystem", include, *linking)
+    ] + [f"# torch {torch_id}"]
 
 
-def use_pch(job: Any, include: str, torch_id: str) -> tuple[list[str], str, dict[str, dict[str, Any]]]:
+def use_pch(
+    job: Any, include: str, torch_id: str
+) -> tuple[list[str], str, dict[str, dict[str, Any]]]:
     """(words for the compile, state, {key: pch_bg.spawn's keywords} to build after the build)."""
     if not job.pch or job.cache is None:
         return [], "off", {}
@@ -76,20 +94,34 @@ def use_pch(job: Any, include: str, torch_id: str) -> tuple[list[str], str, dict
     flags = pch_flags(job, include, torch_id)
     key = pch.key_of(job.identity, job.pch, " ".join(flags), prefix)
     found = pch.find(job.cache, key, job.pch)
-    if found is not None:  # pch_words are quoted for ninja's shell; the stable builder runs an argv list
+    # pch_words are quoted for ninja's shell; the stable builder runs an argv list
+    if found is not None:
         return shlex.split(" ".join(found.words)), "hit", {}
     if not job.pch_build:
         return [], "none", {}
-    if pch.refused(job.cache, key):  # its prefix did not compile as a PCH lately: not tried after every build
+    # its prefix did not compile as a PCH lately: not tried after every build
+    if pch.refused(job.cache, key):
         return [], "refused", {}
-    if not job.pch_background:  # JITOPS_PCH_BACKGROUND=0: no detached child; the stable path builds none then
+    # JITOPS_PCH_BACKGROUND=0: no detached child; the stable path builds none then
+    if not job.pch_background:
         return [], "off (background)", {}
     if pch_bg.busy(job.cache, key):
         return [], "busy", {}
     # The torch marker is a comment in the key's text only: it never reaches the compiler.
     words = [w for w in flags if not w.startswith("# torch ")]
-    return [], "background", {key: {"kind": job.pch, "cxx": job.cxx, "flags": words, "prefix": prefix,
-                                    "root": job.root or job.build_dir}}
+    return (
+        [],
+        "background",
+        {
+            key: {
+                "kind": job.pch,
+                "cxx": job.cxx,
+                "flags": words,
+                "prefix": prefix,
+                "root": job.root or job.build_dir,
+            }
+        },
+    )
 
 
 def after(job: Any, later: dict[str, dict[str, Any]]) -> bool:
@@ -111,11 +143,13 @@ def soname(path: str) -> str | None:
         with open(path, "rb") as f:
             head = f.read(64)
             if head[:6] == b"\x7fELF\x02\x01":
-                shoff, = struct.unpack_from("<Q", head, 0x28)
+                (shoff,) = struct.unpack_from("<Q", head, 0x28)
                 shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
                 f.seek(shoff)
                 table = f.read(shentsize * shnum)
-                sections = [struct.unpack_from("<IIQQQQIIQQ", table, i * shentsize) for i in range(shnum)]
+                sections = [
+                    struct.unpack_from("<IIQQQQIIQQ", table, i * shentsize) for i in range(shnum)
+                ]
                 for s in sections:
                     if s[1] == 6:  # SHT_DYNAMIC; its sh_link names the string table
                         strtab = sections[s[6]]
@@ -133,13 +167,32 @@ def soname(path: str) -> str | None:
     return found
 
 
-_NO_UNDEFINED = ("defs", "no-undefined", "unresolved-symbols")  # link flags that need the real library's symbols
-_stubs: dict[tuple[str, str], bytes] = {}  # (compiler, SONAME) -> the stub's bytes, made once per process
-_early: dict[tuple[str, str], tuple[threading.Thread, list[bytes]]] = {}  # begun by start_stub, not yet taken
+# link flags that need the real library's symbols
+_NO_UNDEFINED = (
+    "defs",
+    "no-undefined",
+    "unresolved-symbols",
+)
+_stubs: dict[
+    tuple[str, str], bytes
+] = {}  # (compiler, SONAME) -> the stub's bytes, made once per process
+_early: dict[
+    tuple[str, str], tuple[threading.Thread, list[bytes]]
+] = {}  # begun by start_stub, not yet taken
 
 
 def _stub_command(cxx: str, name: str, out: Path) -> list[str]:
-    return [cxx, "-shared", "-nostdlib", f"-Wl,-soname,{name}", "-x", "c++", os.devnull, "-o", str(out)]
+    return [
+        cxx,
+        "-shared",
+        "-nostdlib",
+        f"-Wl,-soname,{name}",
+        "-x",
+        "c++",
+        os.devnull,
+        "-o",
+        str(out),
+    ]
 
 
 def start_stub(cxx: str, real: str, env: dict[str, str]) -> None:
@@ -156,8 +209,14 @@ def start_stub(cxx: str, real: str, env: dict[str, str]) -> None:
         with tempfile.TemporaryDirectory(prefix="jitops-stub-") as tmp:
             part = Path(tmp) / "stub.so"
             try:
-                done = subprocess.run(_stub_command(cxx, name, part), cwd=tmp, env={**env, "TMPDIR": tmp},
-                                      stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+                done = subprocess.run(
+                    _stub_command(cxx, name, part),
+                    cwd=tmp,
+                    env={**env, "TMPDIR": tmp},
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=60,
+                )
                 if done.returncode == 0 and soname(str(part)) == name:
                     made.append(part.read_bytes())
             except (OSError, subprocess.SubprocessError) as e:
@@ -179,8 +238,10 @@ def link_stub(job: Any, real: str, run: Any) -> Path | None:
         return None
     part = job.build_dir / "shim-stub.so"
     made = _stubs.get((job.cxx, name))
-    begun = _early.pop((job.cxx, name), None) if made is None else None  # by start_stub: taken once it is done
-    if begun is not None:  # (pop, not a lookup first: builds run in parallel threads under jitops.warm)
+    # by start_stub: taken once it is done
+    begun = _early.pop((job.cxx, name), None) if made is None else None
+    # (pop, not a lookup first: builds run in parallel threads under jitops.warm)
+    if begun is not None:
         begun[0].join(60)
         if begun[1]:
             made = _stubs[(job.cxx, name)] = begun[1][0]
@@ -188,12 +249,19 @@ def link_stub(job: Any, real: str, run: Any) -> Path | None:
         if made is None:
             rc, _ = run(_stub_command(job.cxx, name, part), cwd=job.build_dir, env=job.env)
             if rc != 0 or soname(str(part)) != name:
-                log.info("note: could not make a link stub for %s; linking against the library itself", name)
+                log.info(
+                    "note: could not make a link stub for %s; linking against the library itself",
+                    name,
+                )
                 return None
             _stubs[(job.cxx, name)] = part.read_bytes()
         else:
             part.write_bytes(made)
         return part
     except OSError as e:
-        log.info("note: could not make a link stub for %s (%s); linking against the library itself", name, e)
+        log.info(
+            "note: could not make a link stub for %s (%s); linking against the library itself",
+            name,
+            e,
+        )
         return None

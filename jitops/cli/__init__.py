@@ -30,6 +30,7 @@ from ..base.settings import Settings
 if TYPE_CHECKING:
     from ..store.manifest import Manifest
 
+
 def _out(*lines: str) -> None:
     for line in lines:
         print(line)
@@ -45,7 +46,9 @@ _registry = cli_cache._registry
 def parse_jobs(text: str) -> int:
     """``--jobs N``: a whole number of parallel compiles, 1 to 4096 (issue 20)."""
     if not (text.strip().isascii() and text.strip().isdigit() and 0 < int(text) <= 4096):
-        raise argparse.ArgumentTypeError(f"invalid job count {text!r}: expected a whole number from 1 to 4096")
+        raise argparse.ArgumentTypeError(
+            f"invalid job count {text!r}: expected a whole number from 1 to 4096"
+        )
     return int(text)
 
 
@@ -66,8 +69,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         spec = reg.find(name)
         lib_dir = cache.library_dir(spec.name)
         built = sorted(p.name for p in lib_dir.iterdir() if p.is_dir()) if lib_dir.is_dir() else []
-        _out(f"{name:<20} library {spec.name:<14} devices {','.join(spec.devices):<9} "
-             f"cached: {', '.join(built) or '-'}")
+        _out(
+            f"{name:<20} library {spec.name:<14} devices {','.join(spec.devices):<9} "
+            f"cached: {', '.join(built) or '-'}"
+        )
     return 0
 
 
@@ -89,25 +94,39 @@ def cmd_info(args: argparse.Namespace) -> int:
     spec = _registry().lookup(args.op)
     plan = make_plan(spec, args.device, args.arch, settings=settings)
     lib_dir = plan.cache.library_dir(spec.name)
-    built = sorted(f"{p.parent.name}/{p.name[:12]}" for p in lib_dir.glob("*/*")) if lib_dir.is_dir() else []
+    built = (
+        sorted(f"{p.parent.name}/{p.name[:12]}" for p in lib_dir.glob("*/*"))
+        if lib_dir.is_dir()
+        else []
+    )
     status = entry_status(plan)
-    state = ("not built" if isinstance(status, Miss) else
-             f"damaged, rebuilt on next use: {status.reason}" if isinstance(status, Damaged) else "cached")
-    _out(f"op           {args.op} (library {spec.name}; exports {', '.join(spec.exports)})",
-         f"description  {spec.description or '-'}",
-         *(f"schema       {s}" for s in spec.schemas),
-         f"sources      {spec.root}: cpu {', '.join(spec.cpu_sources)}; cuda {', '.join(spec.cuda_sources) or '-'}",
-         f"devices      {', '.join(spec.devices)}",
-         f"target       {plan.target.name}",
-         f"key          {plan.key}",
-         f"entry        {plan.entry} ({state})",
-         *([f"build time   {_build_time(status.manifest)}"] if isinstance(status, Hit) else []),
-         f"built        {', '.join(built) or '-'}",
-         f"fingerprint  {diagnose.fingerprint([spec], [plan.target.device], args.arch, settings)} (this library on "
-         f"{plan.target.device}, compiler left out; the machine's, every op: `jitops cache fingerprint`)")
+    state = (
+        "not built"
+        if isinstance(status, Miss)
+        else f"damaged, rebuilt on next use: {status.reason}"
+        if isinstance(status, Damaged)
+        else "cached"
+    )
+    _out(
+        f"op           {args.op} (library {spec.name}; exports {', '.join(spec.exports)})",
+        f"description  {spec.description or '-'}",
+        *(f"schema       {s}" for s in spec.schemas),
+        f"sources      {spec.root}: cpu {', '.join(spec.cpu_sources)}; cuda {', '.join(spec.cuda_sources) or '-'}",
+        f"devices      {', '.join(spec.devices)}",
+        f"target       {plan.target.name}",
+        f"key          {plan.key}",
+        f"entry        {plan.entry} ({state})",
+        *([f"build time   {_build_time(status.manifest)}"] if isinstance(status, Hit) else []),
+        f"built        {', '.join(built) or '-'}",
+        f"fingerprint  {diagnose.fingerprint([spec], [plan.target.device], args.arch, settings)} (this library on "
+        f"{plan.target.device}, compiler left out; the machine's, every op: `jitops cache fingerprint`)",
+    )
     if plan.toolchain_error is not None:
         _out(f"toolchain    missing: {plan.toolchain_error}")
-    _out("ingredients  " + json.dumps(plan.ingredients, indent=2, sort_keys=True).replace("\n", "\n             "))
+    _out(
+        "ingredients  "
+        + json.dumps(plan.ingredients, indent=2, sort_keys=True).replace("\n", "\n             ")
+    )
     return 0
 
 
@@ -124,24 +143,38 @@ def cmd_warm(args: argparse.Namespace) -> int:
         raise SystemExit("jitops warm: name the ops to build, or pass --all")
     settings = Settings.from_env()
     if settings.offline:
-        raise JitopsError("jitops warm builds entries, and JITOPS_OFFLINE=1 forbids building. "
-                          "Fix: unset JITOPS_OFFLINE in the job that warms the cache")
+        raise JitopsError(
+            "jitops warm builds entries, and JITOPS_OFFLINE=1 forbids building. "
+            "Fix: unset JITOPS_OFFLINE in the job that warms the cache"
+        )
     start = time.monotonic()
     specs = _specs(args.ops, args.all)
     devices = args.device or diagnose.default_devices(probe(), args.arch)
     tasks = warm.tasks_for(specs, devices)
     jobs = args.jobs or default_jobs(settings.jobs)
     display = WarmDisplay(len(tasks), forced=settings.progress)
-    quiet = dataclasses.replace(settings, progress=False)  # the warm display replaces the per-build progress line
+    # the warm display replaces the per-build progress line
+    quiet = dataclasses.replace(settings, progress=False)
     with display:
-        outcomes = warm.warm(tasks, archs=args.arch, jobs=jobs, on_start=display.start, on_done=display.finish,
-                             settings=quiet)
-    count = {s: sum(o.status == s for o in outcomes) for s in ("built", "cached", "skipped", "failed")}
-    _out(f"warm: {count['built']} built, {count['cached']} cached, {count['skipped']} skipped, "
-         f"{count['failed']} failed in {time.monotonic() - start:.1f}s (jobs {jobs}; cache {settings.cache_root()})")
+        outcomes = warm.warm(
+            tasks,
+            archs=args.arch,
+            jobs=jobs,
+            on_start=display.start,
+            on_done=display.finish,
+            settings=quiet,
+        )
+    count = {
+        s: sum(o.status == s for o in outcomes) for s in ("built", "cached", "skipped", "failed")
+    }
+    _out(
+        f"warm: {count['built']} built, {count['cached']} cached, {count['skipped']} skipped, "
+        f"{count['failed']} failed in {time.monotonic() - start:.1f}s (jobs {jobs}; cache {settings.cache_root()})"
+    )
     if count["skipped"] and args.strict:
         print("jitops warm: --strict: some entries were skipped (see above)", file=sys.stderr)
-    if args.push and not count["failed"]:  # the remote tier (issue 15): sign and upload what was warmed
+    # the remote tier (issue 15): sign and upload what was warmed
+    if args.push and not count["failed"]:
         from ..remote.commands import push_warmed
 
         push_warmed([s.exports[0] for s in specs], args.device)
@@ -162,7 +195,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             _out(f"{'':<5} {'':<12} fix: {c.fix}")
     failed = [c.name for c in checks if c.status == "fail"]
     if failed:
-        print(f"jitops doctor: a build would fail here ({', '.join(failed)}); see the fixes above", file=sys.stderr)
+        print(
+            f"jitops doctor: a build would fail here ({', '.join(failed)}); see the fixes above",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 
@@ -175,8 +211,11 @@ def _offline_ready(ops: Sequence[str], device: str | None) -> int:
         _out(f"{'READY' if ready else 'NOT READY':<9} {name:<16} {why}")
     unready = [name for name, ready, _ in rows if not ready]
     if unready:
-        print(f"jitops doctor: {len(unready)} of {len(rows)} ops would build (or fail) on first use here: "
-              f"{', '.join(unready)}", file=sys.stderr)
+        print(
+            f"jitops doctor: {len(unready)} of {len(rows)} ops would build (or fail) on first use here: "
+            f"{', '.join(unready)}",
+            file=sys.stderr,
+        )
     return 1 if unready else 0
 
 
@@ -189,15 +228,22 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     spec = _registry().lookup(args.op)
     ex = explain(spec, args.device, args.arch)
-    _out(f"{args.op} (library {spec.name}) on this machine: {ex.plan.target.name}, key {ex.plan.key[:12]}",
-         ex.verdict)
+    _out(
+        f"{args.op} (library {spec.name}) on this machine: {ex.plan.target.name}, key {ex.plan.key[:12]}",
+        ex.verdict,
+    )
     if ex.nearest is not None and ex.diffs:
         _out(f"nearest cached entry: {ex.nearest}", "differing ingredients (cached -> here):")
         for path, cached, here in ex.diffs:
             if isinstance(cached, list) and isinstance(here, list):
                 added = [x for x in here if x not in cached]
                 removed = [x for x in cached if x not in here]
-                _out(f"  {path}: " + " ".join([*(f"+{x}" for x in added), *(f"-{x}" for x in removed)] or ["(order)"]))
+                _out(
+                    f"  {path}: "
+                    + " ".join(
+                        [*(f"+{x}" for x in added), *(f"-{x}" for x in removed)] or ["(order)"]
+                    )
+                )
             else:
                 _out(f"  {path}: {_show(cached)} -> {_show(here)}")
     return 0
@@ -209,12 +255,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         raise SystemExit(f"jitops bench: --rounds must be at least 1, got {args.rounds}")
     try:
-        req = bench_ops.request(args.op, args.shape, args.dtype, args.device, args.dim, args.backward, args.trace)
+        req = bench_ops.request(
+            args.op, args.shape, args.dtype, args.device, args.dim, args.backward, args.trace
+        )
     except JitopsError as e:  # what was typed cannot be run: usage, exit 2
         raise SystemExit(f"jitops bench: {e}") from e
     _out(*bench_ops.run(req, args.rounds))
     return 0
-
 
 
 # ------------------------------------------------------------------ parser
@@ -222,17 +269,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _target_args(p: argparse.ArgumentParser, many: bool = False) -> None:
     if many:
-        p.add_argument("--device", action="append", choices=("cpu", "cuda"),
-                       help="device to build for (repeatable; default: cpu, plus cuda with a GPU or --arch)")
+        p.add_argument(
+            "--device",
+            action="append",
+            choices=("cpu", "cuda"),
+            help="device to build for (repeatable; default: cpu, plus cuda with a GPU or --arch)",
+        )
     else:
-        p.add_argument("--device", choices=("cpu", "cuda"), help="device (default: this machine's current device)")
-    p.add_argument("--arch", metavar="LIST", help="CUDA archs, e.g. 8.0,9.0 (default: TORCH_CUDA_ARCH_LIST, else the GPU)")
+        p.add_argument(
+            "--device",
+            choices=("cpu", "cuda"),
+            help="device (default: this machine's current device)",
+        )
+    p.add_argument(
+        "--arch",
+        metavar="LIST",
+        help="CUDA archs, e.g. 8.0,9.0 (default: TORCH_CUDA_ARCH_LIST, else the GPU)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     from .._version import __version__
 
-    parser = argparse.ArgumentParser(prog="jitops", description="Build, inspect and manage jitops's kernel cache.")
+    parser = argparse.ArgumentParser(
+        prog="jitops", description="Build, inspect and manage jitops's kernel cache."
+    )
     parser.add_argument("--version", action="version", version=f"jitops {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     sub.add_parser("list", help="ops and the targets already cached").set_defaults(fn=cmd_list)
@@ -244,31 +305,80 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ops", nargs="*", metavar="OP")
     p.add_argument("--all", action="store_true", help="every known op")
     _target_args(p, many=True)
-    p.add_argument("--jobs", type=parse_jobs, metavar="N", help="parallel compiles (default: from cores and free memory)")
-    p.add_argument("--strict", action="store_true", help="exit non-zero if any CUDA entry had to be skipped")
-    p.add_argument("--push", action="store_true", help="then sign and upload the entries to JITOPS_REMOTE_CACHE")
+    p.add_argument(
+        "--jobs",
+        type=parse_jobs,
+        metavar="N",
+        help="parallel compiles (default: from cores and free memory)",
+    )
+    p.add_argument(
+        "--strict", action="store_true", help="exit non-zero if any CUDA entry had to be skipped"
+    )
+    p.add_argument(
+        "--push",
+        action="store_true",
+        help="then sign and upload the entries to JITOPS_REMOTE_CACHE",
+    )
     p.set_defaults(fn=cmd_warm)
     p = sub.add_parser("doctor", help="check that builds work here; exit 1 with the fix if not")
-    p.add_argument("--recheck", action="store_true", help="run the toolchain self-check again even if a fresh verdict "
-                   "is remembered")
-    p.add_argument("--offline-ready", nargs="+", metavar="OP", help="instead: whether `jitops.get(OP)` would load "
-                   "each OP here with zero builds (exit 1 if not; builds nothing)")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="with --offline-ready: the device (default: get()'s)")
+    p.add_argument(
+        "--recheck",
+        action="store_true",
+        help="run the toolchain self-check again even if a fresh verdict is remembered",
+    )
+    p.add_argument(
+        "--offline-ready",
+        nargs="+",
+        metavar="OP",
+        help="instead: whether `jitops.get(OP)` would load "
+        "each OP here with zero builds (exit 1 if not; builds nothing)",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        help="with --offline-ready: the device (default: get()'s)",
+    )
     p.set_defaults(fn=cmd_doctor)
     p = sub.add_parser("explain", help="why this machine would build or rebuild an op")
     p.add_argument("op")
     _target_args(p)
     p.set_defaults(fn=cmd_explain)
-    p = sub.add_parser("bench", help="time an op against torch and its reference on this machine's inputs")
+    p = sub.add_parser(
+        "bench", help="time an op against torch and its reference on this machine's inputs"
+    )
     p.add_argument("op")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is usable, else cpu")
-    p.add_argument("--shape", action="append", metavar="SHAPE",
-                   help="e.g. 4096,4096; repeatable, one row each (nms: the number of boxes; default 4096,4096)")
-    p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, float16, float64, int64, ...")
+    p.add_argument(
+        "--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is usable, else cpu"
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        metavar="SHAPE",
+        help="e.g. 4096,4096; repeatable, one row each (nms: the number of boxes; default 4096,4096)",
+    )
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        help="float32 (default), bfloat16, float16, float64, int64, ...",
+    )
     p.add_argument("--dim", type=int, help="softmax/log_softmax: the dim (default -1)")
-    p.add_argument("--backward", action="store_true", help="time the backward alone (autograd.grad of a kept output)")
-    p.add_argument("--rounds", type=int, default=15, metavar="N", help="CPU: paired rounds per case (default 15)")
-    p.add_argument("--trace", metavar="FILE", help="also write a torch.profiler Chrome trace of every case to FILE")
+    p.add_argument(
+        "--backward",
+        action="store_true",
+        help="time the backward alone (autograd.grad of a kept output)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=15,
+        metavar="N",
+        help="CPU: paired rounds per case (default 15)",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="also write a torch.profiler Chrome trace of every case to FILE",
+    )
     p.set_defaults(fn=cmd_bench)
     cli_cache.add_parser(sub, _target_args)
     cli_bundle.add_parser(sub)

@@ -29,7 +29,9 @@ def parse_size(text: str) -> int:
     """``500M``, ``1.5G``, ``2GiB``, ``1048576`` -> bytes (binary units)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
     if not m:
-        raise argparse.ArgumentTypeError(f"invalid size {text!r}: expected e.g. 500M, 2G, 1.5GiB or a byte count")
+        raise argparse.ArgumentTypeError(
+            f"invalid size {text!r}: expected e.g. 500M, 2G, 1.5GiB or a byte count"
+        )
     return int(float(m.group(1)) * _UNITS[m.group(2)])
 
 
@@ -37,7 +39,9 @@ def parse_age(text: str) -> float:
     """``30m``, ``12h``, ``7d``, ``2w``, ``45s`` -> seconds."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text.lower())
     if not m:
-        raise argparse.ArgumentTypeError(f"invalid age {text!r}: expected e.g. 45s, 30m, 12h, 7d or 2w")
+        raise argparse.ArgumentTypeError(
+            f"invalid age {text!r}: expected e.g. 45s, 30m, 12h, 7d or 2w"
+        )
     return float(m.group(1)) * _AGE_UNITS[m.group(2)]
 
 
@@ -94,19 +98,28 @@ def _ls(cache: Cache, args: argparse.Namespace) -> int:
     _out(f"{'op':<14} {'target':<18} {'key':<12} {'size':>10} {'age':>9} {'last use':>9}")
     for e in sorted(infos, key=lambda e: (e.library, e.target, -e.last_use)):
         age = human_age(now - e.manifest.built_at) if e.manifest else "damaged"
-        _out(f"{e.library:<14} {e.target:<18} {e.key[:12]:<12} {human_size(e.size):>10} {age:>9} "
-             f"{human_age(now - e.last_use):>9}")
+        _out(
+            f"{e.library:<14} {e.target:<18} {e.key[:12]:<12} {human_size(e.size):>10} {age:>9} "
+            f"{human_age(now - e.last_use):>9}"
+        )
     _out(f"{len(infos)} entries, {human_size(sum(e.size for e in infos))} in {cache.root}")
     parts = admin.cache_parts.all_parts(cache, now)
     use = admin.cache_parts.usage(parts)
     (n_obj, b_obj), (n_pch, b_pch) = use["object"], use["pch"]
-    _out(f"{n_obj} per-file objects, {human_size(b_obj)}; {n_pch} precompiled headers, {human_size(b_pch)} "
-         f"(rebuildable; `jitops cache prune` bounds them with the entries)", "", f"{'kind':<11} {'items':>6} {'size':>10}")
+    _out(
+        f"{n_obj} per-file objects, {human_size(b_obj)}; {n_pch} precompiled headers, {human_size(b_pch)} "
+        f"(rebuildable; `jitops cache prune` bounds them with the entries)",
+        "",
+        f"{'kind':<11} {'items':>6} {'size':>10}",
+    )
     for kind, n, size in admin.kind_sizes(cache, infos, parts):
         _out(f"{kind:<11} {n:>6} {human_size(size):>10}")
     cap = Settings.from_env().pch_max_size
-    _out(f"PCHs and objects are kept under {human_size(cap)} (JITOPS_PCH_MAX_SIZE), least recently used first"
-         if cap else "PCHs and objects are not bounded (JITOPS_PCH_MAX_SIZE=0)")
+    _out(
+        f"PCHs and objects are kept under {human_size(cap)} (JITOPS_PCH_MAX_SIZE), least recently used first"
+        if cap
+        else "PCHs and objects are not bounded (JITOPS_PCH_MAX_SIZE=0)"
+    )
     return 0
 
 
@@ -126,9 +139,16 @@ def _verify(cache: Cache, args: argparse.Namespace) -> int:
                 if free:
                     admin.remove_entry(cache, e.path)
     if bad:
-        print(f"jitops cache verify: {bad} damaged entr{'y' if bad == 1 else 'ies'}"
-              + (" removed" if args.remove else "; they are rebuilt on next use, or remove them with "
-                 "`jitops cache verify --remove`"), file=sys.stderr)
+        print(
+            f"jitops cache verify: {bad} damaged entr{'y' if bad == 1 else 'ies'}"
+            + (
+                " removed"
+                if args.remove
+                else "; they are rebuilt on next use, or remove them with "
+                "`jitops cache verify --remove`"
+            ),
+            file=sys.stderr,
+        )
     return 1 if bad and not args.remove else 0
 
 
@@ -138,8 +158,11 @@ def _prune_or_clear(cache: Cache, args: argparse.Namespace) -> int:
     sub = args.cache_cmd
     if sub == "prune" and args.max_size is None and args.older_than is None:
         raise SystemExit("jitops cache prune: give --max-size and/or --older-than")
-    result = admin.clear(cache) if sub == "clear" else admin.prune(
-        cache, max_size=args.max_size, older_than=args.older_than)
+    result = (
+        admin.clear(cache)
+        if sub == "clear"
+        else admin.prune(cache, max_size=args.max_size, older_than=args.older_than)
+    )
     for e in result.removed:
         _out(f"removed {e.library}/{e.target}/{e.key[:12]} ({human_size(e.size)})")
     for e in result.busy:
@@ -147,13 +170,19 @@ def _prune_or_clear(cache: Cache, args: argparse.Namespace) -> int:
     for p in result.parts_removed:
         _out(f"removed {p.label} ({human_size(p.size)})")
     for p in result.parts_busy:
-        _out(f"kept    {p.label}: being built or used by a build (in the last {admin.cache_parts.GRACE / 60:.0f} min)")
+        _out(
+            f"kept    {p.label}: being built or used by a build (in the last {admin.cache_parts.GRACE / 60:.0f} min)"
+        )
     parts = f"{len(result.parts_removed)} objects and PCHs ({human_size(sum(p.size for p in result.parts_removed))}); "
-    _out(f"{sub}: removed {len(result.removed)} entries ({human_size(sum(e.size for e in result.removed))}), "
-         f"{parts if sub == 'prune' else ''}{human_size(result.kept_bytes)} kept")
+    _out(
+        f"{sub}: removed {len(result.removed)} entries ({human_size(sum(e.size for e in result.removed))}), "
+        f"{parts if sub == 'prune' else ''}{human_size(result.kept_bytes)} kept"
+    )
     if sub == "prune" and args.max_size is not None and result.kept_bytes > args.max_size:
-        print(f"jitops cache prune: still above {human_size(args.max_size)}: what is being built or used was kept",
-              file=sys.stderr)
+        print(
+            f"jitops cache prune: still above {human_size(args.max_size)}: what is being built or used was kept",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -164,16 +193,22 @@ def _export(cache: Cache, args: argparse.Namespace) -> int:
     libs = {_registry().lookup(op).name for op in args.ops} if args.ops else None
     sign, signed = archive_signer(Settings.from_env(), cache), []
     if sign is not None:
+
         def sign_built(info: Any, raw: bytes) -> Any:  # counts what was signed: entries built here
             done = sign(info, raw)
             signed.extend([info] if done else [])
             return done
 
-    exported, skipped = archive.export(cache, Path(args.file), libs, sign=sign_built if sign is not None else None)
+    exported, skipped = archive.export(
+        cache, Path(args.file), libs, sign=sign_built if sign is not None else None
+    )
     for e, why in skipped:
         print(f"skipped {e.library}/{e.target}/{e.key[:12]}: {why}", file=sys.stderr)
-    how = ("unsigned (no signing key here: `jitops cache keygen` makes one)" if sign is None else
-           f"{len(signed)} signed with your key, {len(exported) - len(signed)} unsigned (not built here)")
+    how = (
+        "unsigned (no signing key here: `jitops cache keygen` makes one)"
+        if sign is None
+        else f"{len(signed)} signed with your key, {len(exported) - len(signed)} unsigned (not built here)"
+    )
     _out(f"exported {len(exported)} entries to {args.file}: {how}")
     return 0
 
@@ -182,8 +217,12 @@ def _import(cache: Cache, args: argparse.Namespace) -> int:
     from ..store import archive
     from ..remote.archive_trust import archive_trust, origin_noter
 
-    res = archive.import_archive(cache, Path(args.file), verify=archive_trust(Settings.from_env()),
-                                 note=origin_noter(cache, str(Path(args.file).resolve())))
+    res = archive.import_archive(
+        cache,
+        Path(args.file),
+        verify=archive_trust(Settings.from_env()),
+        note=origin_noter(cache, str(Path(args.file).resolve())),
+    )
     for m in res.imported:
         _out(f"imported {m.library}/{m.target}/{m.key[:12]}")
     for m, why in res.foreign:
@@ -191,10 +230,14 @@ def _import(cache: Cache, args: argparse.Namespace) -> int:
     for where, why in res.rejected:
         print(f"rejected {where}: {why}", file=sys.stderr)
     if res.unsigned:
-        _out(f"unsigned {len(res.unsigned)} entr{'y' if len(res.unsigned) == 1 else 'ies'} of {args.file} came unsigned: "
-             "that is code you chose to trust (noted as imported; `jitops cache push` will not sign it)")
-    _out(f"import: {len(res.imported)} imported, {len(res.present)} already present, "
-         f"{len(res.rejected)} rejected, {res.records} toolchain records")
+        _out(
+            f"unsigned {len(res.unsigned)} entr{'y' if len(res.unsigned) == 1 else 'ies'} of {args.file} came unsigned: "
+            "that is code you chose to trust (noted as imported; `jitops cache push` will not sign it)"
+        )
+    _out(
+        f"import: {len(res.imported)} imported, {len(res.present)} already present, "
+        f"{len(res.rejected)} rejected, {res.records} toolchain records"
+    )
     return 1 if res.rejected else 0
 
 
@@ -208,13 +251,23 @@ def _repair(cache: Cache, args: argparse.Namespace) -> int:
     left = [ob for ob, action in done if action.startswith("could not")]
     _out(f"repair: {len(done) - len(left)} obstruction(s) cleared in {cache.root}")
     if left:
-        print(f"jitops cache repair: {len(left)} path(s) could not be cleared (see above)", file=sys.stderr)
+        print(
+            f"jitops cache repair: {len(left)} path(s) could not be cleared (see above)",
+            file=sys.stderr,
+        )
     return 1 if left else 0
 
 
 ACTIONS: dict[str, Callable[[Cache, argparse.Namespace], int]] = {
-    "path": _path, "fingerprint": _fingerprint, "ls": _ls, "verify": _verify, "prune": _prune_or_clear,
-    "clear": _prune_or_clear, "export": _export, "import": _import, "repair": _repair,
+    "path": _path,
+    "fingerprint": _fingerprint,
+    "ls": _ls,
+    "verify": _verify,
+    "prune": _prune_or_clear,
+    "clear": _prune_or_clear,
+    "export": _export,
+    "import": _import,
+    "repair": _repair,
 }
 WRITES = ("prune", "clear", "import", "repair")  # and verify --remove
 
@@ -223,8 +276,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     sub = args.cache_cmd
     if (sub in WRITES or getattr(args, "remove", False)) and settings.offline:
-        raise JitopsError(f"`jitops cache {sub}` writes to the cache, and JITOPS_OFFLINE=1 forbids writing. "
-                          "Fix: run cache maintenance without JITOPS_OFFLINE")
+        raise JitopsError(
+            f"`jitops cache {sub}` writes to the cache, and JITOPS_OFFLINE=1 forbids writing. "
+            "Fix: run cache maintenance without JITOPS_OFFLINE"
+        )
     return ACTIONS[sub](Cache(settings.cache_root()), args)
 
 
@@ -234,20 +289,46 @@ def add_parser(sub: Any, target_args: Callable[..., None]) -> None:
     p.set_defaults(fn=cmd_cache)
     cs = p.add_subparsers(dest="cache_cmd", required=True, metavar="ACTION")
     cs.add_parser("path", help="print the cache root")
-    target_args(cs.add_parser("fingerprint", help="hash of every key ingredient, for keying a CI cache"), many=True)
-    cs.add_parser("ls", help="entries: op, target, key, size, age, last use; bytes of objects and PCHs").add_argument(
-        "--remote", action="store_true", help="list the remote cache's entries (JITOPS_REMOTE_CACHE)")
+    target_args(
+        cs.add_parser("fingerprint", help="hash of every key ingredient, for keying a CI cache"),
+        many=True,
+    )
+    cs.add_parser(
+        "ls", help="entries: op, target, key, size, age, last use; bytes of objects and PCHs"
+    ).add_argument(
+        "--remote",
+        action="store_true",
+        help="list the remote cache's entries (JITOPS_REMOTE_CACHE)",
+    )
     cs.add_parser("verify", help="re-check every entry's sha256").add_argument(
-        "--remove", action="store_true", help="remove damaged entries")
-    q = cs.add_parser("prune", help="evict least-recently-used entries, per-file objects and precompiled headers")
-    q.add_argument("--max-size", type=parse_size, metavar="SIZE", help="keep at most this much in all, e.g. 2G")
-    q.add_argument("--older-than", type=parse_age, metavar="AGE", help="evict what was unused for this long, e.g. 30d")
-    cs.add_parser("clear", help="remove everything jitops put in the cache (not entries being built)")
-    cs.add_parser("repair", help="clear folders, files or links that stand where the cache keeps something else")
+        "--remove", action="store_true", help="remove damaged entries"
+    )
+    q = cs.add_parser(
+        "prune", help="evict least-recently-used entries, per-file objects and precompiled headers"
+    )
+    q.add_argument(
+        "--max-size", type=parse_size, metavar="SIZE", help="keep at most this much in all, e.g. 2G"
+    )
+    q.add_argument(
+        "--older-than",
+        type=parse_age,
+        metavar="AGE",
+        help="evict what was unused for this long, e.g. 30d",
+    )
+    cs.add_parser(
+        "clear", help="remove everything jitops put in the cache (not entries being built)"
+    )
+    cs.add_parser(
+        "repair",
+        help="clear folders, files or links that stand where the cache keeps something else",
+    )
     q = cs.add_parser("export", help="write entries to a portable archive (tar.gz)")
     q.add_argument("file")
     q.add_argument("ops", nargs="*", metavar="OP", help="only these ops' libraries (default: all)")
     cs.add_parser("import", help="add the entries of an exported archive").add_argument("file")
-    from ..remote.commands import add_cache_parsers  # the remote tier (issue 15): keygen, push, pull, stats
+    # the remote tier (issue 15): keygen, push, pull, stats
+    from ..remote.commands import (
+        add_cache_parsers,
+    )
 
     add_cache_parsers(cs)

@@ -45,8 +45,12 @@ def default_devices(system: System, archs: str | None) -> list[str]:
     return ["cpu", "cuda"] if (archs or system.cuda_available) else ["cpu"]
 
 
-def fingerprint(specs: Sequence[OpSpec], devices: Sequence[str], archs: str | None = None,
-                settings: Settings | None = None) -> str:
+def fingerprint(
+    specs: Sequence[OpSpec],
+    devices: Sequence[str],
+    archs: str | None = None,
+    settings: Settings | None = None,
+) -> str:
     """A short hash of every key ingredient of the given libraries and devices.
 
     The toolchain identity is left out, so a test job without a compiler
@@ -65,7 +69,9 @@ def fingerprint(specs: Sequence[OpSpec], devices: Sequence[str], archs: str | No
                 continue
             ingr = without_tools(plan.ingredients)
             parts.append([spec.name, plan.target.name, ingr])
-    blob = json.dumps(sorted(parts, key=lambda p: (p[0], p[1])), sort_keys=True, separators=(",", ":"))
+    blob = json.dumps(
+        sorted(parts, key=lambda p: (p[0], p[1])), sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -98,16 +104,26 @@ def _compiler(system: System, offline: bool, tool_dir: Path) -> Check:
     except ToolchainError as e:
         return _toolchain_fail("compiler", e, status)
     try:
-        proc = subprocess.run([path, "-std=c++17", "-fsyntax-only", "-x", "c++", "-"], input=_SMOKE_CXX,
-                              capture_output=True, text=True, timeout=60, check=False)
+        proc = subprocess.run(
+            [path, "-std=c++17", "-fsyntax-only", "-x", "c++", "-"],
+            input=_SMOKE_CXX,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         failed = proc.returncode != 0
         why = (proc.stderr or proc.stdout).strip().splitlines()[:1]
     except (OSError, subprocess.TimeoutExpired) as e:
         failed, why = True, [str(e)]
     if failed:
-        return Check("compiler", status, f"{path} ({version}) cannot compile a C++17 test program: {' '.join(why)}",
-                     "install a working C++ compiler with its standard library (e.g. `apt-get install g++`), "
-                     "or set CXX to one")
+        return Check(
+            "compiler",
+            status,
+            f"{path} ({version}) cannot compile a C++17 test program: {' '.join(why)}",
+            "install a working C++ compiler with its standard library (e.g. `apt-get install g++`), "
+            "or set CXX to one",
+        )
     real = f" -> {tool.path}" if tool.path != path else ""
     omp = f"; OpenMP {' '.join(tool.openmp)}" if tool.openmp else ""
     return Check("compiler", "ok", f"{path}{real} ({version}{omp})")
@@ -116,18 +132,25 @@ def _compiler(system: System, offline: bool, tool_dir: Path) -> Check:
 def _ninja(offline: bool) -> Check:
     try:
         path = toolchain.find_ninja("<any>")
-        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20,
-                                 check=False).stdout.strip()
+        version = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=20, check=False
+        ).stdout.strip()
     except ToolchainError as e:
         return _toolchain_fail("ninja", e, "warn" if offline else "fail")
     except (OSError, subprocess.TimeoutExpired) as e:
-        return Check("ninja", "warn" if offline else "fail", f"cannot run ninja: {e}", "`pip install ninja`")
+        return Check(
+            "ninja", "warn" if offline else "fail", f"cannot run ninja: {e}", "`pip install ninja`"
+        )
     return Check("ninja", "ok", f"{path} ({version})")
 
 
 def _nvcc(system: System, offline: bool, tool_dir: Path) -> Check:
     if not system.torch_cuda:
-        return Check("nvcc", "info", "not needed: this torch is a CPU-only build (no CUDA entries can be built)")
+        return Check(
+            "nvcc",
+            "info",
+            "not needed: this torch is a CPU-only build (no CUDA entries can be built)",
+        )
     status = "fail" if system.cuda_available and not offline else "warn"
     try:
         path = toolchain.find_nvcc(system, "<any>")
@@ -143,30 +166,62 @@ def _cache(root: Path, offline: bool, strict: bool) -> Check:
     if not root.exists():
         parent = next((p for p in root.parents if p.exists()), Path("/"))
         if offline:
-            return Check("cache", "fail", f"{root} does not exist (offline mode needs a warmed cache)",
-                         "run `jitops warm --all` with this JITOPS_CACHE_DIR, or unset JITOPS_OFFLINE")
+            return Check(
+                "cache",
+                "fail",
+                f"{root} does not exist (offline mode needs a warmed cache)",
+                "run `jitops warm --all` with this JITOPS_CACHE_DIR, or unset JITOPS_OFFLINE",
+            )
         if not os.access(parent, os.W_OK | os.X_OK):
-            return Check("cache", "warn", f"{root} does not exist and {parent} is not writable; builds would go to "
-                         "a private temporary cache", "set JITOPS_CACHE_DIR to a directory you own")
+            return Check(
+                "cache",
+                "warn",
+                f"{root} does not exist and {parent} is not writable; builds would go to "
+                "a private temporary cache",
+                "set JITOPS_CACHE_DIR to a directory you own",
+            )
         return Check("cache", "ok", f"{root} (will be created on first build)")
     st = os.stat(root)
     free = shutil.disk_usage(root).free
-    detail = f"{root} (owner uid {st.st_uid}, mode {st.st_mode & 0o777:o}, {free / 2**30:.1f} GiB free)"
+    detail = (
+        f"{root} (owner uid {st.st_uid}, mode {st.st_mode & 0o777:o}, {free / 2**30:.1f} GiB free)"
+    )
     fresh = not os.path.lexists(cache.base)  # nothing built here yet: the first build makes v1
     if fresh and offline:
-        return Check("cache", "fail", f"{root} holds no cache yet (offline mode needs a warmed cache)",
-                     "run `jitops warm --all` with this JITOPS_CACHE_DIR, or unset JITOPS_OFFLINE")
+        return Check(
+            "cache",
+            "fail",
+            f"{root} holds no cache yet (offline mode needs a warmed cache)",
+            "run `jitops warm --all` with this JITOPS_CACHE_DIR, or unset JITOPS_OFFLINE",
+        )
     problem = cache.root_problem() if not fresh else fsutil.insecure_reason(root, want_dir=True)
     if problem is not None:
-        return Check("cache", "fail", f"{detail}: refused: {problem}",
-                     "make it yours with mode 0700 (`chmod 700` as its owner), or set JITOPS_CACHE_DIR elsewhere")
+        return Check(
+            "cache",
+            "fail",
+            f"{detail}: refused: {problem}",
+            "make it yours with mode 0700 (`chmod 700` as its owner), or set JITOPS_CACHE_DIR elsewhere",
+        )
     if not offline and not (os.access(root, os.W_OK) and st.st_mode & 0o200):
-        return Check("cache", "fail" if strict else "warn", f"{detail}: not writable; builds would go to a private "
-                     "temporary cache" + (" (refused: JITOPS_STRICT=1)" if strict else ""),
-                     "make it writable by this user, or set JITOPS_CACHE_DIR to a directory you own")
+        return Check(
+            "cache",
+            "fail" if strict else "warn",
+            f"{detail}: not writable; builds would go to a private "
+            "temporary cache" + (" (refused: JITOPS_STRICT=1)" if strict else ""),
+            "make it writable by this user, or set JITOPS_CACHE_DIR to a directory you own",
+        )
     if not offline and free < 2**30:
-        return Check("cache", "warn", f"{detail}: little free space", "free space or `jitops cache prune --max-size 1G`")
-    return Check("cache", "ok", detail + (" (read-only use: offline)" if offline else "") + (" (empty)" if fresh else ""))
+        return Check(
+            "cache",
+            "warn",
+            f"{detail}: little free space",
+            "free space or `jitops cache prune --max-size 1G`",
+        )
+    return Check(
+        "cache",
+        "ok",
+        detail + (" (read-only use: offline)" if offline else "") + (" (empty)" if fresh else ""),
+    )
 
 
 def _obstructions(root: Path) -> Check:
@@ -182,27 +237,50 @@ def _obstructions(root: Path) -> Check:
 
 def _devices(system: System) -> list[Check]:
     cpu = choose_target(system, "cpu")
-    out = [Check("cpu", "info", f"{system.machine}, torch dispatches to {system.cpu_capability}; target {cpu.name}")]
+    out = [
+        Check(
+            "cpu",
+            "info",
+            f"{system.machine}, torch dispatches to {system.cpu_capability}; target {cpu.name}",
+        )
+    ]
     if system.cuda_available and system.device_capability:
         import torch
 
         major, minor = system.device_capability
-        out.append(Check("gpu", "info", f"{torch.cuda.get_device_name()} (capability {major}.{minor}); "
-                                        f"target {choose_target(system, 'cuda').name}"))
+        out.append(
+            Check(
+                "gpu",
+                "info",
+                f"{torch.cuda.get_device_name()} (capability {major}.{minor}); "
+                f"target {choose_target(system, 'cuda').name}",
+            )
+        )
     else:
-        out.append(Check("gpu", "info", "none visible" + ("" if system.torch_cuda else " (CPU-only torch)")))
+        out.append(
+            Check(
+                "gpu", "info", "none visible" + ("" if system.torch_cuda else " (CPU-only torch)")
+            )
+        )
     return out
 
 
 def _settings(settings: Settings, system: System) -> Check:
     shown = settings.shown()
-    shown += [f"{k}={os.environ[k]!r}" for k in BUILD_ENV_VARS if os.environ.get(k) and not any(
-        s.startswith(k + "=") for s in shown)]
+    shown += [
+        f"{k}={os.environ[k]!r}"
+        for k in BUILD_ENV_VARS
+        if os.environ.get(k) and not any(s.startswith(k + "=") for s in shown)
+    ]
     try:
         extra_env_flags(system, "cuda")  # unsplittable flag variables (issue 20)
     except ConfigError as e:
         return Check("settings", "fail", *_split_fix(str(e)))
-    return Check("settings", "info", (", ".join(shown) or "none set") + f"; default build jobs {default_jobs(settings.jobs)}")
+    return Check(
+        "settings",
+        "info",
+        (", ".join(shown) or "none set") + f"; default build jobs {default_jobs(settings.jobs)}",
+    )
 
 
 def _ops(specs: Sequence[OpSpec], settings: Settings) -> list[Check]:
@@ -215,28 +293,56 @@ def _ops(specs: Sequence[OpSpec], settings: Settings) -> list[Check]:
             continue
         status = entry_status(plan)
         if isinstance(status, Hit):
-            out.append(Check(f"op {spec.name}", "ok", f"cached for {plan.target.name} ({plan.key[:12]})"))
+            out.append(
+                Check(f"op {spec.name}", "ok", f"cached for {plan.target.name} ({plan.key[:12]})")
+            )
         elif isinstance(status, Compatible):
-            out.append(Check(f"op {spec.name}", "ok", f"cached for {plan.target.name} (built by another compiler)"))
+            out.append(
+                Check(
+                    f"op {spec.name}",
+                    "ok",
+                    f"cached for {plan.target.name} (built by another compiler)",
+                )
+            )
         elif settings.offline or settings.freeze == "error":
             var = "JITOPS_OFFLINE" if settings.offline else "JITOPS_FREEZE"
-            out.append(Check(f"op {spec.name}", "fail", f"not cached for {plan.target.name}; {var} forbids building "
-                             "it", f"run `jitops warm {spec.exports[0]}` with this cache, or unset {var}"))
+            out.append(
+                Check(
+                    f"op {spec.name}",
+                    "fail",
+                    f"not cached for {plan.target.name}; {var} forbids building it",
+                    f"run `jitops warm {spec.exports[0]}` with this cache, or unset {var}",
+                )
+            )
         else:
-            out.append(Check(f"op {spec.name}", "info", f"not built yet for {plan.target.name} (first use builds it)"))
+            out.append(
+                Check(
+                    f"op {spec.name}",
+                    "info",
+                    f"not built yet for {plan.target.name} (first use builds it)",
+                )
+            )
     return out
 
 
 def _fingerprint_check(specs: Sequence[OpSpec], system: System, settings: Settings) -> Check:
     try:
         devices = default_devices(system, None)
-        return Check("fingerprint", "info", f"{fingerprint(specs, devices, settings=settings)} (this machine: every op, "
-                     f"{', '.join(devices)}; = `jitops cache fingerprint`, a CI cache key; `jitops info OP` has one op's)")
-    except ConfigError as e:  # reported by the settings check; doctor still prints every other check
+        return Check(
+            "fingerprint",
+            "info",
+            f"{fingerprint(specs, devices, settings=settings)} (this machine: every op, "
+            f"{', '.join(devices)}; = `jitops cache fingerprint`, a CI cache key; `jitops info OP` has one op's)",
+        )
+    except (
+        ConfigError
+    ) as e:  # reported by the settings check; doctor still prints every other check
         return Check("fingerprint", "warn", f"cannot compute: {_split_fix(str(e))[0]}")
 
 
-def doctor(specs: Sequence[OpSpec], settings: Settings | None = None, *, recheck: bool = False) -> list[Check]:
+def doctor(
+    specs: Sequence[OpSpec], settings: Settings | None = None, *, recheck: bool = False
+) -> list[Check]:
     """Every check, in display order. Any ``fail`` means a build (or offline load) would fail.
     ``recheck``: run the toolchain self-check even if a fresh verdict is remembered."""
     settings = Settings.from_env() if settings is None else settings
@@ -245,18 +351,33 @@ def doctor(specs: Sequence[OpSpec], settings: Settings | None = None, *, recheck
     root = settings.cache_root()
     tool_dir = Cache(root).toolchains
     checks = [
-        Check("jitops", "info", f"{__version__} on python {sys.version.split()[0]} ({system.python_abi})"),
-        Check("torch", "info", f"{system.torch_version}, CUDA {system.torch_cuda or 'none (CPU-only build)'}"),
+        Check(
+            "jitops",
+            "info",
+            f"{__version__} on python {sys.version.split()[0]} ({system.python_abi})",
+        ),
+        Check(
+            "torch",
+            "info",
+            f"{system.torch_version}, CUDA {system.torch_cuda or 'none (CPU-only build)'}",
+        ),
         _compiler(system, offline, tool_dir),
         _ninja(offline),
-        Check("self-check", *selfcheck.doctor(system, tool_dir, settings, offline=offline, recheck=recheck)),
+        Check(
+            "self-check",
+            *selfcheck.doctor(system, tool_dir, settings, offline=offline, recheck=recheck),
+        ),
         _nvcc(system, offline, tool_dir),
         _cache(root, offline, settings.strict),
         _obstructions(root),
         *_devices(system),
-        Check("modes", "info", f"offline {'on' if offline else 'off'} (JITOPS_OFFLINE), fallback to PyTorch "
-                               f"{'on' if settings.fallback else 'off'} (JITOPS_FALLBACK), frozen "
-                               f"{settings.freeze or 'off'} (JITOPS_FREEZE)"),
+        Check(
+            "modes",
+            "info",
+            f"offline {'on' if offline else 'off'} (JITOPS_OFFLINE), fallback to PyTorch "
+            f"{'on' if settings.fallback else 'off'} (JITOPS_FALLBACK), frozen "
+            f"{settings.freeze or 'off'} (JITOPS_FREEZE)",
+        ),
         _settings(settings, system),
         *_ops(specs, settings),
         _fingerprint_check(specs, system, settings),
@@ -264,5 +385,8 @@ def doctor(specs: Sequence[OpSpec], settings: Settings | None = None, *, recheck
     if settings.remote is not None:  # the remote tier (issue 15): store, trust, upload, leases
         from ..remote.commands import doctor_checks
 
-        checks += [Check(name, status, detail, fix) for name, status, detail, fix in doctor_checks(settings)]
+        checks += [
+            Check(name, status, detail, fix)
+            for name, status, detail, fix in doctor_checks(settings)
+        ]
     return checks

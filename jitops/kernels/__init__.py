@@ -17,7 +17,12 @@ BUILTINS: tuple[OpSpec, ...] = (
     OpSpec(
         name="softmax",
         root=_HERE / "softmax",
-        cpu_sources=("softmax_cpu_backward.cpp", "softmax_cpu.cpp", "softmax_cpu_backward_lastdim.cpp"),  # the longest compile first
+        # the longest compile first
+        cpu_sources=(
+            "softmax_cpu_backward.cpp",
+            "softmax_cpu.cpp",
+            "softmax_cpu_backward_lastdim.cpp",
+        ),
         cuda_sources=("softmax_cuda.cu", "softmax_cuda_backward.cu"),
         schemas=(  # torch's softmax.int / log_softmax.int, with dim defaulting to -1
             "softmax(Tensor x, int dim=-1, ScalarType? dtype=None) -> Tensor",
@@ -33,15 +38,17 @@ BUILTINS: tuple[OpSpec, ...] = (
         root=_HERE / "add",
         cpu_sources=("add_cpu.cpp", "register.cpp"),
         cuda_sources=("add_cuda.cu",),
-        # add_cpu.cpp spells out every fused multiply-add torch's compiled loops make (std::fma); the
-        # compiler must not add its own, or tails would round differently from torch's.
+        # add_cpu.cpp spells out every fused multiply-add torch's compiled loops make (std::fma);
+        # the compiler must not add its own, or tails would round differently from torch's.
         cflags=("-ffp-contract=off",),
-        cuda_cflags=("--extended-lambda",),  # ATen/native/cuda/Loops.cuh launches __device__ lambdas
+        # ATen/native/cuda/Loops.cuh launches __device__ lambdas
+        cuda_cflags=("--extended-lambda",),
         schemas=(
             "add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
             "add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)",
             "add_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)",
-            # torch's add.Scalar family: a Python number as `other` (jitops.get("add") picks it as torch.add does)
+            # torch's add.Scalar family: a Python number as `other` (jitops.get("add") picks it as
+            # torch.add does)
             "add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor",
             "add.Scalar_out(Tensor self, Scalar other, Scalar alpha=1, *, Tensor(a!) out) -> Tensor(a!)",
             "add_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)",
@@ -54,9 +61,11 @@ BUILTINS: tuple[OpSpec, ...] = (
         root=_HERE / "nms",
         cpu_sources=("nms_cpu.cpp", "register.cpp"),  # the CPU half of a CUDA build
         cuda_sources=("nms_cuda.cu",),
-        # A CPU target: torch's stable C ABI, so one build serves torch 2.13 and every later one (issue 31)
+        # A CPU target: torch's stable C ABI, so one build serves torch 2.13 and every later one
+        # (issue 31)
         stable_cpu_sources=("nms_stable.cpp",),
-        cflags=("-ffp-contract=off",),  # torchvision's CPU IoU rounds every product; no fused multiply-add
+        # torchvision's CPU IoU rounds every product; no fused multiply-add
+        cflags=("-ffp-contract=off",),
         schemas=("nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor",),
         python="jitops.kernels.nms.python",
         description="non-maximum suppression of (N, 4) xyxy boxes (float16/32/64), torchvision.ops.nms's indices",

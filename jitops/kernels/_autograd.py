@@ -28,7 +28,7 @@ def twin_schema(schema: str, ns: str, name: str, overload: str = "default") -> s
     head = f"{ns}::{name}{suffix}("
     if not schema.startswith(head):
         raise ValueError(f"schema {schema!r} is not the {overload} overload of {ns}::{name}")
-    return f"{name}{TWIN_SUFFIX}{suffix}(" + schema[len(head):]
+    return f"{name}{TWIN_SUFFIX}{suffix}(" + schema[len(head) :]
 
 
 def fragment(ns: str) -> torch.library.Library:

@@ -34,11 +34,13 @@ if TYPE_CHECKING:
     from ..target import System, Target
     from ..target.toolchain import Tool
 
-# In a spec's cflags: its sources are written for torch.utils.cpp_extension (cpp_ext_style.NAME_FLAGS).
+# In a spec's cflags: its sources are written for torch.utils.cpp_extension
+# (cpp_ext_style.NAME_FLAGS).
 TORCH_STYLE_FLAG = "-DTORCH_EXTENSION_NAME=JITOPS_NS"
-# STABLE_ABI_FLAG (spec) in a spec's cflags: sources on torch's stable C ABI (stable.py); the key holds their
-# -DTORCH_TARGET_VERSION, not torch's.
-STABLE_BUILDER = "stable"  # build/stable.py's builder, which plans of such specs carry (keyed as env.JITOPS_BUILDER)
+# STABLE_ABI_FLAG (spec) in a spec's cflags: sources on torch's stable C ABI (stable.py); the key
+# holds their -DTORCH_TARGET_VERSION, not torch's. build/stable.py's builder, which plans of such
+# specs carry (keyed as env.JITOPS_BUILDER)
+STABLE_BUILDER = "stable"
 STABLE_CFLAGS = ("-O2", "-std=c++17", "-fvisibility=hidden", "-fno-math-errno")
 KEY_CHARS = 32  # 128 bits of sha256 in paths
 INCLUDE_DIR = Path(__file__).parent.parent / "include"
@@ -47,7 +49,8 @@ INCLUDE_DIR = Path(__file__).parent.parent / "include"
 
 # Where a non-real builder (Settings.builder, the test seam) appears in the key's "env".
 BUILDER_INGREDIENT = "JITOPS_BUILDER"
-# Removed from the build's environment instead, so they cannot change a binary behind the key's back.
+# Removed from the build's environment instead, so they cannot change a binary behind the key's
+# back.
 SCRUBBED_ENV_VARS = (
     "CPATH",
     "C_INCLUDE_PATH",
@@ -73,7 +76,9 @@ def env_vars_for(device: str) -> tuple[str, ...]:
     return BUILD_ENV_VARS if device == "cuda" else HOST_ENV_VARS
 
 
-def key_env(build_env: tuple[tuple[str, str], ...], device: str, builder: str = "real") -> dict[str, str]:
+def key_env(
+    build_env: tuple[tuple[str, str], ...], device: str, builder: str = "real"
+) -> dict[str, str]:
     """The part of a probed build environment that the key of a ``device`` build holds, plus a
     builder other than the real one (from Settings, never from the environment)."""
     wanted = env_vars_for(device)
@@ -93,8 +98,10 @@ def split_flags(var: str, value: str) -> tuple[str, ...]:
             f"Fix: balance its quotes (e.g. {var}='-O2 -DNAME=\"x\"'), or unset {var}"
         ) from None
     if any(LINE_BREAK.search(w) for w in words):
-        raise ConfigError(f"{var}={shown(value)} holds a line break inside quotes, which no compiler flag needs and "
-                          f"a build file cannot carry. Fix: remove it from {var}")
+        raise ConfigError(
+            f"{var}={shown(value)} holds a line break inside quotes, which no compiler flag needs and "
+            f"a build file cannot carry. Fix: remove it from {var}"
+        )
     return words
 
 
@@ -107,8 +114,10 @@ def flag_words(items: tuple[str, ...], what: str) -> tuple[str, ...]:
 def check_nvcc_words(words: tuple[str, ...], what: str) -> None:
     """ConfigError for a word nvcc would hand to sh unquoted (see NVCC_UNSAFE)."""
     for w in (w for w in words if NVCC_UNSAFE.search(w)):
-        raise ConfigError(f"{what} holds the flag {shown(w)}, which nvcc would pass on to a shell, where $, `, ;, &, |, "
-                          "<, > or a line break act. Fix: leave those out of CUDA flags (define such values in a header)")
+        raise ConfigError(
+            f"{what} holds the flag {shown(w)}, which nvcc would pass on to a shell, where $, `, ;, &, |, "
+            "<, > or a line break act. Fix: leave those out of CUDA flags (define such values in a header)"
+        )
 
 
 def extra_env_flags(system: System, device: str = "cpu") -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -119,11 +128,17 @@ def extra_env_flags(system: System, device: str = "cpu") -> tuple[tuple[str, ...
     for a CUDA build they are only checked here. A value that cannot be
     split (an unbalanced quote) is a ConfigError naming the variable (issue 20).
     """
+
     def flags(var: str) -> tuple[str, ...]:
         return split_flags(var, system.env(var) or "")
 
     if device == "cuda":
-        for var in ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "CC"):  # nvcc reads these itself (-ccbin: CC)
+        # nvcc reads these itself (-ccbin: CC)
+        for var in (
+            "NVCC_PREPEND_FLAGS",
+            "NVCC_APPEND_FLAGS",
+            "CC",
+        ):
             check_nvcc_words(flags(var), var)
     return flags("CFLAGS") + flags("CXXFLAGS"), flags("LDFLAGS")
 
@@ -141,7 +156,14 @@ def source_files(spec: OpSpec, *, ours: bool = False) -> list[tuple[str, Path]]:
     out = [(p.relative_to(spec.root).as_posix(), p) for p in _files_under(spec.root)]
     for i, d in enumerate(spec.include_dirs):
         out.extend((f"<include{i}>/{p.relative_to(d).as_posix()}", p) for p in _files_under(d))
-    return out + ([(f"<jitops>/{p.relative_to(INCLUDE_DIR).as_posix()}", p) for p in _files_under(INCLUDE_DIR)] if ours else [])
+    return out + (
+        [
+            (f"<jitops>/{p.relative_to(INCLUDE_DIR).as_posix()}", p)
+            for p in _files_under(INCLUDE_DIR)
+        ]
+        if ours
+        else []
+    )
 
 
 def source_stamp(spec: OpSpec) -> tuple[tuple[str, int, int], ...]:
@@ -156,7 +178,8 @@ def source_stamp(spec: OpSpec) -> tuple[tuple[str, int, int], ...]:
     return tuple(stamp)
 
 
-Stamp = tuple[int, int, int, int]  # (inode, ctime_ns, mtime_ns, size), taken before the bytes are read
+# (inode, ctime_ns, mtime_ns, size), taken before the bytes are read
+Stamp = tuple[int, int, int, int]
 
 
 def source_state(spec: OpSpec) -> tuple[dict[str, str], dict[str, Stamp]]:
@@ -184,7 +207,9 @@ def source_digests(spec: OpSpec) -> dict[str, str]:
     return source_state(spec)[0]
 
 
-def changed_source(spec: OpSpec, digests: Mapping[str, str], stamps: Mapping[str, Stamp]) -> str | None:
+def changed_source(
+    spec: OpSpec, digests: Mapping[str, str], stamps: Mapping[str, Stamp]
+) -> str | None:
     """After a build: None if every file the key covers still holds the bytes it was digested with, else which
     changed: its bytes, its inode or ctime (written again: the compiler may have read other bytes meanwhile), added, removed."""
     try:
@@ -204,7 +229,9 @@ def changed_source(spec: OpSpec, digests: Mapping[str, str], stamps: Mapping[str
 # ------------------------------------------------------------------ the key
 
 
-def build_flags(spec: OpSpec, target: Target, system: System) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+def build_flags(
+    spec: OpSpec, target: Target, system: System
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(cflags, cuda_cflags, ldflags) of one build: the target's, the spec's, then the environment's."""
     env_cflags, env_ldflags = extra_env_flags(system, target.device)
     what = f"library {spec.name!r}"
@@ -212,22 +239,31 @@ def build_flags(spec: OpSpec, target: Target, system: System) -> tuple[tuple[str
     if target.device == "cuda":
         cuda = (*target.cuda_cflags(), *flag_words(spec.cuda_cflags, f"{what}'s CUDA flag"))
         check_nvcc_words(cuda, f"the CUDA flags of {what}")
-    # Sources written for torch.utils.cpp_extension (the drop-in) get torch's C++ flags only: jitops's -O3, ISA
-    # flags (-mfma contracts a*b+c), -fno-math-errno or -DCPU_CAPABILITY_* would change their code and results.
-    # On the stable C ABI: no OpenMP; a user's kernel gets no ISA flags either (-mfma would let the compiler fuse its
-    # a*b+c), a builtin one (nms) the target's, as its ATen build does (its cflags forbid contraction).
+    # Sources written for torch.utils.cpp_extension (the drop-in) get torch's C++ flags only:
+    # jitops's -O3, ISA flags (-mfma contracts a*b+c), -fno-math-errno or -DCPU_CAPABILITY_* would
+    # change their code and results. On the stable C ABI: no OpenMP; a user's kernel gets no ISA
+    # flags either (-mfma would let the compiler fuse its a*b+c), a builtin one (nms) the target's,
+    # as its ATen build does (its cflags forbid contraction).
     stable = STABLE_ABI_FLAG in spec.cflags
     if TORCH_STYLE_FLAG in spec.cflags:
         own: tuple[str, ...] = ()
-    elif stable and spec.origin == "builtin":  # the target's -O3 and ISA flags replace the stable path's -O2, once each
+    # the target's -O3 and ISA flags replace the stable path's -O2, once each
+    elif stable and spec.origin == "builtin":
         isa = target.isa_cflags()
         own = (*(f for f in STABLE_CFLAGS if not f.startswith("-O") and f not in isa), *isa)
     elif stable:
         own = STABLE_CFLAGS
     else:
         own = target.cflags()
-    return ((*own, *flag_words(spec.cflags, f"{what}'s flag"), *env_cflags), cuda,
-            (*(() if stable else target.ldflags()), *flag_words(spec.ldflags, f"{what}'s link flag"), *env_ldflags))
+    return (
+        (*own, *flag_words(spec.cflags, f"{what}'s flag"), *env_cflags),
+        cuda,
+        (
+            *(() if stable else target.ldflags()),
+            *flag_words(spec.ldflags, f"{what}'s link flag"),
+            *env_ldflags,
+        ),
+    )
 
 
 def ingredients(
@@ -253,7 +289,12 @@ def ingredients(
         "cflags": list(cflags),
         "cuda_cflags": list(cuda_cflags),
         "ldflags": list(ldflags),
-        "target": {"name": target.name, "device": target.device, "isa": target.isa, "cuda_archs": list(target.archs)},
+        "target": {
+            "name": target.name,
+            "device": target.device,
+            "isa": target.isa,
+            "cuda_archs": list(target.archs),
+        },
         "jitops_version": system.jitops_version,
         "torch_version": system.torch_version,
         "torch_git_version": system.torch_git_version,
@@ -266,17 +307,25 @@ def ingredients(
         "nvcc": {"path": nvcc.path, "version": nvcc.version} if nvcc else None,
         "env": key_env(system.build_env, target.device, builder),
     }
-    if STABLE_ABI_FLAG in spec.cflags:  # a C-ABI library: it survives torch upgrades (its target is in cflags)
+    # a C-ABI library: it survives torch upgrades (its target is in cflags)
+    if STABLE_ABI_FLAG in spec.cflags:
         cuda_major = (system.torch_cuda or "").split(".")[0] or None
-        ingr.update(abi="stable", torch_version=None, torch_git_version=None, cxx11_abi=None, python_abi=None,
-                    torch_cuda=cuda_major if target.device == "cuda" else None)
+        ingr.update(
+            abi="stable",
+            torch_version=None,
+            torch_git_version=None,
+            cxx11_abi=None,
+            python_abi=None,
+            torch_cuda=cuda_major if target.device == "cuda" else None,
+        )
     return ingr
 
 
 TOOL_INGREDIENTS = ("compiler", "nvcc")
 
 
-# In the key's env only to pick a compiler or the CUDA toolkit, whose identities are "compiler" and "nvcc"
+# In the key's env only to pick a compiler or the CUDA toolkit, whose identities are "compiler" and
+# "nvcc"
 TOOL_ENV_VARS = ("CXX", "CC", "CUDA_HOME", "CUDA_PATH")
 
 

@@ -32,16 +32,25 @@ from ..base.record import record
 log = logging.getLogger("jitops")
 
 # The torch internals the kernels call: the same ones torch's Python functionalization uses.
-REQUIRED = ("_from_functional_tensor", "_is_functional_tensor", "_sync", "_functionalize_replace",
-            "_functionalize_commit_update", "_functionalize_sync", "_C._ExcludeDispatchKeyGuard",
-            "_C._dispatch_has_kernel_for_dispatch_key", "_C._jit_get_schemas_for_operator")
+REQUIRED = (
+    "_from_functional_tensor",
+    "_is_functional_tensor",
+    "_sync",
+    "_functionalize_replace",
+    "_functionalize_commit_update",
+    "_functionalize_sync",
+    "_C._ExcludeDispatchKeyGuard",
+    "_C._dispatch_has_kernel_for_dispatch_key",
+    "_C._jit_get_schemas_for_operator",
+)
 
 
 @record
 class Pairing:
     """A mutable overload and the functional overload that computes its result."""
 
-    mutable: str  # "add_", "add.out", "add_.Scalar" (overload name after the dot; none for "default")
+    # "add_", "add.out", "add_.Scalar" (overload name after the dot; none for "default")
+    mutable: str
     functional: str  # "add" or "add.Scalar"
     written: str  # the argument the mutable overload writes: "self" or "out"
     written_index: int  # its position in the mutable schema's arguments
@@ -64,12 +73,20 @@ def pairings(schemas: Iterable[Any]) -> list[Pairing]:
     for key, s in by_key.items():
         if not s.is_mutable:
             continue
-        written = [i for i, a in enumerate(s.arguments) if a.alias_info is not None and a.alias_info.is_write]
+        written = [
+            i
+            for i, a in enumerate(s.arguments)
+            if a.alias_info is not None and a.alias_info.is_write
+        ]
         if len(written) != 1 or len(s.returns) != 1:
             continue
         w = s.arguments[written[0]]
         ret = s.returns[0]
-        if str(w.type) != "Tensor" or ret.alias_info is None or ret.alias_info.before_set != w.alias_info.before_set:
+        if (
+            str(w.type) != "Tensor"
+            or ret.alias_info is None
+            or ret.alias_info.before_set != w.alias_info.before_set
+        ):
             continue
         name = s.name.split("::")[-1]
         overload = "" if s.overload_name in ("", "default") else s.overload_name
@@ -118,10 +135,13 @@ def _kernel(mutable_op: Any, functional_op: Any, p: Pairing) -> Callable[..., An
             if is_functional(t):
                 torch._sync(t)  # apply pending mutations of views before reading
         inner_args = [unwrap(a) for a in args]
-        inner_kwargs = {k: unwrap(v) for k, v in kwargs.items() if not (p.written_kwarg_only and k == p.written)}
+        inner_kwargs = {
+            k: unwrap(v) for k, v in kwargs.items() if not (p.written_kwarg_only and k == p.written)
+        }
         with torch._C._ExcludeDispatchKeyGuard(skip):
             result = functional_op(*inner_args, **inner_kwargs)
-            if result.dtype != target.dtype:  # out= and in-place results take the written tensor's dtype
+            # out= and in-place results take the written tensor's dtype
+            if result.dtype != target.dtype:
                 result = result.to(target.dtype)
         torch._functionalize_replace(target, result)
         torch._functionalize_commit_update(target)
@@ -141,18 +161,29 @@ def register(namespace: str, exports: Iterable[str], library: Any) -> list[str]:
 
     missing = [name for name in REQUIRED if not _has(torch, name)]
     if missing:
-        log.warning("jitops: torch %s lacks %s; in-place and out= ops of %s work in eager mode but not inside "
-                    "torch.compile", torch.__version__, ", ".join(f"torch.{n}" for n in missing), namespace)
+        log.warning(
+            "jitops: torch %s lacks %s; in-place and out= ops of %s work in eager mode but not inside "
+            "torch.compile",
+            torch.__version__,
+            ", ".join(f"torch.{n}" for n in missing),
+            namespace,
+        )
         return []
-    schemas = [s for e in exports for s in torch._C._jit_get_schemas_for_operator(f"{namespace}::{e}")]
+    schemas = [
+        s for e in exports for s in torch._C._jit_get_schemas_for_operator(f"{namespace}::{e}")
+    ]
     done = []
     for p in pairings(schemas):
-        if torch._C._dispatch_has_kernel_for_dispatch_key(f"{namespace}::{p.mutable}", "Functionalize"):
+        if torch._C._dispatch_has_kernel_for_dispatch_key(
+            f"{namespace}::{p.mutable}", "Functionalize"
+        ):
             continue  # the library's own Python side registered one
         name, _, overload = p.mutable.partition(".")
         mutable_op = getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
         f_name, _, f_overload = p.functional.partition(".")
-        functional_op = getattr(getattr(getattr(torch.ops, namespace), f_name), f_overload or "default")
+        functional_op = getattr(
+            getattr(getattr(torch.ops, namespace), f_name), f_overload or "default"
+        )
         library.impl(p.mutable, _kernel(mutable_op, functional_op, p), "Functionalize")
         done.append(p.mutable)
     return sorted(done)

@@ -22,7 +22,14 @@ from typing import Any
 from ..base import fsutil
 from ..store.cache import Cache
 from ..build.entry import ensure_entry
-from ..errors import ConfigError, FrozenError, JitopsError, KernelSourceError, OfflineMiss, ToolchainError
+from ..errors import (
+    ConfigError,
+    FrozenError,
+    JitopsError,
+    KernelSourceError,
+    OfflineMiss,
+    ToolchainError,
+)
 from ..key import source_stamp
 from ..store.manifest import MANIFEST, Manifest
 from .ops import Op, op_from_library, ops_in_namespace, reference_for
@@ -37,7 +44,8 @@ _ops: dict[tuple[str, str | None], tuple[Op, OpSpec, Any]] = {}
 _torch_libs: dict[str, Any] = {}  # namespace -> torch.library.Library (kept alive)
 _torch_impls: dict[str, Any] = {}  # namespace -> its Functionalize kernels' Library (kept alive)
 _fallback_warned: set[str] = set()
-_python_registered: set[str] = set()  # namespaces whose Python side (fake kernels, autograd) torch already holds
+# namespaces whose Python side (fake kernels, autograd) torch already holds
+_python_registered: set[str] = set()
 
 
 def _reset_after_fork() -> None:
@@ -56,7 +64,8 @@ def _load_into_process(plan: Plan, manifest: Manifest, entry: Any, built: bool) 
     if plan.spec.schemas and ns not in _torch_libs:
         _define_schemas(ns, plan.spec)
     torch.ops.load_library(str(Cache.library_path(entry, manifest)))
-    if plan.spec.python and ns not in _python_registered:  # torch's registrations are per process, as this set
+    # torch's registrations are per process, as this set
+    if plan.spec.python and ns not in _python_registered:
         importlib.import_module(plan.spec.python).register(ns)
         _python_registered.add(ns)
     ops = plan.spec.exports or _user_ops(plan.cache, entry, manifest, ns)
@@ -82,8 +91,15 @@ def _user_ops(cache: Cache, entry: Any, manifest: Manifest, ns: str) -> tuple[st
     return ops
 
 
-def load_library(spec: OpSpec, device: str | None = None, archs: str | None = None, *,
-                 offline: bool | None = None, settings: Settings | None = None, plan: Plan | None = None) -> LoadedLibrary:
+def load_library(
+    spec: OpSpec,
+    device: str | None = None,
+    archs: str | None = None,
+    *,
+    offline: bool | None = None,
+    settings: Settings | None = None,
+    plan: Plan | None = None,
+) -> LoadedLibrary:
     """Get one library loaded: from memory, from the cache, or by building it. ``plan``: the caller's, made
     moments ago for the same arguments (``make_plan`` + ``runnable_here``; its key from the sources as they are)."""
     settings = Settings.from_env() if settings is None else settings
@@ -100,7 +116,8 @@ def load_library(spec: OpSpec, device: str | None = None, archs: str | None = No
             hit = _load_into_process(entry.plan, entry.manifest, entry.path, built=entry.built)
             _libraries[entry.plan.key] = hit
             if not entry.built and not offline:
-                entry.plan.cache.record_use(entry.path)  # once per process: last use, for LRU pruning
+                # once per process: last use, for LRU pruning
+                entry.plan.cache.record_use(entry.path)
         return hit
 
 
@@ -122,9 +139,12 @@ def _define_schemas(ns: str, spec: OpSpec) -> None:
             lib.define(schema)
         except (RuntimeError, ValueError) as e:
             first = (str(e).strip().splitlines() or ["invalid"])[0][:300]
-            _failed_libs.append(lib)  # torch keeps the namespace registered: keep its Library alive too
-            _bad_schemas[ns] = (f"library {spec.name!r}: torch refuses the schema {schema[:200]!r} ({first}). Fix: "
-                                "write it as 'name(Tensor x, int dim) -> Tensor', each op defined once")
+            # torch keeps the namespace registered: keep its Library alive too
+            _failed_libs.append(lib)
+            _bad_schemas[ns] = (
+                f"library {spec.name!r}: torch refuses the schema {schema[:200]!r} ({first}). Fix: "
+                "write it as 'name(Tensor x, int dim) -> Tensor', each op defined once"
+            )
             raise KernelSourceError(_bad_schemas[ns]) from None
     _torch_libs[ns] = lib
 
@@ -163,14 +183,23 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     stamp = source_stamp(spec) if spec.editable else None
     try:
         lib = load_library(spec, device, settings=settings)
-    except (ToolchainError, OfflineMiss, FrozenError, ConfigError) as e:  # ConfigError: e.g. unsplittable CXXFLAGS (issue 20)
+    except (
+        ToolchainError,
+        OfflineMiss,
+        FrozenError,
+        ConfigError,
+    ) as e:  # ConfigError: e.g. unsplittable CXXFLAGS (issue 20)
         if not (settings.fallback if fallback is None else fallback):
             raise
         return _fallback_op(spec, name, e)
     op = op_from_library(lib, name)
     with _state_lock:
         current = _ops.get(key)
-        if current is not None and current[0].library is not None and current[0].library.key == lib.key:
+        if (
+            current is not None
+            and current[0].library is not None
+            and current[0].library.key == lib.key
+        ):
             return current[0]
         _ops[key] = (op, spec, stamp)
         return op

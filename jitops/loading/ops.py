@@ -23,8 +23,15 @@ class Op:
 
     __slots__ = ("name", "library", "qualname", "packet", "reference", "_fn", "_out", "__weakref__")
 
-    def __init__(self, name: str, library: LoadedLibrary | None, fn: Callable[..., Any], packet: Any,
-                 reference: Callable[..., Any] | None, out: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        library: LoadedLibrary | None,
+        fn: Callable[..., Any],
+        packet: Any,
+        reference: Callable[..., Any] | None,
+        out: Callable[..., Any] | None = None,
+    ) -> None:
         self.name = name
         self.library = library
         self.qualname = f"{library.namespace}::{name}" if library else f"reference::{name}"
@@ -39,7 +46,11 @@ class Op:
         return self._fn(*args, **kwargs)
 
     def __repr__(self) -> str:
-        where = f"{self.library.target}, key {self.library.key[:12]}" if self.library else "PyTorch fallback"
+        where = (
+            f"{self.library.target}, key {self.library.key[:12]}"
+            if self.library
+            else "PyTorch fallback"
+        )
         return f"<jitops op {self.qualname} ({where})>"
 
     @property
@@ -58,11 +69,20 @@ class ScalarOp(Op):
 
     __slots__ = ("_tensor", "_scalar", "_scalar_out")
 
-    def __init__(self, name: str, library: LoadedLibrary, packet: Any, reference: Callable[..., Any] | None) -> None:
+    def __init__(
+        self, name: str, library: LoadedLibrary, packet: Any, reference: Callable[..., Any] | None
+    ) -> None:
         import torch
 
         overloads = set(packet.overloads())
-        super().__init__(name, library, packet.default, packet, reference, packet.out if "out" in overloads else None)
+        super().__init__(
+            name,
+            library,
+            packet.default,
+            packet,
+            reference,
+            packet.out if "out" in overloads else None,
+        )
         self._tensor = torch.Tensor
         self._scalar = packet.Scalar
         self._scalar_out = packet.Scalar_out if "Scalar_out" in overloads else None
@@ -82,12 +102,22 @@ def op_from_library(lib: LoadedLibrary, name: str) -> Op:
 
     packet = getattr(getattr(torch.ops, lib.namespace), name)
     overloads = set(packet.overloads())
-    if "default" in overloads and "Scalar" in overloads and overloads <= {"default", "out", "Scalar", "Scalar_out"}:
+    if (
+        "default" in overloads
+        and "Scalar" in overloads
+        and overloads <= {"default", "out", "Scalar", "Scalar_out"}
+    ):
         return ScalarOp(name, lib, packet, reference_for(lib.spec, name))
     if "default" in overloads and overloads <= {"default", "out"}:
         # Call the overloads directly: the packet's overload resolution costs ~0.3 us per call.
-        return Op(name, lib, packet.default, packet, reference_for(lib.spec, name),
-                  packet.out if "out" in overloads else None)
+        return Op(
+            name,
+            lib,
+            packet.default,
+            packet,
+            reference_for(lib.spec, name),
+            packet.out if "out" in overloads else None,
+        )
     return Op(name, lib, packet, packet, reference_for(lib.spec, name))
 
 
@@ -102,5 +132,9 @@ def ops_in_namespace(namespace: str) -> list[str]:
     import torch
 
     prefix = namespace + "::"
-    names = {n[len(prefix):].split(".", 1)[0] for n in torch._C._dispatch_get_all_op_names() if n.startswith(prefix)}
+    names = {
+        n[len(prefix) :].split(".", 1)[0]
+        for n in torch._C._dispatch_get_all_op_names()
+        if n.startswith(prefix)
+    }
     return sorted(names)

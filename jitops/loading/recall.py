@@ -58,18 +58,22 @@ if TYPE_CHECKING:
     from ..plan import LoadedLibrary, Plan
 
 log = logging.getLogger("jitops")
-_JITOPS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this jitops's folder (its headers, its code)
+# this jitops's folder (its headers, its code)
+_JITOPS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SUFFIX = ".hit"
 FORMAT = 1
 MAX_BYTES = 1 << 20  # a record naming more files than fit is not written: such a request plans
 MAX_FOLDERS = 2000
 KEEP = 256  # records kept before the oldest half are dropped
-MODULES: dict[str, types.ModuleType] = {}  # key -> its pybind11 module, imported once per process (cpp_ext_style's too)
+MODULES: dict[
+    str, types.ModuleType
+] = {}  # key -> its pybind11 module, imported once per process (cpp_ext_style's too)
 _lock = threading.Lock()
 
 
-def _reset_after_fork() -> None:  # a fork taken while another thread loaded a module must not deadlock the child
+# a fork taken while another thread loaded a module must not deadlock the child
+def _reset_after_fork() -> None:
     global _lock
     _lock = threading.Lock()
 
@@ -94,14 +98,25 @@ def request(func: str, args: Mapping[str, Any], settings: Settings) -> Request |
     """The request of the call ``func(**args)`` (every argument as given), made from ``os.getcwd()`` (relative
     source paths are its), or None where it cannot be written down."""
     system = probe(cuda=False)  # what make_plan reads for a CPU plan
-    body = {"v": FORMAT, "func": func, "args": dict(args), "settings": _facts(settings), "system": _facts(system),
-            "python": [sys.executable, sys.version], "jitops": [__version__, _JITOPS]}
+    body = {
+        "v": FORMAT,
+        "func": func,
+        "args": dict(args),
+        "settings": _facts(settings),
+        "system": _facts(system),
+        "python": [sys.executable, sys.version],
+        "jitops": [__version__, _JITOPS],
+    }
     try:
         body["cwd"] = os.getcwd()
         blob = json.dumps(body, sort_keys=True, default=repr)
     except (OSError, TypeError, ValueError):
         return None
-    return Request(hashlib.sha256(blob.encode()).hexdigest(), system, Stamps(settings.state_root, write=not settings.offline))
+    return Request(
+        hashlib.sha256(blob.encode()).hexdigest(),
+        system,
+        Stamps(settings.state_root, write=not settings.offline),
+    )
 
 
 def _compiler(system: System) -> tuple[str, str] | None:
@@ -119,13 +134,30 @@ def _same(path: str, ident: list[int]) -> bool:
 
 def _well_formed(data: dict[str, Any], digest: str) -> bool:
     paths = data.get("paths")
-    if data.get("v") != FORMAT or data.get("request") != digest or not isinstance(paths, list) or not all(
-            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in paths):
+    if (
+        data.get("v") != FORMAT
+        or data.get("request") != digest
+        or not isinstance(paths, list)
+        or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in paths)
+    ):
         return False
     ids = [data.get("library"), data.get("compiler_identity"), *(p[1] for p in paths)]
-    return (all(isinstance(data.get(k), str) for k in ("key", "namespace", "module", "manifest_path", "manifest", "library_path",
-                                                       "command", "compiler"))
-            and all(isinstance(i, list) and len(i) == 5 and all(fsutil.is_number(v, int) for v in i) for i in ids))
+    return all(
+        isinstance(data.get(k), str)
+        for k in (
+            "key",
+            "namespace",
+            "module",
+            "manifest_path",
+            "manifest",
+            "library_path",
+            "command",
+            "compiler",
+        )
+    ) and all(
+        isinstance(i, list) and len(i) == 5 and all(fsutil.is_number(v, int) for v in i)
+        for i in ids
+    )
 
 
 def recall(req: Request) -> types.ModuleType | None:
@@ -133,7 +165,9 @@ def recall(req: Request) -> types.ModuleType | None:
     data = req.stamps.recalled(req.digest[:32] + SUFFIX, MAX_BYTES)
     if data is None or not _well_formed(data, req.digest):
         return None
-    if _compiler(req.system) != (data["command"], data["compiler"]) or not _same(data["compiler"], data["compiler_identity"]):
+    if _compiler(req.system) != (data["command"], data["compiler"]) or not _same(
+        data["compiler"], data["compiler_identity"]
+    ):
         return None
     if not all(_same(path, ident) for path, ident in data["paths"]):
         return None
@@ -152,12 +186,16 @@ def recall(req: Request) -> types.ModuleType | None:
 
             if req.stamps.write:  # not offline
                 try:
-                    fsutil.mark_used(Path(data["manifest_path"]))  # a last use, once per process as the loader's (LRU)
+                    # a last use, once per process as the loader's (LRU)
+                    fsutil.mark_used(Path(data["manifest_path"]))
                 except OSError as e:
                     log.debug("could not record the use of %s: %s", data["manifest_path"], e)
 
-            torch.ops.load_library(data["library_path"])  # as the loader loads a library without schemas or ops
-            module = MODULES[data["key"]] = pybind_module(data["module"], Path(data["library_path"]))
+            # as the loader loads a library without schemas or ops
+            torch.ops.load_library(data["library_path"])
+            module = MODULES[data["key"]] = pybind_module(
+                data["module"], Path(data["library_path"])
+            )
             module.ops = getattr(torch.ops, data["namespace"])  # type: ignore[attr-defined]  # as cpp_ext_style's
         return module
 
@@ -178,8 +216,16 @@ def _settled(st: os.stat_result, now: int) -> bool:
 def remember(req: Request, plan: Plan, lib: LoadedLibrary, module: types.ModuleType) -> None:
     """Remember ``req``'s answer: ``module``, the pybind11 module of ``lib`` (loaded from ``plan``'s entry), when it
     may be recalled: best effort."""
-    if (not req.stamps.write or plan.target.device != "cpu" or plan.compiler is None or lib.key != plan.key or lib.ops
-            or plan.spec.schemas or plan.spec.python or lib.built):
+    if (
+        not req.stamps.write
+        or plan.target.device != "cpu"
+        or plan.compiler is None
+        or lib.key != plan.key
+        or lib.ops
+        or plan.spec.schemas
+        or plan.spec.python
+        or lib.built
+    ):
         return
     try:
         body = _proof(req, plan, lib, module.__name__)
@@ -199,7 +245,8 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
     paths: list[list[Any]] = []
     roots = [plan.spec.root, *plan.spec.include_dirs, INCLUDE_DIR]
     for root in roots:  # the folders first: a file added after this walk changes one of them
-        for folder, _, _ in os.walk(root):  # every folder under it: more than files_under enters, never less
+        # every folder under it: more than files_under enters, never less
+        for folder, _, _ in os.walk(root):
             if len(paths) >= MAX_FOLDERS:
                 return None  # sources in a big tree (a home folder): such a request plans
             st = os.stat(folder)
@@ -212,7 +259,9 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
         return None
     for label, p in labelled:
         st = os.stat(p)
-        if (st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size) != tuple(taken[label]) or not _settled(st, now):
+        if (st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size) != tuple(
+            taken[label]
+        ) or not _settled(st, now):
             return None
         paths.append([str(p), list(identity(st))])
     tool = plan.compiler
@@ -223,11 +272,25 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
     cst = os.stat(tool.path)
     raw = (lib.entry / MANIFEST).read_bytes()
     lst = os.stat(lib.library_path)
-    if (not _settled(cst, now) or Manifest.parse(raw) != lib.manifest
-            or not req.stamps.vouches(lib.entry, raw, lib.manifest.sha256, lst)):
-        return None  # a library no stamp vouches for (a fresh build, not yet hashed by a later process): not yet
-    return {"v": FORMAT, "request": req.digest, "key": lib.key, "namespace": lib.namespace, "module": module,
-            "manifest_path": os.fsdecode(lib.entry / MANIFEST), "manifest": manifest_digest(raw),
-            "library_path": os.fsdecode(lib.library_path), "library": list(identity(lst)),
-            "command": tool.command, "compiler": tool.path, "compiler_identity": list(identity(cst)), "paths": paths}
-
+    if (
+        not _settled(cst, now)
+        or Manifest.parse(raw) != lib.manifest
+        or not req.stamps.vouches(lib.entry, raw, lib.manifest.sha256, lst)
+    ):
+        # a library no stamp vouches for (a fresh build, not yet hashed by a later process): not yet
+        return None
+    return {
+        "v": FORMAT,
+        "request": req.digest,
+        "key": lib.key,
+        "namespace": lib.namespace,
+        "module": module,
+        "manifest_path": os.fsdecode(lib.entry / MANIFEST),
+        "manifest": manifest_digest(raw),
+        "library_path": os.fsdecode(lib.library_path),
+        "library": list(identity(lst)),
+        "command": tool.command,
+        "compiler": tool.path,
+        "compiler_identity": list(identity(cst)),
+        "paths": paths,
+    }

@@ -26,8 +26,17 @@ from typing import Any
 from ..target import compilers, toolchain
 from ..store.cache import Cache
 from ..errors import ToolchainError
-from ..key import (STABLE_ABI_FLAG, STABLE_BUILDER, Stamp, build_flags, changed_source, compute_key, ingredients,
-                   namespace_for, source_state)
+from ..key import (
+    STABLE_ABI_FLAG,
+    STABLE_BUILDER,
+    Stamp,
+    build_flags,
+    changed_source,
+    compute_key,
+    ingredients,
+    namespace_for,
+    source_state,
+)
 from ..store.manifest import Address, Manifest
 from ..store.roots import cache_for_reading
 from ..base.record import record
@@ -56,12 +65,22 @@ class Plan:
     cache: Cache
     toolchain_error: ToolchainError | None = None
     builder: str = "real"  # Settings.builder: which builder makes the entry (keyed unless "real")
-    stamps: tuple[tuple[str, Stamp], ...] = ()  # each digested file's stamp when it was read (not in the key)
+    stamps: tuple[
+        tuple[str, Stamp], ...
+    ] = ()  # each digested file's stamp when it was read (not in the key)
 
     @functools.cached_property
     def ingredients(self) -> dict[str, Any]:
         """The key's input (and the manifest's record) as plain data; derived, never parsed back."""
-        return ingredients(self.spec, self.target, self.system, self.compiler, self.nvcc, dict(self.digests), self.builder)
+        return ingredients(
+            self.spec,
+            self.target,
+            self.system,
+            self.compiler,
+            self.nvcc,
+            dict(self.digests),
+            self.builder,
+        )
 
     @property
     def namespace(self) -> str:
@@ -87,14 +106,27 @@ class Plan:
         """This plan for the sources as they are now: fresh digests, stamps and key; the rest as it was."""
         digests, stamps = source_state(self.spec)
         ordered = tuple(sorted(digests.items()))
-        key = compute_key(ingredients(self.spec, self.target, self.system, self.compiler, self.nvcc, dict(ordered),
-                                      self.builder))
-        return dataclasses.replace(self, digests=ordered, stamps=tuple(sorted(stamps.items())), key=key)
+        key = compute_key(
+            ingredients(
+                self.spec,
+                self.target,
+                self.system,
+                self.compiler,
+                self.nvcc,
+                dict(ordered),
+                self.builder,
+            )
+        )
+        return dataclasses.replace(
+            self, digests=ordered, stamps=tuple(sorted(stamps.items())), key=key
+        )
 
     def with_tools_of(self, manifest: Manifest) -> Plan:
         """This plan with the toolchain an entry equal in every other ingredient was built with."""
-        compiler, nvcc = (_tool(name, manifest.ingredients.get(field))
-                          for name, field in (("cxx", "compiler"), ("nvcc", "nvcc")))
+        compiler, nvcc = (
+            _tool(name, manifest.ingredients.get(field))
+            for name, field in (("cxx", "compiler"), ("nvcc", "nvcc"))
+        )
         return dataclasses.replace(self, compiler=compiler, nvcc=nvcc, key=manifest.key)
 
 
@@ -104,20 +136,33 @@ def _tool(name: str, recorded: Any) -> Tool | None:
         return None
     driver = recorded.get("driver")
     command = os.path.join(os.path.dirname(recorded["path"]), driver) if driver else ""
-    return Tool(name, recorded["path"], recorded["version"], command=command,
-                openmp=tuple(recorded.get("openmp") or ()))
+    return Tool(
+        name,
+        recorded["path"],
+        recorded["version"],
+        command=command,
+        openmp=tuple(recorded.get("openmp") or ()),
+    )
 
 
-def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None, *,
-              settings: Settings | None = None, cache: Cache | None = None, isa: str | None = None) -> Plan:
+def make_plan(
+    spec: OpSpec,
+    device: str | None = None,
+    archs: str | None = None,
+    *,
+    settings: Settings | None = None,
+    cache: Cache | None = None,
+    isa: str | None = None,
+) -> Plan:
     """Decide target and key. A missing compiler is recorded (``toolchain_error``) within ~ms, before any lock.
     ``isa``: the CPU ISA torch dispatches to (``DEFAULT``, ``AVX2``, ``AVX512``) instead of this process's: the plan of
     an entry that a process with another ``ATEN_CPU_CAPABILITY`` builds (``jitops bundle build --isa``)."""
     settings = Settings.from_env() if settings is None else settings
     if device is None and "cuda" not in spec.devices:
         device = "cpu"  # a library without CUDA sources is a CPU library, on a GPU node too
-    # A CPU plan reads no CUDA facts: torch would initialise CUDA for them, which a DataLoader worker forked from a
-    # process that used CUDA cannot do (an H100 node failed jitops.get(name, device="cpu") in such a worker).
+    # A CPU plan reads no CUDA facts: torch would initialise CUDA for them, which a DataLoader
+    # worker forked from a process that used CUDA cannot do (an H100 node failed jitops.get(name,
+    # device="cpu") in such a worker).
     system = probe(cuda=device != "cpu")
     if isa is not None:
         system = dataclasses.replace(system, cpu_capability=isa)
@@ -125,7 +170,8 @@ def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None,
     spec = spec.for_target(target.device, system.torch_version)
     builder = settings.builder
     if builder == "real" and STABLE_ABI_FLAG in spec.cflags:
-        builder = STABLE_BUILDER  # one compiler command against the stable headers (build/stable.py)
+        # one compiler command against the stable headers (build/stable.py)
+        builder = STABLE_BUILDER
     cache = cache_for_reading(settings) if cache is None else cache
     tool_dir = cache.toolchains
     record = not settings.offline  # offline never writes, not even identity records
@@ -134,7 +180,9 @@ def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None,
     try:
         compiler = compilers.cxx(system, spec.name, tool_dir, record=record)
         if target.device == "cuda":
-            nvcc = toolchain.tool("nvcc", toolchain.find_nvcc(system, spec.name), tool_dir, record=record)
+            nvcc = toolchain.tool(
+                "nvcc", toolchain.find_nvcc(system, spec.name), tool_dir, record=record
+            )
             check_nvcc_matches_torch(nvcc.version, system.torch_cuda, spec.name)
     except ToolchainError as e:
         missing = e
@@ -142,8 +190,22 @@ def make_plan(spec: OpSpec, device: str | None = None, archs: str | None = None,
     digests = tuple(sorted(found.items()))
     cflags, cuda_cflags, ldflags = build_flags(spec, target, system)
     key = compute_key(ingredients(spec, target, system, compiler, nvcc, dict(digests), builder))
-    return Plan(spec, target, system, compiler, nvcc, digests, cflags, cuda_cflags, ldflags, key, cache, missing,
-                builder=builder, stamps=tuple(sorted(stamps.items())))
+    return Plan(
+        spec,
+        target,
+        system,
+        compiler,
+        nvcc,
+        digests,
+        cflags,
+        cuda_cflags,
+        ldflags,
+        key,
+        cache,
+        missing,
+        builder=builder,
+        stamps=tuple(sorted(stamps.items())),
+    )
 
 
 def runnable_here(plan: Plan, archs: str | None, settings: Settings | None = None) -> Plan:
@@ -163,10 +225,17 @@ def runnable_here(plan: Plan, archs: str | None, settings: Settings | None = Non
     if runnable_code(plan.target.archs, cap) is not None:
         return plan
     if archs:
-        check_runnable(plan.target.archs, cap, f"op library {plan.spec.name!r} built for {plan.target.name}")
+        check_runnable(
+            plan.target.archs, cap, f"op library {plan.spec.name!r} built for {plan.target.name}"
+        )
     here = default_arch(cap, plan.system.torch_cuda_archs)
-    log.warning("TORCH_CUDA_ARCH_LIST=%r has no code for this GPU (compute capability %d.%d); building %s for %s instead",
-                plan.system.env("TORCH_CUDA_ARCH_LIST"), *cap, plan.spec.name, here)
+    log.warning(
+        "TORCH_CUDA_ARCH_LIST=%r has no code for this GPU (compute capability %d.%d); building %s for %s instead",
+        plan.system.env("TORCH_CUDA_ARCH_LIST"),
+        *cap,
+        plan.spec.name,
+        here,
+    )
     return make_plan(plan.spec, "cuda", here, settings=settings)
 
 
@@ -181,7 +250,9 @@ class LoadedLibrary:
     entry: Path
     manifest: Manifest
     built: bool  # True if this process compiled it
-    ops: tuple[str, ...] = ()  # the op names it defines: the spec's exports, else found in the dispatcher
+    ops: tuple[
+        str, ...
+    ] = ()  # the op names it defines: the spec's exports, else found in the dispatcher
 
     @property
     def library_path(self) -> Path:  # the loaded shared library, in its cache entry

@@ -56,8 +56,14 @@ def load_entry_points(registry: Registry, seen: set[str]) -> bool:
         try:
             specs = _specs_of(ep.load())
         except Exception as e:  # noqa: BLE001 - a broken package must not break jitops
-            log.warning("ignoring kernel package entry point %r (%s) from %s: %s: %s", ep.name, ep.value, dist,
-                        type(e).__name__, e)
+            log.warning(
+                "ignoring kernel package entry point %r (%s) from %s: %s: %s",
+                ep.name,
+                ep.value,
+                dist,
+                type(e).__name__,
+                e,
+            )
             continue
         for spec in specs:
             spec = dataclasses.replace(spec, origin=f"package {dist}")

@@ -51,8 +51,9 @@ def active_tier(settings: Settings | None = None) -> Tier | None:
     return tier_for(settings.remote)
 
 
-def obtain(plan: Plan, cache: Cache, build: Callable[[], Manifest], settings: Settings,
-           job: bool) -> tuple[Manifest, bool]:
+def obtain(
+    plan: Plan, cache: Cache, build: Callable[[], Manifest], settings: Settings, job: bool
+) -> tuple[Manifest, bool]:
     """The entry through the tiers: the remote tier first, then the job's store (``job``), then ``build``.
 
     (manifest, built by this process?). A tier uploads only what this process
@@ -78,6 +79,12 @@ def obtain(plan: Plan, cache: Cache, build: Callable[[], Manifest], settings: Se
     return step(), built[0]
 
 
-def _through(tier: Tier, plan: Plan, cache: Cache, inner: Callable[[], Manifest], limit: float | None,
-             built: list[bool]) -> Callable[[], Manifest]:
+def _through(
+    tier: Tier,
+    plan: Plan,
+    cache: Cache,
+    inner: Callable[[], Manifest],
+    limit: float | None,
+    built: list[bool],
+) -> Callable[[], Manifest]:
     return lambda: tier.obtain(plan, cache, inner, limit, built_here=lambda: built[0])[0]

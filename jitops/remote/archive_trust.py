@@ -24,11 +24,20 @@ from .origin import installed_from, note
 def _keys(settings: Settings) -> RemoteSettings:
     """Where the key pair and the trusted keys are, also without JITOPS_REMOTE_CACHE: ``Settings`` reads
     JITOPS_REMOTE_TRUSTED_KEYS / _SIGNING_KEY into the job store's settings then (unless JITOPS_DISTRIBUTED=0)."""
-    job = settings.distributed.tier if settings.remote is None and settings.distributed is not None else None
+    job = (
+        settings.distributed.tier
+        if settings.remote is None and settings.distributed is not None
+        else None
+    )
     if job is None:
         return for_keys(settings)
-    return RemoteSettings(url="", mode="read", trusted_keys=job.trusted_keys, signing_key=job.signing_key,
-                          config_dir=settings.config_dir)
+    return RemoteSettings(
+        url="",
+        mode="read",
+        trusted_keys=job.trusted_keys,
+        signing_key=job.signing_key,
+        config_dir=settings.config_dir,
+    )
 
 
 def entry_signer(settings: Settings) -> tuple[Any, str]:
@@ -44,7 +53,9 @@ def entry_signer(settings: Settings) -> tuple[Any, str]:
         return None, why or "no signing key"
 
     def sign(cache: Cache, address: Address, manifest: bytes) -> tuple[str, str] | None:
-        return None if installed_from(cache, address) else (signer.fingerprint, signer.sign(manifest))
+        return (
+            None if installed_from(cache, address) else (signer.fingerprint, signer.sign(manifest))
+        )
 
     return sign, signer.fingerprint
 
@@ -54,7 +65,9 @@ def archive_signer(settings: Settings, cache: Cache) -> Any:
     sign, _ = entry_signer(settings)
     if sign is None:
         return None
-    return lambda info, manifest: sign(cache, Address(info.library, info.target, info.manifest.key), manifest)
+    return lambda info, manifest: sign(
+        cache, Address(info.library, info.target, info.manifest.key), manifest
+    )
 
 
 def archive_trust(settings: Settings) -> Any:
@@ -69,28 +82,36 @@ def archive_trust(settings: Settings) -> Any:
     def verify(manifest: bytes, signature: tuple[str, str] | None) -> None:
         if signature is None:
             if settings.require_signed:
-                raise EntryProblem("it is unsigned, and JITOPS_REQUIRE_SIGNED=1 accepts only entries signed by a "
-                                   "trusted key. Fix: use a bundle or archive made with a signing key (`jitops cache "
-                                   "keygen`, then `jitops bundle build --sign` or `jitops cache export`), or unset "
-                                   "JITOPS_REQUIRE_SIGNED")
+                raise EntryProblem(
+                    "it is unsigned, and JITOPS_REQUIRE_SIGNED=1 accepts only entries signed by a "
+                    "trusted key. Fix: use a bundle or archive made with a signing key (`jitops cache "
+                    "keygen`, then `jitops bundle build --sign` or `jitops cache export`), or unset "
+                    "JITOPS_REQUIRE_SIGNED"
+                )
             return  # unsigned: the user's own choice to trust it (the command says so)
         if not fingerprints:  # read once per check's life (a command; a bundle check: one load)
             fingerprints.append({fingerprint_of(raw) for raw, _ in trusted(_keys(settings))})
         if not fingerprints[0]:
-            raise EntryProblem(f"it is signed by key {signature[0]}, and this machine trusts no key. Fix: add the "
-                               "signer's public key (the ed25519:... line `jitops cache keygen` printed on the signing "
-                               "machine) to JITOPS_REMOTE_TRUSTED_KEYS")
+            raise EntryProblem(
+                f"it is signed by key {signature[0]}, and this machine trusts no key. Fix: add the "
+                "signer's public key (the ed25519:... line `jitops cache keygen` printed on the signing "
+                "machine) to JITOPS_REMOTE_TRUSTED_KEYS"
+            )
         if signature[0] not in fingerprints[0]:
-            raise EntryProblem(f"it is signed by key {signature[0]}, which this node does not trust. Fix: if you trust "
-                               "whoever holds that key, add its public key (`jitops cache keygen --show` on the signing "
-                               "machine prints it) to JITOPS_REMOTE_TRUSTED_KEYS")
+            raise EntryProblem(
+                f"it is signed by key {signature[0]}, which this node does not trust. Fix: if you trust "
+                "whoever holds that key, add its public key (`jitops cache keygen --show` on the signing "
+                "machine prints it) to JITOPS_REMOTE_TRUSTED_KEYS"
+            )
         if stamps.signature_verified(manifest, *signature):
             return
         try:
             from .signing import load_trust
         except ImportError as e:
-            raise EntryProblem(f"it is signed by the trusted key {signature[0]}, and checking the signature needs the "
-                               "`cryptography` package. Fix: pip install cryptography (or jitops[remote])") from e
+            raise EntryProblem(
+                f"it is signed by the trusted key {signature[0]}, and checking the signature needs the "
+                "`cryptography` package. Fix: pip install cryptography (or jitops[remote])"
+            ) from e
         trust = trusts[0] if trusts else load_trust(_keys(settings))
         trusts[:] = [trust]  # read once per command
         trust.verify(manifest, *signature)
@@ -101,6 +122,7 @@ def archive_trust(settings: Settings) -> Any:
 
 def origin_noter(cache: Cache, src: str) -> Any:
     """``cache_archive.import_archive``'s ``note``: each imported entry is noted as imported (from ``src``)."""
+
     def noted(m: Any, raw: bytes, signature: tuple[str, str] | None) -> None:
         by = f" signed by {signature[0]}" if signature else " unsigned"
         note(cache, Address(m.library, m.target, m.key), "imported", f"{src}{by}", raw)

@@ -13,17 +13,23 @@ def open_store(settings: RemoteSettings) -> Store:
         try:
             from .redis_store import RedisStore
         except ImportError as e:
-            raise StoreError(f"{url} needs redis-py, which is not installed ({e}). Fix: pip install 'jitops[redis]'") from e
+            raise StoreError(
+                f"{url} needs redis-py, which is not installed ({e}). Fix: pip install 'jitops[redis]'"
+            ) from e
         return RedisStore(url, settings.connect_timeout, settings.op_timeout)
     if scheme == "file":
         from .fs_store import FileStore
 
         return FileStore(url)
     if not scheme:
-        raise StoreError(f"JITOPS_REMOTE_CACHE={url!r} is not a URL. Fix: use redis://host:port/db, "
-                         "file:///shared/dir or s3://bucket/prefix")
+        raise StoreError(
+            f"JITOPS_REMOTE_CACHE={url!r} is not a URL. Fix: use redis://host:port/db, "
+            "file:///shared/dir or s3://bucket/prefix"
+        )
     try:
         from .object_store import ObjectStore
     except ImportError as e:
-        raise StoreError(f"{url} needs fsspec, which is not installed ({e}). Fix: pip install 'jitops[s3]'") from e
+        raise StoreError(
+            f"{url} needs fsspec, which is not installed ({e}). Fix: pip install 'jitops[s3]'"
+        ) from e
     return ObjectStore(url, settings.connect_timeout, settings.op_timeout)

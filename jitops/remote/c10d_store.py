@@ -60,19 +60,36 @@ class C10dStore(Store):
 
         url = f"c10d://{host}:{port}"
         try:
-            s = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=connect_timeout),
-                              wait_for_workers=False)
+            s = dist.TCPStore(
+                host,
+                port,
+                is_master=False,
+                timeout=timedelta(seconds=connect_timeout),
+                wait_for_workers=False,
+            )
             s.set_timeout(timedelta(seconds=op_timeout))
-        except (RuntimeError, OSError, ValueError, TypeError, OverflowError) as e:  # TypeError: a port pybind11 refuses
+        except (
+            RuntimeError,
+            OSError,
+            ValueError,
+            TypeError,
+            OverflowError,
+        ) as e:  # TypeError: a port pybind11 refuses
             raise StoreError(f"cannot connect to the job's store {url}: {e}") from e
         return cls(s, url)
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         try:
             return fn()
-        except (RuntimeError, OSError, ValueError) as e:  # torch's DistStoreError/DistNetworkError are RuntimeErrors
+        except (
+            RuntimeError,
+            OSError,
+            ValueError,
+        ) as e:  # torch's DistStoreError/DistNetworkError are RuntimeErrors
             if "timeout" in str(e).lower() or "timed out" in str(e).lower():
-                raise StoreTimeout(f"the job's store {self.url} did not answer {what} in time ({e})") from e
+                raise StoreTimeout(
+                    f"the job's store {self.url} did not answer {what} in time ({e})"
+                ) from e
             raise StoreError(f"the job's store {self.url} failed {what}: {e}") from e
 
     def _get(self, key: str) -> bytes | None:
@@ -82,7 +99,11 @@ class C10dStore(Store):
         return bytes(self._call(f"get {key}", lambda: self._s.get(k)))
 
     def _cas(self, key: str, expected: bytes, desired: bytes) -> bytes:
-        return bytes(self._call(f"compare_set {key}", lambda: self._s.compare_set(PREFIX + key, expected, desired)))
+        return bytes(
+            self._call(
+                f"compare_set {key}", lambda: self._s.compare_set(PREFIX + key, expected, desired)
+            )
+        )
 
     def ping(self) -> None:
         self._call("check", lambda: self._s.check([PREFIX + "ping"]))
@@ -94,7 +115,12 @@ class C10dStore(Store):
             return None
         try:
             meta = json.loads(raw)
-            uid, n, size, digest = str(meta["id"]), int(meta["chunks"]), int(meta["size"]), str(meta["sha256"])
+            uid, n, size, digest = (
+                str(meta["id"]),
+                int(meta["chunks"]),
+                int(meta["size"]),
+                str(meta["sha256"]),
+            )
         except (ValueError, KeyError, TypeError):
             return None
         parts = []
@@ -112,15 +138,21 @@ class C10dStore(Store):
         uid = secrets.token_hex(6)
         n = max(1, -(-len(data) // CHUNK))
         for i in range(n):
-            part = data[i * CHUNK:(i + 1) * CHUNK]
-            self._call(f"set chunk {i} of {name}", lambda: self._s.set(f"{PREFIX}chunks/{name}@{uid}/{i}", part))
-        meta = json.dumps({"id": uid, "chunks": n, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+            part = data[i * CHUNK : (i + 1) * CHUNK]
+            self._call(
+                f"set chunk {i} of {name}",
+                lambda: self._s.set(f"{PREFIX}chunks/{name}@{uid}/{i}", part),
+            )
+        meta = json.dumps(
+            {"id": uid, "chunks": n, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        )
         self._call(f"set {name}", lambda: self._s.set(f"{PREFIX}blobs/{name}", meta.encode()))
 
     def list_blobs(self, prefix: str) -> list[str]:
-        keys = self._call("list_keys", lambda: list(self._s.list_keys()))  # TCPStore has it; a PrefixStore may not
+        # TCPStore has it; a PrefixStore may not
+        keys = self._call("list_keys", lambda: list(self._s.list_keys()))
         start = PREFIX + "blobs/"
-        return sorted(k[len(start):] for k in map(str, keys) if k.startswith(start + prefix))
+        return sorted(k[len(start) :] for k in map(str, keys) if k.startswith(start + prefix))
 
     # ---- leases
     def _lapsed(self, key: str, value: bytes, ttl: float) -> bool:
@@ -187,7 +219,10 @@ class C10dStore(Store):
 
     # ---- records
     def put_record(self, name: str, data: bytes, ttl: float) -> None:
-        self._call(f"set {name}", lambda: self._s.set(f"{PREFIX}records/{name}", b"%.3f\n" % (time.time() + ttl) + data))
+        self._call(
+            f"set {name}",
+            lambda: self._s.set(f"{PREFIX}records/{name}", b"%.3f\n" % (time.time() + ttl) + data),
+        )
 
     def get_record(self, name: str) -> bytes | None:
         raw = self._get(f"records/{name}")

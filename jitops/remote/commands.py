@@ -26,27 +26,47 @@ from .config import for_keys
 
 def add_cache_parsers(cs: Any) -> None:
     """Declare ``jitops cache keygen|push|pull|stats`` on the ``cache`` sub-parsers."""
-    p = cs.add_parser("keygen", help="write a signing key pair for the remote cache (and print the public key)")
-    p.add_argument("--show", action="store_true", help="print the existing public key and its fingerprint")
+    p = cs.add_parser(
+        "keygen", help="write a signing key pair for the remote cache (and print the public key)"
+    )
+    p.add_argument(
+        "--show", action="store_true", help="print the existing public key and its fingerprint"
+    )
     p.add_argument("--force", action="store_true", help="replace an existing key pair")
     p.set_defaults(fn=cmd_keygen)
-    for name, fn, what in (("push", cmd_push, "sign and upload local entries to JITOPS_REMOTE_CACHE"),
-                           ("pull", cmd_pull, "fetch and verify entries from JITOPS_REMOTE_CACHE")):
+    for name, fn, what in (
+        ("push", cmd_push, "sign and upload local entries to JITOPS_REMOTE_CACHE"),
+        ("pull", cmd_pull, "fetch and verify entries from JITOPS_REMOTE_CACHE"),
+    ):
         p = cs.add_parser(name, help=what)
         p.add_argument("ops", nargs="*", metavar="OP", help="these ops (default: every known op)")
-        p.add_argument("--device", action="append", choices=("cpu", "cuda"), help="device (repeatable; default cpu)")
+        p.add_argument(
+            "--device",
+            action="append",
+            choices=("cpu", "cuda"),
+            help="device (repeatable; default cpu)",
+        )
         if name == "push":
-            p.add_argument("--resign-foreign", action="append", default=[], metavar="OP",
-                           help="also sign OP's entries that were imported or pulled, not built here: you vouch for "
-                                "code someone else built (repeatable)")
+            p.add_argument(
+                "--resign-foreign",
+                action="append",
+                default=[],
+                metavar="OP",
+                help="also sign OP's entries that were imported or pulled, not built here: you vouch for "
+                "code someone else built (repeatable)",
+            )
         p.set_defaults(fn=fn)
-    cs.add_parser("stats", help="remote cache counters summed over this cache's processes").set_defaults(fn=cmd_stats)
+    cs.add_parser(
+        "stats", help="remote cache counters summed over this cache's processes"
+    ).set_defaults(fn=cmd_stats)
 
 
 def _tier(settings: Settings) -> Any:
     remote = settings.remote
     if remote is None:
-        raise ConfigError("JITOPS_REMOTE_CACHE is not set. Fix: set it to redis://host:port/db or file:///shared/dir")
+        raise ConfigError(
+            "JITOPS_REMOTE_CACHE is not set. Fix: set it to redis://host:port/db or file:///shared/dir"
+        )
     from .session import tier_for
 
     tier = tier_for(remote)
@@ -59,8 +79,10 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     try:
         from .signing import fingerprint, key_paths, keygen, parse_public, read_public
     except ImportError as e:
-        raise ConfigError(f"`jitops cache keygen` needs the `cryptography` package ({e}). "
-                          "Fix: pip install 'jitops[remote]'") from None
+        raise ConfigError(
+            f"`jitops cache keygen` needs the `cryptography` package ({e}). "
+            "Fix: pip install 'jitops[remote]'"
+        ) from None
 
     settings = for_keys(Settings.from_env())
     if args.show:
@@ -69,9 +91,11 @@ def cmd_keygen(args: argparse.Namespace) -> int:
         print(f"{text}\nfingerprint {fingerprint(parse_public(text, str(pub)))} ({pub})")
         return 0
     priv, pub, text, fp = keygen(settings, force=args.force)
-    print(f"private key {priv} (keep it on the machines that upload, e.g. CI)\npublic key  {pub}\n"
-          f"fingerprint {fp}\n\nOn every node that should trust uploads signed by it:\n"
-          f"  export JITOPS_REMOTE_TRUSTED_KEYS={text}")
+    print(
+        f"private key {priv} (keep it on the machines that upload, e.g. CI)\npublic key  {pub}\n"
+        f"fingerprint {fp}\n\nOn every node that should trust uploads signed by it:\n"
+        f"  export JITOPS_REMOTE_TRUSTED_KEYS={text}"
+    )
     return 0
 
 
@@ -80,20 +104,28 @@ def _plans(ops: Sequence[str], devices: Sequence[str] | None, settings: Settings
     from ..registry import lookup, registry
 
     specs = [lookup(n) for n in ops] if ops else registry().specs()
-    return [make_plan(s, d, settings=settings) for s in dict.fromkeys(specs) for d in (devices or ["cpu"])]
+    return [
+        make_plan(s, d, settings=settings)
+        for s in dict.fromkeys(specs)
+        for d in (devices or ["cpu"])
+    ]
 
 
 def cmd_push(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     tier = _tier(settings)
     if not tier.writes:
-        raise ConfigError("this node cannot upload: JITOPS_REMOTE_CACHE_MODE=read or no signing key. "
-                          "Fix: run `jitops cache keygen` here (or set JITOPS_REMOTE_SIGNING_KEY) in write mode")
+        raise ConfigError(
+            "this node cannot upload: JITOPS_REMOTE_CACHE_MODE=read or no signing key. "
+            "Fix: run `jitops cache keygen` here (or set JITOPS_REMOTE_SIGNING_KEY) in write mode"
+        )
     from .origin import installed_from
 
     resign = set(getattr(args, "resign_foreign", None) or ())
     pushed = missing = foreign = 0
-    for plan in _plans(list(dict.fromkeys([*args.ops, *resign])) if args.ops else args.ops, args.device, settings):
+    for plan in _plans(
+        list(dict.fromkeys([*args.ops, *resign])) if args.ops else args.ops, args.device, settings
+    ):
         try:
             plan.cache.verify(plan.entry, plan.key, plan.spec.name, plan.target.name)
         except EntryProblem:
@@ -101,33 +133,45 @@ def cmd_push(args: argparse.Namespace) -> int:
             print(f"skipped {plan.what}: no sound local entry (run `jitops warm` first)")
             continue
         source = installed_from(plan.cache, plan.address)
-        if source is not None and plan.spec.name not in resign:  # signing it would vouch for what this node never built
+        # signing it would vouch for what this node never built
+        if source is not None and plan.spec.name not in resign:
             foreign += 1
-            print(f"skipped {plan.what}: {_origin_text(source)}, not built here; jitops never re-signs foreign code "
-                  f"unasked (build it on a node you trust, or pass --resign-foreign {plan.spec.name} to vouch for it)")
+            print(
+                f"skipped {plan.what}: {_origin_text(source)}, not built here; jitops never re-signs foreign code "
+                f"unasked (build it on a node you trust, or pass --resign-foreign {plan.spec.name} to vouch for it)"
+            )
             continue
         if source is not None:
-            print(f"re-signing foreign code: {plan.what} is {_origin_text(source)}; your key now vouches for it")
+            print(
+                f"re-signing foreign code: {plan.what} is {_origin_text(source)}; your key now vouches for it"
+            )
         if tier.upload(plan, plan.cache):
             pushed += 1
             print(f"pushed  {plan.what} ({plan.key[:12]})")
-    print(f"push: {pushed} uploaded to {tier.settings.url}, {missing} not built here, {foreign} not built here "
-          "(imported, pulled or from a job's store)")
+    print(
+        f"push: {pushed} uploaded to {tier.settings.url}, {missing} not built here, {foreign} not built here "
+        "(imported, pulled or from a job's store)"
+    )
     return 0
 
 
 def _origin_text(source: tuple[str, str]) -> str:
     kind, where = source
-    return {"imported": f"imported from {where}", "pulled": f"pulled from {where}",
-            "job-store": f"installed from the job's store {where}"}.get(kind, f"of unknown origin: {where}")
+    return {
+        "imported": f"imported from {where}",
+        "pulled": f"pulled from {where}",
+        "job-store": f"installed from the job's store {where}",
+    }.get(kind, f"of unknown origin: {where}")
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     if settings.offline:  # checked before the store is contacted
-        raise ConfigError("`jitops cache pull` publishes downloaded entries into the local cache, and JITOPS_OFFLINE=1 "
-                          "forbids writing it. Fix: run the pull without JITOPS_OFFLINE (e.g. in the step that "
-                          "prepares the node), then set it for the job")
+        raise ConfigError(
+            "`jitops cache pull` publishes downloaded entries into the local cache, and JITOPS_OFFLINE=1 "
+            "forbids writing it. Fix: run the pull without JITOPS_OFFLINE (e.g. in the step that "
+            "prepares the node), then set it for the job"
+        )
     tier = _tier(settings)
     counts = {"fetched": 0, "present": 0, "absent": 0}
     for plan in _plans(args.ops, args.device, settings):
@@ -142,8 +186,10 @@ def cmd_pull(args: argparse.Namespace) -> int:
         counts[state] += 1
         print(f"{state:<8} {plan.what}")
     rejected = tier.stats.rejected
-    print(f"pull: {counts['fetched']} fetched, {counts['present']} already here, {counts['absent']} not in the "
-          f"store, {rejected} rejected")
+    print(
+        f"pull: {counts['fetched']} fetched, {counts['present']} already here, {counts['absent']} not in the "
+        f"store, {rejected} rejected"
+    )
     return 1 if rejected else 0
 
 
@@ -152,12 +198,21 @@ def cmd_ls_remote(settings: Settings) -> int:
     from .store import clean_text
 
     names = tier.store.list_blobs("entries/")
-    entries = [parts[1:] for parts in (n.split("/") for n in names) if len(parts) == 4 and all(parts)]
+    entries = [
+        parts[1:] for parts in (n.split("/") for n in names) if len(parts) == 4 and all(parts)
+    ]
     for lib, target, key in entries:  # store text: shown cleaned
         print(f"{clean_text(lib, 64):<14} {clean_text(target, 64):<18} {clean_text(key, 12)}")
     stray = len(names) - len(entries)
-    print(f"{len(entries)} entries in {tier.settings.url}" + (f"; {stray} other keys under entries/ skipped "
-          "(not entries/<library>/<target>/<key>: not written by jitops)" if stray else ""))
+    print(
+        f"{len(entries)} entries in {tier.settings.url}"
+        + (
+            f"; {stray} other keys under entries/ skipped "
+            "(not entries/<library>/<target>/<key>: not written by jitops)"
+            if stray
+            else ""
+        )
+    )
     return 0
 
 
@@ -203,16 +258,25 @@ def polling(store: Any, first: float) -> tuple[str, str, str, str]:
         list(pool.map(lambda _: store.get_blob(name), range(BURST)))
         burst = time.monotonic() - t0
     late = first + 6 * burst + POLL_MAX
-    detail = (f"a poll's round trip takes {1000 * rtt:.2f} ms (median of 5), {BURST} at once {1000 * burst:.0f} ms: "
-              f"with {BURST} nodes waiting, every node has an op about {late:.1f} s after its build "
-              f"(first contact {1000 * first:.0f} ms + 6 round trips + polls {POLL_MAX:g} s apart)")
+    detail = (
+        f"a poll's round trip takes {1000 * rtt:.2f} ms (median of 5), {BURST} at once {1000 * burst:.0f} ms: "
+        f"with {BURST} nodes waiting, every node has an op about {late:.1f} s after its build "
+        f"(first contact {1000 * first:.0f} ms + 6 round trips + polls {POLL_MAX:g} s apart)"
+    )
     if late <= AIM:
         return ("polling", "ok", detail + f", within the {AIM:g} s jitops aims for", "")
-    why = ("the store answers concurrent requests one after another" if burst > 4 * rtt
-           else "the store's round trip is long")
-    return ("polling", "warn", f"{detail}: over the {AIM:g} s jitops aims for, because {why}",
-            "use a store that serves concurrent requests in parallel and close to the nodes (Redis, S3; moto's "
-            "server is for tests); nodes still build each op once")
+    why = (
+        "the store answers concurrent requests one after another"
+        if burst > 4 * rtt
+        else "the store's round trip is long"
+    )
+    return (
+        "polling",
+        "warn",
+        f"{detail}: over the {AIM:g} s jitops aims for, because {why}",
+        "use a store that serves concurrent requests in parallel and close to the nodes (Redis, S3; moto's "
+        "server is for tests); nodes still build each op once",
+    )
 
 
 def doctor_checks(remote: Settings) -> list[tuple[str, str, str, str]]:
@@ -233,12 +297,25 @@ def doctor_checks(remote: Settings) -> list[tuple[str, str, str, str]]:
         rows.append(("remote", "ok", f"{settings.url} answers in {1000 * first:.1f} ms", ""))
         rows.append(polling(store, first))
     except StoreError as e:
-        return [("remote", "warn", f"{settings.url} is unreachable: {e}", "start the store or fix JITOPS_REMOTE_CACHE; "
-                 "jitops builds locally meanwhile")]
+        return [
+            (
+                "remote",
+                "warn",
+                f"{settings.url} is unreachable: {e}",
+                "start the store or fix JITOPS_REMOTE_CACHE; jitops builds locally meanwhile",
+            )
+        ]
     trust = load_trust(settings)
-    rows.append(("trust", "ok" if trust.keys else "warn", f"{len(trust.keys)} trusted key(s): " +
-                 ("; ".join(trust.sources) or "none"), "" if trust.keys else
-                 "set JITOPS_REMOTE_TRUSTED_KEYS to the uploaders' public keys (every download is rejected without)"))
+    rows.append(
+        (
+            "trust",
+            "ok" if trust.keys else "warn",
+            f"{len(trust.keys)} trusted key(s): " + ("; ".join(trust.sources) or "none"),
+            ""
+            if trust.keys
+            else "set JITOPS_REMOTE_TRUSTED_KEYS to the uploaders' public keys (every download is rejected without)",
+        )
+    )
     if settings.mode != "read":
         signer, why = load_signer(settings)
         try:
@@ -250,18 +327,30 @@ def doctor_checks(remote: Settings) -> list[tuple[str, str, str, str]]:
         if signer is None or not can:
             rows.append(("upload", "warn", f"this node cannot upload: {why}", "see the message"))
         else:
-            rows.append(("upload", "ok", f"writes to the store, signed by {signer.fingerprint}", ""))
+            rows.append(
+                ("upload", "ok", f"writes to the store, signed by {signer.fingerprint}", "")
+            )
     else:
-        rows.append(("upload", "info", "JITOPS_REMOTE_CACHE_MODE=read: this node only downloads", ""))
-    check_exclusive = getattr(store, "check_exclusive", None)  # object stores: does create-if-absent hold?
+        rows.append(
+            ("upload", "info", "JITOPS_REMOTE_CACHE_MODE=read: this node only downloads", "")
+        )
+    # object stores: does create-if-absent hold?
+    check_exclusive = getattr(store, "check_exclusive", None)
     if check_exclusive is not None:
         try:
             exclusive = check_exclusive()
         except StoreError as e:
             exclusive, why = False, str(e)
-        rows.append(("leases", "ok", "conditional create works: one node builds each key", "") if exclusive else
-                    ("leases", "warn", "this store ignores conditional create (If-None-Match), so leases are not "
-                     "exclusive: two nodes may build one key (what they publish stays correct)",
-                     "use an S3 service with conditional writes, Redis, or a shared file:// directory"))
+        rows.append(
+            ("leases", "ok", "conditional create works: one node builds each key", "")
+            if exclusive
+            else (
+                "leases",
+                "warn",
+                "this store ignores conditional create (If-None-Match), so leases are not "
+                "exclusive: two nodes may build one key (what they publish stays correct)",
+                "use an S3 service with conditional writes, Redis, or a shared file:// directory",
+            )
+        )
     store.close()
     return rows

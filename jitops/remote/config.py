@@ -23,7 +23,9 @@ def for_keys(settings: Settings) -> RemoteSettings:
     """The remote settings to find the key pair with, also when ``JITOPS_REMOTE_CACHE`` is unset (``keygen``)."""
     if settings.remote is not None:
         return settings.remote
-    return RemoteSettings(url="", mode="read", trusted_keys=None, signing_key=None, config_dir=settings.config_dir)
+    return RemoteSettings(
+        url="", mode="read", trusted_keys=None, signing_key=None, config_dir=settings.config_dir
+    )
 
 
 def config_dir(settings: RemoteSettings | None) -> str:

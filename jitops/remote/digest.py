@@ -49,13 +49,19 @@ class JobTrust:
     def verify(self, manifest: bytes, signer: str, signature: str) -> None:
         if signer == DIGEST_SIGNER:
             if self.signed:
-                raise EntryProblem("it is not signed, and JITOPS_DISTRIBUTED=signed requires a trusted signature. "
-                                   "Fix: give the building ranks a signing key (`jitops cache keygen`), or unset "
-                                   "JITOPS_DISTRIBUTED to trust the job's store")
+                raise EntryProblem(
+                    "it is not signed, and JITOPS_DISTRIBUTED=signed requires a trusted signature. "
+                    "Fix: give the building ranks a signing key (`jitops cache keygen`), or unset "
+                    "JITOPS_DISTRIBUTED to trust the job's store"
+                )
             if hashlib.sha256(manifest).hexdigest() != signature:
-                raise EntryProblem("its manifest's sha256 differs from the digest its building rank published")
+                raise EntryProblem(
+                    "its manifest's sha256 differs from the digest its building rank published"
+                )
             return
         if self.keyed is None:
-            raise EntryProblem(f"it is signed by key {signer}, and this rank checks digests only. Fix: set "
-                               "JITOPS_DISTRIBUTED=signed on every rank, or on none")
+            raise EntryProblem(
+                f"it is signed by key {signer}, and this rank checks digests only. Fix: set "
+                "JITOPS_DISTRIBUTED=signed on every rank, or on none"
+            )
         self.keyed.verify(manifest, signer, signature)

@@ -20,7 +20,9 @@ MAX_HEADER = 4096
 
 
 def pack(key: str, signer: str, signature: str, archive: bytes) -> bytes:
-    header = json.dumps({"key": key, "signer": signer, "signature": signature}, sort_keys=True).encode()
+    header = json.dumps(
+        {"key": key, "signer": signer, "signature": signature}, sort_keys=True
+    ).encode()
     return MAGIC + header + b"\n" + archive
 
 
@@ -32,9 +34,12 @@ def unpack(blob: bytes) -> tuple[dict[str, Any], bytes]:
     if end < 0:
         raise EntryProblem("its header is missing or truncated")
     try:
-        header = json.loads(blob[len(MAGIC):end])
+        header = json.loads(blob[len(MAGIC) : end])
     except ValueError as e:
         raise EntryProblem(f"its header is not valid JSON ({e})") from e
-    if not (isinstance(header, dict) and all(isinstance(header.get(k), str) for k in ("key", "signer", "signature"))):
+    if not (
+        isinstance(header, dict)
+        and all(isinstance(header.get(k), str) for k in ("key", "signer", "signature"))
+    ):
         raise EntryProblem("its header lacks the key, the signer or the signature")
-    return header, blob[end + 1:]
+    return header, blob[end + 1 :]

@@ -32,9 +32,11 @@ _FULL = {errno.ENOSPC, errno.EDQUOT}
 class FileStore(Store):
     def __init__(self, url: str) -> None:
         self.url = url
-        path = url[len("file://"):]
+        path = url[len("file://") :]
         if not path.startswith("/"):
-            raise StoreError(f"{url} is not an absolute file:// URL. Fix: write it as file:///shared/dir")
+            raise StoreError(
+                f"{url} is not an absolute file:// URL. Fix: write it as file:///shared/dir"
+            )
         self.root = Path(path) / "v1"
 
     def _path(self, name: str) -> Path:
@@ -104,7 +106,11 @@ class FileStore(Store):
         raw, mtime = found
         holder, _ = parse_lease(raw)
         observed = raw + b"@%r" % mtime
-        return holder if self.judge.live(name, observed, holder, mtime + (holder.ttl or ttl), ttl) else None
+        return (
+            holder
+            if self.judge.live(name, observed, holder, mtime + (holder.ttl or ttl), ttl)
+            else None
+        )
 
     @staticmethod
     def _read_live(path: Path) -> tuple[bytes, float] | None:
@@ -146,7 +152,8 @@ class FileStore(Store):
         except FileNotFoundError:
             return  # another waiter took it away first
         try:
-            if self._read_live(stale) != judged:  # renewed (or replaced) just before our rename: give it back
+            # renewed (or replaced) just before our rename: give it back
+            if self._read_live(stale) != judged:
                 try:
                     os.link(stale, path)
                 except FileExistsError:
@@ -185,7 +192,9 @@ class FileStore(Store):
 
     # ---- records
     def put_record(self, name: str, data: bytes, ttl: float) -> None:
-        body = json.dumps({"expires": time.time() + ttl, "data": base64.b64encode(data).decode()}).encode()
+        body = json.dumps(
+            {"expires": time.time() + ttl, "data": base64.b64encode(data).decode()}
+        ).encode()
         self._write(self._path(name), body, f"writing the record {name} to {self.url}")
 
     def get_record(self, name: str) -> bytes | None:

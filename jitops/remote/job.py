@@ -53,7 +53,12 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 def default_store() -> Any:
     """The initialized default process group's store, or None (never imports torch.distributed)."""
     dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+    if (
+        dist is None
+        or not dist.is_available()
+        or not dist.is_initialized()
+        or dist.get_world_size() < 2
+    ):
         return None
     getter = getattr(dist.distributed_c10d, "_get_default_store", None)
     return getter() if getter is not None else None
@@ -66,9 +71,17 @@ def job_tier(settings: Settings) -> Tier | None:
     if d is None:
         return None
     with _lock:
-        if _tier is not None and _tier.settings == d.tier and (
-                _tier.store is not None or _failed_at is None or time.monotonic() - _failed_at < RETRY):
-            return _tier  # connected, or a failed connect too recent to try again (builds locally meanwhile)
+        if (
+            _tier is not None
+            and _tier.settings == d.tier
+            and (
+                _tier.store is not None
+                or _failed_at is None
+                or time.monotonic() - _failed_at < RETRY
+            )
+        ):
+            # connected, or a failed connect too recent to try again (builds locally meanwhile)
+            return _tier
         tier = make_tier(d, warn=_failed_at is None)
         if tier is None:
             return None
@@ -88,8 +101,11 @@ def _trust(d: DistributedSettings) -> tuple[JobTrust, Any]:
 
     signer, why = load_signer(d.tier)
     if signer is None:
-        warnings.warn(f"jitops: JITOPS_DISTRIBUTED=signed, but {why}; this rank only reads the job's store",
-                      RuntimeWarning, stacklevel=4)
+        warnings.warn(
+            f"jitops: JITOPS_DISTRIBUTED=signed, but {why}; this rank only reads the job's store",
+            RuntimeWarning,
+            stacklevel=4,
+        )
     return JobTrust(signed=True, keyed=load_trust(d.tier)), signer
 
 
@@ -98,12 +114,17 @@ def make_tier(d: DistributedSettings, warn: bool = True) -> Tier | None:
     trust, signer = _trust(d)
     if d.master_addr and d.master_port and d.world_size > 1:
         try:
-            store = C10dStore.connect(d.master_addr, d.master_port, d.tier.connect_timeout, d.tier.op_timeout)
+            store = C10dStore.connect(
+                d.master_addr, d.master_port, d.tier.connect_timeout, d.tier.op_timeout
+            )
         except StoreError as e:
             if warn:
-                warnings.warn(f"jitops: {e}. This rank builds without the job's store. Fix: check MASTER_ADDR/"
-                              f"MASTER_PORT, or set JITOPS_DISTRIBUTED=0 (retried every {RETRY:g} s)",
-                              RuntimeWarning, stacklevel=3)
+                warnings.warn(
+                    f"jitops: {e}. This rank builds without the job's store. Fix: check MASTER_ADDR/"
+                    f"MASTER_PORT, or set JITOPS_DISTRIBUTED=0 (retried every {RETRY:g} s)",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
             return Tier(d.tier, None, trust, signer)
         return Tier(d.tier, store, trust, signer, fail_open=False)
     found = default_store()

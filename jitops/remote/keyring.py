@@ -39,13 +39,15 @@ def raw_public(token: str, where: str) -> bytes:
     try:
         if not token.startswith(PREFIX):
             raise ValueError("does not start with ed25519:")
-        raw = base64.b64decode(token[len(PREFIX):], validate=True)
+        raw = base64.b64decode(token[len(PREFIX) :], validate=True)
         if len(raw) != RAW_BYTES:
             raise ValueError(f"an Ed25519 public key is {RAW_BYTES} bytes, this is {len(raw)}")
         return raw
     except (ValueError, binascii.Error) as e:
-        raise ConfigError(f"{where}: {token[:60]!r} is not a jitops public key ({e}). Fix: use the line "
-                          "`jitops cache keygen` printed (ed25519:...)") from None
+        raise ConfigError(
+            f"{where}: {token[:60]!r} is not a jitops public key ({e}). Fix: use the line "
+            "`jitops cache keygen` printed (ed25519:...)"
+        ) from None
 
 
 def key_paths(settings: RemoteSettings | None) -> tuple[Path, Path]:
@@ -58,17 +60,24 @@ def trusted(settings: RemoteSettings) -> list[tuple[bytes, str]]:
     keys: list[tuple[bytes, str]] = []
     for item in (settings.trusted_keys or "").replace(",", " ").split():
         if item.startswith(PREFIX):
-            keys.append((raw_public(item, "JITOPS_REMOTE_TRUSTED_KEYS"), "JITOPS_REMOTE_TRUSTED_KEYS"))
+            keys.append(
+                (raw_public(item, "JITOPS_REMOTE_TRUSTED_KEYS"), "JITOPS_REMOTE_TRUSTED_KEYS")
+            )
             continue
         path = Path(os.path.expanduser(item))
-        for line in _key_lines(path, "JITOPS_REMOTE_TRUSTED_KEYS names", "a file of public keys, one per line, "
-                               "or list the keys themselves"):
+        for line in _key_lines(
+            path,
+            "JITOPS_REMOTE_TRUSTED_KEYS names",
+            "a file of public keys, one per line, or list the keys themselves",
+        ):
             token = line.split("#", 1)[0].strip().split(" ")[0]
             if token:
                 keys.append((raw_public(token, str(path)), str(path)))
     _, pub_path = key_paths(settings)
     if os.path.exists(pub_path) and own_file_problem(pub_path) is None:
-        keys.append((raw_public(read_public(pub_path), str(pub_path)), f"{pub_path} (your own key)"))
+        keys.append(
+            (raw_public(read_public(pub_path), str(pub_path)), f"{pub_path} (your own key)")
+        )
     return keys
 
 
@@ -99,4 +108,6 @@ def read_public(path: Path) -> str:
 
 
 def own_file_problem(path: Path) -> str | None:
-    return fsutil.insecure_reason(path.parent, want_dir=True) or fsutil.insecure_reason(path, want_dir=False)
+    return fsutil.insecure_reason(path.parent, want_dir=True) or fsutil.insecure_reason(
+        path, want_dir=False
+    )

@@ -27,8 +27,11 @@ class Lease:
         while not self._stop.wait(ttl / 3):
             try:
                 if not store.renew_lease(self.name, self.holder, ttl):
-                    log.warning("lost the lease %s in %s (it lapsed); another node may build too", self.name,
-                                store.url)
+                    log.warning(
+                        "lost the lease %s in %s (it lapsed); another node may build too",
+                        self.name,
+                        store.url,
+                    )
                     return
             except StoreError as e:
                 log.warning("cannot renew the lease %s: %s", self.name, e)

@@ -41,9 +41,21 @@ import fsspec.asyn
 from .store import Holder, Store, StoreError, StoreTimeout, parse_lease, within
 
 T = TypeVar("T")
-# fsspec protocols that read archives or wrap another filesystem: never a store nodes can share and write.
-NOT_STORES = frozenset({"zip", "tar", "reference", "libarchive", "cached", "simplecache", "filecache", "blockcache",
-                        "dir"})
+# fsspec protocols that read archives or wrap another filesystem: never a store nodes can share and
+# write.
+NOT_STORES = frozenset(
+    {
+        "zip",
+        "tar",
+        "reference",
+        "libarchive",
+        "cached",
+        "simplecache",
+        "filecache",
+        "blockcache",
+        "dir",
+    }
+)
 _loader: Any = None  # botocore's data loader: parsed models only, no connections or credentials
 
 
@@ -65,8 +77,9 @@ def warm() -> None:
     import asyncio
 
     async def make_client() -> None:  # explicit dummy credentials: no credential lookup, no network
-        async with _s3_session().create_client("s3", region_name="us-east-1", aws_access_key_id="-",
-                                               aws_secret_access_key="-"):
+        async with _s3_session().create_client(
+            "s3", region_name="us-east-1", aws_access_key_id="-", aws_secret_access_key="-"
+        ):
             pass
 
     asyncio.run(make_client())
@@ -77,24 +90,35 @@ class ObjectStore(Store):
         self.url, self.connect_timeout, self.op_timeout = url, connect_timeout, op_timeout
         opts: dict[str, Any] = {"skip_instance_cache": True}
         if url.startswith(("s3://", "s3a://")):
-            opts["config_kwargs"] = {"connect_timeout": connect_timeout, "read_timeout": op_timeout,
-                                     "retries": {"max_attempts": 1}}
-            opts["use_listings_cache"] = False  # other nodes write: never answer a listing from memory
+            opts["config_kwargs"] = {
+                "connect_timeout": connect_timeout,
+                "read_timeout": op_timeout,
+                "retries": {"max_attempts": 1},
+            }
+            # other nodes write: never answer a listing from memory
+            opts["use_listings_cache"] = False
             opts["session"] = _s3_session()
         scheme = url.split("://", 1)[0].lower()
         if scheme in NOT_STORES:
-            raise StoreError(f"{url} is not a store jitops can write to (fsspec's {scheme}:// reads an archive or "
-                             "wraps another filesystem). Fix: set JITOPS_REMOTE_CACHE to redis://, file:// or an "
-                             "object store such as s3://bucket/prefix")
+            raise StoreError(
+                f"{url} is not a store jitops can write to (fsspec's {scheme}:// reads an archive or "
+                "wraps another filesystem). Fix: set JITOPS_REMOTE_CACHE to redis://, file:// or an "
+                "object store such as s3://bucket/prefix"
+            )
         try:
             self.fs, root = fsspec.url_to_fs(url, **opts)
         except ImportError as e:
-            raise StoreError(f"cannot use {url}: {e}. Fix: pip install 'jitops[s3]' (or the fsspec backend "
-                             "for this URL)") from e
+            raise StoreError(
+                f"cannot use {url}: {e}. Fix: pip install 'jitops[s3]' (or the fsspec backend "
+                "for this URL)"
+            ) from e
         except Exception as e:  # noqa: BLE001 - each fsspec filesystem raises its own on a URL it cannot open
-            raise StoreError(f"cannot use {url}: {type(e).__name__}: {e}. Fix: check JITOPS_REMOTE_CACHE") from e
+            raise StoreError(
+                f"cannot use {url}: {type(e).__name__}: {e}. Fix: check JITOPS_REMOTE_CACHE"
+            ) from e
         if hasattr(self.fs, "retries"):
-            self.fs.retries = 1  # s3fs retries timeouts and refused connections 5 times with backoff by itself
+            # s3fs retries timeouts and refused connections 5 times with backoff by itself
+            self.fs.retries = 1
         self.root = root.rstrip("/") + "/v1"
 
     def _p(self, name: str) -> str:
@@ -115,23 +139,34 @@ class ObjectStore(Store):
         bucket = self.root.split("/", 1)[0]
         fs = self.fs
         if isinstance(fs, fsspec.asyn.AsyncFileSystem):
-            if self.url.startswith(("s3://", "s3a://")):  # s3fs: make the client now, outside the deadline below
+            # s3fs: make the client now, outside the deadline below
+            if self.url.startswith(("s3://", "s3a://")):
                 self._call("setting up its client", fs.connect)
 
             def listing() -> Any:  # the whole round trip within the connect timeout
-                return fsspec.asyn.sync(fs.loop, fs._ls, bucket, detail=False, timeout=self.connect_timeout)
+                return fsspec.asyn.sync(
+                    fs.loop, fs._ls, bucket, detail=False, timeout=self.connect_timeout
+                )
         else:
+
             def listing() -> Any:
                 return fs.ls(bucket, detail=False)
+
         try:
             self._call("a listing", listing, self.connect_timeout + 1)
         except FileNotFoundError as e:
-            raise StoreError(f"{self.url}: {bucket} does not exist. Fix: create it, or fix JITOPS_REMOTE_CACHE") from e
-        except StoreTimeout as e:  # a loaded machine can spend the budget before botocore even connects:
+            raise StoreError(
+                f"{self.url}: {bucket} does not exist. Fix: create it, or fix JITOPS_REMOTE_CACHE"
+            ) from e
+        except (
+            StoreTimeout
+        ) as e:  # a loaded machine can spend the budget before botocore even connects:
             where = self._refusing_endpoint()  # name a stopped server as one, not as a slow one
             if where:
-                raise StoreError(f"{self.url}: nothing listens at {where} (connection refused). Fix: start the "
-                                 "server, or fix AWS_ENDPOINT_URL / JITOPS_REMOTE_CACHE") from e
+                raise StoreError(
+                    f"{self.url}: nothing listens at {where} (connection refused). Fix: start the "
+                    "server, or fix AWS_ENDPOINT_URL / JITOPS_REMOTE_CACHE"
+                ) from e
             raise
 
     def _refusing_endpoint(self) -> str | None:
@@ -160,17 +195,21 @@ class ObjectStore(Store):
 
     def _create(self, name: str, data: bytes) -> bool:
         try:
-            self._call(f"create {name}", lambda: self.fs.pipe_file(self._p(name), data, mode="create"))
+            self._call(
+                f"create {name}", lambda: self.fs.pipe_file(self._p(name), data, mode="create")
+            )
             return True
         except FileExistsError:
             return False
 
     def list_blobs(self, prefix: str) -> list[str]:
         try:
-            found = self._call("a listing", lambda: self.fs.find(self._p(prefix.rstrip("/") or ".")))
+            found = self._call(
+                "a listing", lambda: self.fs.find(self._p(prefix.rstrip("/") or "."))
+            )
         except FileNotFoundError:
             return []
-        return sorted(p[len(self.root) + 1:] for p in found)
+        return sorted(p[len(self.root) + 1 :] for p in found)
 
     def check_exclusive(self) -> bool:
         """True if a second create of one name fails, as leases need."""
@@ -196,7 +235,9 @@ class ObjectStore(Store):
         except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             return Holder("?", 0, 0.0, ""), 0.0, raw
 
-    def _live(self, name: str, cur: tuple[Holder, float, bytes] | None, ttl: float) -> Holder | None:
+    def _live(
+        self, name: str, cur: tuple[Holder, float, bytes] | None, ttl: float
+    ) -> Holder | None:
         if cur is None:
             return None
         holder, expires, raw = cur
@@ -204,7 +245,9 @@ class ObjectStore(Store):
 
     @staticmethod
     def _body(holder: Holder, ttl: float) -> bytes:
-        return json.dumps({"holder": json.loads(holder.to_bytes()), "expires": time.time() + ttl}).encode()
+        return json.dumps(
+            {"holder": json.loads(holder.to_bytes()), "expires": time.time() + ttl}
+        ).encode()
 
     def acquire_lease(self, name: str, holder: Holder, ttl: float) -> Holder | None:
         gens = self._generations(name)
@@ -216,7 +259,9 @@ class ObjectStore(Store):
             nxt = gens[-1] + 1
         if self._create(f"leases/{name}/{nxt}", self._body(holder, ttl)):
             for old in gens[:-1]:
-                self._call("delete", functools.partial(self.fs.rm_file, self._p(f"leases/{name}/{old}")))
+                self._call(
+                    "delete", functools.partial(self.fs.rm_file, self._p(f"leases/{name}/{old}"))
+                )
             return None
         won = self._read_gen(name, nxt)
         return won[0] if won is not None else Holder("?", 0, time.time(), "")
@@ -238,8 +283,10 @@ class ObjectStore(Store):
     def release_lease(self, name: str, holder: Holder) -> None:
         gen = self._mine(name, holder)
         if gen is not None:  # lapse it in place: the generation number must never be created twice
-            self.put_blob(f"leases/{name}/{gen}", json.dumps({"holder": json.loads(holder.to_bytes()),
-                                                               "expires": 0}).encode())
+            self.put_blob(
+                f"leases/{name}/{gen}",
+                json.dumps({"holder": json.loads(holder.to_bytes()), "expires": 0}).encode(),
+            )
 
     def lease_holder(self, name: str, ttl: float) -> Holder | None:
         gens = self._generations(name)
@@ -247,12 +294,19 @@ class ObjectStore(Store):
 
     # ---- records
     def put_record(self, name: str, data: bytes, ttl: float) -> None:
-        self.put_blob(name, json.dumps({"expires": time.time() + ttl, "data": data.decode("utf-8", "replace")}).encode())
+        self.put_blob(
+            name,
+            json.dumps(
+                {"expires": time.time() + ttl, "data": data.decode("utf-8", "replace")}
+            ).encode(),
+        )
 
     def get_record(self, name: str) -> bytes | None:
         raw = self.get_blob(name)
         try:
             d = json.loads(raw) if raw is not None else None
-            return d["data"].encode() if d is not None and float(d["expires"]) > time.time() else None
+            return (
+                d["data"].encode() if d is not None and float(d["expires"]) > time.time() else None
+            )
         except (ValueError, KeyError, TypeError):
             return None

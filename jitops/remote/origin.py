@@ -58,4 +58,8 @@ def installed_from(cache: Cache, address: Address) -> tuple[str, str] | None:
     if rec.get("manifest") != _digest(cache, address):
         return None
     kind = rec.get("kind", "job-store")  # notes before issue 28 came from the job's store only
-    return (kind, str(rec.get("from"))) if kind in KINDS else ("unknown", f"its origin note names {kind!r}")
+    return (
+        (kind, str(rec.get("from")))
+        if kind in KINDS
+        else ("unknown", f"its origin note names {kind!r}")
+    )

@@ -32,8 +32,10 @@ PREFIX = "jitops:v1:"
 _OURS = "local v = redis.call('get', KEYS[1]) if v and string.find(v, ARGV[1], 1, true) then "
 _RENEW = _OURS + "redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 else return 0 end"
 _RELEASE = _OURS + "return redis.call('del', KEYS[1]) else return 0 end"
-_TAKEOVER = ("if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3]) "
-             "return 1 else return 0 end")
+_TAKEOVER = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3]) "
+    "return 1 else return 0 end"
+)
 
 
 def _token(holder: Holder) -> str:
@@ -44,18 +46,26 @@ class RedisStore(Store):
     def __init__(self, url: str, connect_timeout: float, op_timeout: float) -> None:
         self.url = url
         self._connect_timeout, self._op_timeout = connect_timeout, op_timeout
-        kw: dict[str, Any] = {"socket_connect_timeout": connect_timeout, "retry": Retry(NoBackoff(), 0),
-                              "retry_on_timeout": False, "health_check_interval": 0}
+        kw: dict[str, Any] = {
+            "socket_connect_timeout": connect_timeout,
+            "retry": Retry(NoBackoff(), 0),
+            "retry_on_timeout": False,
+            "health_check_interval": 0,
+        }
         try:
             self._r = redis.Redis.from_url(url, socket_timeout=op_timeout, **kw)
-            # The first contact answers within the connect timeout: a server that accepts and never replies
-            # costs that, not the operation timeout.
+            # The first contact answers within the connect timeout: a server that accepts and never
+            # replies costs that, not the operation timeout.
             self._probe = redis.Redis.from_url(url, socket_timeout=connect_timeout, **kw)
         except (ValueError, redis.RedisError) as e:
             raise StoreError(f"cannot use {url}: {e}") from e
 
     def _abort(self) -> None:
-        for c in (self._r, self._probe):  # shuts the sockets down: a call stuck on a dripping reply returns
+        # shuts the sockets down: a call stuck on a dripping reply returns
+        for c in (
+            self._r,
+            self._probe,
+        ):
             c.connection_pool.disconnect()
 
     def _call(self, what: str, fn: Callable[[], T], deadline: float | None = None) -> T:
@@ -79,32 +89,55 @@ class RedisStore(Store):
 
     def list_blobs(self, prefix: str) -> list[str]:
         def scan() -> list[str]:
-            return sorted(k.decode()[len(PREFIX):] for k in self._r.scan_iter(match=PREFIX + prefix + "*", count=500))
+            return sorted(
+                k.decode()[len(PREFIX) :]
+                for k in self._r.scan_iter(match=PREFIX + prefix + "*", count=500)
+            )
+
         return self._call("SCAN", scan)
 
     @staticmethod
     def _record(holder: Holder, ttl: float) -> bytes:
-        return holder.to_bytes(expires=time.time() + ttl)  # the expiry is informative: the server's PX rules
+        # the expiry is informative: the server's PX rules
+        return holder.to_bytes(expires=time.time() + ttl)
 
     def acquire_lease(self, name: str, holder: Holder, ttl: float) -> Holder | None:
         key, px = PREFIX + name, max(1, int(ttl * 1000))
-        if self._call("SET NX", lambda: self._r.set(key, self._record(holder, ttl), nx=True, px=px)):
+        if self._call(
+            "SET NX", lambda: self._r.set(key, self._record(holder, ttl), nx=True, px=px)
+        ):
             return None
         current: bytes | None = self._call("GET", lambda: self._r.get(key))  # type: ignore[assignment]
         if current is None:  # lapsed between the two calls: try once more
-            ok = self._call("SET NX", lambda: self._r.set(key, self._record(holder, ttl), nx=True, px=px))
+            ok = self._call(
+                "SET NX", lambda: self._r.set(key, self._record(holder, ttl), nx=True, px=px)
+            )
             return None if ok else Holder("?", 0, 0.0, "")
         other, _ = parse_lease(current)
         if self.judge.live(name, current, other, None, ttl):
             return other
-        # Kept although its holder stopped renewing (no PX, or one the reader does not accept): replace it
-        # only if it is still that record, so one waiter takes over.
-        won = self._call("take over", lambda: self._r.eval(_TAKEOVER, 1, key, current, self._record(holder, ttl), px))
+        # Kept although its holder stopped renewing (no PX, or one the reader does not accept):
+        # replace it only if it is still that record, so one waiter takes over.
+        won = self._call(
+            "take over",
+            lambda: self._r.eval(_TAKEOVER, 1, key, current, self._record(holder, ttl), px),
+        )
         return None if won else Holder("?", 0, time.time(), "")
 
     def renew_lease(self, name: str, holder: Holder, ttl: float) -> bool:
-        return bool(self._call("renew", lambda: self._r.eval(_RENEW, 1, PREFIX + name, _token(holder),
-                                                               self._record(holder, ttl), max(1, int(ttl * 1000)))))
+        return bool(
+            self._call(
+                "renew",
+                lambda: self._r.eval(
+                    _RENEW,
+                    1,
+                    PREFIX + name,
+                    _token(holder),
+                    self._record(holder, ttl),
+                    max(1, int(ttl * 1000)),
+                ),
+            )
+        )
 
     def release_lease(self, name: str, holder: Holder) -> None:
         self._call("release", lambda: self._r.eval(_RELEASE, 1, PREFIX + name, _token(holder)))

@@ -21,7 +21,11 @@ _tier_lock = threading.Lock()
 
 def _reset_after_fork() -> None:
     global _tier, _tier_lock
-    _tier, _tier_lock = None, threading.Lock()  # a child opens its own connections and keeps its own counters
+    # a child opens its own connections and keeps its own counters
+    _tier, _tier_lock = (
+        None,
+        threading.Lock(),
+    )
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -43,20 +47,28 @@ def make_tier(settings: RemoteSettings) -> Tier:
 
     try:
         from .signing import load_signer, load_trust
-    except ImportError as e:  # the optional extra is missing: a named error, never a raw ModuleNotFoundError
+    except (
+        ImportError
+    ) as e:  # the optional extra is missing: a named error, never a raw ModuleNotFoundError
         from ..errors import ConfigError
 
-        raise ConfigError(f"JITOPS_REMOTE_CACHE={settings.url} needs the `cryptography` package to check "
-                          f"signatures ({e}). Fix: pip install 'jitops[remote]' (or [redis] / [s3]), "
-                          "or unset JITOPS_REMOTE_CACHE") from None
+        raise ConfigError(
+            f"JITOPS_REMOTE_CACHE={settings.url} needs the `cryptography` package to check "
+            f"signatures ({e}). Fix: pip install 'jitops[remote]' (or [redis] / [s3]), "
+            "or unset JITOPS_REMOTE_CACHE"
+        ) from None
 
     trust = load_trust(settings)
     signer = None
     if settings.mode != "read":
         signer, why = load_signer(settings)
         if signer is None and settings.mode == "write":
-            warnings.warn(f"jitops: JITOPS_REMOTE_CACHE_MODE=write, but {why}; this process only reads from "
-                          f"{settings.url}", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"jitops: JITOPS_REMOTE_CACHE_MODE=write, but {why}; this process only reads from "
+                f"{settings.url}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
     tier = Tier(settings, None, trust, signer)
     t0 = time.monotonic()
     try:

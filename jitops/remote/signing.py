@@ -22,15 +22,37 @@ from ..base.record import record
 from ..store.manifest import EntryProblem
 from ..errors import ConfigError
 from .config import RemoteSettings
-from .keyring import PREFIX, fingerprint_of, key_paths, own_file_problem, raw_public, read_public, trusted
+from .keyring import (
+    PREFIX,
+    fingerprint_of,
+    key_paths,
+    own_file_problem,
+    raw_public,
+    read_public,
+    trusted,
+)
 
-__all__ = ["DOMAIN", "Signer", "Trust", "fingerprint", "key_paths", "keygen", "load_signer", "load_trust",
-           "own_file_problem", "parse_public", "public_text", "read_public"]
+__all__ = [
+    "DOMAIN",
+    "Signer",
+    "Trust",
+    "fingerprint",
+    "key_paths",
+    "keygen",
+    "load_signer",
+    "load_trust",
+    "own_file_problem",
+    "parse_public",
+    "public_text",
+    "read_public",
+]
 
 DOMAIN = b"jitops remote entry v1\0"
 
 
-def _raw(pub: Ed25519PublicKey) -> bytes:  # PEM (``serialization``, ~10 ms to import) only where a private key is read
+def _raw(
+    pub: Ed25519PublicKey,
+) -> bytes:  # PEM (``serialization``, ~10 ms to import) only where a private key is read
     return pub.public_bytes_raw()
 
 
@@ -62,11 +84,14 @@ class Trust:
             raise EntryProblem(
                 f"it is signed by key {signer}, which this node does not trust. Fix: if you trust whoever holds "
                 f"that key, add its public key (`jitops cache keygen --show` on the signing machine prints it) to "
-                f"JITOPS_REMOTE_TRUSTED_KEYS; otherwise push from a trusted key")
+                f"JITOPS_REMOTE_TRUSTED_KEYS; otherwise push from a trusted key"
+            )
         try:
             pub.verify(base64.b64decode(signature, validate=True), DOMAIN + manifest)
         except (InvalidSignature, ValueError) as e:
-            raise EntryProblem(f"its signature does not verify against the trusted key {signer} (forged or damaged)") from e
+            raise EntryProblem(
+                f"its signature does not verify against the trusted key {signer} (forged or damaged)"
+            ) from e
 
 
 def load_trust(settings: RemoteSettings) -> Trust:
@@ -87,12 +112,22 @@ class Signer:
 
 def load_signer(settings: RemoteSettings) -> tuple[Signer | None, str | None]:
     """(the signing key, None), or (None, why there is none)."""
-    path = Path(os.path.expanduser(settings.signing_key)) if settings.signing_key else key_paths(settings)[0]
+    path = (
+        Path(os.path.expanduser(settings.signing_key))
+        if settings.signing_key
+        else key_paths(settings)[0]
+    )
     if not os.path.exists(path):
-        return None, f"no signing key at {path}. Fix: run `jitops cache keygen` (or set JITOPS_REMOTE_SIGNING_KEY)"
+        return (
+            None,
+            f"no signing key at {path}. Fix: run `jitops cache keygen` (or set JITOPS_REMOTE_SIGNING_KEY)",
+        )
     problem = own_file_problem(path)
     if problem is not None:
-        return None, f"the signing key is not safe to use: {problem}. Fix: chmod 600 it, owned by you"
+        return (
+            None,
+            f"the signing key is not safe to use: {problem}. Fix: chmod 600 it, owned by you",
+        )
     from cryptography.hazmat.primitives import serialization
 
     try:
@@ -100,7 +135,10 @@ def load_signer(settings: RemoteSettings) -> tuple[Signer | None, str | None]:
     except (OSError, ValueError, TypeError) as e:
         return None, f"cannot read the signing key {path}: {e}"
     if not isinstance(key, Ed25519PrivateKey):
-        return None, f"{path} is not an Ed25519 private key. Fix: make one with `jitops cache keygen`"
+        return (
+            None,
+            f"{path} is not an Ed25519 private key. Fix: make one with `jitops cache keygen`",
+        )
     return Signer(key, fingerprint(key.public_key())), None
 
 
@@ -108,18 +146,25 @@ def keygen(settings: RemoteSettings | None, force: bool = False) -> tuple[Path, 
     """Write a new key pair into the config dir; (private path, public path, public text, fingerprint)."""
     priv_path, pub_path = key_paths(settings)
     if priv_path.exists() and not force:
-        raise ConfigError(f"{priv_path} already exists. Fix: keep it, or pass --force to replace it "
-                          "(nodes that trust the old public key will then reject new uploads)")
+        raise ConfigError(
+            f"{priv_path} already exists. Fix: keep it, or pass --force to replace it "
+            "(nodes that trust the old public key will then reject new uploads)"
+        )
     folder = priv_path.parent
     problem = fsutil.insecure_reason(folder, want_dir=True) if os.path.lexists(folder) else None
-    if problem is not None:  # never re-moded: it may be a shared folder (/tmp's sticky bit) or a file (issue 28)
-        raise ConfigError(f"cannot keep a signing key in the config dir: {problem}, so jitops would refuse the key "
-                          "there. Fix: point JITOPS_CONFIG_DIR at a folder of your own (a new one is made, mode 700)")
+    # never re-moded: it may be a shared folder (/tmp's sticky bit) or a file (issue 28)
+    if problem is not None:
+        raise ConfigError(
+            f"cannot keep a signing key in the config dir: {problem}, so jitops would refuse the key "
+            "there. Fix: point JITOPS_CONFIG_DIR at a folder of your own (a new one is made, mode 700)"
+        )
     fsutil.makedirs(folder)  # only the folders it creates, mode 700
     from cryptography.hazmat.primitives import serialization
 
     key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     fsutil.atomic_write(priv_path, pem, mode=0o600)
     text = public_text(key.public_key())
     fsutil.atomic_write(pub_path, (text + "\n").encode(), mode=0o644)

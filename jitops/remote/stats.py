@@ -34,9 +34,11 @@ class Counters:
     def summary(self) -> str:
         asked = self.hits + self.misses
         rate = f"{100.0 * self.hits / asked:.0f}%" if asked else "n/a"
-        return (f"{self.hits} hits, {self.misses} misses (hit rate {rate}), {self.rejected} rejected, "
-                f"{self.uploads} uploads, {self.errors} errors ({self.timeouts} timeouts), "
-                f"{self.bytes_down} B down, {self.bytes_up} B up, {self.seconds:.2f}s in the store")
+        return (
+            f"{self.hits} hits, {self.misses} misses (hit rate {rate}), {self.rejected} rejected, "
+            f"{self.uploads} uploads, {self.errors} errors ({self.timeouts} timeouts), "
+            f"{self.bytes_down} B down, {self.bytes_up} B up, {self.seconds:.2f}s in the store"
+        )
 
     def any(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))

@@ -40,9 +40,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 T = TypeVar("T")
-#: A reader accepts a holder's stated lease of at most this many times its own JITOPS_REMOTE_LEASE_SECONDS.
-#: A holder renews every third of its lease, so nodes whose settings differ by up to 3 * LEASE_CAP never
-#: take each other's live lease; a lease with no or an absurd expiry lapses after LEASE_CAP * the reader's lease.
+# : A reader accepts a holder's stated lease of at most this many times its own
+# JITOPS_REMOTE_LEASE_SECONDS. : A holder renews every third of its lease, so nodes whose settings
+# differ by up to 3 * LEASE_CAP never : take each other's live lease; a lease with no or an absurd
+# expiry lapses after LEASE_CAP * the reader's lease.
 LEASE_CAP = 4.0
 _ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])")
 
@@ -51,7 +52,9 @@ def clean_text(text: str, limit: int = 8000) -> str:
     """Text a store supplied, safe to show or raise: escape sequences and control or format characters
     (ANSI colours, cursor moves, bidi overrides) removed, newlines and tabs kept, at most ``limit`` characters."""
     text = _ANSI.sub("", str(text)[: limit * 2])
-    return "".join(c for c in text if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf", "Cs"))[:limit]
+    return "".join(
+        c for c in text if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf", "Cs")
+    )[:limit]
 
 
 class StoreError(Exception):
@@ -76,7 +79,8 @@ class Holder:
     pid: int
     since: float  # wall-clock time the lease was taken
     token: str
-    ttl: float = 0.0  # the holder's own lease seconds, as it states them (0: not stated, an older writer)
+    # the holder's own lease seconds, as it states them (0: not stated, an older writer)
+    ttl: float = 0.0
 
     @classmethod
     def me(cls, ttl: float = 0.0) -> Holder:
@@ -84,7 +88,12 @@ class Holder:
 
     def to_bytes(self, expires: float | None = None) -> bytes:
         """The lease record; ``expires``: the holder's wall-clock expiry, for backends without a server-side one."""
-        d: dict[str, object] = {"host": self.host, "pid": self.pid, "since": self.since, "token": self.token}
+        d: dict[str, object] = {
+            "host": self.host,
+            "pid": self.pid,
+            "since": self.since,
+            "token": self.token,
+        }
         if self.ttl:
             d["ttl"] = self.ttl
         if expires is not None:
@@ -118,8 +127,13 @@ def parse_lease(raw: bytes) -> tuple[Holder, float | None]:
             raise TypeError(d)
         since = _finite(d.get("since"))
         ttl = _finite(d.get("ttl")) or 0.0
-        holder = Holder(clean_text(str(d["host"]), 200), int(d["pid"]), time.time() if since is None else since,
-                        str(d["token"]), ttl if ttl > 0 else 0.0)
+        holder = Holder(
+            clean_text(str(d["host"]), 200),
+            int(d["pid"]),
+            time.time() if since is None else since,
+            str(d["token"]),
+            ttl if ttl > 0 else 0.0,
+        )
         return holder, _finite(d.get("expires")) if "expires" in d else None
     except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
         return Holder("?", 0, time.time(), ""), None
@@ -135,7 +149,9 @@ class Failure:
     message: str
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"host": self.host, "pid": self.pid, "at": self.at, "message": self.message}).encode()
+        return json.dumps(
+            {"host": self.host, "pid": self.pid, "at": self.at, "message": self.message}
+        ).encode()
 
     @classmethod
     def parse(cls, raw: bytes, keep: float) -> Failure | None:
@@ -143,11 +159,14 @@ class Failure:
         (JITOPS_REMOTE_FAILURE_SECONDS) from its time, whatever expiry its writer gave it, or none."""
         try:
             d = json.loads(raw)
-            rec = cls(clean_text(d["host"], 200), int(d["pid"]), float(d["at"]), clean_text(d["message"]))
+            rec = cls(
+                clean_text(d["host"], 200), int(d["pid"]), float(d["at"]), clean_text(d["message"])
+            )
         except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             return None
         age = time.time() - rec.at
-        return rec if -keep <= age < keep else None  # also NaN and a time far ahead: not a failure it believes
+        # also NaN and a time far ahead: not a failure it believes
+        return rec if -keep <= age < keep else None
 
 
 class LeaseJudge:
@@ -160,10 +179,14 @@ class LeaseJudge:
     """
 
     def __init__(self) -> None:
-        self._seen: dict[str, tuple[bytes, float]] = {}  # name -> (record as observed, monotonic first seen)
+        self._seen: dict[
+            str, tuple[bytes, float]
+        ] = {}  # name -> (record as observed, monotonic first seen)
         self._guard = threading.Lock()
 
-    def live(self, name: str, observed: bytes, holder: Holder, expires: float | None, reader_ttl: float) -> bool:
+    def live(
+        self, name: str, observed: bytes, holder: Holder, expires: float | None, reader_ttl: float
+    ) -> bool:
         if expires is not None and expires <= time.time():
             return False
         limit = min(holder.ttl or reader_ttl, LEASE_CAP * reader_ttl)
@@ -176,7 +199,9 @@ class LeaseJudge:
             return now - seen[1] < limit
 
 
-def within(seconds: float, what: str, fn: Callable[[], T], abort: Callable[[], None] | None = None) -> T:
+def within(
+    seconds: float, what: str, fn: Callable[[], T], abort: Callable[[], None] | None = None
+) -> T:
     """``fn()`` with a wall-clock deadline for the whole call: StoreTimeout after ``seconds``.
 
     ``fn`` runs in a daemon thread; at the deadline ``abort`` (closing the connection) frees it, and the
@@ -199,7 +224,9 @@ def within(seconds: float, what: str, fn: Callable[[], T], abort: Callable[[], N
                 abort()
             except Exception:  # noqa: BLE001 - best effort: the caller already gives up
                 pass
-        raise StoreTimeout(f"{what} took more than {seconds:g}s (JITOPS_REMOTE_TIMEOUT bounds each operation)")
+        raise StoreTimeout(
+            f"{what} took more than {seconds:g}s (JITOPS_REMOTE_TIMEOUT bounds each operation)"
+        )
     ok, value = box[0]
     if not ok:
         raise value  # type: ignore[misc]

@@ -53,7 +53,8 @@ PROGRESS_EVERY = 30.0
 # lease (to take it over when it lapses) at most every LEASE_EVERY s (or a third of its ttl): for an
 # object store that is a listing and a GET that 16 waiters need not repeat on every poll.
 POLL_FIRST, POLL_MAX, LEASE_EVERY = 0.05, 1.0, 2.0
-WAIT_DEFAULT = 1800.0  # no JITOPS_LOCK_TIMEOUT: a live lease is waited for this long, then the node builds itself
+# no JITOPS_LOCK_TIMEOUT: a live lease is waited for this long, then the node builds itself
+WAIT_DEFAULT = 1800.0
 
 
 def entry_name(library: str, target: str, key: str) -> str:
@@ -61,10 +62,18 @@ def entry_name(library: str, target: str, key: str) -> str:
 
 
 class Tier:
-    def __init__(self, settings: RemoteSettings, store: Store | None, trust: Trust | JobTrust | None,
-                 signer: Signer | DigestSigner | None, *, fail_open: bool = True) -> None:
+    def __init__(
+        self,
+        settings: RemoteSettings,
+        store: Store | None,
+        trust: Trust | JobTrust | None,
+        signer: Signer | DigestSigner | None,
+        *,
+        fail_open: bool = True,
+    ) -> None:
         self.settings, self.store, self.trust, self.signer = settings, store, trust, signer
-        self.fail_open = fail_open  # False for the job's store: its failure is the job's, raised, not hidden
+        # False for the job's store: its failure is the job's, raised, not hidden
+        self.fail_open = fail_open
         self.stats = Counters()
         self.off = False  # True once the store failed: the process builds locally from then on
         self._rejected: set[str] = set()
@@ -80,15 +89,20 @@ class Tier:
         self.stats.errors += 1
         self.stats.timeouts += isinstance(e, StoreTimeout)
         if not self.fail_open:
-            raise CacheError(f"the job's store {self.settings.url} failed: {e}. This is torch.distributed's failure "
-                             "(the store's host went away or stalls); jitops does not hide it. Fix: see why the "
-                             "job's rank 0 / agent died, or set JITOPS_DISTRIBUTED=0 to build without the store") from e
+            raise CacheError(
+                f"the job's store {self.settings.url} failed: {e}. This is torch.distributed's failure "
+                "(the store's host went away or stalls); jitops does not hide it. Fix: see why the "
+                "job's rank 0 / agent died, or set JITOPS_DISTRIBUTED=0 to build without the store"
+            ) from e
         if self.off:
             return
         self.off = True
-        warnings.warn(f"jitops: the remote cache {self.settings.url} failed: {e}. It is off for the rest of this "
-                      "process, which builds locally. Fix: check the store, or unset JITOPS_REMOTE_CACHE",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"jitops: the remote cache {self.settings.url} failed: {e}. It is off for the rest of this "
+            "process, which builds locally. Fix: check the store, or unset JITOPS_REMOTE_CACHE",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def _timed(self, fn: Callable[..., Any], *args: Any) -> Any:
         t0 = time.monotonic()
@@ -98,8 +112,14 @@ class Tier:
             self.stats.seconds += time.monotonic() - t0
 
     # ---- the flow
-    def obtain(self, plan: Plan, cache: Cache, build: Callable[[], Manifest],
-               wait_limit: float | None = None, built_here: Callable[[], bool] = lambda: True) -> tuple[Manifest, bool]:
+    def obtain(
+        self,
+        plan: Plan,
+        cache: Cache,
+        build: Callable[[], Manifest],
+        wait_limit: float | None = None,
+        built_here: Callable[[], bool] = lambda: True,
+    ) -> tuple[Manifest, bool]:
         """The plan's entry: (manifest, built here?). Fetched, waited for, or built by ``build``.
 
         ``wait_limit``: seconds to wait for another node's build (``JITOPS_LOCK_TIMEOUT``; None: as long as it takes).
@@ -128,7 +148,8 @@ class Tier:
                 if lease is not None:
                     self._guard(self._record_failure, plan, e)
                 raise
-            if self.writes and built_here():  # before the lease goes: a waiter that sees it free must find the entry
+            # before the lease goes: a waiter that sees it free must find the entry
+            if self.writes and built_here():
                 self._guard(self.upload, plan, cache, manifest)
             return manifest, True
         finally:
@@ -152,7 +173,9 @@ class Tier:
         assert self.store is not None
         self._caches.add(str(cache.root))
         what = plan.what
-        blob = self._timed(self.store.get_blob, entry_name(plan.spec.name, plan.target.name, plan.key))
+        blob = self._timed(
+            self.store.get_blob, entry_name(plan.spec.name, plan.target.name, plan.key)
+        )
         if blob is None:
             return None
         self.stats.bytes_down += len(blob)
@@ -164,7 +187,12 @@ class Tier:
         except EntryProblem as e:
             self._rejected.add(digest)
             self.stats.rejected += 1
-            log.warning("rejected the remote entry for %s from %s: %s; it was not loaded", what, self.settings.url, e)
+            log.warning(
+                "rejected the remote entry for %s from %s: %s; it was not loaded",
+                what,
+                self.settings.url,
+                e,
+            )
             return None
         self.stats.hits += 1
         log.info("fetched %s from the remote cache %s", what, self.settings.url)
@@ -180,12 +208,18 @@ class Tier:
             raise EntryProblem(f"it was stored for key {header['key'][:12]}, not {key[:12]}")
         trust, kind = self.trust, "pulled" if self.fail_open else "job-store"
         if trust is None or not trust.keys:
-            raise EntryProblem("this node trusts no signing key. Fix: set JITOPS_REMOTE_TRUSTED_KEYS to the public "
-                               "key(s) of whoever uploads (see `jitops cache keygen`)")
+            raise EntryProblem(
+                "this node trusts no signing key. Fix: set JITOPS_REMOTE_TRUSTED_KEYS to the public "
+                "key(s) of whoever uploads (see `jitops cache keygen`)"
+            )
         address = Address(library, target, key)
         return cache_archive.import_entry(
-            cache, archive, address, verify=lambda raw, _sig: trust.verify(raw, header["signer"], header["signature"]),
-            note=lambda _m, raw, _sig: origin.note(cache, address, kind, self.settings.url, raw))
+            cache,
+            archive,
+            address,
+            verify=lambda raw, _sig: trust.verify(raw, header["signer"], header["signature"]),
+            note=lambda _m, raw, _sig: origin.note(cache, address, kind, self.settings.url, raw),
+        )
 
     def upload(self, plan: Plan, cache: Cache, manifest: Manifest | None = None) -> bool:
         """Sign and upload the plan's local entry. False if there is nothing sound to upload."""
@@ -193,12 +227,20 @@ class Tier:
         staging = cache.new_staging(plan.spec.name, plan.key)
         try:
             path = staging / "entry.tar.gz"
-            exported, skipped = cache_archive.export(cache, path, {plan.spec.name}, keys={plan.key}, with_records=False)
+            exported, skipped = cache_archive.export(
+                cache, path, {plan.spec.name}, keys={plan.key}, with_records=False
+            )
             if not exported:
-                log.warning("not uploading %s: %s", plan.what, skipped[0][1] if skipped else "no local entry")
+                log.warning(
+                    "not uploading %s: %s",
+                    plan.what,
+                    skipped[0][1] if skipped else "no local entry",
+                )
                 return False
             raw = (exported[0].path / MANIFEST).read_bytes()
-            blob = envelope.pack(plan.key, self.signer.fingerprint, self.signer.sign(raw), path.read_bytes())
+            blob = envelope.pack(
+                plan.key, self.signer.fingerprint, self.signer.sign(raw), path.read_bytes()
+            )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         self.store.put_blob(entry_name(plan.spec.name, plan.target.name, plan.key), blob)
@@ -207,7 +249,9 @@ class Tier:
         return True
 
     # ---- one build per key
-    def _lease_or_wait(self, plan: Plan, cache: Cache, limit: float | None) -> tuple[Manifest | None, Lease | None]:
+    def _lease_or_wait(
+        self, plan: Plan, cache: Cache, limit: float | None
+    ) -> tuple[Manifest | None, Lease | None]:
         assert self.store is not None
         store, ttl = self.store, self.settings.lease_seconds
         name = f"leases/{plan.spec.name}/{plan.key}"
@@ -216,13 +260,15 @@ class Tier:
         holder: Holder | None = None
         while True:
             self._raise_recorded_failure(plan)
-            if time.monotonic() >= lease_due:  # a lease changes hands only when it lapses: look now and then
+            # a lease changes hands only when it lapses: look now and then
+            if time.monotonic() >= lease_due:
                 lease_due = time.monotonic() + min(ttl / 3, LEASE_EVERY)
                 if self.writes:
                     me = Holder.me(ttl)
                     holder = self._timed(store.acquire_lease, name, me, ttl)
                     if holder is None:
-                        found = self.fetch(plan, cache)  # uploaded between our first look and the lease?
+                        # uploaded between our first look and the lease?
+                        found = self.fetch(plan, cache)
                         if found is not None:
                             self._timed(store.release_lease, name, me)
                             return found, None
@@ -234,18 +280,29 @@ class Tier:
             assert holder is not None
             now = time.monotonic()
             if limit is None and now - start > WAIT_DEFAULT:
-                log.warning("waited %gs for the build of %s on another node (%s) through %s; building it here. "
-                            "Fix: stop that build if it hangs, or set JITOPS_LOCK_TIMEOUT", WAIT_DEFAULT, plan.what,
-                            holder.describe(), self.settings.url)
+                log.warning(
+                    "waited %gs for the build of %s on another node (%s) through %s; building it here. "
+                    "Fix: stop that build if it hangs, or set JITOPS_LOCK_TIMEOUT",
+                    WAIT_DEFAULT,
+                    plan.what,
+                    holder.describe(),
+                    self.settings.url,
+                )
                 return None, None
             if limit is not None and now - start > limit:
-                raise LockTimeout(f"gave up after {limit:g}s (JITOPS_LOCK_TIMEOUT) waiting for {plan.what} from "
-                                  f"another node ({holder.describe()}) through {self.settings.url}. Fix: wait for "
-                                  "that build, stop it, or raise JITOPS_LOCK_TIMEOUT")
+                raise LockTimeout(
+                    f"gave up after {limit:g}s (JITOPS_LOCK_TIMEOUT) waiting for {plan.what} from "
+                    f"another node ({holder.describe()}) through {self.settings.url}. Fix: wait for "
+                    "that build, stop it, or raise JITOPS_LOCK_TIMEOUT"
+                )
             if last_note is None or now - last_note >= PROGRESS_EVERY:
                 last_note = now
-                log.warning("waiting for the build of %s on another node (%s); lease in %s",
-                            plan.what, holder.describe(), self.settings.url)
+                log.warning(
+                    "waiting for the build of %s on another node (%s); lease in %s",
+                    plan.what,
+                    holder.describe(),
+                    self.settings.url,
+                )
             time.sleep(delay)
             delay = min(delay * 1.5, POLL_MAX)
             found = self.fetch(plan, cache)
@@ -258,7 +315,9 @@ class Tier:
     def _record_failure(self, plan: Plan, e: BuildError) -> None:
         assert self.store is not None
         record = Failure(os.uname().nodename, os.getpid(), time.time(), str(e)[:8000])
-        self.store.put_record(self._failure_name(plan), record.to_bytes(), self.settings.failure_seconds)
+        self.store.put_record(
+            self._failure_name(plan), record.to_bytes(), self.settings.failure_seconds
+        )
 
     def _raise_recorded_failure(self, plan: Plan) -> None:
         assert self.store is not None
@@ -272,7 +331,11 @@ class Tier:
             f"the build of {plan.what} failed on {rec.host} (pid {rec.pid}) {max(age, 0.0):.0f}s ago; its error, "
             f"shared through {self.settings.url}:\n{rec.message}\n(jitops retries the build once this record "
             f"lapses, in {keep - age:.0f}s: JITOPS_REMOTE_FAILURE_SECONDS={keep:g} after the failure.)",
-            op=plan.spec.name, target=plan.target.name, log=rec.message, log_path=None)
+            op=plan.spec.name,
+            target=plan.target.name,
+            log=rec.message,
+            log_path=None,
+        )
 
     def at_exit(self) -> None:
         if self.stats.any() and os.getpid() == self._pid:
@@ -281,5 +344,3 @@ class Tier:
 
             for root in self._caches:
                 add_to_totals(Cache(Path(root)).remote_stats, self.stats)
-
-

@@ -40,10 +40,11 @@ def _is_name(text: str) -> bool:
     """``NAME_PATTERN``, checked without compiling a regex (the warm path checks a name in every process)."""
     return 0 < len(text) <= 64 and text[0] in _NAME_FIRST and _NAME_REST.issuperset(text)
 
+
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inl")
-# In a spec's cflags: its sources are on torch's stable C ABI (build/stable.py); the key then holds their
-# -DTORCH_TARGET_VERSION instead of torch's version.
+# In a spec's cflags: its sources are on torch's stable C ABI (build/stable.py); the key then holds
+# their -DTORCH_TARGET_VERSION instead of torch's version.
 STABLE_ABI_FLAG = "-DJITOPS_STABLE_ABI=1"
 
 
@@ -58,7 +59,9 @@ def version_flag(version: tuple[int, int]) -> str:
     return f"-DTORCH_TARGET_VERSION=0x{(version[0] << 56) | (version[1] << 48):016x}"
 
 
-_TARGET_FLAG = lazy(r"^-DTORCH_TARGET_VERSION=(0x[0-9a-fA-F]{1,16}|\d+)$", needs="-DTORCH_TARGET_VERSION=")
+_TARGET_FLAG = lazy(
+    r"^-DTORCH_TARGET_VERSION=(0x[0-9a-fA-F]{1,16}|\d+)$", needs="-DTORCH_TARGET_VERSION="
+)
 
 
 def flag_version(word: str) -> tuple[int, int] | None:
@@ -132,31 +135,58 @@ class OpSpec:
 
     def __post_init__(self) -> None:
         validate_name(self.name, "library name")
-        if not isinstance(self.root, (str, os.PathLike)) or not isinstance(self.include_dirs, (list, tuple)) \
-                or not all(isinstance(p, (str, os.PathLike)) for p in self.include_dirs):
-            raise ArgumentError(f"OpSpec {self.name!r}: root must be a path and include_dirs a list of paths, got "
-                                f"{self.root!r} and {self.include_dirs!r}"[:300])
-        if not (self.python is None or isinstance(self.python, str)) or not isinstance(self.description, str) \
-                or not isinstance(self.origin, str) or not isinstance(self.editable, bool):
-            raise ArgumentError(f"OpSpec {self.name!r}: python must be a module name or None, description and "
-                                "origin strings, editable a bool")
+        if (
+            not isinstance(self.root, (str, os.PathLike))
+            or not isinstance(self.include_dirs, (list, tuple))
+            or not all(isinstance(p, (str, os.PathLike)) for p in self.include_dirs)
+        ):
+            raise ArgumentError(
+                f"OpSpec {self.name!r}: root must be a path and include_dirs a list of paths, got "
+                f"{self.root!r} and {self.include_dirs!r}"[:300]
+            )
+        if (
+            not (self.python is None or isinstance(self.python, str))
+            or not isinstance(self.description, str)
+            or not isinstance(self.origin, str)
+            or not isinstance(self.editable, bool)
+        ):
+            raise ArgumentError(
+                f"OpSpec {self.name!r}: python must be a module name or None, description and "
+                "origin strings, editable a bool"
+            )
         object.__setattr__(self, "root", Path(self.root))
-        for attr in ("cpu_sources", "cuda_sources", "schemas", "exports", "cflags", "cuda_cflags", "ldflags",
-                     "stable_cpu_sources"):
+        for attr in (
+            "cpu_sources",
+            "cuda_sources",
+            "schemas",
+            "exports",
+            "cflags",
+            "cuda_cflags",
+            "ldflags",
+            "stable_cpu_sources",
+        ):
             value = getattr(self, attr)
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-                raise ArgumentError(f"OpSpec.{attr} must be a list or tuple of strings, got {value!r}"[:300])
+                raise ArgumentError(
+                    f"OpSpec.{attr} must be a list or tuple of strings, got {value!r}"[:300]
+                )
             object.__setattr__(self, attr, tuple(value))
         object.__setattr__(self, "include_dirs", tuple(Path(p) for p in self.include_dirs))
         if not self.exports:
-            names = tuple(dict.fromkeys(_op_name_of(s) for s in self.schemas if not _op_name_of(s).endswith("_backward")))
+            names = tuple(
+                dict.fromkeys(
+                    _op_name_of(s) for s in self.schemas if not _op_name_of(s).endswith("_backward")
+                )
+            )
             object.__setattr__(self, "exports", names)
         for export in self.exports:
             validate_name(export, "op name")
         for rel in self.cpu_sources + self.cuda_sources + self.stable_cpu_sources:
             p = Path(rel)
             if p.is_absolute() or ".." in p.parts:
-                raise InvalidNameError(f"spec {self.name!r}: source {rel!r} must be a relative path inside {self.root}")
+                raise InvalidNameError(
+                    f"spec {self.name!r}: source {rel!r} must be a relative path inside {self.root}"
+                )
 
     def sources_for(self, device: str) -> tuple[str, ...]:
         return self.cpu_sources + (self.cuda_sources if device == "cuda" else ())
@@ -173,8 +203,14 @@ class OpSpec:
         if device != "cpu" or not self.stable_cpu_sources:
             return self
         return dataclasses.replace(
-            self, cpu_sources=self.stable_cpu_sources, cuda_sources=(), schemas=(), exports=self.exports,
-            cflags=(STABLE_ABI_FLAG, version_flag(stable_target(torch_version)), *self.cflags), stable_cpu_sources=())
+            self,
+            cpu_sources=self.stable_cpu_sources,
+            cuda_sources=(),
+            schemas=(),
+            exports=self.exports,
+            cflags=(STABLE_ABI_FLAG, version_flag(stable_target(torch_version)), *self.cflags),
+            stable_cpu_sources=(),
+        )
 
 
 class Registry:
@@ -189,16 +225,22 @@ class Registry:
         if not spec.exports:
             raise InvalidNameError(f"spec {spec.name!r} exports no op: give schemas or exports")
         with self._lock:
-            clashes = [e for e in spec.exports if e in self._index and self._index[e].name != spec.name]
+            clashes = [
+                e for e in spec.exports if e in self._index and self._index[e].name != spec.name
+            ]
             if clashes and not replace:
                 owner = self._index[clashes[0]].name
-                raise InvalidNameError(f"op {clashes[0]!r} is already provided by library {owner!r}. Fix: pick "
-                                       "another op name, or pass replace=True to take it over")
+                raise InvalidNameError(
+                    f"op {clashes[0]!r} is already provided by library {owner!r}. Fix: pick "
+                    "another op name, or pass replace=True to take it over"
+                )
             old = self._specs.get(spec.name)
             if old is not None:
                 if not replace and old != spec:
-                    raise InvalidNameError(f"a different library named {spec.name!r} is already registered. Fix: "
-                                           "pick another library name, or pass replace=True")
+                    raise InvalidNameError(
+                        f"a different library named {spec.name!r} is already registered. Fix: "
+                        "pick another library name, or pass replace=True"
+                    )
                 for e in old.exports:
                     self._index.pop(e, None)
             self._specs[spec.name] = spec
@@ -235,7 +277,11 @@ class Registry:
     def library(self, name: str) -> OpSpec:
         spec = self._specs.get(validate_name(name, "library name"))
         if spec is None:
-            raise UnknownOpError(name, difflib.get_close_matches(name, list(self._specs), n=3), known=len(self._specs))
+            raise UnknownOpError(
+                name,
+                difflib.get_close_matches(name, list(self._specs), n=3),
+                known=len(self._specs),
+            )
         return spec
 
     def names(self) -> list[str]:

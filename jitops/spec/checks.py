@@ -26,12 +26,14 @@ _SHOWN = 80
 
 
 # Characters that make sh run or redirect something. nvcc passes its -D values to sh inside double
-# quotes and -Xcompiler values bare (it re-parses what ninja quoted), so no word nvcc gets may hold one.
+# quotes and -Xcompiler values bare (it re-parses what ninja quoted), so no word nvcc gets may hold
+# one.
 NVCC_UNSAFE = chars("$`;&|<>\n\r")
 LINE_BREAK = chars("\n\r")  # no flag needs one, and ninja cannot express one in a variable
 
 
-# What makes shlex.split differ from str.split: quotes, its escape, and the ASCII whitespace it does not split on.
+# What makes shlex.split differ from str.split: quotes, its escape, and the ASCII whitespace it does
+# not split on.
 _SHELL_SPECIAL = frozenset("'\"\\\x0b\x0c\x1c\x1d\x1e\x1f")
 
 
@@ -93,7 +95,9 @@ def strings(func: str, arg: str, value: object, *, optional: bool = True) -> lis
         items = list(value)
         bad = [v for v in items if not isinstance(v, str)]
         if not bad and any("\0" in v for v in items):  # no compiler, path or shell takes one
-            raise ArgumentError(f"{func}(): `{arg}` holds a NUL byte: {shown(next(v for v in items if chr(0) in v))}")
+            raise ArgumentError(
+                f"{func}(): `{arg}` holds a NUL byte: {shown(next(v for v in items if chr(0) in v))}"
+            )
         if not bad:
             return items
         raise ArgumentError(f"{func}(): `{arg}` must hold only str, but holds {_got(bad[0])}")
@@ -108,15 +112,19 @@ def path(func: str, arg: str, value: object) -> str:
     if not isinstance(value, str):
         raise ArgumentError(f"{func}(): `{arg}` must be a path (str or os.PathLike), {_got(value)}")
     if "\0" in value or not value:
-        raise ArgumentError(f"{func}(): `{arg}` must be a non-empty path without NUL bytes, got {shown(value)}")
+        raise ArgumentError(
+            f"{func}(): `{arg}` must be a non-empty path without NUL bytes, got {shown(value)}"
+        )
     return value
 
 
 def spec(func: str, value: object) -> OpSpec:
     if isinstance(value, OpSpec):
         return value
-    raise ArgumentError(f"{func}() takes a jitops.OpSpec, {_got(value)}. Fix: build one with jitops.OpSpec(name=..., "
-                        "root=..., cpu_sources=[...], schemas=[...])")
+    raise ArgumentError(
+        f"{func}() takes a jitops.OpSpec, {_got(value)}. Fix: build one with jitops.OpSpec(name=..., "
+        "root=..., cpu_sources=[...], schemas=[...])"
+    )
 
 
 def get_args(name: object, device_: object, fallback: object) -> None:

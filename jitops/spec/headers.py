@@ -11,9 +11,14 @@ from __future__ import annotations
 import re
 from ..base.patterns import lazy
 
-EXTENSION_H = lazy(r"^\s*#\s*include\s*[<\"]torch/extension\.h[>\"]", re.MULTILINE, needs="torch/extension.h")
-# Python's or pybind11's API: such a file needs the real header (the drop-in's generated bindings are not the user's).
-PYTHON_API = lazy(r"\b(PYBIND11_\w+|pybind11|py::|Py_\w+|Py[A-Z][A-Za-z]*_\w+|PyObject|PyMODINIT_FUNC|THP\w+)")
+EXTENSION_H = lazy(
+    r"^\s*#\s*include\s*[<\"]torch/extension\.h[>\"]", re.MULTILINE, needs="torch/extension.h"
+)
+# Python's or pybind11's API: such a file needs the real header (the drop-in's generated bindings
+# are not the user's).
+PYTHON_API = lazy(
+    r"\b(PYBIND11_\w+|pybind11|py::|Py_\w+|Py[A-Z][A-Za-z]*_\w+|PyObject|PyMODINIT_FUNC|THP\w+)"
+)
 
 
 _COMMENT = lazy(r"//[^\n]*|/\*.*?\*/", re.DOTALL)

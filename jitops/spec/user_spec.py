@@ -59,16 +59,33 @@ class BuildOptions:
     schemas: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, *, extra_cflags: StrOrSeq | None = None, extra_cuda_cflags: StrOrSeq | None = None,
-           extra_ldflags: StrOrSeq | None = None, extra_include_paths: StrOrSeq | None = None,
-           schemas: StrOrSeq | None = None) -> BuildOptions:
-        flags = {arg: tuple(_as_list(value, arg)) for arg, value in (
-            ("extra_cflags", extra_cflags), ("extra_cuda_cflags", extra_cuda_cflags), ("extra_ldflags", extra_ldflags))}
+    def of(
+        cls,
+        *,
+        extra_cflags: StrOrSeq | None = None,
+        extra_cuda_cflags: StrOrSeq | None = None,
+        extra_ldflags: StrOrSeq | None = None,
+        extra_include_paths: StrOrSeq | None = None,
+        schemas: StrOrSeq | None = None,
+    ) -> BuildOptions:
+        flags = {
+            arg: tuple(_as_list(value, arg))
+            for arg, value in (
+                ("extra_cflags", extra_cflags),
+                ("extra_cuda_cflags", extra_cuda_cflags),
+                ("extra_ldflags", extra_ldflags),
+            )
+        }
         for arg, items in flags.items():
             for item in items:
                 _check_flag(arg, item)
-        return cls(flags["extra_cflags"], flags["extra_cuda_cflags"], flags["extra_ldflags"],
-                   tuple(_as_list(extra_include_paths, "extra_include_paths")), tuple(_as_list(schemas, "schemas")))
+        return cls(
+            flags["extra_cflags"],
+            flags["extra_cuda_cflags"],
+            flags["extra_ldflags"],
+            tuple(_as_list(extra_include_paths, "extra_include_paths")),
+            tuple(_as_list(schemas, "schemas")),
+        )
 
 
 def _check_flag(arg: str, item: str) -> None:
@@ -84,26 +101,38 @@ def _check_flag(arg: str, item: str) -> None:
         ) from None
     for w in words:
         if LINE_BREAK.search(w):
-            raise ArgumentError(f"{arg} item {item[:200]!r} holds a line break inside quotes, which no compiler flag "
-                                "needs and a build file cannot carry. Fix: remove it")
+            raise ArgumentError(
+                f"{arg} item {item[:200]!r} holds a line break inside quotes, which no compiler flag "
+                "needs and a build file cannot carry. Fix: remove it"
+            )
         if arg == "extra_cuda_cflags" and NVCC_UNSAFE.search(w):
             raise ArgumentError(
                 f"extra_cuda_cflags holds the flag {w[:200]!r}: nvcc passes its flags on to a shell (-D values in "
                 "double quotes, -Xcompiler values bare), where $, `, ;, &, |, <, > or a line break would act. "
-                "Fix: leave those characters out of CUDA flags (define such values in a header instead)")
+                "Fix: leave those characters out of CUDA flags (define such values in a header instead)"
+            )
 
 
-def _spec(name: str, root: Path, sources: Sequence[str], options: BuildOptions, *, exports: Sequence[str] = (),
-          origin: str) -> OpSpec:
-    # As torch: a path that is not a folder is passed on (the compiler ignores it) and holds nothing the key
-    # needs; one created later changes the key through the headers it then holds (key.source_files).
+def _spec(
+    name: str,
+    root: Path,
+    sources: Sequence[str],
+    options: BuildOptions,
+    *,
+    exports: Sequence[str] = (),
+    origin: str,
+) -> OpSpec:
+    # As torch: a path that is not a folder is passed on (the compiler ignores it) and holds nothing
+    # the key needs; one created later changes the key through the headers it then holds
+    # (key.source_files).
     includes = [Path(os.path.abspath(p)) for p in options.include_paths]
     for path in (*(root / s for s in sources), *includes):
         if _NINJA_UNSAFE.search(str(path)):
             raise KernelSourceError(
                 f"library {name!r}: the path {str(path)!r} holds {'|' if '|' in str(path) else 'a line break'}, "
                 "which a ninja build file cannot express, so jitops cannot build from it. "
-                "Fix: rename that file or folder (or copy the sources to a folder whose path has neither)")
+                "Fix: rename that file or folder (or copy the sources to a folder whose path has neither)"
+            )
     for inc in includes:
         if inc.is_dir():
             _check_tree_size(inc, name)

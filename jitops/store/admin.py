@@ -35,6 +35,7 @@ from .parts import Part
 from ..key import KEY_CHARS
 from .manifest import MANIFEST, EntryProblem, Manifest
 
+
 @dataclass(frozen=True)
 class EntryInfo:
     path: Path
@@ -59,8 +60,17 @@ def entries(cache: Cache) -> list[EntryInfo]:
     out = []
     for path in cache.iter_entries():
         m = cache.read_manifest(path)
-        out.append(EntryInfo(path, path.parent.parent.name, path.parent.name, m.key if m else path.name,
-                             entry_size(path), cache.last_use(path), m))
+        out.append(
+            EntryInfo(
+                path,
+                path.parent.parent.name,
+                path.parent.name,
+                m.key if m else path.name,
+                entry_size(path),
+                cache.last_use(path),
+                m,
+            )
+        )
     return sorted(out, key=lambda e: (e.last_use, str(e.path)))
 
 
@@ -86,7 +96,8 @@ def unless_building(cache: Cache, library: str, key: str) -> Iterator[bool]:
     import filelock
 
     path = cache.lock_path(library, key)
-    obstruct.heal(path.parent, want_dir=True, what="the locks folder")  # a link there: unlinked, never written through
+    # a link there: unlinked, never written through
+    obstruct.heal(path.parent, want_dir=True, what="the locks folder")
     if not cache.walkable(path.parent):
         yield True  # no lock was ever taken here
         return
@@ -133,7 +144,8 @@ def _try_remove(cache: Cache, info: EntryInfo, result: Removal) -> bool:
 
 def _try_remove_part(cache: Cache, part: Part, now: float, result: Removal) -> bool:
     if part.kind == "pch":
-        if now - part.last_use < cache_parts.GRACE:  # a build that found it may not have opened it yet
+        # a build that found it may not have opened it yet
+        if now - part.last_use < cache_parts.GRACE:
             result.parts_busy.append(part)
             return False
         with unless_building(cache, "pch", part.name) as free:  # pch.start holds it while building
@@ -147,8 +159,14 @@ def _try_remove_part(cache: Cache, part: Part, now: float, result: Removal) -> b
     return True
 
 
-def prune(cache: Cache, *, max_size: int | None = None, older_than: float | None = None,
-          now: float | None = None, parts_only: bool = False) -> Removal:
+def prune(
+    cache: Cache,
+    *,
+    max_size: int | None = None,
+    older_than: float | None = None,
+    now: float | None = None,
+    parts_only: bool = False,
+) -> Removal:
     """Evict least-recently-used entries, objects and PCHs first until all fit ``max_size`` bytes.
 
     ``older_than`` (seconds) also evicts everything unused for that long.
@@ -157,7 +175,10 @@ def prune(cache: Cache, *, max_size: int | None = None, older_than: float | None
     (``parts_only``, the automatic cap: objects too, so a build never evicts what it just stored).
     """
     now = time.time() if now is None else now
-    items: list[EntryInfo | Part] = [*([] if parts_only else entries(cache)), *cache_parts.all_parts(cache, now)]
+    items: list[EntryInfo | Part] = [
+        *([] if parts_only else entries(cache)),
+        *cache_parts.all_parts(cache, now),
+    ]
     items.sort(key=lambda x: (not _unusable(x), x.last_use))
     total = sum(x.size for x in items)
     result = Removal()
@@ -167,8 +188,14 @@ def prune(cache: Cache, *, max_size: int | None = None, older_than: float | None
         if not (stale or too_big):
             continue
         if parts_only and not _unusable(x) and now - x.last_use < cache_parts.GRACE:
-            continue  # the automatic cap (after a build) keeps what was just built or used: never this edit's objects
-        gone = _try_remove(cache, x, result) if isinstance(x, EntryInfo) else _try_remove_part(cache, x, now, result)
+            # the automatic cap (after a build) keeps what was just built or used: never this edit's
+            # objects
+            continue
+        gone = (
+            _try_remove(cache, x, result)
+            if isinstance(x, EntryInfo)
+            else _try_remove_part(cache, x, now, result)
+        )
         total -= x.size if gone else 0
     if not parts_only:
         cache.sweep_staging()
@@ -190,18 +217,30 @@ def parts_size(cache: Cache) -> int:
     return total
 
 
-def kind_sizes(cache: Cache, infos: list[EntryInfo], parts: list[Part]) -> list[tuple[str, int, int]]:
+def kind_sizes(
+    cache: Cache, infos: list[EntryInfo], parts: list[Part]
+) -> list[tuple[str, int, int]]:
     """(kind, items, bytes) of each folder the cache keeps, for ``jitops cache ls``: entries, objects, PCHs
     (with their ``.seen``/``.failed``/``.h`` marks), then staging, logs, trash, inline sources, toolchain records, locks."""
     use = cache_parts.usage(parts)
     pch_bytes = sum(p.size for p in parts if p.kind == "pch")
-    out = [("entries", len(infos), sum(e.size for e in infos)), ("objects", *use["object"]),
-           ("pch", use["pch"][0], pch_bytes)]
+    out = [
+        ("entries", len(infos), sum(e.size for e in infos)),
+        ("objects", *use["object"]),
+        ("pch", use["pch"][0], pch_bytes),
+    ]
     for name in ("staging", "logs", "trash", "inline", "toolchains", "locks"):
         folder = cache.folders[name]
         items = fsutil.children(folder) if cache.walkable(folder) else []
-        out.append((name, len(items), sum(cache_parts.tree_size(p) if fsutil.is_real_dir(p) else _lsize(p)
-                                           for p in items)))
+        out.append(
+            (
+                name,
+                len(items),
+                sum(
+                    cache_parts.tree_size(p) if fsutil.is_real_dir(p) else _lsize(p) for p in items
+                ),
+            )
+        )
     return out
 
 
@@ -230,7 +269,8 @@ def clear(cache: Cache) -> Removal:
     result = Removal()
     for info in entries(cache):
         _try_remove(cache, info, result)
-    if cache.walkable(cache.base):  # v1 itself a link: nothing through it (`jitops cache repair` unlinks it)
+    # v1 itself a link: nothing through it (`jitops cache repair` unlinks it)
+    if cache.walkable(cache.base):
         for p in (*cache.owned_dirs, *cache.owned_files):
             fsutil.remove_path(p)  # a link is unlinked as itself
     cache.sweep_staging()

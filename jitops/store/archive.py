@@ -35,17 +35,25 @@ from ..errors import CacheError
 from ..key import KEY_CHARS, compute_key
 from .manifest import MANIFEST, Address, EntryProblem, Manifest
 
-# An entry's signature for an archive: (signer, signature) over its manifest bytes, or None to leave it unsigned.
+# An entry's signature for an archive: (signer, signature) over its manifest bytes, or None to leave
+# it unsigned.
 Sign = Callable[[EntryInfo, bytes], "reader.Signature | None"]
-# Called with each entry about to be published (its manifest and raw manifest bytes, its signature if any).
+# Called with each entry about to be published (its manifest and raw manifest bytes, its signature
+# if any).
 Note = Callable[[Manifest, bytes, "reader.Signature | None"], None]
 
 
 # ------------------------------------------------------------------ export / import
 
 
-def _add_file(tar: tarfile.TarFile, path: Path, arcname: str, mode: int, mtime: float,
-              pax: dict[str, str] | None = None) -> None:
+def _add_file(
+    tar: tarfile.TarFile,
+    path: Path,
+    arcname: str,
+    mode: int,
+    mtime: float,
+    pax: dict[str, str] | None = None,
+) -> None:
     info = tarfile.TarInfo(arcname)
     info.pax_headers = pax or {}
     info.size = os.lstat(path).st_size
@@ -55,8 +63,15 @@ def _add_file(tar: tarfile.TarFile, path: Path, arcname: str, mode: int, mtime: 
         tar.addfile(info, f)
 
 
-def export(cache: Cache, dest: Path, libraries: set[str] | None = None, *, keys: set[str] | None = None,
-           with_records: bool = True, sign: Sign | None = None) -> tuple[list[EntryInfo], list[tuple[EntryInfo, str]]]:
+def export(
+    cache: Cache,
+    dest: Path,
+    libraries: set[str] | None = None,
+    *,
+    keys: set[str] | None = None,
+    with_records: bool = True,
+    sign: Sign | None = None,
+) -> tuple[list[EntryInfo], list[tuple[EntryInfo, str]]]:
     """Write a portable archive (tar.gz) of every sound entry and the toolchain records.
 
     ``keys`` limits it to those entries, ``with_records=False`` leaves the toolchain
@@ -70,7 +85,9 @@ def export(cache: Cache, dest: Path, libraries: set[str] | None = None, *, keys:
     try:
         with tarfile.open(tmp, "w:gz", format=tarfile.PAX_FORMAT) as tar:
             for info in entries(cache):
-                if (libraries is not None and info.library not in libraries) or (keys is not None and info.key not in keys):
+                if (libraries is not None and info.library not in libraries) or (
+                    keys is not None and info.key not in keys
+                ):
                     continue
                 problem = check(cache, info)
                 if problem is not None:
@@ -78,23 +95,40 @@ def export(cache: Cache, dest: Path, libraries: set[str] | None = None, *, keys:
                     continue
                 assert info.manifest is not None
                 rel = cache.archive_name(info.path)
-                signed = sign(info, (info.path / MANIFEST).read_bytes()) if sign is not None else None
+                signed = (
+                    sign(info, (info.path / MANIFEST).read_bytes()) if sign is not None else None
+                )
                 pax = {reader.SIGNER: signed[0], reader.SIGNATURE: signed[1]} if signed else None
-                _add_file(tar, info.path / MANIFEST, f"{rel}/{MANIFEST}", fsutil.FILE_MODE, info.manifest.built_at, pax)
+                _add_file(
+                    tar,
+                    info.path / MANIFEST,
+                    f"{rel}/{MANIFEST}",
+                    fsutil.FILE_MODE,
+                    info.manifest.built_at,
+                    pax,
+                )
                 lib = info.manifest.library_file
-                _add_file(tar, info.path / lib, f"{rel}/{lib}", fsutil.LIB_MODE, info.manifest.built_at)
+                _add_file(
+                    tar, info.path / lib, f"{rel}/{lib}", fsutil.LIB_MODE, info.manifest.built_at
+                )
                 exported.append(info)
             if with_records and cache.toolchains.is_dir():
                 for rec in sorted(cache.toolchains.glob("*.json")):
                     name = cache.archive_name(rec)
-                    if reader.TOOL_MEMBER.fullmatch(name) and rec.is_file() and not rec.is_symlink():
+                    if (
+                        reader.TOOL_MEMBER.fullmatch(name)
+                        and rec.is_file()
+                        and not rec.is_symlink()
+                    ):
                         _add_file(tar, rec, name, fsutil.FILE_MODE, time.time())
         os.replace(tmp, dest)
     except OSError as e:  # the archive's folder, not its private temporary name (issue 20)
         if isinstance(e, CacheError):
             raise
-        raise CacheError(f"cannot write the archive {dest}: {e.strerror or e}. Fix: name a file in an existing, "
-                         "writable folder") from e
+        raise CacheError(
+            f"cannot write the archive {dest}: {e.strerror or e}. Fix: name a file in an existing, "
+            "writable folder"
+        ) from e
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -106,8 +140,10 @@ class ImportResult:
     imported: list[Manifest] = field(default_factory=list)
     present: list[Manifest] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)  # (entry, why)
-    foreign: list[tuple[Manifest, str]] = field(default_factory=list)  # imported, but not for this machine
-    unsigned: list[Manifest] = field(default_factory=list)  # imported without a signature: trusted by the user alone
+    # imported, but not for this machine
+    foreign: list[tuple[Manifest, str]] = field(default_factory=list)
+    # imported without a signature: trusted by the user alone
+    unsigned: list[Manifest] = field(default_factory=list)
     records: int = 0
 
 
@@ -124,7 +160,11 @@ def foreign_reason(ingredients: dict[str, object]) -> str | None:
     }
     with contextlib.suppress(importlib.metadata.PackageNotFoundError):
         here["torch_version"] = importlib.metadata.version("torch")
-    diffs = [f"{k} {ingredients.get(k)!r} (here {v!r})" for k, v in here.items() if ingredients.get(k) != v]
+    diffs = [
+        f"{k} {ingredients.get(k)!r} (here {v!r})"
+        for k, v in here.items()
+        if ingredients.get(k) != v
+    ]
     return "built for " + ", ".join(diffs) if diffs else None
 
 
@@ -136,7 +176,9 @@ def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifes
     except (ValueError, TypeError, UnicodeDecodeError) as e:
         raise EntryProblem(f"no valid manifest ({e})") from e
     if (m.library, m.target, m.key[:KEY_CHARS]) != (lib, target, keydir):
-        raise EntryProblem(f"its manifest describes {m.library}/{m.target}/{m.key[:12]}, not its path")
+        raise EntryProblem(
+            f"its manifest describes {m.library}/{m.target}/{m.key[:12]}, not its path"
+        )
     if compute_key(m.ingredients) != m.key:
         raise EntryProblem("its manifest's ingredients do not hash to its key")
     names = sorted(p.name for p in entry.iterdir())
@@ -148,9 +190,16 @@ def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifes
     return m
 
 
-def import_archive(cache: Cache, src: Path, check: Callable[[Path, Manifest], None] | None = None, *,
-                   with_records: bool = True, want: reader.Ident | None = None, verify: reader.Verify | None = None,
-                   note: Note | None = None) -> ImportResult:
+def import_archive(
+    cache: Cache,
+    src: Path,
+    check: Callable[[Path, Manifest], None] | None = None,
+    *,
+    with_records: bool = True,
+    want: reader.Ident | None = None,
+    verify: reader.Verify | None = None,
+    note: Note | None = None,
+) -> ImportResult:
     """Add the entries of an archive written by :func:`export`, each checked like a build.
 
     Members are taken by ``archive_reader.read`` (``want``: that entry only; ``verify(manifest bytes,
@@ -163,7 +212,9 @@ def import_archive(cache: Cache, src: Path, check: Callable[[Path, Manifest], No
     staging: Path | None = None
     try:
         staging = cache.new_staging("import", secrets.token_hex(16))
-        staged, records = reader.read(src, staging, want=want, with_records=with_records and want is None, verify=verify)
+        staged, records = reader.read(
+            src, staging, want=want, with_records=with_records and want is None, verify=verify
+        )
         result = ImportResult()
         _publish_staged(cache, staged, result, check, verify, note)
         for name, path in records:
@@ -172,14 +223,18 @@ def import_archive(cache: Cache, src: Path, check: Callable[[Path, Manifest], No
     except OSError as e:  # publishing: the cache, not the archive (CacheError is one too)
         if isinstance(e, CacheError):
             raise
-        raise CacheError(f"cannot import the archive {src} into {cache.root}: {e.strerror or e}; nothing more was "
-                         "imported. Fix: check that the cache is writable (`jitops doctor`)") from e
+        raise CacheError(
+            f"cannot import the archive {src} into {cache.root}: {e.strerror or e}; nothing more was "
+            "imported. Fix: check that the cache is writable (`jitops doctor`)"
+        ) from e
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def import_entry(cache: Cache, archive: bytes, address: Address, verify: reader.Verify, note: Note | None) -> Manifest:
+def import_entry(
+    cache: Cache, archive: bytes, address: Address, verify: reader.Verify, note: Note | None
+) -> Manifest:
     """Publish the entry at ``address`` from a one-entry ``archive`` (the remote tier's); EntryProblem if refused.
 
     Only that entry's members are read out, its library only after ``verify`` accepts its manifest.
@@ -188,35 +243,53 @@ def import_entry(cache: Cache, archive: bytes, address: Address, verify: reader.
 
     def check(entry: Path, m: Manifest) -> None:
         if (m.key, m.library, m.target) != (key, lib, target):
-            raise EntryProblem(f"it holds the entry of {m.library}/{m.target} key {m.key[:12]}, "
-                               f"not {lib}/{target} key {key[:12]} (stored under another key)")
+            raise EntryProblem(
+                f"it holds the entry of {m.library}/{m.target} key {m.key[:12]}, "
+                f"not {lib}/{target} key {key[:12]} (stored under another key)"
+            )
 
     staging = cache.new_staging(lib, key)
     try:
         path = staging / "entry.tar.gz"
         path.write_bytes(archive)
         try:
-            result = import_archive(cache, path, check, with_records=False, want=(lib, target, key[:KEY_CHARS]),
-                                    verify=verify, note=note)
+            result = import_archive(
+                cache,
+                path,
+                check,
+                with_records=False,
+                want=(lib, target, key[:KEY_CHARS]),
+                verify=verify,
+                note=note,
+            )
         except CacheError as e:
             raise EntryProblem(str(e)) from e
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if result.rejected or not (result.imported or result.present):
-        raise EntryProblem("; ".join(why for _, why in result.rejected) or
-                           f"its archive holds nothing of {lib}/{target} key {key[:12]} (stored under another key)")
+        raise EntryProblem(
+            "; ".join(why for _, why in result.rejected)
+            or f"its archive holds nothing of {lib}/{target} key {key[:12]} (stored under another key)"
+        )
     return cache.verify(cache.path_of(address), key, lib, target)
 
 
-def _publish_staged(cache: Cache, staged: dict[reader.Ident, reader.Staged], result: ImportResult,
-                    check: Callable[[Path, Manifest], None] | None, verify: reader.Verify | None, note: Note | None) -> None:
+def _publish_staged(
+    cache: Cache,
+    staged: dict[reader.Ident, reader.Staged],
+    result: ImportResult,
+    check: Callable[[Path, Manifest], None] | None,
+    verify: reader.Verify | None,
+    note: Note | None,
+) -> None:
     for (lib, target, keydir), st in sorted(staged.items()):
         where, entry = f"{lib}/{target}/{keydir[:12]}", st.dir
         try:
             if st.problem is not None:
                 raise EntryProblem(st.problem)
             manifest = _validate_staged(entry, lib, target, keydir)
-            if verify is not None:  # again on the manifest that stays (a later duplicate may have replaced one)
+            # again on the manifest that stays (a later duplicate may have replaced one)
+            if verify is not None:
                 verify((entry / MANIFEST).read_bytes(), st.signature)
             if check is not None:
                 check(entry, manifest)
@@ -249,8 +322,11 @@ def _import_record(cache: Cache, name: str, path: Path) -> int:
         data = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return 0
-    if not (isinstance(data, dict) and set(data) == {"path", "version"}
-            and all(isinstance(v, str) for v in data.values())):
+    if not (
+        isinstance(data, dict)
+        and set(data) == {"path", "version"}
+        and all(isinstance(v, str) for v in data.values())
+    ):
         return 0
     dest = cache.toolchains / name
     if dest.exists():

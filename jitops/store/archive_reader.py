@@ -52,9 +52,11 @@ _DIR_MEMBER = re.compile(rf"{LAYOUT}(/toolchains|/entries(/{_LIB}(/{_TARGET}(/{_
 MAX_MEMBER_BYTES = 4 << 30  # one shared library
 MAX_RECORD_BYTES = 64 << 10  # one toolchain record
 MAX_MEMBERS = 1 << 16
-EXPANSION = 64  # members may hold this many bytes per byte of the archive (gzip packs a library ~3x)
+# members may hold this many bytes per byte of the archive (gzip packs a library ~3x)
+EXPANSION = 64
 SIGNER, SIGNATURE = "JITOPS.signer", "JITOPS.signature"  # pax keys on a signed manifest member
-# Whatever reading a damaged archive raises: tarfile, gzip (OSError), zlib, and lzma/bz2 should one slip through.
+# Whatever reading a damaged archive raises: tarfile, gzip (OSError), zlib, and lzma/bz2 should one
+# slip through.
 DAMAGE = (OSError, EOFError, tarfile.TarError, zlib.error, lzma.LZMAError)
 
 Ident = tuple[str, str, str]  # (library, target, key folder)
@@ -78,8 +80,10 @@ class Staged:
 
 
 def _refuse(src: Path, why: str) -> CacheError:
-    return CacheError(f"refusing the archive {src}: {why}; nothing was imported. "
-                      "Fix: use an archive written by `jitops cache export` (a .tar.gz)")
+    return CacheError(
+        f"refusing the archive {src}: {why}; nothing was imported. "
+        "Fix: use an archive written by `jitops cache export` (a .tar.gz)"
+    )
 
 
 def _mode(src: Path) -> Literal["r:gz", "r:"]:
@@ -104,8 +108,13 @@ def check_member(src: Path, member: tarfile.TarInfo) -> re.Match[str] | None:
         why = "is not part of a jitops cache"
     elif member.isfile() and m is None and not TOOL_MEMBER.fullmatch(name):
         why = "is not part of a jitops cache"
-    elif member.size > (MAX_RECORD_BYTES if m is None else MAX_MANIFEST_BYTES if m.group("file") == MANIFEST
-                        else MAX_MEMBER_BYTES):
+    elif member.size > (
+        MAX_RECORD_BYTES
+        if m is None
+        else MAX_MANIFEST_BYTES
+        if m.group("file") == MANIFEST
+        else MAX_MEMBER_BYTES
+    ):
         why = f"is implausibly large ({member.size} bytes)"
     else:
         return m
@@ -125,10 +134,13 @@ def _copy_out(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, mode: i
     os.chmod(dest, mode)
 
 
-def _take_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo, entry: Staged, verify: Verify | None) -> None:
+def _take_manifest(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, entry: Staged, verify: Verify | None
+) -> None:
     src = tar.extractfile(member)
     assert src is not None
-    if entry.manifest is not None:  # a later manifest replaces the earlier one, and so does its verdict:
+    # a later manifest replaces the earlier one, and so does its verdict:
+    if entry.manifest is not None:
         for stale in entry.dir.iterdir():  # a library taken against the earlier one is not kept
             stale.unlink()
     entry.manifest = src.read(MAX_MANIFEST_BYTES + 1)
@@ -146,20 +158,33 @@ def _take_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo, entry: Staged,
 def _library_problem(member: tarfile.TarInfo, entry: Staged, strict: bool) -> str | None:
     if entry.problem is not None:
         return entry.problem
-    if entry.manifest is None:  # a hand-made tar (``tar czf``): taken within the budget, judged once complete
-        return "its library comes before its manifest (not as `jitops cache export` writes it)" if strict else None
+    # a hand-made tar (``tar czf``): taken within the budget, judged once complete
+    if entry.manifest is None:
+        return (
+            "its library comes before its manifest (not as `jitops cache export` writes it)"
+            if strict
+            else None
+        )
     try:
         m = Manifest.parse(entry.manifest)
     except (ValueError, TypeError, UnicodeDecodeError) as e:
         return f"no valid manifest ({e})"
     if member.name.rsplit("/", 1)[1] != m.library_file or member.size != m.size:
-        return (f"{member.name.rsplit('/', 1)[1]} does not match its manifest's size and sha256 ({member.size} bytes, "
-                f"its manifest names {m.library_file} of {m.size}); it was not extracted")
+        return (
+            f"{member.name.rsplit('/', 1)[1]} does not match its manifest's size and sha256 ({member.size} bytes, "
+            f"its manifest names {m.library_file} of {m.size}); it was not extracted"
+        )
     return None
 
 
-def read(src: Path, staging: Path, *, want: Ident | None = None, with_records: bool = True,
-         verify: Verify | None = None) -> tuple[dict[Ident, Staged], list[tuple[str, Path]]]:
+def read(
+    src: Path,
+    staging: Path,
+    *,
+    want: Ident | None = None,
+    with_records: bool = True,
+    verify: Verify | None = None,
+) -> tuple[dict[Ident, Staged], list[tuple[str, Path]]]:
     """Take the archive's entries (``want``: that one only) and toolchain records into ``staging``.
 
     Returns the staged entries and (record name, staged path). Raises CacheError for an archive that is
@@ -171,18 +196,26 @@ def read(src: Path, staging: Path, *, want: Ident | None = None, with_records: b
         staged: dict[Ident, Staged] = {}
         records: list[tuple[str, Path]] = []
         with tarfile.open(src, _mode(src)) as tar:
-            for count, member in enumerate(iter(tar.next, None)):  # each header is judged before its data is read
+            # each header is judged before its data is read
+            for count, member in enumerate(iter(tar.next, None)):
                 m = check_member(src, member)
                 total += member.size
                 if count >= MAX_MEMBERS or total > limit:
-                    why = f"more than {MAX_MEMBERS} members" if count >= MAX_MEMBERS else (
-                        f"members of more than {limit} bytes in all ({EXPANSION}x its size): a decompression bomb")
+                    why = (
+                        f"more than {MAX_MEMBERS} members"
+                        if count >= MAX_MEMBERS
+                        else (
+                            f"members of more than {limit} bytes in all ({EXPANSION}x its size): a decompression bomb"
+                        )
+                    )
                     raise _refuse(src, f"it holds {why}")
                 if not member.isfile():
                     continue
                 if m is None:
                     if with_records and want is None:
-                        records.append((member.name.rsplit("/", 1)[1], staging / f"record-{len(records)}.json"))
+                        records.append(
+                            (member.name.rsplit("/", 1)[1], staging / f"record-{len(records)}.json")
+                        )
                         _copy_out(tar, member, records[-1][1], fsutil.FILE_MODE)
                     continue
                 ident = (m.group("lib"), m.group("target"), m.group("key"))
@@ -203,6 +236,8 @@ def read(src: Path, staging: Path, *, want: Ident | None = None, with_records: b
         raise
     except DAMAGE as e:
         why = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__
-        raise CacheError(f"cannot import the archive {src}: {why} ({type(e).__name__}); nothing was imported. "
-                         "Fix: check that the archive is complete (written by `jitops cache export`) and that the "
-                         "cache is writable (`jitops doctor`)") from e
+        raise CacheError(
+            f"cannot import the archive {src}: {why} ({type(e).__name__}); nothing was imported. "
+            "Fix: check that the archive is complete (written by `jitops cache export`) and that the "
+            "cache is writable (`jitops doctor`)"
+        ) from e

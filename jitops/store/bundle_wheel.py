@@ -56,14 +56,17 @@ class Written:
     version: str
     size: int  # bytes of the wheel file
     per_library: dict[str, int]  # bytes of each library's entries, uncompressed
-    signers: dict[str, str | None]  # each entry folder (under the package) -> its signer's fingerprint, None: unsigned
+    # each entry folder (under the package) -> its signer's fingerprint, None: unsigned
+    signers: dict[str, str | None]
     requires: str  # the METADATA's torch requirement (torch_requirement)
 
 
 def package_name(name: str) -> str:
     if not NAME.match(name):
-        raise ArgumentError(f"bundle name {name!r}: use lower-case letters, digits and '_' (a letter first). "
-                            "Fix: e.g. --name myservice")
+        raise ArgumentError(
+            f"bundle name {name!r}: use lower-case letters, digits and '_' (a letter first). "
+            "Fix: e.g. --name myservice"
+        )
     return f"jitops_bundle_{name}"
 
 
@@ -97,7 +100,9 @@ def torch_requirement(packed: list[Packed], torch_version: str) -> str:
     return f"torch>={major}.{minor}"
 
 
-def _same_manifest(data: bytes, verified: Manifest) -> bool:  # the bytes packed (and signed) are the ones verified
+def _same_manifest(
+    data: bytes, verified: Manifest
+) -> bool:  # the bytes packed (and signed) are the ones verified
     try:
         return Manifest.parse(data) == verified
     except (ValueError, TypeError, UnicodeDecodeError):
@@ -109,11 +114,18 @@ def _record_line(arc: str, data: bytes) -> str:
     return f"{arc},sha256={digest},{len(data)}"
 
 
-Sign = Callable[[Packed, bytes], Signature | None]  # an entry, its manifest's bytes -> its signature, or None
+# an entry, its manifest's bytes -> its signature, or None
+Sign = Callable[[Packed, bytes], Signature | None]
 
 
-def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, torch_version: str,
-                sign: Sign | None = None) -> Written:
+def write_wheel(
+    packed: list[Packed],
+    out_dir: Path,
+    name: str,
+    version: str,
+    torch_version: str,
+    sign: Sign | None = None,
+) -> Written:
     """Write the wheel into ``out_dir``; what was written. Each entry is re-read exactly as verified (a library
     whose size or sha256 differs from its manifest by now is refused); ``sign`` signs the manifest bytes packed
     (it may raise: nothing is written then)."""
@@ -121,18 +133,28 @@ def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, to
     if not packed:
         raise ArgumentError("a bundle needs at least one entry. Fix: name the ops with --ops")
     dist = f"{pkg}-{version}"
-    files: dict[str, tuple[bytes, int]] = {f"{pkg}/__init__.py": (
-        b'"""A jitops bundle: verified op libraries (jitops bundle build)."""\n'
-        b"from pathlib import Path\n\nROOT = str(Path(__file__).resolve().parent)\n", 0o644)}
+    files: dict[str, tuple[bytes, int]] = {
+        f"{pkg}/__init__.py": (
+            b'"""A jitops bundle: verified op libraries (jitops bundle build)."""\n'
+            b"from pathlib import Path\n\nROOT = str(Path(__file__).resolve().parent)\n",
+            0o644,
+        )
+    }
     per_library: dict[str, int] = {}
     signers: dict[str, str | None] = {}
     for p in packed:
         rel = p.entry.relative_to(p.cache.root).as_posix()
         for member in (MANIFEST, p.manifest.library_file):
             data = (p.entry / member).read_bytes()
-            if (not _same_manifest(data, p.manifest) if member == MANIFEST
-                    else len(data) != p.manifest.size or hashlib.sha256(data).hexdigest() != p.manifest.sha256):
-                raise ArgumentError(f"{p.entry / member} changed since it was verified. Fix: run the command again")
+            if (
+                not _same_manifest(data, p.manifest)
+                if member == MANIFEST
+                else len(data) != p.manifest.size
+                or hashlib.sha256(data).hexdigest() != p.manifest.sha256
+            ):
+                raise ArgumentError(
+                    f"{p.entry / member} changed since it was verified. Fix: run the command again"
+                )
             files[f"{pkg}/{rel}/{member}"] = (data, 0o644)
             per_library[p.manifest.library] = per_library.get(p.manifest.library, 0) + len(data)
         signature = sign(p, files[f"{pkg}/{rel}/{MANIFEST}"][0]) if sign is not None else None
@@ -140,12 +162,20 @@ def write_wheel(packed: list[Packed], out_dir: Path, name: str, version: str, to
         if signature is not None:
             files[f"{pkg}/{rel}/{SIGNATURE}"] = (signature_text(signature), 0o644)
     meta, requires = f"{dist}.dist-info", torch_requirement(packed, torch_version)
-    files[f"{meta}/METADATA"] = ((f"Metadata-Version: 2.1\nName: {pkg}\nVersion: {version}\n"
-                                  f"Summary: jitops bundle {name}: prebuilt, verified op libraries\n"
-                                  f"Requires-Dist: {requires}\n").encode(), 0o644)
+    files[f"{meta}/METADATA"] = (
+        (
+            f"Metadata-Version: 2.1\nName: {pkg}\nVersion: {version}\n"
+            f"Summary: jitops bundle {name}: prebuilt, verified op libraries\n"
+            f"Requires-Dist: {requires}\n"
+        ).encode(),
+        0o644,
+    )
     tag = tags(packed)
-    files[f"{meta}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: jitops bundle build\nRoot-Is-Purelib: false\n"
-                              f"Tag: {tag}\n".encode(), 0o644)
+    files[f"{meta}/WHEEL"] = (
+        f"Wheel-Version: 1.0\nGenerator: jitops bundle build\nRoot-Is-Purelib: false\n"
+        f"Tag: {tag}\n".encode(),
+        0o644,
+    )
     files[f"{meta}/entry_points.txt"] = (f"[jitops.bundles]\n{name} = {pkg}:ROOT\n".encode(), 0o644)
     files[f"{meta}/top_level.txt"] = (f"{pkg}\n".encode(), 0o644)
     record = [_record_line(arc, data) for arc, (data, _) in files.items()] + [f"{meta}/RECORD,,"]

@@ -45,7 +45,8 @@ SIGNATURE = "signature"  # beside a bundle entry's manifest
 MAX_SIGNATURE = 1024  # bytes: a fingerprint and one Ed25519 signature need ~140
 
 Signature = tuple[str, str]  # (signer's fingerprint, base64 signature)
-Check = Callable[[bytes, Signature | None], None]  # manifest bytes, its signature: raises EntryProblem to refuse
+# manifest bytes, its signature: raises EntryProblem to refuse
+Check = Callable[[bytes, Signature | None], None]
 
 _lock = threading.Lock()
 _found: list[BundleCache] | None = None
@@ -57,17 +58,22 @@ class BundleCache(Cache):
     owners = (ROOT_UID,)
 
     def __init__(self, root: Path, name: str, check: Check) -> None:
-        super().__init__(root, stamps=None)  # every check hashes the library; nothing is recorded anywhere
+        # every check hashes the library; nothing is recorded anywhere
+        super().__init__(root, stamps=None)
         self.name = name  # "<distribution> <entry point name>", for reasons and listings
         self.check = check  # the signature policy (remote.archive_trust's, injected by build.entry)
 
     def vouch(self, entry: Path, manifest: bytes) -> None:
         self.check(manifest, read_signature(entry / SIGNATURE, self.owners))
 
-    def ensure_base(self) -> None:  # every write path starts here (publish, staging, locks): refuse them all
+    def ensure_base(
+        self,
+    ) -> None:  # every write path starts here (publish, staging, locks): refuse them all
         raise PermissionError(f"the bundle {self.name} at {self.root} is read-only")
 
-    def record_use(self, entry: Path) -> None:  # the loader's last-use touch: a bundle is never written
+    def record_use(
+        self, entry: Path
+    ) -> None:  # the loader's last-use touch: a bundle is never written
         return None
 
 
@@ -76,27 +82,40 @@ def _root_of(module: str, installed_at: str) -> Path:
     Python code never runs (its entries are data, checked before anything of them is loaded). ``installed_at``:
     where its distribution put that package (the folder found must be that one, not another earlier on the path)."""
     if "." in module or not module.isidentifier():
-        raise ValueError(f"{module!r} is not a top-level package name (a bundle is `jitops_bundle_NAME:ROOT`)")
+        raise ValueError(
+            f"{module!r} is not a top-level package name (a bundle is `jitops_bundle_NAME:ROOT`)"
+        )
     spec = importlib.util.find_spec(module)  # a top-level name: finds, imports nothing
     if spec is None:
         raise ModuleNotFoundError(f"no package {module!r} on the path")
     folders = list(spec.submodule_search_locations or ())
     if len(folders) != 1 or not Path(folders[0]).is_absolute() or not Path(folders[0]).is_dir():
-        raise ValueError(f"{module!r} is not a package in one folder (a module, a zip or a namespace package)")
+        raise ValueError(
+            f"{module!r} is not a package in one folder (a module, a zip or a namespace package)"
+        )
     if installed_at and os.path.realpath(folders[0]) != os.path.realpath(installed_at):
-        raise ValueError(f"{module!r} on the import path is {folders[0]}, not the folder its distribution installed "
-                         f"({installed_at}): another folder of that name comes first on the path")
+        raise ValueError(
+            f"{module!r} on the import path is {folders[0]}, not the folder its distribution installed "
+            f"({installed_at}): another folder of that name comes first on the path"
+        )
     return Path(folders[0])
 
 
-_METADATA = (".dist-info", ".egg-info", ".egg")  # what importlib.metadata reads a path folder's distributions from
+# what importlib.metadata reads a path folder's distributions from
+_METADATA = (
+    ".dist-info",
+    ".egg-info",
+    ".egg",
+)
 
 
 def _path_key() -> list[Any] | None:
     """What the installed distributions depend on: the finders that supply them, and each import path folder with
     the names of its distributions' metadata (one listdir each); a path entry that is a file (a zip), its size and
     mtime. None when it cannot be taken (an entry that is not a str, a deleted working directory): no memo then."""
-    key: list[Any] = [sorted(type(f).__qualname__ for f in sys.meta_path if hasattr(f, "find_distributions"))]
+    key: list[Any] = [
+        sorted(type(f).__qualname__ for f in sys.meta_path if hasattr(f, "find_distributions"))
+    ]
     for p in sys.path:
         if not isinstance(p, str):
             return None
@@ -119,7 +138,10 @@ def _entry_points(memo: Stamps | None) -> list[list[str]]:
     if memo is not None:
         try:
             key = _path_key()
-        except (OSError, ValueError) as e:  # e.g. the working directory was deleted: read, remember nothing
+        except (
+            OSError,
+            ValueError,
+        ) as e:  # e.g. the working directory was deleted: read, remember nothing
             log.debug("the import path's distributions could not be listed: %s", e)
     found = memo.discovery(key) if memo is not None and key is not None else None
     if found is None:
@@ -135,7 +157,11 @@ def _entry_points(memo: Stamps | None) -> list[list[str]]:
 def _origin(ep: metadata.EntryPoint) -> tuple[str, str]:
     """(the distribution's name, where it installed the entry point's package); unknown parts empty."""
     try:
-        return (ep.dist.name, str(ep.dist.locate_file(ep.module))) if ep.dist is not None else ("unknown distribution", "")
+        return (
+            (ep.dist.name, str(ep.dist.locate_file(ep.module)))
+            if ep.dist is not None
+            else ("unknown distribution", "")
+        )
     except Exception:  # noqa: BLE001 - another kind of distribution may not locate files: no check of where
         return "unknown distribution", ""
 
@@ -151,15 +177,22 @@ def read_signature(path: Path, owners: tuple[int, ...] = ()) -> Signature | None
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
-            if (not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.geteuid(), *owners)
-                    or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
-                raise EntryProblem(f"{path} changed while it was read (no longer this user's regular file)")
+            if (
+                not stat.S_ISREG(st.st_mode)
+                or st.st_uid not in (os.geteuid(), *owners)
+                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            ):
+                raise EntryProblem(
+                    f"{path} changed while it was read (no longer this user's regular file)"
+                )
             raw = f.read(MAX_SIGNATURE + 1)
     except OSError as e:
         raise EntryProblem(f"cannot read {path}: {e.strerror}") from e
     words = raw.decode("ascii", "replace").split()
     if len(raw) > MAX_SIGNATURE or len(words) != 2:
-        raise EntryProblem(f"{path} is not a signature (expected the signer's fingerprint and a base64 signature)")
+        raise EntryProblem(
+            f"{path} is not a signature (expected the signer's fingerprint and a base64 signature)"
+        )
     return words[0], words[1]
 
 
@@ -180,8 +213,14 @@ def installed(check: Check, memo: Stamps | None = None) -> list[BundleCache]:
                 try:
                     root = _root_of(module, installed_at)
                 except Exception as e:  # noqa: BLE001 - a broken bundle must not break jitops
-                    log.warning("ignoring jitops bundle entry point %r (%s) from %s: %s: %s", name, value,
-                                dist, type(e).__name__, e)
+                    log.warning(
+                        "ignoring jitops bundle entry point %r (%s) from %s: %s: %s",
+                        name,
+                        value,
+                        dist,
+                        type(e).__name__,
+                        e,
+                    )
                     continue
                 found.setdefault(root, BundleCache(root, f"{dist} ({name})", check))
             _found = sorted(found.values(), key=lambda b: b.name)

@@ -57,20 +57,54 @@ def _safe_host() -> str:
 class Cache:
     """Paths and operations on one cache root."""
 
-    owners: tuple[int, ...] = ()  # trusted owners besides this user (store.bundles: root, for a root-installed bundle)
-    FOLDERS = ("entries", "staging", "locks", "logs", "toolchains", "trash", "inline", "objects", "pch")  # obstruct.scan
+    owners: tuple[
+        int, ...
+    ] = ()  # trusted owners besides this user (store.bundles: root, for a root-installed bundle)
+    # obstruct.scan
+    FOLDERS = (
+        "entries",
+        "staging",
+        "locks",
+        "logs",
+        "toolchains",
+        "trash",
+        "inline",
+        "objects",
+        "pch",
+    )
 
     def __init__(self, root: Path, stamps: Stamps | None = None) -> None:
         self.root = Path(root)
-        self.stamps = stamps  # verified stamps (the user's state dir); None: every check hashes the library
+        # verified stamps (the user's state dir); None: every check hashes the library
+        self.stamps = stamps
         self.base = self.root / LAYOUT
         self.folders = {name: self.base / name for name in self.FOLDERS}
-        self.entries, self.staging, self.locks, self.logs, self.toolchains, self.trash, _, self.objects, self.pch = (
-            self.folders.values())
-        self.remote_stats = self.base / "remote-stats.json"  # the remote tier's counters (`jitops cache stats`)
-        self.origins = self.base / "origins"  # entries installed from the job's store (never re-signed by push)
-        self.owned_dirs = (self.logs, self.toolchains, self.trash, self.origins, self.objects, self.pch)  # `cache clear`
-        self.owned_files = (self.remote_stats,)  # files `cache clear` removes: the remote tier's counters
+        (
+            self.entries,
+            self.staging,
+            self.locks,
+            self.logs,
+            self.toolchains,
+            self.trash,
+            _,
+            self.objects,
+            self.pch,
+        ) = self.folders.values()
+        # the remote tier's counters (`jitops cache stats`)
+        self.remote_stats = self.base / "remote-stats.json"
+        # entries installed from the job's store (never re-signed by push)
+        self.origins = self.base / "origins"
+        # `cache clear`
+        self.owned_dirs = (
+            self.logs,
+            self.toolchains,
+            self.trash,
+            self.origins,
+            self.objects,
+            self.pch,
+        )
+        # files `cache clear` removes: the remote tier's counters
+        self.owned_files = (self.remote_stats,)
 
     def entry_dir(self, library: str, target: str, key: str) -> Path:
         return self.entries / library / target / key[:KEY_CHARS]
@@ -78,10 +112,14 @@ class Cache:
     def path_of(self, address: Address) -> Path:
         return self.entry_dir(address.library, address.target, address.key)
 
-    def origin_path(self, address: Address) -> Path:  # the job tier's note that it installed this entry
+    def origin_path(
+        self, address: Address
+    ) -> Path:  # the job tier's note that it installed this entry
         return self.origins / address.library / address.target / address.key[:KEY_CHARS]
 
-    def library_dir(self, library: str) -> Path:  # every target's entries of ``library`` (<target>/<key> below)
+    def library_dir(
+        self, library: str
+    ) -> Path:  # every target's entries of ``library`` (<target>/<key> below)
         return self.entries / library
 
     def target_dir(self, library: str, target: str) -> Path:
@@ -101,7 +139,9 @@ class Cache:
     def log_file(self, library: str, target: str) -> Path:
         return self.logs / f"{library}-{target}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
 
-    def archive_name(self, path: Path) -> str:  # a path under the root as an archive member (v1/...)
+    def archive_name(
+        self, path: Path
+    ) -> str:  # a path under the root as an archive member (v1/...)
         return path.relative_to(self.root).as_posix()
 
     def lock_path(self, library: str, key: str) -> Path:
@@ -110,7 +150,9 @@ class Cache:
     def walkable(self, folder: Path) -> bool:
         """Every folder from ``v1`` down to ``folder`` (one under it) is a real folder: none is a link."""
         parts = folder.relative_to(self.base).parts
-        return all(fsutil.is_real_dir(self.base.joinpath(*parts[:i])) for i in range(len(parts) + 1))
+        return all(
+            fsutil.is_real_dir(self.base.joinpath(*parts[:i])) for i in range(len(parts) + 1)
+        )
 
     def root_problem(self) -> str | None:
         """Why this root must not be used for loading, or None."""
@@ -124,7 +166,9 @@ class Cache:
         """Return the manifest of a loadable entry, or raise EntryProblem."""
         mpath = entry / MANIFEST
         for p in (entry.parent.parent.parent, entry.parent.parent, entry.parent, entry, mpath):
-            if (reason := fsutil.insecure_reason(p, want_dir=p is not mpath, owners=self.owners)) is not None:
+            if (
+                reason := fsutil.insecure_reason(p, want_dir=p is not mpath, owners=self.owners)
+            ) is not None:
                 raise EntryProblem(reason)
         try:
             with open(mpath, "rb") as f:
@@ -138,24 +182,31 @@ class Cache:
         except (ValueError, TypeError, UnicodeDecodeError) as e:
             raise EntryProblem(f"{mpath} is not a valid manifest ({e})") from e
         if m.key != key or m.library != library or m.target != target:
-            raise EntryProblem(f"{mpath} describes another build (key {m.key[:12]}, {m.library}/{m.target})")
+            raise EntryProblem(
+                f"{mpath} describes another build (key {m.key[:12]}, {m.library}/{m.target})"
+            )
         if compute_key(m.ingredients) != key:
             raise EntryProblem(f"{mpath}: its ingredients do not hash to its key")
-        self.vouch(entry, raw)  # a bundle's signature (store.bundles): checked before the library is hashed
+        # a bundle's signature (store.bundles): checked before the library is hashed
+        self.vouch(entry, raw)
         lib = entry / m.library_file
         if (reason := fsutil.insecure_reason(lib, want_dir=False, owners=self.owners)) is not None:
             raise EntryProblem(reason)
         st = os.lstat(lib)
         if st.st_size != m.size:
             raise EntryProblem(f"{lib} has {st.st_size} bytes, the manifest says {m.size}")
-        if self.stamps is None or not self.stamps.vouches(entry, raw, m.sha256, st):  # else: this very file passed it
+        # else: this very file passed it
+        if self.stamps is None or not self.stamps.vouches(entry, raw, m.sha256, st):
             if fsutil.sha256_file(lib) != m.sha256:
                 raise EntryProblem(f"{lib} does not match its manifest's sha256")
-            if self.stamps is not None and fsutil.writable(mpath):  # a read-only cache promises zero writes
+            # a read-only cache promises zero writes
+            if self.stamps is not None and fsutil.writable(mpath):
                 self.stamps.record(entry, raw, m.sha256, st, lib)
         return m
 
-    def vouch(self, entry: Path, manifest: bytes) -> None:  # the cache's own entries need no one else's word
+    def vouch(
+        self, entry: Path, manifest: bytes
+    ) -> None:  # the cache's own entries need no one else's word
         return None
 
     def read_manifest(self, entry: Path) -> Manifest | None:
@@ -185,46 +236,65 @@ class Cache:
 
     def ensure_base(self) -> None:
         from . import obstruct  # a build's way only (warm hits skip it)
+
         fsutil.makedirs(self.base)
-        if not os.path.lexists(tag := self.base / fsutil.CACHEDIR_TAG):  # key.py's walks skip a tagged folder
+        # key.py's walks skip a tagged folder
+        if not os.path.lexists(tag := self.base / fsutil.CACHEDIR_TAG):
             fsutil.atomic_write(tag, fsutil.CACHEDIR_SIGNATURE, durable=False)
         for d in (self.staging, self.locks, self.entries):
-            obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")  # a stray file or link (issue 20)
+            # a stray file or link (issue 20)
+            obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")
             fsutil.makedirs(d)
 
     def new_staging(self, library: str, key: str) -> Path:
         self.ensure_base()
-        d = self.staging / f"{library}-{key[:KEY_CHARS]}.{_safe_host()}.{os.getpid()}.{os.urandom(4).hex()}"
+        d = (
+            self.staging
+            / f"{library}-{key[:KEY_CHARS]}.{_safe_host()}.{os.getpid()}.{os.urandom(4).hex()}"
+        )
         try:
             os.mkdir(d, fsutil.DIR_MODE)
             os.chmod(d, fsutil.DIR_MODE)
         except OSError as e:
-            raise _cache_error(e, f"cannot make a private build folder for {library} in {self.staging}") from e
+            raise _cache_error(
+                e, f"cannot make a private build folder for {library} in {self.staging}"
+            ) from e
         return d
 
     def publish(self, staged_entry: Path, library: str, target: str, key: str) -> bool:
         """Rename a finished entry into place. False if another process won."""
         final = self.entry_dir(library, target, key)
         for d in (self.entries, final.parent.parent, final.parent):
-            if os.path.islink(d) or (os.path.lexists(d) and not os.path.isdir(d)):  # never through a link or a file
-                self.set_aside(d, "a symbolic link or a file where the cache keeps a folder (issue 20)")
+            # never through a link or a file
+            if os.path.islink(d) or (os.path.lexists(d) and not os.path.isdir(d)):
+                self.set_aside(
+                    d, "a symbolic link or a file where the cache keeps a folder (issue 20)"
+                )
         fsutil.makedirs(final.parent)
         try:
             os.rename(staged_entry, final)
         except OSError as e:
             if os.path.lexists(final):
                 return False
-            raise _cache_error(e, f"cannot publish {library}/{target} key {key[:12]} at {final}") from e
+            raise _cache_error(
+                e, f"cannot publish {library}/{target} key {key[:12]} at {final}"
+            ) from e
         fsutil.fsync_dir(final.parent)
         return True
 
     def discard(self, entry: Path) -> None:
         """Rename an entry (or whatever is in the way) into trash/, so no reader sees half of it,
         then delete it; beside trash/ when trash/ itself is the thing in the way. Raises OSError."""
-        in_trash = entry != self.trash and not os.path.islink(self.trash) and not os.path.isfile(self.trash)
+        in_trash = (
+            entry != self.trash
+            and not os.path.islink(self.trash)
+            and not os.path.isfile(self.trash)
+        )
         if in_trash:
             fsutil.makedirs(self.trash)
-        dest = (self.trash if in_trash else self.base) / f".{entry.name}.{time.time():.0f}.{os.getpid()}.{os.urandom(3).hex()}"
+        dest = (
+            self.trash if in_trash else self.base
+        ) / f".{entry.name}.{time.time():.0f}.{os.getpid()}.{os.urandom(3).hex()}"
         os.rename(entry, dest)  # a link is renamed as itself
         fsutil.remove_path(dest)
 
@@ -243,7 +313,8 @@ class Cache:
         removed = 0
         now = time.time()
         host = _safe_host()
-        if not self.walkable(self.staging):  # a link there is never entered (the next build heals it)
+        # a link there is never entered (the next build heals it)
+        if not self.walkable(self.staging):
             return 0
         for path in fsutil.children(self.staging):
             parts = path.name.rsplit(".", 3)
@@ -283,7 +354,9 @@ class Cache:
         return [e for t in tgts for e in fsutil.children(t, dirs_only=True)]
 
 
-def _cache_error(e: OSError, what: str) -> CacheError:  # strerror, never the paths (a private staging name)
+def _cache_error(
+    e: OSError, what: str
+) -> CacheError:  # strerror, never the paths (a private staging name)
     err = CacheError(f"{what}: {e.strerror or type(e).__name__}")
     err.errno = e.errno  # ENOSPC stays ENOSPC for the caller
     return err

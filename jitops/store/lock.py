@@ -36,7 +36,9 @@ _warned_unsupported = False
 _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()
 _FILELOCK_KW = (
-    {"fallback_to_soft": False} if "fallback_to_soft" in inspect.signature(filelock.FileLock.__init__).parameters else {}
+    {"fallback_to_soft": False}
+    if "fallback_to_soft" in inspect.signature(filelock.FileLock.__init__).parameters
+    else {}
 )
 
 
@@ -79,13 +81,27 @@ def key_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[No
     tlock = _thread_lock(path)
     waited_since = time.monotonic()
     # Threads of this process queue on a threading lock first.
-    while not tlock.acquire(timeout=PROGRESS_EVERY if deadline is None else max(0.0, min(PROGRESS_EVERY, deadline - time.monotonic()))):
+    while not tlock.acquire(
+        timeout=PROGRESS_EVERY
+        if deadline is None
+        else max(0.0, min(PROGRESS_EVERY, deadline - time.monotonic()))
+    ):
         if deadline is not None and time.monotonic() >= deadline:
             raise LockTimeout(_timeout_message(what, path, holder, timeout))
-        log.warning("waiting for another thread's build of %s (%.0fs so far)", what, time.monotonic() - waited_since)
+        log.warning(
+            "waiting for another thread's build of %s (%.0fs so far)",
+            what,
+            time.monotonic() - waited_since,
+        )
     try:
-        _clear_way(path, holder)  # issue 20: a folder or link at the lock path must not make the op unbuildable
-        flock = filelock.FileLock(str(path), mode=fsutil.FILE_MODE, thread_local=False, **_FILELOCK_KW)  # type: ignore[arg-type]
+        # a folder or link at the lock path must not make the op unbuildable
+        _clear_way(path, holder)
+        flock = filelock.FileLock(
+            str(path),
+            mode=fsutil.FILE_MODE,
+            thread_local=False,
+            **_FILELOCK_KW,  # type: ignore[arg-type]
+        )
         locked = False
         while True:
             step = PROGRESS_EVERY
@@ -106,8 +122,10 @@ def key_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[No
                 )
             except OSError as e:
                 if e.errno not in _UNSUPPORTED:
-                    raise CacheError(f"cannot take the build lock {path} for {what}: {e.strerror or e}. Fix: make "
-                                     f"{path.parent} a folder writable by this user, or run `jitops cache repair`") from e
+                    raise CacheError(
+                        f"cannot take the build lock {path} for {what}: {e.strerror or e}. Fix: make "
+                        f"{path.parent} a folder writable by this user, or run `jitops cache repair`"
+                    ) from e
                 if not _warned_unsupported:
                     _warned_unsupported = True
                     log.warning(
@@ -122,7 +140,9 @@ def key_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[No
                 with contextlib.suppress(OSError):
                     fsutil.atomic_write(
                         holder,
-                        json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode(),
+                        json.dumps(
+                            {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+                        ).encode(),
                     )
             yield
         finally:

@@ -39,8 +39,9 @@ class Manifest:
     built_at: float
     ingredients: dict[str, Any]
     build_log: str
-    # Where the build's time went: per file (seconds, cached object, PCH hit/built/...), link. Not in the key.
-    # Left out of the bytes when empty, so manifests written before it existed still parse.
+    # Where the build's time went: per file (seconds, cached object, PCH hit/built/...), link. Not
+    # in the key. Left out of the bytes when empty, so manifests written before it existed still
+    # parse.
     timings: dict[str, Any] = field(default_factory=dict)
 
     def _body(self) -> dict[str, Any]:
@@ -66,7 +67,9 @@ class Manifest:
         try:
             data = json.loads(raw)
         except RecursionError:
-            raise ValueError("manifest nested too deep") from None  # JSONDecodeError, UnicodeDecodeError: ValueErrors
+            raise ValueError(
+                "manifest nested too deep"
+            ) from None  # JSONDecodeError, UnicodeDecodeError: ValueErrors
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
             raise ValueError("unknown manifest format")
         fields = cls.__dataclass_fields__
@@ -74,16 +77,27 @@ class Manifest:
         if missing:
             raise ValueError(f"manifest lacks {missing}")
         if set(data) - set(fields) - {"format", "digest"}:
-            raise ValueError(f"manifest has unknown fields {sorted(set(data) - set(fields) - {'format', 'digest'})}")
+            raise ValueError(
+                f"manifest has unknown fields {sorted(set(data) - set(fields) - {'format', 'digest'})}"
+            )
         for f, t in _TYPES.items():
             v = data.get(f, {}) if f == "timings" else data[f]
-            if isinstance(v, bool) or not isinstance(v, t) or (isinstance(v, float) and not math.isfinite(v)):
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, t)
+                or (isinstance(v, float) and not math.isfinite(v))
+            ):
                 raise ValueError(f"manifest field {f!r} has the wrong type ({type(v).__name__})")
         if not _timings_ok(data.get("timings", {})):
             raise ValueError("manifest field 'timings' has the wrong shape")
         m = cls(**{f: data[f] for f in fields if f in data})
-        stem = m.library_file[3:-3] if m.library_file.startswith("lib") and m.library_file.endswith(".so") else ""
-        if not stem or stem.strip(_LIBRARY_CHARS):  # lib[a-z0-9_]+.so, without compiling a regex on the warm path
+        stem = (
+            m.library_file[3:-3]
+            if m.library_file.startswith("lib") and m.library_file.endswith(".so")
+            else ""
+        )
+        # lib[a-z0-9_]+.so, without compiling a regex on the warm path
+        if not stem or stem.strip(_LIBRARY_CHARS):
             raise ValueError(f"manifest names an unexpected library file {m.library_file!r}")
         if raw != m.to_json():
             raise ValueError("manifest bytes do not match their digest (damaged or edited)")
@@ -92,8 +106,19 @@ class Manifest:
 
 _LIBRARY_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 _TYPES: dict[str, type | tuple[type, ...]] = {
-    "key": str, "library": str, "target": str, "namespace": str, "library_file": str, "sha256": str, "size": int,
-    "build_seconds": (int, float), "built_at": (int, float), "ingredients": dict, "build_log": str, "timings": dict}
+    "key": str,
+    "library": str,
+    "target": str,
+    "namespace": str,
+    "library_file": str,
+    "sha256": str,
+    "size": int,
+    "build_seconds": (int, float),
+    "built_at": (int, float),
+    "ingredients": dict,
+    "build_log": str,
+    "timings": dict,
+}
 
 
 def _num(v: Any) -> bool:
@@ -104,14 +129,19 @@ def _timings_ok(t: dict[str, Any]) -> bool:
     """The shape ``tubuild.summary`` reads: {files: {label: {seconds: number, ...}}, pch_built: {key: number},
     link_seconds: number}, each part optional."""
     files, built = t.get("files") or {}, t.get("pch_built") or {}
-    return (isinstance(files, dict) and all(isinstance(i, dict) and _num(i.get("seconds", 0.0)) for i in files.values())
-            and isinstance(built, dict) and all(_num(v) for v in built.values()) and _num(t.get("link_seconds", 0.0)))
+    return (
+        isinstance(files, dict)
+        and all(isinstance(i, dict) and _num(i.get("seconds", 0.0)) for i in files.values())
+        and isinstance(built, dict)
+        and all(_num(v) for v in built.values())
+        and _num(t.get("link_seconds", 0.0))
+    )
 
 
 def _canonical(data: Mapping[str, Any]) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
-
-
+    return json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    ).encode()
 
 
 class EntryProblem(Exception):

@@ -47,11 +47,11 @@ ROOT = "<root>"
 def _rel(path: str, root: Path) -> str:
     real = os.path.abspath(path)
     base = str(root).rstrip("/") + "/"
-    return ROOT + "/" + real[len(base):] if real.startswith(base) else real
+    return ROOT + "/" + real[len(base) :] if real.startswith(base) else real
 
 
 def _abs(label: str, root: Path) -> Path:
-    return root / label[len(ROOT) + 1:] if label.startswith(ROOT + "/") else Path(label)
+    return root / label[len(ROOT) + 1 :] if label.startswith(ROOT + "/") else Path(label)
 
 
 def tu_key(identity: str, command: str, source_digest: str, root: Path) -> str:
@@ -111,7 +111,10 @@ def lookup(cache: Cache, key: str, root: Path, into: Path) -> bool:
         if not headers_unchanged(record["deps"], root):
             return False
         obj = cache.build_path("objects", record["object"], ".o")
-        if fsutil.insecure_reason(obj, want_dir=False) is not None or os.lstat(obj).st_size != record["size"]:
+        if (
+            fsutil.insecure_reason(obj, want_dir=False) is not None
+            or os.lstat(obj).st_size != record["size"]
+        ):
             return False
         shutil.copyfile(obj, into)
         if fsutil.sha256_file(into) != record["object"]:  # the copy is what gets linked: check that
@@ -124,18 +127,36 @@ def lookup(cache: Cache, key: str, root: Path, into: Path) -> bool:
         return False
 
 
-def store(cache: Cache, key: str, obj: Path, depfile: Path, root: Path, skip: tuple[str, ...] = (),
-          extra_deps: Mapping[str, str] | None = None, source: str = "") -> None:
+def store(
+    cache: Cache,
+    key: str,
+    obj: Path,
+    depfile: Path,
+    root: Path,
+    skip: tuple[str, ...] = (),
+    extra_deps: Mapping[str, str] | None = None,
+    source: str = "",
+) -> None:
     """Record a fresh object (best effort: a cache that cannot be written only costs the next compile)."""
     try:
-        deps = header_digests([f for f in read_depfile(depfile) if os.path.abspath(f) != source], root, skip)
+        deps = header_digests(
+            [f for f in read_depfile(depfile) if os.path.abspath(f) != source], root, skip
+        )
         deps.update(extra_deps or {})
         digest = fsutil.sha256_file(obj)
         fsutil.makedirs(cache.objects)
         target = cache.build_path("objects", digest, ".o")
         if not os.path.exists(target):
             fsutil.atomic_write(target, obj.read_bytes())
-        record = {"format": FORMAT, "key": key, "deps": deps, "object": digest, "size": obj.stat().st_size}
-        fsutil.atomic_write(cache.build_path("objects", key, ".json"), json.dumps(record, sort_keys=True).encode())
+        record = {
+            "format": FORMAT,
+            "key": key,
+            "deps": deps,
+            "object": digest,
+            "size": obj.stat().st_size,
+        }
+        fsutil.atomic_write(
+            cache.build_path("objects", key, ".json"), json.dumps(record, sort_keys=True).encode()
+        )
     except OSError as e:
         log.debug("could not cache the object %s: %s", obj, e)

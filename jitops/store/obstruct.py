@@ -85,5 +85,7 @@ def heal(path: Path, *, want_dir: bool, what: str) -> None:
             return  # another process cleared it first
         except OSError:
             pass
-    raise CacheError(f"{Obstruction(path, found, what)}, and it holds data jitops will not delete on its own. "
-                     f"Fix: run `{REPAIR}` (it moves it out of the way), or remove {path} yourself")
+    raise CacheError(
+        f"{Obstruction(path, found, what)}, and it holds data jitops will not delete on its own. "
+        f"Fix: run `{REPAIR}` (it moves it out of the way), or remove {path} yourself"
+    )

@@ -37,7 +37,8 @@ from ..base import fsutil
 if TYPE_CHECKING:
     from .cache import Cache
 
-GRACE = 600.0  # seconds: a PCH used this recently, or a fresh half of an object pair, is never evicted
+# seconds: a PCH used this recently, or a fresh half of an object pair, is never evicted
+GRACE = 600.0
 
 
 @dataclass
@@ -83,7 +84,8 @@ def _add(part: Part, path: Path, atime: bool = False, size: int | None = None) -
 
 
 def _listdir(cache: Cache, folder: Path) -> list[str]:
-    if not cache.walkable(folder):  # never through a link (issue 20: `jitops cache repair` clears it)
+    # never through a link (issue 20: `jitops cache repair` clears it)
+    if not cache.walkable(folder):
         return []
     return [p.name for p in fsutil.children(folder)]
 
@@ -98,9 +100,15 @@ def objects(cache: Cache, now: float) -> list[Part]:
             parts[fname[:-2]] = Part("object", fname[:-2])
         elif fname.endswith(".json"):
             digest = (fsutil.read_record(path) or {}).get("object")
-            records.append((fname[:-5], path, digest if isinstance(digest, str) and digest.isalnum() else ""))
+            records.append(
+                (fname[:-5], path, digest if isinstance(digest, str) and digest.isalnum() else "")
+            )
     out: list[Part] = []
-    for name, path, digest in records:  # records first: removing one turns a later lookup into a miss
+    for (
+        name,
+        path,
+        digest,
+    ) in records:  # records first: removing one turns a later lookup into a miss
         part = parts.get(cache.build_path("objects", digest, ".o").name[:-2]) if digest else None
         if part is None:
             part = Part("object", name)
@@ -134,7 +142,9 @@ def pchs(cache: Cache, now: float) -> list[Part]:
             st = _stat(path / inner)
             if st is not None:
                 part.last_use = max(part.last_use, st.st_mtime, st.st_atime)
-    for part in parts.values():  # the folder goes first: a .seen left alone would only rebuild it sooner
+    for (
+        part
+    ) in parts.values():  # the folder goes first: a .seen left alone would only rebuild it sooner
         part.paths.sort(key=lambda p: p.suffix != "")
     return list(parts.values())
 

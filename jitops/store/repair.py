@@ -25,7 +25,8 @@ def scan(cache: Cache) -> list[Obstruction]:
 
     def check(path: Path, want_dir: bool, what: str) -> bool:
         found = kind_found(path, want_dir)
-        if found == "a read-only folder" and not writable:  # a cache made read-only as a whole is deliberate
+        # a cache made read-only as a whole is deliberate
+        if found == "a read-only folder" and not writable:
             found = None
         if found is not None:
             out.append(Obstruction(path, found, what))

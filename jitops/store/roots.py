@@ -36,7 +36,10 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 def cache_for_reading(settings: Settings) -> Cache:
     """The cache a plan reads: the private one once this process fell back to it, else the configured root; its
     verified stamps in the user's state dir (resolved only when a library is checked)."""
-    return Cache(_private or settings.cache_root(), stamps=Stamps(settings.state_root, write=not settings.offline))
+    return Cache(
+        _private or settings.cache_root(),
+        stamps=Stamps(settings.state_root, write=not settings.offline),
+    )
 
 
 def writable_cache(cache: Cache, what: str, settings: Settings) -> Cache:
@@ -51,7 +54,11 @@ def writable_cache(cache: Cache, what: str, settings: Settings) -> Cache:
             probe_file.unlink()
             return cache
     except OSError as e:  # CacheError included: an obstruction that holds data (issue 20)
-        problem = str(e) if isinstance(e, CacheError) else f"{cache.root} is not writable ({e.strerror or e})"
+        problem = (
+            str(e)
+            if isinstance(e, CacheError)
+            else f"{cache.root} is not writable ({e.strerror or e})"
+        )
     if settings.strict:
         raise CacheError(
             f"cannot build {what}: the jitops cache is unusable ({problem}). Fix: make it writable by this user with mode 0700, "

@@ -64,10 +64,12 @@ from ..base import fsutil
 
 log = logging.getLogger("jitops")
 
-SETTLED = 2.0  # seconds: a library changed more recently than this is not stamped (timestamp granularity)
+# seconds: a library changed more recently than this is not stamped (timestamp granularity)
+SETTLED = 2.0
 MAX_BYTES = 4096
 KEEP = 512  # stamps kept before a write sweeps those whose entry is gone
-DISCOVERY = ".bundles"  # suffix of the record of the entry points found for one import path (store.bundles)
+# suffix of the record of the entry points found for one import path (store.bundles)
+DISCOVERY = ".bundles"
 KEEP_DISCOVERIES = 64  # import paths remembered before they are all forgotten
 Identity = tuple[int, int, int, int, int]
 
@@ -119,8 +121,12 @@ class Stamps:
             return False
         if data is None or not _well_formed(data):
             return False
-        return (data["entry"] == os.fsdecode(entry) and data["manifest"] == manifest_digest(manifest) and data["sha256"] == sha256
-                and tuple(data["stat"]) == identity(st))
+        return (
+            data["entry"] == os.fsdecode(entry)
+            and data["manifest"] == manifest_digest(manifest)
+            and data["sha256"] == sha256
+            and tuple(data["stat"]) == identity(st)
+        )
 
     def _read(self, path: Path, limit: int) -> dict[str, Any] | None:
         """The record at ``path`` read as a stamp is (this user's, no link, bounded JSON), or None."""
@@ -149,21 +155,33 @@ class Stamps:
         """Write the recall record ``<name>``, as stamps are written; past ``keep`` of its suffix, the oldest half go."""
         self._write(self.folder / name, body, "a drop-in request")
         try:
-            kin = sorted((p for p in fsutil.children(self.folder) if p.suffix == Path(name).suffix), key=_mtime)
-            for p in kin[:len(kin) // 2] if len(kin) > keep else ():
+            kin = sorted(
+                (p for p in fsutil.children(self.folder) if p.suffix == Path(name).suffix),
+                key=_mtime,
+            )
+            for p in kin[: len(kin) // 2] if len(kin) > keep else ():
                 fsutil.remove_path(p)
         except OSError as e:
             log.debug("could not sweep the drop-in requests in %s: %s", self.folder, e)
 
     def _ops_path(self, key: str, sha256: str, namespace: str) -> Path:
-        return self.folder / f"{hashlib.sha256(f'{key}:{sha256}:{namespace}'.encode()).hexdigest()[:32]}.ops"
+        return (
+            self.folder
+            / f"{hashlib.sha256(f'{key}:{sha256}:{namespace}'.encode()).hexdigest()[:32]}.ops"
+        )
 
     def op_names(self, key: str, sha256: str, namespace: str) -> tuple[str, ...] | None:
         """The op names recorded for this library in this namespace, or None (then list the dispatcher)."""
         data = self._read(self._ops_path(key, sha256, namespace), MAX_BYTES * 16)
         ops = data.get("ops") if data is not None else None
-        if (data is None or data.get("v") != 1 or (data.get("key"), data.get("sha256"), data.get("namespace")) != (key, sha256, namespace)
-                or not isinstance(ops, list) or not all(isinstance(o, str) and o.isidentifier() for o in ops)):
+        if (
+            data is None
+            or data.get("v") != 1
+            or (data.get("key"), data.get("sha256"), data.get("namespace"))
+            != (key, sha256, namespace)
+            or not isinstance(ops, list)
+            or not all(isinstance(o, str) and o.isidentifier() for o in ops)
+        ):
             return None
         return tuple(ops)
 
@@ -173,22 +191,36 @@ class Stamps:
         self._write(self._ops_path(key, sha256, namespace), body, f"the op names of {namespace}")
 
     def _signature_path(self, manifest: bytes, signer: str, signature: str) -> Path:
-        digest = hashlib.sha256(f"{signer}:{signature}:{manifest_digest(manifest)}".encode()).hexdigest()
+        digest = hashlib.sha256(
+            f"{signer}:{signature}:{manifest_digest(manifest)}".encode()
+        ).hexdigest()
         return self.folder / f"{digest[:32]}.sig"
 
     def signature_verified(self, manifest: bytes, signer: str, signature: str) -> bool:
         """True when this very signature by ``signer`` over these manifest bytes was verified before."""
         data = self._read(self._signature_path(manifest, signer, signature), MAX_BYTES)
-        return data is not None and data == {"v": 1, "manifest": manifest_digest(manifest), "signer": signer,
-                                             "signature": signature}
+        return data is not None and data == {
+            "v": 1,
+            "manifest": manifest_digest(manifest),
+            "signer": signer,
+            "signature": signature,
+        }
 
     def record_signature(self, manifest: bytes, signer: str, signature: str) -> None:
         """Remember that ``signature`` by ``signer`` over ``manifest`` verified (best effort; never offline)."""
-        body = {"v": 1, "manifest": manifest_digest(manifest), "signer": signer, "signature": signature}
+        body = {
+            "v": 1,
+            "manifest": manifest_digest(manifest),
+            "signer": signer,
+            "signature": signature,
+        }
         self._write(self._signature_path(manifest, signer, signature), body, "a verified signature")
 
     def _discovery_path(self, key: list[Any]) -> Path:  # one record per import path (its folders)
-        return self.folder / f"{hashlib.sha256(json.dumps([k[0] for k in key[1:]]).encode()).hexdigest()[:32]}{DISCOVERY}"
+        return (
+            self.folder
+            / f"{hashlib.sha256(json.dumps([k[0] for k in key[1:]]).encode()).hexdigest()[:32]}{DISCOVERY}"
+        )
 
     def discovery(self, key: list[Any]) -> list[list[str]] | None:
         """The bundles' entry points found when the import path and its distributions were ``key``
@@ -199,8 +231,16 @@ class Stamps:
             return None
         data = self._read(path, MAX_BYTES * 16)
         found = data.get("found") if data is not None else None
-        if (data is None or data.get("v") != 2 or data.get("key") != _digest(key) or not isinstance(found, list)
-                or not all(isinstance(f, list) and len(f) == 5 and all(isinstance(w, str) for w in f) for f in found)):
+        if (
+            data is None
+            or data.get("v") != 2
+            or data.get("key") != _digest(key)
+            or not isinstance(found, list)
+            or not all(
+                isinstance(f, list) and len(f) == 5 and all(isinstance(w, str) for w in f)
+                for f in found
+            )
+        ):
             return None
         return found
 
@@ -211,9 +251,11 @@ class Stamps:
             return
         try:
             path = self._discovery_path(key)
-            olds = sorted((p for p in fsutil.children(self.folder) if p.suffix == DISCOVERY and p != path),
-                          key=lambda p: os.lstat(p).st_mtime_ns)
-            for old in olds[:max(0, len(olds) - KEEP_DISCOVERIES + 1)]:
+            olds = sorted(
+                (p for p in fsutil.children(self.folder) if p.suffix == DISCOVERY and p != path),
+                key=lambda p: os.lstat(p).st_mtime_ns,
+            )
+            for old in olds[: max(0, len(olds) - KEEP_DISCOVERIES + 1)]:
                 fsutil.remove_path(old)
             body = {"v": 2, "key": _digest(key), "found": found}
         except (OSError, ValueError, TypeError) as e:
@@ -221,7 +263,9 @@ class Stamps:
             return
         self._write(path, body, "the installed bundles")
 
-    def record(self, entry: Path, manifest: bytes, sha256: str, before: os.stat_result, lib: Path) -> None:
+    def record(
+        self, entry: Path, manifest: bytes, sha256: str, before: os.stat_result, lib: Path
+    ) -> None:
         """Stamp ``entry`` after a full check hashed ``lib`` (stat ``before`` taken before the hash): best effort,
         and only when the file stayed the same while it was hashed and is settled."""
         if not self.write:
@@ -231,12 +275,19 @@ class Stamps:
             if identity(after) != identity(before) or not stat.S_ISREG(after.st_mode):
                 return
             if after.st_ctime_ns > time.time_ns() - int(SETTLED * 1e9):
-                return  # changed moments ago: a write in the same timestamp tick would keep this ctime
+                # changed moments ago: a write in the same timestamp tick would keep this ctime
+                return
             fsutil.makedirs(self.folder)
             reason = self._problem()
             if reason is not None:
                 raise OSError(reason)
-            body = {"v": 1, "entry": os.fsdecode(entry), "manifest": manifest_digest(manifest), "sha256": sha256, "stat": list(identity(after))}
+            body = {
+                "v": 1,
+                "entry": os.fsdecode(entry),
+                "manifest": manifest_digest(manifest),
+                "sha256": sha256,
+                "stat": list(identity(after)),
+            }
             fsutil.atomic_write(self._path(entry), json.dumps(body).encode(), durable=False)
             self._sweep()
         except (OSError, ValueError) as e:
@@ -267,6 +318,11 @@ def _digest(data: Any) -> str:
 def _well_formed(data: dict[str, object]) -> bool:
     hexes = ("manifest", "sha256")
     st = data.get("stat")
-    return (data.get("v") == 1 and isinstance(data.get("entry"), str)
-            and all(isinstance(data.get(k), str) and len(data[k]) == 64 for k in hexes)  # type: ignore[arg-type]
-            and isinstance(st, list) and len(st) == 5 and all(fsutil.is_number(v, int) for v in st))
+    return (
+        data.get("v") == 1
+        and isinstance(data.get("entry"), str)
+        and all(isinstance(data.get(k), str) and len(data[k]) == 64 for k in hexes)  # type: ignore[arg-type]
+        and isinstance(st, list)
+        and len(st) == 5
+        and all(fsutil.is_number(v, int) for v in st)
+    )

@@ -33,12 +33,19 @@ from .lock import key_lock
 
 log = logging.getLogger("jitops")
 
-# A pass is trusted this long. The identity covers the compiler binary, flags and torch, but not the system's
-# unwinder (libgcc_s) or libstdc++, which the verdict also depends on: a month bounds how stale it can get,
-# at the cost of about a second once a month.
+# A pass is trusted this long. The identity covers the compiler binary, flags and torch, but not the
+# system's unwinder (libgcc_s) or libstdc++, which the verdict also depends on: a month bounds how
+# stale it can get, at the cost of about a second once a month.
 MAX_AGE = 30 * 86400.0
 MAX_BYTES = 16384
-_FIELDS: dict[str, type | tuple[type, ...]] = {"identity": str, "ok": bool, "detail": str, "compiler": str, "seconds": (int, float), "when": (int, float)}
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "identity": str,
+    "ok": bool,
+    "detail": str,
+    "compiler": str,
+    "seconds": (int, float),
+    "when": (int, float),
+}
 
 
 def folder(state_root: Path) -> Path:
@@ -60,9 +67,13 @@ def _load(path: Path) -> dict[str, Any]:
     cannot be trusted."""
     data = fsutil.read_private_record(path, MAX_BYTES)
     if data is None:
-        raise ValueError(f"{path} is not a well-formed JSON object in a regular file of this user's, writable only by it")
+        raise ValueError(
+            f"{path} is not a well-formed JSON object in a regular file of this user's, writable only by it"
+        )
     for name, kind in _FIELDS.items():
-        if not isinstance(data.get(name), kind) or (kind is not bool and isinstance(data.get(name), bool)):
+        if not isinstance(data.get(name), kind) or (
+            kind is not bool and isinstance(data.get(name), bool)
+        ):
             raise ValueError(f"field {name!r} is missing or not {kind}")
     return data
 
@@ -82,18 +93,29 @@ def read(state_root: Path, ident: str, *, since: float | None = None) -> dict[st
         log.info("ignoring the self-check verdict %s (%s); the check runs again", path, e)
         return None
     age = time.time() - data["when"]
-    if data["identity"] != ident or age < -300:  # another identity's, or from the future: not evidence
-        log.info("ignoring the self-check verdict %s (it is not this toolchain's, or dated ahead)", path)
+    # another identity's, or from the future: not evidence
+    if data["identity"] != ident or age < -300:
+        log.info(
+            "ignoring the self-check verdict %s (it is not this toolchain's, or dated ahead)", path
+        )
         return None
     if data["ok"]:
         return data if age <= MAX_AGE else None
     return data if since is not None and data["when"] >= since else None
 
 
-def write(state_root: Path, ident: str, *, ok: bool, detail: str, compiler: str, seconds: float) -> None:
+def write(
+    state_root: Path, ident: str, *, ok: bool, detail: str, compiler: str, seconds: float
+) -> None:
     """Record a verdict (best effort: an unusable state dir means the check runs again next process)."""
-    body = {"identity": ident, "ok": ok, "detail": detail[:4000], "compiler": compiler[:2000],
-            "seconds": round(seconds, 2), "when": time.time()}
+    body = {
+        "identity": ident,
+        "ok": ok,
+        "detail": detail[:4000],
+        "compiler": compiler[:2000],
+        "seconds": round(seconds, 2),
+        "when": time.time(),
+    }
     try:
         fsutil.makedirs(folder(state_root))
         reason = problem(state_root)
@@ -101,7 +123,9 @@ def write(state_root: Path, ident: str, *, ok: bool, detail: str, compiler: str,
             raise OSError(reason)
         fsutil.atomic_write(folder(state_root) / f"{ident}.json", json.dumps(body).encode())
     except OSError as e:
-        log.info("could not record the toolchain self-check verdict in %s: %s", folder(state_root), e)
+        log.info(
+            "could not record the toolchain self-check verdict in %s: %s", folder(state_root), e
+        )
 
 
 @contextlib.contextmanager

@@ -35,7 +35,15 @@ from ..errors import TargetError
 # its 256/512-bit implementations from the CPU_CAPABILITY_* macro.
 _ISA_FLAGS: dict[str, tuple[str, ...]] = {
     # -mf16c: every AVX512 CPU has it, and at::vec's AVX2 flavour (used by add) needs it.
-    "AVX512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c", "-DCPU_CAPABILITY_AVX512"),
+    "AVX512": (
+        "-mavx512f",
+        "-mavx512bw",
+        "-mavx512vl",
+        "-mavx512dq",
+        "-mfma",
+        "-mf16c",
+        "-DCPU_CAPABILITY_AVX512",
+    ),
     "AVX2": ("-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY_AVX2"),
 }
 
@@ -44,7 +52,11 @@ BASE_CFLAGS = ("-O3", "-fvisibility=hidden", "-fno-math-errno")
 # plain serial loop, even though torch runs its own kernels on OpenMP threads.
 # Linking with it names libgomp.so.1, which resolves to the copy torch loaded.
 OPENMP_FLAGS = ("-fopenmp",)
-BASE_CUDA_CFLAGS = ("-O3", "-lineinfo")  # no --use_fast_math: nms must decide IoU ties as torchvision does
+# no --use_fast_math: nms must decide IoU ties as torchvision does
+BASE_CUDA_CFLAGS = (
+    "-O3",
+    "-lineinfo",
+)
 
 
 # Variables that change what the host compiler produces: in every key.
@@ -52,8 +64,16 @@ HOST_ENV_VARS = ("CXX", "CC", "CFLAGS", "CXXFLAGS", "LDFLAGS")
 # Variables that only a CUDA build reads: nvcc itself (NVCC_*), the arch list,
 # and the toolkit/cuDNN paths torch.utils.cpp_extension reads in-process while
 # the ninja file is written (so scrubbing cannot reach them). In CUDA keys only.
-CUDA_ENV_VARS = ("TORCH_CUDA_ARCH_LIST", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",
-                 "CUDA_HOME", "CUDA_PATH", "CUDA_INC_PATH", "CUDNN_HOME", "CUDNN_PATH")
+CUDA_ENV_VARS = (
+    "TORCH_CUDA_ARCH_LIST",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_INC_PATH",
+    "CUDNN_HOME",
+    "CUDNN_PATH",
+)
 # Everything the probe records (System.build_env); the key picks per target (key.env_vars_for).
 BUILD_ENV_VARS = HOST_ENV_VARS + CUDA_ENV_VARS
 
@@ -73,7 +93,9 @@ class System:
     build_env: tuple[tuple[str, str], ...] = ()
     cuda_available: bool = False
     device_capability: tuple[int, int] | None = None
-    torch_cuda_archs: tuple[str, ...] = ()  # torch.cuda.get_arch_list(): "sm_80", ..., "compute_120"
+    torch_cuda_archs: tuple[
+        str, ...
+    ] = ()  # torch.cuda.get_arch_list(): "sm_80", ..., "compute_120"
     openmp: bool = False
     jitops_version: str = __version__
 
@@ -103,11 +125,14 @@ _sysconfig_lock = threading.Lock()
 
 @functools.lru_cache(maxsize=1)
 def _python_abi() -> str:
-    # CPython on POSIX names extension modules "." + SOABI + ".so" first: SOABI without importing sysconfig
-    # and its _sysconfigdata (~1.5 ms on a warm load). Elsewhere, sysconfig's; it fills its variables lazily
-    # and not thread-safely (3.11): a second thread can read None while the first is still filling them in,
-    # which gave racing threads different keys. Fill them once, under a lock.
-    first = importlib.machinery.EXTENSION_SUFFIXES[0] if importlib.machinery.EXTENSION_SUFFIXES else ""
+    # CPython on POSIX names extension modules "." + SOABI + ".so" first: SOABI without importing
+    # sysconfig and its _sysconfigdata (~1.5 ms on a warm load). Elsewhere, sysconfig's; it fills
+    # its variables lazily and not thread-safely (3.11): a second thread can read None while the
+    # first is still filling them in, which gave racing threads different keys. Fill them once,
+    # under a lock.
+    first = (
+        importlib.machinery.EXTENSION_SUFFIXES[0] if importlib.machinery.EXTENSION_SUFFIXES else ""
+    )
     if first.startswith(".cpython-") and first.endswith(".so") and first.count(".") == 2:
         return first[1:-3]
     import sysconfig
@@ -142,8 +167,9 @@ def probe(environ: Mapping[str, str] | None = None, *, cuda: bool = True) -> Sys
     if cuda and torch_cuda:
         import torch
 
-        # A process forked after its parent used CUDA cannot use CUDA (torch raises on the first call that would
-        # initialise it, get_device_capability included): there, as torch would have it, CUDA is not available.
+        # A process forked after its parent used CUDA cannot use CUDA (torch raises on the first
+        # call that would initialise it, get_device_capability included): there, as torch would have
+        # it, CUDA is not available.
         bad_fork = getattr(torch.cuda, "_is_in_bad_fork", lambda: False)()
         cuda_available = not bad_fork and bool(torch.cuda.is_available())
         if cuda_available:
@@ -205,7 +231,9 @@ class Target:
         return BASE_CUDA_CFLAGS + arch_gencode_flags(self.archs)
 
 
-def choose_target(system: System, device: str | None = None, archs: str | tuple[str, ...] | None = None) -> Target:
+def choose_target(
+    system: System, device: str | None = None, archs: str | tuple[str, ...] | None = None
+) -> Target:
     """Pick the build target. Pure: everything it needs is in ``system``.
 
     ``device=None`` means the current device: CUDA when a GPU is usable, else

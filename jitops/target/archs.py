@@ -66,7 +66,7 @@ def parse_arch_list(text: str) -> tuple[str, ...]:
         if expanded is None and raw.lower().endswith("+ptx") and raw[:-4].lower() in _BY_LOWER:
             named = _BY_LOWER[raw[:-4].lower()].split(";")
             expanded = ";".join(named[:-1] + [named[-1].removesuffix("+PTX") + "+PTX"])
-        for arch in (expanded.split(";") if expanded else [raw]):
+        for arch in expanded.split(";") if expanded else [raw]:
             if not _ARCH_RE.match(arch):
                 raise TargetError(
                     f"invalid CUDA arch {shown(raw)} in {shown(text)}: expected entries like '8.0', '9.0a', '8.6+PTX', "
@@ -75,7 +75,9 @@ def parse_arch_list(text: str) -> tuple[str, ...]:
             major, minor, suffix, has_ptx = _split(arch)
             ptx[(major, minor, suffix)] = ptx.get((major, minor, suffix), False) or has_ptx
     if not ptx:
-        raise TargetError(f"empty CUDA arch list {shown(text)}: name at least one arch, e.g. '8.0,9.0'")
+        raise TargetError(
+            f"empty CUDA arch list {shown(text)}: name at least one arch, e.g. '8.0,9.0'"
+        )
     return tuple(f"{ma}.{mi}{s}{'+PTX' if ptx[(ma, mi, s)] else ''}" for ma, mi, s in sorted(ptx))
 
 

@@ -34,28 +34,37 @@ from ..errors import ToolchainError
 from . import OPENMP_FLAGS, System
 from ..base.patterns import lazy
 
-# torch's headers need C++17 and compile with -std=c++17 or later: older compilers fail deep inside them.
+# torch's headers need C++17 and compile with -std=c++17 or later: older compilers fail deep inside
+# them.
 MINIMUM = {"gcc": (9, 0), "clang": (10, 0)}
 
 
 def compiler_ingredient(tool: toolchain.Tool) -> dict[str, Any]:
     """The compiler's part of the key: canonical binary, identity, driver name (``clang++`` and
     ``clang`` are one binary, two drivers) and its OpenMP flags (see ``openmp_flags``)."""
-    return {"path": tool.path, "version": tool.version, "driver": os.path.basename(tool.run),
-            "openmp": list(tool.openmp)}
+    return {
+        "path": tool.path,
+        "version": tool.version,
+        "driver": os.path.basename(tool.run),
+        "openmp": list(tool.openmp),
+    }
 
 
 _CLANG = lazy(r"clang version (\d+)\.(\d+)(?:\.(\d+))?", needs="clang version")
-_GCC = lazy(r"^\S*(?:g\+\+|gcc|c\+\+|cc)\S* \(.*\) (\d+)\.(\d+)(?:\.(\d+))?", needs=("g++", "c++", "cc"))
+_GCC = lazy(
+    r"^\S*(?:g\+\+|gcc|c\+\+|cc)\S* \(.*\) (\d+)\.(\d+)(?:\.(\d+))?", needs=("g++", "c++", "cc")
+)
 
 
-@functools.lru_cache(maxsize=16)  # a pure function, asked twice per plan (check_supported, openmp_flags)
+# a pure function, asked twice per plan (check_supported, openmp_flags)
+@functools.lru_cache(maxsize=16)
 def kind_of(version: str) -> tuple[str, tuple[int, ...]]:
     """("gcc" | "clang" | "unknown", version numbers) from a ``--version`` line."""
     m = _CLANG.search(version)
     if m:
         return "clang", tuple(int(g) for g in m.groups() if g is not None)
-    # "g++ (Debian 12.2.0-14) 12.2.0", "c++ (GCC) 11.4.1 20231218", "x86_64-linux-gnu-g++-12 (Debian ...) 12.2.0"
+    # "g++ (Debian 12.2.0-14) 12.2.0", "c++ (GCC) 11.4.1 20231218", "x86_64-linux-gnu-g++-12 (Debian
+    # ...) 12.2.0"
     m = _GCC.match(version)
     if m:
         return "gcc", tuple(int(g) for g in m.groups() if g is not None)
@@ -65,12 +74,16 @@ def kind_of(version: str) -> tuple[str, tuple[int, ...]]:
 _TRIPLE = lazy(r"^[A-Za-z0-9_]+(-[A-Za-z0-9_.]+)+$")  # what `-dumpmachine` prints: x86_64-linux-gnu
 
 
-def check_supported(tool: toolchain.Tool, op: str, cache_dir: Path | None = None, *, record: bool = True) -> None:
+def check_supported(
+    tool: toolchain.Tool, op: str, cache_dir: Path | None = None, *, record: bool = True
+) -> None:
     """ToolchainError for a compiler known not to build torch extensions, or a program that is not a compiler
     (``CXX=/bin/true``): one that neither GCC nor clang identifies must answer ``-dumpmachine`` with a target
     triple (asked once and remembered like the identity)."""
     kind, numbers = kind_of(tool.version)
-    if kind == "unknown" and not _TRIPLE.match(toolchain.ask(tool.run, ("-dumpmachine",), cache_dir, record=record)):
+    if kind == "unknown" and not _TRIPLE.match(
+        toolchain.ask(tool.run, ("-dumpmachine",), cache_dir, record=record)
+    ):
         raise ToolchainError(
             f"cannot build op {op!r}: {tool.run} ({tool.version[:120]!r}) does not behave like a C++ compiler "
             f"(`{tool.run} -dumpmachine` named no target). Fix: set CXX to a C++ compiler such as g++ or clang++, "
@@ -86,20 +99,27 @@ def check_supported(tool: toolchain.Tool, op: str, cache_dir: Path | None = None
         )
 
 
-def openmp_flags(tool: toolchain.Tool, cache_dir: Path | None, *, record: bool = True) -> tuple[str, ...]:
+def openmp_flags(
+    tool: toolchain.Tool, cache_dir: Path | None, *, record: bool = True
+) -> tuple[str, ...]:
     """Flags that build with torch's OpenMP runtime (GNU libgomp) for this compiler."""
     kind, _ = kind_of(tool.version)
     if kind != "clang":
         return OPENMP_FLAGS
     answer = toolchain.ask(tool.run, ("-print-file-name=libgomp.so",), cache_dir, record=record)
-    include = os.path.join(os.path.dirname(os.path.normpath(answer)), "include") if os.path.isabs(answer) else ""
+    include = (
+        os.path.join(os.path.dirname(os.path.normpath(answer)), "include")
+        if os.path.isabs(answer)
+        else ""
+    )
     if not include or not os.path.isfile(os.path.join(include, "omp.h")):
         raise ToolchainError(
             f"cannot build with {tool.run} ({tool.version}): torch runs its kernels on GNU OpenMP (libgomp), and "
             f"clang finds no GCC installation with libgomp.so and omp.h (it answered {answer!r}). "
             "Fix: install GCC's C++ compiler beside clang (e.g. `apt-get install g++`), or unset CXX"
         )
-    # -idirafter: GCC's include dir holds only omp.h that clang lacks; clang's own intrinsics headers come first.
+    # --idirafter: GCC's include dir holds only omp.h that clang lacks; clang's own intrinsics
+    #  headers come first.
     return ("-fopenmp=libgomp", "-idirafter", include)
 
 

@@ -73,7 +73,8 @@ def find_cxx(system: System, op: str) -> str:
     cxx = system.env("CXX") or "c++"
     path = cxx_command(system)
     words = cxx.split()
-    if path is None and len(words) > 1 and shutil.which(words[0]):  # CXX="g++ -O2": a compiler and its flags
+    # CXX="g++ -O2": a compiler and its flags
+    if path is None and len(words) > 1 and shutil.which(words[0]):
         import shlex  # this message only (a warm load need not import it)
 
         raise ToolchainError(
@@ -82,7 +83,11 @@ def find_cxx(system: System, op: str) -> str:
             f"(CXXFLAGS={shlex.quote(' '.join(words[1:]))})"
         )
     if path is None:
-        how = f"CXX={shown(cxx)} does not name an executable" if system.env("CXX") else "'c++' is not on PATH"
+        how = (
+            f"CXX={shown(cxx)} does not name an executable"
+            if system.env("CXX")
+            else "'c++' is not on PATH"
+        )
         raise ToolchainError(
             f"cannot build op {op!r}: no C++ compiler found ({how}). "
             "Fix: install one (e.g. `apt-get install g++`), or set CXX to the compiler's path. "
@@ -118,7 +123,9 @@ def cuda_home_of(nvcc: str) -> str:
 
 def _is_toolkit_nvcc(path: str) -> bool:
     home = cuda_home_of(path)
-    return os.access(path, os.X_OK) and os.path.isfile(os.path.join(home, "include", "cuda_runtime_api.h"))
+    return os.access(path, os.X_OK) and os.path.isfile(
+        os.path.join(home, "include", "cuda_runtime_api.h")
+    )
 
 
 def find_nvcc(system: System, op: str) -> str:
@@ -165,8 +172,11 @@ def check_nvcc_matches_torch(nvcc_version: str, torch_cuda: str | None, op: str)
     if torch_cuda is None:
         return
     if release is None:
-        log.warning("cannot tell the CUDA version of nvcc from %r; not checking it against torch's %s",
-                    nvcc_version, torch_cuda)
+        log.warning(
+            "cannot tell the CUDA version of nvcc from %r; not checking it against torch's %s",
+            nvcc_version,
+            torch_cuda,
+        )
         return
     if str(release[0]) != torch_cuda.split(".")[0]:
         raise ToolchainError(
@@ -185,16 +195,28 @@ def _fingerprint(path: str) -> str:
 def _ask_version(path: str) -> str:
     try:
         out = subprocess.run(
-            [path, "--version"], capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL, check=False
+            [path, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            stdin=subprocess.DEVNULL,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise ToolchainError(f"cannot run {path} --version: {e}. Fix: check that the compiler works.") from e
+        raise ToolchainError(
+            f"cannot run {path} --version: {e}. Fix: check that the compiler works."
+        ) from e
     lines = [ln.strip() for ln in (out.stdout or out.stderr).splitlines() if ln.strip()]
     if out.returncode != 0 or not lines:
-        raise ToolchainError(f"{path} --version failed (exit {out.returncode}), so it is not a working compiler. Fix: "
-                             "set CXX (or CUDA_HOME, for nvcc) to a working one, or unset CXX to use the system c++")
-    if "nvcc" in os.path.basename(path):  # "..., release 13.0, V13.0.88" then "Build cuda_13.0.r13.0/..."
-        return "; ".join(ln for ln in lines if "release" in ln or ln.startswith("Build")) or lines[-1]
+        raise ToolchainError(
+            f"{path} --version failed (exit {out.returncode}), so it is not a working compiler. Fix: "
+            "set CXX (or CUDA_HOME, for nvcc) to a working one, or unset CXX to use the system c++"
+        )
+    # "..., release 13.0, V13.0.88" then "Build cuda_13.0.r13.0/..."
+    if "nvcc" in os.path.basename(path):
+        return (
+            "; ".join(ln for ln in lines if "release" in ln or ln.startswith("Build")) or lines[-1]
+        )
     return lines[0]
 
 
@@ -203,11 +225,17 @@ def identify(path: str, cache_dir: Path | None, *, record: bool = True) -> str:
     return ask(path, ("--version",), cache_dir, record=record)
 
 
-def ask(path: str, question: tuple[str, ...], cache_dir: Path | None, *, record: bool = True) -> str:
+def ask(
+    path: str, question: tuple[str, ...], cache_dir: Path | None, *, record: bool = True
+) -> str:
     """The answer of ``path *question`` (``--version``: its identity line; else stdout's first
     line), remembered like the identity: the warm path never runs the compiler."""
     fp = _fingerprint(path)
-    name = fp if question == ("--version",) else f"{fp}-{hashlib.sha256(' '.join(question).encode()).hexdigest()[:12]}"
+    name = (
+        fp
+        if question == ("--version",)
+        else f"{fp}-{hashlib.sha256(' '.join(question).encode()).hexdigest()[:12]}"
+    )
     with _memo_lock:
         if name in _memo:
             return _memo[name][1]
@@ -215,7 +243,9 @@ def ask(path: str, question: tuple[str, ...], cache_dir: Path | None, *, record:
         return _identify(path, name, question, cache_dir, record)
 
 
-def _identify(path: str, name: str, question: tuple[str, ...], cache_dir: Path | None, record: bool) -> str:
+def _identify(
+    path: str, name: str, question: tuple[str, ...], cache_dir: Path | None, record: bool
+) -> str:
     with _memo_lock:
         if name in _memo:  # another thread asked while this one waited
             return _memo[name][1]
@@ -232,7 +262,8 @@ def _identify(path: str, name: str, question: tuple[str, ...], cache_dir: Path |
         version = _ask_version(path) if question == ("--version",) else _ask_other(path, question)
     with _memo_lock:
         _memo[name] = (path, version)
-    # os.path.isdir: an unreachable cache root is "absent", not a PermissionError. Never create a root just for this.
+    # os.path.isdir: an unreachable cache root is "absent", not a PermissionError. Never create a
+    # root just for this.
     if asked and record and cache_dir is not None and os.path.isdir(cache_dir.parent):
         _record(cache_dir, name, path, version)
     return version
@@ -240,10 +271,18 @@ def _identify(path: str, name: str, question: tuple[str, ...], cache_dir: Path |
 
 def _ask_other(path: str, question: tuple[str, ...]) -> str:
     try:
-        out = subprocess.run([path, *question], capture_output=True, text=True, timeout=20,
-                             stdin=subprocess.DEVNULL, check=False)
+        out = subprocess.run(
+            [path, *question],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise ToolchainError(f"cannot run {path} {' '.join(question)}: {e}. Fix: check that the compiler works.") from e
+        raise ToolchainError(
+            f"cannot run {path} {' '.join(question)}: {e}. Fix: check that the compiler works."
+        ) from e
     lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
     return lines[0] if out.returncode == 0 and lines else ""
 
@@ -251,11 +290,14 @@ def _ask_other(path: str, question: tuple[str, ...]) -> str:
 def _record(cache_dir: Path, name: str, path: str, version: str) -> None:
     from ..base.fsutil import atomic_write, makedirs, may_hold
 
-    if not may_hold(cache_dir):  # a link at v1 or v1/toolchains: never written through (`jitops cache repair`)
+    # a link at v1 or v1/toolchains: never written through (`jitops cache repair`)
+    if not may_hold(cache_dir):
         return
     try:
         makedirs(cache_dir)
-        atomic_write(cache_dir / f"{name}.json", json.dumps({"path": path, "version": version}).encode())
+        atomic_write(
+            cache_dir / f"{name}.json", json.dumps({"path": path, "version": version}).encode()
+        )
     except OSError as e:  # read-only cache: fine, ask again next process
         log.debug("could not record toolchain identity in %s: %s", cache_dir, e)
 

@@ -45,7 +45,8 @@ pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
 
 BACKENDS = ["file", "redis"]
 GIB = 1 << 30
-_ZERO_MIB = gzip.compress(bytes(1 << 20), 9)  # gzip members concatenate: 1024 of these inflate to 1 GiB of zeros
+# gzip members concatenate: 1024 of these inflate to 1 GiB of zeros
+_ZERO_MIB = gzip.compress(bytes(1 << 20), 9)
 
 
 # ------------------------------------------------------------------ helpers
@@ -92,13 +93,17 @@ def _written() -> int:
     raise AssertionError("no wchar in /proc/self/io")
 
 
-def _member(name: str, data: bytes = b"", size: int | None = None, pax: dict[str, str] | None = None) -> bytes:
+def _member(
+    name: str, data: bytes = b"", size: int | None = None, pax: dict[str, str] | None = None
+) -> bytes:
     """One tar member, header and data (``size`` alone: a header whose data follows elsewhere)."""
     info = tarfile.TarInfo(name)
     info.size = len(data) if size is None else size
     info.mode = 0o600
     info.pax_headers = pax or {}
-    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape") + data + bytes(-len(data) % 512)
+    return (
+        info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape") + data + bytes(-len(data) % 512)
+    )
 
 
 def _members(archive: bytes) -> dict[str, tuple[tarfile.TarInfo, bytes]]:
@@ -119,11 +124,18 @@ def _bomb(archive: bytes, where: str) -> bytes:
     zeros = _ZERO_MIB * (GIB >> 20)
     if where == "other-entries":
         folder = mname.rsplit("/", 2)[0]
-        big = [gzip.compress(_member(f"{folder}/{c * KEY_CHARS}/{lname.rsplit('/', 1)[1]}", size=GIB)) + zeros
-               for c in "ef"]
+        big = [
+            gzip.compress(_member(f"{folder}/{c * KEY_CHARS}/{lname.rsplit('/', 1)[1]}", size=GIB))
+            + zeros
+            for c in "ef"
+        ]
         return b"".join(big) + gzip.compress(plain)
-    return (gzip.compress(_member(mname, members[mname][1], pax=members[mname][0].pax_headers)) +
-            gzip.compress(_member(lname, size=GIB)) + zeros + gzip.compress(bytes(1024)))
+    return (
+        gzip.compress(_member(mname, members[mname][1], pax=members[mname][0].pax_headers))
+        + gzip.compress(_member(lname, size=GIB))
+        + zeros
+        + gzip.compress(bytes(1024))
+    )
 
 
 def _swapped(archive: bytes, evil: bytes, keep_pax: bool = True) -> bytes:
@@ -132,7 +144,9 @@ def _swapped(archive: bytes, evil: bytes, keep_pax: bool = True) -> bytes:
     for name, (info, data) in _members(archive).items():
         if name.endswith(MANIFEST):
             m = Manifest.parse(data)
-            data = dataclasses.replace(m, sha256=hashlib.sha256(evil).hexdigest(), size=len(evil)).to_json()
+            data = dataclasses.replace(
+                m, sha256=hashlib.sha256(evil).hexdigest(), size=len(evil)
+            ).to_json()
             out += _member(name, data, pax=dict(info.pax_headers) if keep_pax else None)
         else:
             out += _member(name, evil if name.endswith(".so") else data)
@@ -141,15 +155,18 @@ def _swapped(archive: bytes, evil: bytes, keep_pax: bool = True) -> bytes:
 
 def _damaged(plain_tar: bytes, comp: str) -> bytes:
     """``plain_tar`` compressed with ``comp``, then 64 bytes flipped three quarters into the stream."""
-    data = bytearray({"xz": lzma.compress, "bz2": bz2.compress, "gz": gzip.compress}[comp](plain_tar))
+    data = bytearray(
+        {"xz": lzma.compress, "bz2": bz2.compress, "gz": gzip.compress}[comp](plain_tar)
+    )
     at = len(data) * 3 // 4
     for i in range(at, min(at + 64, len(data) - 8)):
         data[i] ^= 0x55
     return bytes(data)
 
 
-def _cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str,
-         **env: str) -> tuple[int, str, str]:
+def _cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str, **env: str
+) -> tuple[int, str, str]:
     """``jitops ARGV`` in this process under ``env`` (the fake builder, fakelib registered); (rc, out, err)."""
     for k, v in {"JITOPS_BUILDER": "fake", "JITOPS_PROGRESS": "0", **env}.items():
         monkeypatch.setenv(k, v)
@@ -164,25 +181,38 @@ def _cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *a
 
 
 @pytest.mark.parametrize("comp", ["xz", "bz2", "gz"])
-def test_damaged_archive_is_a_named_error_on_import(tmp_path: Path, comp: str, monkeypatch: pytest.MonkeyPatch,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_damaged_archive_is_a_named_error_on_import(
+    tmp_path: Path, comp: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Audit 2: a .tar.xz damaged late in the stream gave `jitops cache import` a raw LZMAError traceback."""
     cache, _plan = _built(tmp_path, "ci")
     cache_archive.export(cache, tmp_path / "a.tar.gz", {"fakeadd"})
     bad = tmp_path / f"bad.tar.{comp}"
     bad.write_bytes(_damaged(gzip.decompress((tmp_path / "a.tar.gz").read_bytes()), comp))
-    rc, out, err = _cli(monkeypatch, capsys, "cache", "import", str(bad), JITOPS_CACHE_DIR=str(tmp_path / "b"))
+    rc, out, err = _cli(
+        monkeypatch, capsys, "cache", "import", str(bad), JITOPS_CACHE_DIR=str(tmp_path / "b")
+    )
     assert rc == 1 and "Traceback" not in err, out + err
-    if comp != "gz":  # refused whole, by name; gzip's damage may instead only spoil the library (rejected: its sha256)
-        assert "jitops: error:" in err and str(bad) in err and "writes gzip" in err and "Fix:" in err, err
+    # refused whole, by name; gzip's damage may instead only spoil the library (rejected: its
+    # sha256)
+    if comp != "gz":
+        assert (
+            "jitops: error:" in err and str(bad) in err and "writes gzip" in err and "Fix:" in err
+        ), err
     else:
         assert "jitops: error:" in err or "rejected fakeadd/" in err, err
-    assert not list((tmp_path / "b" / "v1" / "entries").glob("*/*/*")), "a damaged archive published something"
+    assert not list((tmp_path / "b" / "v1" / "entries").glob("*/*/*")), (
+        "a damaged archive published something"
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_damaged_xz_remote_entry_is_rejected_and_built_locally(tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_damaged_xz_remote_entry_is_rejected_and_built_locally(
+    tmp_path: Path,
+    backend: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """Audit 2: every `jitops.get` raised LZMAError while the blob was there; now: rejected, counted, built here."""
     cfg = tmp_path / "cfg"
     keygen(cfg)
@@ -192,18 +222,40 @@ def test_damaged_xz_remote_entry_is_rejected_and_built_locally(tmp_path: Path, b
         assert writer.upload(plan, cache)
         name = entry_name("fakeadd", plan.target.name, plan.key)
         header, archive = envelope.unpack(writer.store.get_blob(name))
-        writer.store.put_blob(name, envelope.pack(header["key"], header["signer"], header["signature"],
-                                                  _damaged(gzip.decompress(archive), "xz")))
+        writer.store.put_blob(
+            name,
+            envelope.pack(
+                header["key"],
+                header["signer"],
+                header["signature"],
+                _damaged(gzip.decompress(archive), "xz"),
+            ),
+        )
         node_cache, node_plan = _plan_in(tmp_path, "node")
         node = _tier(url, cfg, "read")
         assert node.fetch(node_plan, node_cache) is None
         assert node.stats.rejected == 1
         built = []
-        manifest, here = node.obtain(node_plan, node_cache, lambda: built.append(1) or build_and_publish(
-            node_plan, node_cache, None, _settings(tmp_path / "node")))
+        manifest, here = node.obtain(
+            node_plan,
+            node_cache,
+            lambda: (
+                built.append(1)
+                or build_and_publish(node_plan, node_cache, None, _settings(tmp_path / "node"))
+            ),
+        )
         assert here and built == [1] and manifest.key == plan.key
-        rc, out, err = _cli(monkeypatch, capsys, "cache", "pull", "fakeadd", JITOPS_CACHE_DIR=str(tmp_path / "puller"),
-                            JITOPS_REMOTE_CACHE=url, JITOPS_CONFIG_DIR=str(cfg), JITOPS_REMOTE_CACHE_MODE="read")
+        rc, out, err = _cli(
+            monkeypatch,
+            capsys,
+            "cache",
+            "pull",
+            "fakeadd",
+            JITOPS_CACHE_DIR=str(tmp_path / "puller"),
+            JITOPS_REMOTE_CACHE=url,
+            JITOPS_CONFIG_DIR=str(cfg),
+            JITOPS_REMOTE_CACHE_MODE="read",
+        )
     assert rc == 1 and "1 rejected" in out and "Traceback" not in err, out + err
 
 
@@ -212,7 +264,9 @@ def test_damaged_xz_remote_entry_is_rejected_and_built_locally(tmp_path: Path, b
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("where", ["other-entries", "own-library"])
-def test_decompression_bomb_is_refused_before_it_is_written(tmp_path: Path, backend: str, where: str) -> None:
+def test_decompression_bomb_is_refused_before_it_is_written(
+    tmp_path: Path, backend: str, where: str
+) -> None:
     """Audit 6: a 2 MB blob with 1 GiB members of zeros was fully extracted (41.8 s file, 168 s redis, 2 GiB written)."""
     cfg = tmp_path / "cfg"
     keygen(cfg)
@@ -222,7 +276,9 @@ def test_decompression_bomb_is_refused_before_it_is_written(tmp_path: Path, back
         assert writer.upload(plan, cache)
         name = entry_name("fakeadd", plan.target.name, plan.key)
         header, archive = envelope.unpack(writer.store.get_blob(name))
-        blob = envelope.pack(header["key"], header["signer"], header["signature"], _bomb(archive, where))
+        blob = envelope.pack(
+            header["key"], header["signer"], header["signature"], _bomb(archive, where)
+        )
         assert len(blob) < 3 << 20
         writer.store.put_blob(name, blob)
         node_cache, node_plan = _plan_in(tmp_path, "node")
@@ -236,14 +292,17 @@ def test_decompression_bomb_is_refused_before_it_is_written(tmp_path: Path, back
     assert isinstance(node_cache.lookup(node_plan.address), Miss)
 
 
-def test_decompression_bomb_archive_is_refused_by_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_decompression_bomb_archive_is_refused_by_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     cache, _plan = _built(tmp_path, "ci")
     cache_archive.export(cache, tmp_path / "a.tar.gz", {"fakeadd"})
     bomb = tmp_path / "bomb.tar.gz"
     bomb.write_bytes(_bomb((tmp_path / "a.tar.gz").read_bytes(), "other-entries"))
     w0, t0 = _written(), time.monotonic()
-    rc, out, err = _cli(monkeypatch, capsys, "cache", "import", str(bomb), JITOPS_CACHE_DIR=str(tmp_path / "b"))
+    rc, out, err = _cli(
+        monkeypatch, capsys, "cache", "import", str(bomb), JITOPS_CACHE_DIR=str(tmp_path / "b")
+    )
     seconds, written = time.monotonic() - t0, _written() - w0
     assert rc == 1 and "decompression bomb" in err and "Traceback" not in err, out + err
     assert seconds < 5 and written < 64 << 20, (seconds, written)
@@ -257,12 +316,21 @@ def _big_manifest_spec(tmp: Path) -> OpSpec:
     folder.mkdir()
     (folder / "k.cpp").write_text("// a kernel folder with many headers\n")
     for i in range(900):
-        (folder / f"header_with_a_rather_long_descriptive_name_{i:04d}.h").write_text(f"#define H{i} {i}\n")
-    return OpSpec(name="bigmanifest", root=folder, cpu_sources=("k.cpp",), schemas=("bigmanifest(Tensor x) -> Tensor",))
+        (folder / f"header_with_a_rather_long_descriptive_name_{i:04d}.h").write_text(
+            f"#define H{i} {i}\n"
+        )
+    return OpSpec(
+        name="bigmanifest",
+        root=folder,
+        cpu_sources=("k.cpp",),
+        schemas=("bigmanifest(Tensor x) -> Tensor",),
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_manifest_over_64k_round_trips_export_import_push_pull(tmp_path: Path, backend: str) -> None:
+def test_manifest_over_64k_round_trips_export_import_push_pull(
+    tmp_path: Path, backend: str
+) -> None:
     """Audit 8: import and pull refused (whole archive) a manifest over 64 KiB that the cache itself accepts."""
     spec = _big_manifest_spec(tmp_path)
     cache, plan = _built(tmp_path, "ci", spec)
@@ -272,7 +340,10 @@ def test_manifest_over_64k_round_trips_export_import_push_pull(tmp_path: Path, b
     into = Cache(tmp_path / "imported")
     res = cache_archive.import_archive(into, tmp_path / "a.tar.gz")
     assert [m.key for m in res.imported] == [plan.key] and not res.rejected, res.rejected
-    assert into.verify(into.path_of(plan.address), plan.key, "bigmanifest", plan.target.name).key == plan.key
+    assert (
+        into.verify(into.path_of(plan.address), plan.key, "bigmanifest", plan.target.name).key
+        == plan.key
+    )
     cfg = tmp_path / "cfg"
     keygen(cfg)
     with _store(backend, tmp_path) as url:
@@ -287,8 +358,12 @@ def test_manifest_over_64k_round_trips_export_import_push_pull(tmp_path: Path, b
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_push_refuses_to_sign_an_imported_swapped_library(tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_push_refuses_to_sign_an_imported_swapped_library(
+    tmp_path: Path,
+    backend: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """Audit 4: import accepted a swapped library with a recomputed manifest, and push signed it for every node."""
     cfg = tmp_path / "cfg"
     public = keygen(cfg)
@@ -296,43 +371,71 @@ def test_push_refuses_to_sign_an_imported_swapped_library(tmp_path: Path, backen
     cache, plan = _built(tmp_path, "ci")
     cache_archive.export(cache, tmp_path / "a.tar.gz", {"fakeadd"})
     forged = tmp_path / "forged.tar.gz"
-    forged.write_bytes(_swapped((tmp_path / "a.tar.gz").read_bytes(), tattletale_library(tmp_path, marker).read_bytes()))
+    forged.write_bytes(
+        _swapped(
+            (tmp_path / "a.tar.gz").read_bytes(), tattletale_library(tmp_path, marker).read_bytes()
+        )
+    )
     with _store(backend, tmp_path) as url:
-        signer = {"JITOPS_CACHE_DIR": str(tmp_path / "signer"), "JITOPS_CONFIG_DIR": str(cfg), "JITOPS_REMOTE_CACHE": url,
-                  "JITOPS_REMOTE_CACHE_MODE": "write"}
+        signer = {
+            "JITOPS_CACHE_DIR": str(tmp_path / "signer"),
+            "JITOPS_CONFIG_DIR": str(cfg),
+            "JITOPS_REMOTE_CACHE": url,
+            "JITOPS_REMOTE_CACHE_MODE": "write",
+        }
         rc, imported, err = _cli(monkeypatch, capsys, "cache", "import", str(forged), **signer)
         assert rc == 0 and "1 imported" in imported, imported + err
         rc, pushed, err = _cli(monkeypatch, capsys, "cache", "push", "fakeadd", **signer)
         assert rc == 0, pushed + err
         in_store = _tier(url, cfg, "read").store.list_blobs("entries/")
-        env = node_env(tmp_path / "node", url, tmp_path / "nodecfg", JITOPS_REMOTE_CACHE_MODE="read",
-                       JITOPS_REMOTE_TRUSTED_KEYS=public)
-        node = last_json(run_scenario_proc("remote_scenarios.get_node", ops=["fakeadd"], env=env, timeout=120).stdout)
+        env = node_env(
+            tmp_path / "node",
+            url,
+            tmp_path / "nodecfg",
+            JITOPS_REMOTE_CACHE_MODE="read",
+            JITOPS_REMOTE_TRUSTED_KEYS=public,
+        )
+        node = last_json(
+            run_scenario_proc(
+                "remote_scenarios.get_node", ops=["fakeadd"], env=env, timeout=120
+            ).stdout
+        )
     assert not marker.exists(), "the planted library's constructor ran on a read-only node"
     assert node["ops"]["fakeadd"]["built"] and node["ops"]["fakeadd"]["works"], node
     assert in_store == [] and "push: 0 uploaded" in pushed and "imported from" in pushed, pushed
     assert "unsigned" in imported and "code you chose to trust" in imported, imported
 
 
-def test_resign_foreign_pushes_an_imported_entry_only_when_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_resign_foreign_pushes_an_imported_entry_only_when_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = tmp_path / "cfg"
     keygen(cfg)
     cache, _plan = _built(tmp_path, "ci")
     cache_archive.export(cache, tmp_path / "a.tar.gz", {"fakeadd"})
     with _store("file", tmp_path) as url:
-        signer = {"JITOPS_CACHE_DIR": str(tmp_path / "signer"), "JITOPS_CONFIG_DIR": str(cfg), "JITOPS_REMOTE_CACHE": url,
-                  "JITOPS_REMOTE_CACHE_MODE": "write"}
-        assert _cli(monkeypatch, capsys, "cache", "import", str(tmp_path / "a.tar.gz"), **signer)[0] == 0
+        signer = {
+            "JITOPS_CACHE_DIR": str(tmp_path / "signer"),
+            "JITOPS_CONFIG_DIR": str(cfg),
+            "JITOPS_REMOTE_CACHE": url,
+            "JITOPS_REMOTE_CACHE_MODE": "write",
+        }
+        assert (
+            _cli(monkeypatch, capsys, "cache", "import", str(tmp_path / "a.tar.gz"), **signer)[0]
+            == 0
+        )
         rc, out, _ = _cli(monkeypatch, capsys, "cache", "push", **signer)
         assert "skipped fakeadd" in out and "--resign-foreign fakeadd" in out, out
-        rc, out, err = _cli(monkeypatch, capsys, "cache", "push", "--resign-foreign", "fakeadd", **signer)
+        rc, out, err = _cli(
+            monkeypatch, capsys, "cache", "push", "--resign-foreign", "fakeadd", **signer
+        )
         assert rc == 0 and "re-signing foreign code" in out and "push: 1 uploaded" in out, out + err
         assert len(_tier(url, cfg, "read").store.list_blobs("entries/fakeadd/")) == 1
 
 
-def test_warm_push_and_pulled_entries_are_not_resigned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_warm_push_and_pulled_entries_are_not_resigned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """An entry a node pulled is noted as pulled: that node's `cache push` skips it; the builder's pushes it."""
     from jitops.remote.commands import cmd_push
     from jitops.remote.origin import installed_from
@@ -346,53 +449,90 @@ def test_warm_push_and_pulled_entries_are_not_resigned(tmp_path: Path, monkeypat
         assert _tier(url, cfg, "read").fetch(node_plan, node_cache) is not None
         assert installed_from(node_cache, node_plan.address) == ("pulled", url)
         assert installed_from(cache, plan.address) is None
-        _cli(monkeypatch, capsys, "cache", "path", JITOPS_CACHE_DIR=str(tmp_path / "node"), JITOPS_CONFIG_DIR=str(cfg),
-             JITOPS_REMOTE_CACHE=url, JITOPS_REMOTE_CACHE_MODE="write")
+        _cli(
+            monkeypatch,
+            capsys,
+            "cache",
+            "path",
+            JITOPS_CACHE_DIR=str(tmp_path / "node"),
+            JITOPS_CONFIG_DIR=str(cfg),
+            JITOPS_REMOTE_CACHE=url,
+            JITOPS_REMOTE_CACHE_MODE="write",
+        )
         assert cmd_push(argparse.Namespace(ops=["fakeadd"], device=None)) == 0
         assert f"pulled from {url}" in capsys.readouterr().out
 
 
-def test_export_signs_what_was_built_here_and_import_verifies_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_signs_what_was_built_here_and_import_verifies_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Signed archives: verified against the trusted keys, the library taken only after the manifest verifies."""
     cfg = tmp_path / "cfg"
     public = keygen(cfg)
     _built(tmp_path, "ci")
-    rc, out, err = _cli(monkeypatch, capsys, "cache", "export", str(tmp_path / "a.tar.gz"), "fakeadd",
-                        JITOPS_CACHE_DIR=str(tmp_path / "ci"), JITOPS_CONFIG_DIR=str(cfg))
+    rc, out, err = _cli(
+        monkeypatch,
+        capsys,
+        "cache",
+        "export",
+        str(tmp_path / "a.tar.gz"),
+        "fakeadd",
+        JITOPS_CACHE_DIR=str(tmp_path / "ci"),
+        JITOPS_CONFIG_DIR=str(cfg),
+    )
     assert rc == 0 and "1 signed with your key" in out, out + err
-    trusting = {"JITOPS_CACHE_DIR": str(tmp_path / "b"), "JITOPS_CONFIG_DIR": str(tmp_path / "bcfg"),
-                "JITOPS_REMOTE_TRUSTED_KEYS": public}
-    # A swapped library under the genuine signature: refused, and its 4 MiB library is never written.
+    trusting = {
+        "JITOPS_CACHE_DIR": str(tmp_path / "b"),
+        "JITOPS_CONFIG_DIR": str(tmp_path / "bcfg"),
+        "JITOPS_REMOTE_TRUSTED_KEYS": public,
+    }
+    # A swapped library under the genuine signature: refused, and its 4 MiB library is never
+    # written.
     forged = tmp_path / "forged.tar.gz"
     forged.write_bytes(_swapped((tmp_path / "a.tar.gz").read_bytes(), os.urandom(4 << 20)))
     w0 = _written()
     rc, out, err = _cli(monkeypatch, capsys, "cache", "import", str(forged), **trusting)
     assert rc == 1 and "signature does not verify" in err and "1 rejected" in out, out + err
     assert _written() - w0 < 1 << 20, "the library of an entry whose signature fails was extracted"
-    rc, out, err = _cli(monkeypatch, capsys, "cache", "import", str(tmp_path / "a.tar.gz"), **trusting)
+    rc, out, err = _cli(
+        monkeypatch, capsys, "cache", "import", str(tmp_path / "a.tar.gz"), **trusting
+    )
     assert rc == 0 and "1 imported" in out and "unsigned" not in out, out + err
-    stranger = {**trusting, "JITOPS_CACHE_DIR": str(tmp_path / "c"), "JITOPS_REMOTE_TRUSTED_KEYS": ""}
-    rc, out, err = _cli(monkeypatch, capsys, "cache", "import", str(tmp_path / "a.tar.gz"), **stranger)
+    stranger = {
+        **trusting,
+        "JITOPS_CACHE_DIR": str(tmp_path / "c"),
+        "JITOPS_REMOTE_TRUSTED_KEYS": "",
+    }
+    rc, out, err = _cli(
+        monkeypatch, capsys, "cache", "import", str(tmp_path / "a.tar.gz"), **stranger
+    )
     assert rc == 1 and "trusts no key" in err, out + err
     # b imported it: b's own key does not sign it on export.
     keygen(tmp_path / "bcfg")
-    rc, out, err = _cli(monkeypatch, capsys, "cache", "export", str(tmp_path / "b.tar.gz"), **trusting)
+    rc, out, err = _cli(
+        monkeypatch, capsys, "cache", "export", str(tmp_path / "b.tar.gz"), **trusting
+    )
     assert rc == 0 and "0 signed with your key, 1 unsigned" in out, out + err
 
 
-def test_an_archive_of_too_many_members_is_refused_at_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_archive_of_too_many_members_is_refused_at_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Empty members cost no bytes, so the size budget alone would let millions through: their number is bounded."""
     from jitops.store.archive_reader import MAX_MEMBERS
 
     info = tarfile.TarInfo("v1/entries")
     info.type = tarfile.DIRTYPE
-    head = info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape")  # a directory member's header, repeated
+    # a directory member's header, repeated
+    head = info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape")
     path = tmp_path / "many.tar.gz"
     path.write_bytes(gzip.compress(head * (MAX_MEMBERS + 10) + bytes(1024), 1))
-    rc, out, err = _cli(monkeypatch, capsys, "cache", "import", str(path), JITOPS_CACHE_DIR=str(tmp_path / "b"))
-    assert rc == 1 and f"more than {MAX_MEMBERS} members" in err and "Traceback" not in err, out + err
+    rc, out, err = _cli(
+        monkeypatch, capsys, "cache", "import", str(path), JITOPS_CACHE_DIR=str(tmp_path / "b")
+    )
+    assert rc == 1 and f"more than {MAX_MEMBERS} members" in err and "Traceback" not in err, (
+        out + err
+    )
 
 
 def test_remote_fetch_takes_only_the_requested_entry(tmp_path: Path) -> None:
@@ -409,7 +549,10 @@ def test_remote_fetch_takes_only_the_requested_entry(tmp_path: Path) -> None:
         both = tmp_path / "both.tar.gz"
         exported, _ = cache_archive.export(cache, both, {"fakeadd", "fakemul"}, with_records=False)
         assert len(exported) == 2
-        writer.store.put_blob(name, envelope.pack(header["key"], header["signer"], header["signature"], both.read_bytes()))
+        writer.store.put_blob(
+            name,
+            envelope.pack(header["key"], header["signer"], header["signature"], both.read_bytes()),
+        )
         node_cache, node_plan = _plan_in(tmp_path, "node")
         node = _tier(url, cfg, "read")
         got = node.fetch(node_plan, node_cache)

@@ -32,7 +32,8 @@ from tests.helpers import REPO, child_env
 
 pytestmark = pytest.mark.timeout(600)
 
-# What the child runs: the commands (through the CLI's own parser and functions, exceptions not swallowed) and get.
+# What the child runs: the commands (through the CLI's own parser and functions, exceptions not
+# swallowed) and get.
 CHILD = r"""
 import json, sys, traceback
 import jitops
@@ -71,17 +72,33 @@ DAMAGE: dict[str, bytes] = {
 
 
 def _env(root: Path, config: Path, store: Path) -> dict[str, str]:
-    return child_env(JITOPS_CACHE_DIR=str(root), JITOPS_BUILDER="fake", JITOPS_PROGRESS="0",
-                     JITOPS_CONFIG_DIR=str(config), JITOPS_REMOTE_CACHE=f"file://{store}",
-                     JITOPS_REMOTE_TRUSTED_KEYS=None, JITOPS_REMOTE_CACHE_MODE="read")
+    return child_env(
+        JITOPS_CACHE_DIR=str(root),
+        JITOPS_BUILDER="fake",
+        JITOPS_PROGRESS="0",
+        JITOPS_CONFIG_DIR=str(config),
+        JITOPS_REMOTE_CACHE=f"file://{store}",
+        JITOPS_REMOTE_TRUSTED_KEYS=None,
+        JITOPS_REMOTE_CACHE_MODE="read",
+    )
 
 
-def _child(root: Path, config: Path, store: Path, commands: list[list[str]], get: bool) -> dict[str, str]:
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(commands), "get" if get else "-"],
-                          env=_env(root, config, store), capture_output=True, text=True, timeout=300, cwd=REPO)
+def _child(
+    root: Path, config: Path, store: Path, commands: list[list[str]], get: bool
+) -> dict[str, str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(commands), "get" if get else "-"],
+        env=_env(root, config, store),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, f"the child failed (rc {proc.returncode})\n{proc.stdout}\n{proc.stderr}"
-    return dict(json.loads(lines[-1][len("RESULT "):]))
+    assert proc.returncode == 0 and lines, (
+        f"the child failed (rc {proc.returncode})\n{proc.stdout}\n{proc.stderr}"
+    )
+    return dict(json.loads(lines[-1][len("RESULT ") :]))
 
 
 def _assert_named(results: dict[str, str], what: str) -> None:
@@ -115,12 +132,22 @@ def _only(folder: Path, pattern: str) -> Path:
 
 
 RECORDS = {  # record -> (where it is, the commands that read it, whether get reads it)
-    "toolchain": (lambda r, c: _only(Cache(r).toolchains, "*.json"), [["info", "softmax"], ["doctor"]], True),
+    "toolchain": (
+        lambda r, c: _only(Cache(r).toolchains, "*.json"),
+        [["info", "softmax"], ["doctor"]],
+        True,
+    ),
     "remote-stats": (lambda r, c: Cache(r).remote_stats, [["cache", "stats"]], False),
-    "object-record": (lambda r, c: _only(Cache(r).objects, "*.json"), [["cache", "ls"], ["cache", "prune", "--max-size", "1T"]],
-                      False),
-    "manifest": (lambda r, c: _only(Cache(r).entries, "softmax/*/*/manifest.json"),
-                 [["cache", "ls"], ["cache", "verify"], ["info", "softmax"], ["explain", "softmax"]], True),
+    "object-record": (
+        lambda r, c: _only(Cache(r).objects, "*.json"),
+        [["cache", "ls"], ["cache", "prune", "--max-size", "1T"]],
+        False,
+    ),
+    "manifest": (
+        lambda r, c: _only(Cache(r).entries, "softmax/*/*/manifest.json"),
+        [["cache", "ls"], ["cache", "verify"], ["info", "softmax"], ["explain", "softmax"]],
+        True,
+    ),
     "signing.pub": (lambda r, c: c / "signing.pub", [["doctor"]], True),
 }
 
@@ -133,14 +160,19 @@ def test_damaged_record(record: str, damage: str, template: Path, tmp_path: Path
     path = where(root, config)
     assert path.is_file(), path
     path.write_bytes(DAMAGE[damage])
-    if record == "signing.pub":  # a miss, so that get consults the remote tier, which reads the trusted keys
+    # a miss, so that get consults the remote tier, which reads the trusted keys
+    if record == "signing.pub":
         shutil.rmtree(Cache(root).entries)
     results = _child(root, config, store, commands, get)
     _assert_named(results, f"{record} replaced by {damage}")
-    if get and record != "signing.pub":  # a damaged rebuildable record is a missing one: get still works
+    # a damaged rebuildable record is a missing one: get still works
+    if get and record != "signing.pub":
         assert results["get"].startswith("ok"), results["get"]
-    if record == "signing.pub":  # the user's own key: a named ConfigError, never an IndexError/UnicodeDecodeError
-        assert results["get"].startswith("JitopsError ConfigError") and str(path) in results["get"], results["get"]
+    # the user's own key: a named ConfigError, never an IndexError/UnicodeDecodeError
+    if record == "signing.pub":
+        assert (
+            results["get"].startswith("JitopsError ConfigError") and str(path) in results["get"]
+        ), results["get"]
 
 
 def _redigest(body: dict[str, Any]) -> bytes:
@@ -148,11 +180,36 @@ def _redigest(body: dict[str, Any]) -> bytes:
     return _canonical({**body, "digest": hashlib.sha256(_canonical(body)).hexdigest()})
 
 
-WRONG = [None, "yesterday", "", [], {}, True, -1, 10**30, 1.5, {"files": []}, {"files": {"a.cpp": {"seconds": "1"}}}]
+WRONG = [
+    None,
+    "yesterday",
+    "",
+    [],
+    {},
+    True,
+    -1,
+    10**30,
+    1.5,
+    {"files": []},
+    {"files": {"a.cpp": {"seconds": "1"}}},
+]
 
 
-@pytest.mark.parametrize("field", ["built_at", "build_seconds", "size", "timings", "ingredients", "key", "sha256",
-                                   "library_file", "build_log", "namespace"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "built_at",
+        "build_seconds",
+        "size",
+        "timings",
+        "ingredients",
+        "key",
+        "sha256",
+        "library_file",
+        "build_log",
+        "namespace",
+    ],
+)
 @pytest.mark.parametrize("value", WRONG, ids=[repr(v)[:20] for v in WRONG])
 def test_manifest_accepted_is_printable(field: str, value: Any, template: Path) -> None:
     """Property: a manifest whose field holds any JSON value, digest recomputed, is either refused by
@@ -185,7 +242,13 @@ def test_damaged_get_with_an_imported_bad_manifest_rebuilds(template: Path, tmp_
     body = json.loads(path.read_bytes())
     body["built_at"] = None
     path.write_bytes(_redigest(body))
-    results = _child(root, config, store, [["cache", "ls"], ["cache", "export", str(tmp_path / "x.tar.gz")]], True)
+    results = _child(
+        root,
+        config,
+        store,
+        [["cache", "ls"], ["cache", "export", str(tmp_path / "x.tar.gz")]],
+        True,
+    )
     _assert_named(results, "built_at null")
     assert results["get"].startswith("ok"), results["get"]
     assert Manifest.parse(path.read_bytes()).built_at is not None  # rebuilt in place
@@ -206,13 +269,21 @@ def test_damaged_pch_manifest_is_set_aside(damage: str, tmp_path: Path) -> None:
     assert not os.path.lexists(folder)
 
 
-# ------------------------------------------------------------ keygen and the config dir (audit defect 14)
+# ------------------------------------------------------ keygen and the config dir (audit defect 14)
 
 
 def _keygen(config: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
-    env = child_env(JITOPS_CONFIG_DIR=str(config), JITOPS_CACHE_DIR=str(tmp / "cache"), JITOPS_REMOTE_CACHE=None)
-    return subprocess.run([sys.executable, "-m", "jitops", "cache", "keygen"], env=env, capture_output=True,
-                          text=True, timeout=120, cwd=REPO)
+    env = child_env(
+        JITOPS_CONFIG_DIR=str(config), JITOPS_CACHE_DIR=str(tmp / "cache"), JITOPS_REMOTE_CACHE=None
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "jitops", "cache", "keygen"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
 
 
 def test_keygen_never_re_modes_a_shared_folder(tmp_path: Path) -> None:
@@ -223,7 +294,11 @@ def test_keygen_never_re_modes_a_shared_folder(tmp_path: Path) -> None:
     os.chmod(shared, 0o1777)
     proc = _keygen(shared, tmp_path)
     assert oct(os.lstat(shared).st_mode & 0o7777) == oct(0o1777)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "JITOPS_CONFIG_DIR" in proc.stderr, proc.stderr
+    assert (
+        proc.returncode == 1
+        and "Traceback" not in proc.stderr
+        and "JITOPS_CONFIG_DIR" in proc.stderr
+    ), proc.stderr
     assert not (shared / "signing.key").exists()
 
 
@@ -233,7 +308,9 @@ def test_keygen_at_a_file_leaves_it(tmp_path: Path) -> None:
     os.chmod(target, 0o644)
     proc = _keygen(target, tmp_path)
     assert os.lstat(target).st_mode & 0o7777 == 0o644 and target.read_text() == "mine\n"
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "not a directory" in proc.stderr, proc.stderr
+    assert (
+        proc.returncode == 1 and "Traceback" not in proc.stderr and "not a directory" in proc.stderr
+    ), proc.stderr
 
 
 def test_keygen_makes_only_its_own_folders_private(tmp_path: Path) -> None:
@@ -243,7 +320,11 @@ def test_keygen_makes_only_its_own_folders_private(tmp_path: Path) -> None:
     proc = _keygen(parent / "a" / "jitops", tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert os.lstat(parent).st_mode & 0o7777 == 0o755  # existing: kept
-    assert os.lstat(parent / "a").st_mode & 0o7777 == 0o700 == os.lstat(parent / "a" / "jitops").st_mode & 0o7777
+    assert (
+        os.lstat(parent / "a").st_mode & 0o7777
+        == 0o700
+        == os.lstat(parent / "a" / "jitops").st_mode & 0o7777
+    )
     assert (parent / "a" / "jitops" / "signing.key").is_file()
 
 
@@ -256,7 +337,15 @@ def _gcc_pch(cache: Cache, root: Path) -> tuple[str, Path]:
     if shutil.which("g++") is None:
         pytest.skip("no g++")
     key = pch.key_of("identity", "gcc", "-O0", ["#include <cstddef>"])
-    p = pch.start(cache, key=key, kind="gcc", cxx="g++", flags=["-O0"], prefix=["#include <cstddef>"], root=root)
+    p = pch.start(
+        cache,
+        key=key,
+        kind="gcc",
+        cxx="g++",
+        flags=["-O0"],
+        prefix=["#include <cstddef>"],
+        root=root,
+    )
     assert p is not None
     subprocess.run(p.command, shell=True, check=True, timeout=120)
     assert pch.finish(cache, p, 0.5) is not None
@@ -264,7 +353,9 @@ def _gcc_pch(cache: Cache, root: Path) -> tuple[str, Path]:
 
 
 def _compile_and_run(words: list[str], tmp: Path) -> None:
-    (tmp / "main.cpp").write_text("#include <cstddef>\nint main() { return sizeof(std::size_t) == 0; }\n")
+    (tmp / "main.cpp").write_text(
+        "#include <cstddef>\nint main() { return sizeof(std::size_t) == 0; }\n"
+    )
     cmd = f"g++ -O0 {' '.join(words)} {tmp / 'main.cpp'} -o {tmp / 'prog'} && {tmp / 'prog'}"
     subprocess.run(cmd, shell=True, check=True, timeout=120, capture_output=True)
 
@@ -283,10 +374,15 @@ def test_pch_check_covers_what_gcc_reads(forgery: str, tmp_path: Path) -> None:
     (folder / "prefix.h.gch").write_bytes(b"not a precompiled header")
     m = json.loads((folder / "manifest.json").read_bytes())
     forged = folder / ("prefix.h" if forgery == "file-is-prefix.h" else "prefix.h.gch")
-    m.update(file=forged.name, size=forged.stat().st_size, sha256=hashlib.sha256(forged.read_bytes()).hexdigest())
+    m.update(
+        file=forged.name,
+        size=forged.stat().st_size,
+        sha256=hashlib.sha256(forged.read_bytes()).hexdigest(),
+    )
     (folder / "manifest.json").write_text(json.dumps(m, sort_keys=True))
     use = pch.find(cache, key, "gcc")
-    _compile_and_run(use.words if use is not None else [], tmp_path)  # what a build would compile with
+    # what a build would compile with
+    _compile_and_run(use.words if use is not None else [], tmp_path)
     assert not marker.exists(), "the edited prefix.h was compiled in"
     assert use is None and not os.path.lexists(folder)  # set aside
     key2, _ = _gcc_pch(cache, tmp_path)  # rebuilt
@@ -296,16 +392,27 @@ def test_pch_check_covers_what_gcc_reads(forgery: str, tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("content", [b"", b"\xff\xfe\x00garbage", None], ids=["empty", "not-utf8", "missing"])
+@pytest.mark.parametrize(
+    "content", [b"", b"\xff\xfe\x00garbage", None], ids=["empty", "not-utf8", "missing"]
+)
 def test_keygen_show_names_a_damaged_public_key_file(tmp_path: Path, content: bytes | None) -> None:
     """`jitops cache keygen --show` on an empty, non-UTF-8 or missing signing.pub: one error line naming the file."""
     conf = tmp_path / "conf"
     conf.mkdir(mode=0o700)
     if content is not None:
         (conf / "signing.pub").write_bytes(content)
-    env = {**os.environ, "JITOPS_CONFIG_DIR": str(conf), "JITOPS_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.run([sys.executable, "-m", "jitops", "cache", "keygen", "--show"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "JITOPS_CONFIG_DIR": str(conf),
+        "JITOPS_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "jitops", "cache", "keygen", "--show"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "signing.pub" in proc.stderr, proc.stderr

@@ -33,7 +33,8 @@ pytestmark = [pytest.mark.process]
 ESC = "\x1b[2J\x1b[31mPWNED\x1b]0;title\x07\u202e"
 
 
-# ------------------------------------------------------------------ scenarios (run in a node's own process)
+# ---------------------------------------------------------- scenarios (run in a node's own process)
+
 
 def _plan_and_store() -> tuple[Any, Any]:
     from jitops.store.cache import Cache
@@ -62,10 +63,12 @@ def forge_then_get(what: str, kind: str, age: float = 0.0, message: str = "") ->
     plan, store = _plan_and_store()
     holder = {"host": "evil" + ESC, "pid": 4242, "since": time.time(), "token": "f" * 16}
     lease = f"leases/{plan.spec.name}/{plan.key}"
-    if what.startswith("lease") and kind == "c10d":  # compare_set, as a holder takes it; never renewed
+    # compare_set, as a holder takes it; never renewed
+    if what.startswith("lease") and kind == "c10d":
         rec = {**holder, "ttl": 1e300} if what == "lease-absurd-ttl" else holder
         store._cas(lease, b"", json.dumps(rec).encode() + b"\n0")
-    elif what == "lease-no-expiry":  # redis: SET without PX; file: a lease touched in 2100; s3: expires 1e300
+    # redis: SET without PX; file: a lease touched in 2100; s3: expires 1e300
+    elif what == "lease-no-expiry":
         if kind == "redis":
             store.put_blob(lease, json.dumps(holder).encode())
         elif kind == "file":
@@ -74,11 +77,15 @@ def forge_then_get(what: str, kind: str, age: float = 0.0, message: str = "") ->
             path.write_bytes(json.dumps(holder).encode())
             os.utime(path, (4102444800, 4102444800))  # 2100-01-01
         else:
-            store.put_blob(f"leases/{lease}/0", json.dumps({"holder": holder, "expires": 1e300}).encode())
+            store.put_blob(
+                f"leases/{lease}/0", json.dumps({"holder": holder, "expires": 1e300}).encode()
+            )
     elif what == "lease-absurd-ttl":  # states a ttl of 1e300 and the matching expiry
         rec = {**holder, "ttl": 1e300, "expires": 1e300}
         if kind == "s3":
-            store.put_blob(f"leases/{lease}/0", json.dumps({"holder": rec, "expires": 1e300}).encode())
+            store.put_blob(
+                f"leases/{lease}/0", json.dumps({"holder": rec, "expires": 1e300}).encode()
+            )
         elif kind == "file":
             path = store._lease_path(lease)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,8 +93,11 @@ def forge_then_get(what: str, kind: str, age: float = 0.0, message: str = "") ->
             os.utime(path, (4102444800, 4102444800))
         else:
             store.put_blob(lease, json.dumps(rec).encode())
-    else:  # a failure record with no expiry (redis) or one in 1e300 (file, s3), dated `age` seconds ago
-        body = json.dumps({"host": "evil" + ESC, "pid": 4242, "at": time.time() - age, "message": message}).encode()
+    # a failure record with no expiry (redis) or one in 1e300 (file, s3), dated `age` seconds ago
+    else:
+        body = json.dumps(
+            {"host": "evil" + ESC, "pid": 4242, "at": time.time() - age, "message": message}
+        ).encode()
         name = f"failures/{plan.spec.name}/{plan.target.name}/{plan.key}"
         if kind == "redis":
             store.put_blob(name, body)
@@ -96,7 +106,10 @@ def forge_then_get(what: str, kind: str, age: float = 0.0, message: str = "") ->
         elif kind == "file":
             import base64
 
-            store.put_blob(name, json.dumps({"expires": 1e300, "data": base64.b64encode(body).decode()}).encode())
+            store.put_blob(
+                name,
+                json.dumps({"expires": 1e300, "data": base64.b64encode(body).decode()}).encode(),
+            )
         else:
             store.put_blob(name, json.dumps({"expires": 1e300, "data": body.decode()}).encode())
     store.close()
@@ -126,6 +139,7 @@ def get_with_wait_default(seconds: float) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ helpers
 
+
 @contextlib.contextmanager
 def store(kind: str, tmp: Path) -> Iterator[tuple[str, dict[str, str | None]]]:
     """A fresh store: (URL, the variables that reach it)."""
@@ -136,8 +150,15 @@ def store(kind: str, tmp: Path) -> Iterator[tuple[str, dict[str, str | None]]]:
         import torch.distributed as dist
 
         server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-        yield "unused", {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port), "WORLD_SIZE": "2",
-                         "JITOPS_REMOTE_CACHE": None}  # type: ignore[dict-item]
+        yield (
+            "unused",
+            {
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(server.port),
+                "WORLD_SIZE": "2",
+                "JITOPS_REMOTE_CACHE": None,
+            },
+        )  # type: ignore[dict-item]
         del server
     elif kind == "s3":
         with moto_s3(tmp) as (url, env):
@@ -147,8 +168,15 @@ def store(kind: str, tmp: Path) -> Iterator[tuple[str, dict[str, str | None]]]:
         yield f"file://{tmp / 'shared'}", {}
 
 
-def node(tmp: Path, name: str, url: str, extra: dict[str, str | None], scenario: str = "remote_scenarios.get_node",
-         timeout: float = 60, **kwargs: Any) -> dict[str, Any]:
+def node(
+    tmp: Path,
+    name: str,
+    url: str,
+    extra: dict[str, str | None],
+    scenario: str = "remote_scenarios.get_node",
+    timeout: float = 60,
+    **kwargs: Any,
+) -> dict[str, Any]:
     cfg = tmp / "cfg"
     if not cfg.exists():
         keygen(cfg)
@@ -160,7 +188,8 @@ def node(tmp: Path, name: str, url: str, extra: dict[str, str | None], scenario:
 BACKENDS = ["redis", "file", "s3", "c10d"]
 
 
-# ------------------------------------------------------------------ 5(a): leases without a believable expiry
+# --------------------------------------------------------- 5(a): leases without a believable expiry
+
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("what", ["lease-no-expiry", "lease-absurd-ttl"])
@@ -169,10 +198,18 @@ def test_forged_endless_lease_is_taken_over(tmp_path: Path, kind: str, what: str
     """A lease that never expires (no PX, an mtime in 2100, expires 1e300, a stated ttl of 1e300) is judged
     lapsed after the holder's stated ttl capped at 4x the reader's own (here 1 s): the node builds."""
     with store(kind, tmp_path) as (url, env):
-        out = node(tmp_path, "b", url, {**env, "JITOPS_REMOTE_LEASE_SECONDS": "1"},
-                   scenario="adversarial.test_remote_bounds.forge_then_get", what=what, kind=kind)
+        out = node(
+            tmp_path,
+            "b",
+            url,
+            {**env, "JITOPS_REMOTE_LEASE_SECONDS": "1"},
+            scenario="adversarial.test_remote_bounds.forge_then_get",
+            what=what,
+            kind=kind,
+        )
     assert out.get("built") and out["works"], out
-    assert out["seconds"] < 20, out  # 1 s (no stated ttl) or 4 s (capped) of observation, plus polls
+    # 1 s (no stated ttl) or 4 s (capped) of observation, plus polls
+    assert out["seconds"] < 20, out
     assert not any("\x1b" in w for w in out["warnings"]), out["warnings"]
 
 
@@ -181,8 +218,16 @@ def test_endless_lease_is_bounded_under_default_settings(tmp_path: Path) -> None
     """The audit's case with nothing set: a file lease touched in 2100, no stated ttl. The reader believes
     it for its own 30 s (JITOPS_REMOTE_LEASE_SECONDS' default), then builds; on 309e589 it waited forever."""
     with store("file", tmp_path) as (url, env):
-        out = node(tmp_path, "b", url, env, scenario="adversarial.test_remote_bounds.forge_then_get",
-                   what="lease-no-expiry", kind="file", timeout=100)
+        out = node(
+            tmp_path,
+            "b",
+            url,
+            env,
+            scenario="adversarial.test_remote_bounds.forge_then_get",
+            what="lease-no-expiry",
+            kind="file",
+            timeout=100,
+        )
     assert out.get("built") and out["works"], out
     assert 25 < out["seconds"] < 75, out
 
@@ -197,14 +242,31 @@ def test_live_lease_is_waited_for_a_bounded_time_then_the_node_builds(tmp_path: 
     keygen(tmp_path / "cfg")
     (tmp_path / "shared").mkdir()
     url = f"file://{tmp_path / 'shared'}"
-    a = subprocess.Popen(scenario_argv("remote_scenarios.get_node", ops=["fakeadd"]), cwd=REPO, text=True,
-                         env=node_env(tmp_path / "a", url, tmp_path / "cfg", JITOPS_REMOTE_LEASE_SECONDS="3",
-                                      JITOPS_FAKE_BUILD_SECONDS="40"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    a = subprocess.Popen(
+        scenario_argv("remote_scenarios.get_node", ops=["fakeadd"]),
+        cwd=REPO,
+        text=True,
+        env=node_env(
+            tmp_path / "a",
+            url,
+            tmp_path / "cfg",
+            JITOPS_REMOTE_LEASE_SECONDS="3",
+            JITOPS_FAKE_BUILD_SECONDS="40",
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
-        _wait_for(lambda: any(p.name.endswith(".lease") for p in (tmp_path / "shared").rglob("*")), "node a's lease")
-        b = run_scenario_proc("adversarial.test_remote_bounds.get_with_wait_default", seconds=3, timeout=60,
-                              env=node_env(tmp_path / "b", url, tmp_path / "cfg", JITOPS_REMOTE_LEASE_SECONDS="3"))
+        _wait_for(
+            lambda: any(p.name.endswith(".lease") for p in (tmp_path / "shared").rglob("*")),
+            "node a's lease",
+        )
+        b = run_scenario_proc(
+            "adversarial.test_remote_bounds.get_with_wait_default",
+            seconds=3,
+            timeout=60,
+            env=node_env(tmp_path / "b", url, tmp_path / "cfg", JITOPS_REMOTE_LEASE_SECONDS="3"),
+        )
     finally:
         a.kill()
         a.communicate(timeout=30)
@@ -214,7 +276,8 @@ def test_live_lease_is_waited_for_a_bounded_time_then_the_node_builds(tmp_path: 
     assert "building it here" in b.stderr and "JITOPS_LOCK_TIMEOUT" in b.stderr, b.stderr[-3000:]
 
 
-# ------------------------------------------------------------------ 13: the holder's stated ttl, not the reader's
+# ---------------------------------------------------- 13: the holder's stated ttl, not the reader's
+
 
 def _wait_for(cond: Any, what: str, limit: float = 60) -> None:
     deadline = time.monotonic() + limit
@@ -225,7 +288,9 @@ def _wait_for(cond: Any, what: str, limit: float = 60) -> None:
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("kind", ["file", "c10d"])
-def test_reader_with_a_shorter_lease_setting_does_not_take_a_live_lease(tmp_path: Path, kind: str) -> None:
+def test_reader_with_a_shorter_lease_setting_does_not_take_a_live_lease(
+    tmp_path: Path, kind: str
+) -> None:
     """Holder: lease 20 s (renewed every 6.7 s) and a 30 s build. Reader: lease 3 s (so it believes up to
     12 s unrenewed). One build, the reader fetches it; on 309e589 the reader judged the lease by its own 3 s
     and built too (file, job store)."""
@@ -241,14 +306,27 @@ def test_reader_with_a_shorter_lease_setting_does_not_take_a_live_lease(tmp_path
         import torch.distributed as dist
 
         server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-        url, base = "", {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port), "WORLD_SIZE": "2",
-                         "JITOPS_REMOTE_CACHE": None}
+        url, base = (
+            "",
+            {
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(server.port),
+                "WORLD_SIZE": "2",
+                "JITOPS_REMOTE_CACHE": None,
+            },
+        )
 
         def leased() -> bool:
             return any("/leases/" in k and server.get(k) for k in server.list_keys())  # type: ignore[union-attr]
 
     def env(name: str, lease: str, **more: str) -> dict[str, str]:
-        e = node_env(tmp_path / name, url or "unused", tmp_path / "cfg", JITOPS_REMOTE_LEASE_SECONDS=lease, **more)
+        e = node_env(
+            tmp_path / name,
+            url or "unused",
+            tmp_path / "cfg",
+            JITOPS_REMOTE_LEASE_SECONDS=lease,
+            **more,
+        )
         for k, v in base.items():
             if v is None:
                 e.pop(k, None)
@@ -258,12 +336,20 @@ def test_reader_with_a_shorter_lease_setting_does_not_take_a_live_lease(tmp_path
 
     from tests.helpers import scenario_argv
 
-    a = subprocess.Popen(scenario_argv("remote_scenarios.get_node", ops=["fakeadd"]), cwd=REPO, text=True,
-                         env=env("a", "20", JITOPS_FAKE_BUILD_SECONDS="30"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    a = subprocess.Popen(
+        scenario_argv("remote_scenarios.get_node", ops=["fakeadd"]),
+        cwd=REPO,
+        text=True,
+        env=env("a", "20", JITOPS_FAKE_BUILD_SECONDS="30"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         _wait_for(leased, "node a's lease")
         t0 = time.monotonic()
-        b = run_scenario_proc("remote_scenarios.get_node", env=env("b", "3"), ops=["fakeadd"], timeout=100)
+        b = run_scenario_proc(
+            "remote_scenarios.get_node", env=env("b", "3"), ops=["fakeadd"], timeout=100
+        )
         b_seconds = time.monotonic() - t0
         a_out, a_err = a.communicate(timeout=100)
     finally:
@@ -272,12 +358,15 @@ def test_reader_with_a_shorter_lease_setting_does_not_take_a_live_lease(tmp_path
             a.wait(timeout=10)
     ra, rb = last_json(a_out)["ops"]["fakeadd"], last_json(b.stdout)["ops"]["fakeadd"]
     assert ra["built"] and ra["works"], a_err
-    assert not rb["built"] and rb["works"], f"the reader built a key whose lease was live\n{b.stderr[-3000:]}"
+    assert not rb["built"] and rb["works"], (
+        f"the reader built a key whose lease was live\n{b.stderr[-3000:]}"
+    )
     assert ra["sha256"] == rb["sha256"]
     assert b_seconds < 60, b_seconds
 
 
-# ------------------------------------------------------------------ 5(b): a store that drips its answer
+# -------------------------------------------------------------- 5(b): a store that drips its answer
+
 
 class DripProxy:
     """Forwards 127.0.0.1:<port> to a real server; a reply chunk of ``big`` bytes or more is sent on at 2 B/s.
@@ -325,7 +414,7 @@ class DripProxy:
                 for i in range(0, len(data), 1):  # 2 bytes a second
                     if self._stop.is_set() or time.monotonic() > end:
                         break
-                    dst.sendall(data[i:i + 1])
+                    dst.sendall(data[i : i + 1])
                     self._stop.wait(0.5)
                 break
         for s in (src, dst):
@@ -348,7 +437,11 @@ def test_dripping_store_fails_open_within_the_operation_timeout(tmp_path: Path, 
     for the entry). With JITOPS_REMOTE_TIMEOUT=3 the download gives up at 3 s, the tier switches off and
     b builds locally. On 309e589 the timeout applied to each socket read and b hung."""
     with store(kind, tmp_path) as (url, env):
-        port = int(url.split(":")[2].split("/")[0]) if kind == "redis" else int(env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+        port = (
+            int(url.split(":")[2].split("/")[0])
+            if kind == "redis"
+            else int(env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+        )
         a = node(tmp_path, "a", url, env)
         assert a["ops"]["fakeadd"]["built"] and a["stats"]["uploads"] == 1, a
         proxy = DripProxy(port)
@@ -365,21 +458,34 @@ def test_dripping_store_fails_open_within_the_operation_timeout(tmp_path: Path, 
     assert proxy.drips >= 1, "the proxy dripped the blob"
     assert b["ops"]["fakeadd"]["built"] and b["ops"]["fakeadd"]["works"], b
     assert b["stats"]["timeouts"] == 1 and b["stats"]["hits"] == 0, b["stats"]
-    assert b["stats"]["seconds"] < 8, b["stats"]  # the 3 s deadline (plus the ping), not the blob's 26 min
+    # the 3 s deadline (plus the ping), not the blob's 26 min
+    assert b["stats"]["seconds"] < 8, b["stats"]
     assert elapsed < 60, elapsed
     assert any("more than 3s" in w for w in b["warnings"]), b["warnings"]
 
 
 # ------------------------------------------------------------------ 7: failure records
 
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("kind", BACKENDS)
-def test_failure_record_without_expiry_lapses_by_the_readers_setting(tmp_path: Path, kind: str) -> None:
+def test_failure_record_without_expiry_lapses_by_the_readers_setting(
+    tmp_path: Path, kind: str
+) -> None:
     """A failure record that never expires, dated 10 006 s ago: older than the reader's
     JITOPS_REMOTE_FAILURE_SECONDS (300), so it no longer stops the build. On 309e589: BuildError forever."""
     with store(kind, tmp_path) as (url, env):
-        out = node(tmp_path, "b", url, env, scenario="adversarial.test_remote_bounds.forge_then_get",
-                   what="failure", kind=kind, age=10006, message="old news")
+        out = node(
+            tmp_path,
+            "b",
+            url,
+            env,
+            scenario="adversarial.test_remote_bounds.forge_then_get",
+            what="failure",
+            kind=kind,
+            age=10006,
+            message="old news",
+        )
     assert out.get("built") and out["works"], out
 
 
@@ -389,9 +495,17 @@ def test_fresh_failure_record_is_shown_truthfully_and_cleaned(tmp_path: Path, ki
     """A fresh failure record still fails the node at once, but its forged text is shown without escape
     sequences or bidi controls, and the message says when this node retries by its own setting."""
     with store(kind, tmp_path) as (url, env):
-        out = node(tmp_path, "b", url, {**env, "JITOPS_REMOTE_FAILURE_SECONDS": "120"},
-                   scenario="adversarial.test_remote_bounds.forge_then_get", what="failure", kind=kind, age=20,
-                   message="compile error" + ESC + "\nline two")
+        out = node(
+            tmp_path,
+            "b",
+            url,
+            {**env, "JITOPS_REMOTE_FAILURE_SECONDS": "120"},
+            scenario="adversarial.test_remote_bounds.forge_then_get",
+            what="failure",
+            kind=kind,
+            age=20,
+            message="compile error" + ESC + "\nline two",
+        )
     assert out.get("error") == "BuildError", out
     msg = out["msg"]
     assert "PWNED" in msg and "line two" in msg and "evil" in msg
@@ -405,8 +519,13 @@ def test_fresh_failure_record_is_shown_truthfully_and_cleaned(tmp_path: Path, ki
 
 # ------------------------------------------------------------------ 11, 16: settings and raw errors
 
-SECONDS_VARS = ["JITOPS_REMOTE_CONNECT_TIMEOUT", "JITOPS_REMOTE_TIMEOUT", "JITOPS_REMOTE_LEASE_SECONDS",
-                "JITOPS_REMOTE_FAILURE_SECONDS", "JITOPS_LOCK_TIMEOUT"]
+SECONDS_VARS = [
+    "JITOPS_REMOTE_CONNECT_TIMEOUT",
+    "JITOPS_REMOTE_TIMEOUT",
+    "JITOPS_REMOTE_LEASE_SECONDS",
+    "JITOPS_REMOTE_FAILURE_SECONDS",
+    "JITOPS_LOCK_TIMEOUT",
+]
 
 
 @pytest.mark.timeout(20)
@@ -423,15 +542,23 @@ def test_seconds_settings_are_finite_and_bounded(var: str, value: str) -> None:
     assert var in msg and repr(value) in msg and "86400" in msg and "Fix:" in msg, msg
     if var != "JITOPS_LOCK_TIMEOUT":
         with pytest.raises(ConfigError, match=var):  # the job store's copy of the same settings
-            Settings.from_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "2", var: value})
+            Settings.from_env(
+                {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "2", var: value}
+            )
 
 
 @pytest.mark.timeout(20)
 def test_sane_seconds_still_parse() -> None:
     from jitops.base.settings import Settings
 
-    s = Settings.from_env({"JITOPS_REMOTE_CACHE": "file:///x", "JITOPS_REMOTE_TIMEOUT": "2.5",
-                           "JITOPS_LOCK_TIMEOUT": "0", "JITOPS_REMOTE_FAILURE_SECONDS": "86400"})
+    s = Settings.from_env(
+        {
+            "JITOPS_REMOTE_CACHE": "file:///x",
+            "JITOPS_REMOTE_TIMEOUT": "2.5",
+            "JITOPS_LOCK_TIMEOUT": "0",
+            "JITOPS_REMOTE_FAILURE_SECONDS": "86400",
+        }
+    )
     assert s.remote is not None and s.remote.op_timeout == 2.5 and s.remote.failure_seconds == 86400
     assert s.lock_timeout == 0
 
@@ -443,12 +570,25 @@ def test_master_port_out_of_range_is_no_job_store(tmp_path: Path, port: str) -> 
     On 309e589 70000 reached TCPStore and raised pybind11's raw TypeError."""
     from jitops.base.settings import Settings
 
-    d = Settings.from_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2"}).distributed
+    d = Settings.from_env(
+        {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2"}
+    ).distributed
     assert d is not None and d.master_port is None and not d.in_job()
     if port == "70000":
-        env = child_env(JITOPS_CACHE_DIR=str(tmp_path / "c"), JITOPS_BUILDER="fake", MASTER_ADDR="127.0.0.1",
-                        MASTER_PORT=port, WORLD_SIZE="2", RANK="1", JITOPS_REMOTE_CACHE=None)
-        out = last_json(run_scenario_proc("remote_scenarios.get_node", env=env, ops=["fakeadd"], timeout=50).stdout)
+        env = child_env(
+            JITOPS_CACHE_DIR=str(tmp_path / "c"),
+            JITOPS_BUILDER="fake",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+            WORLD_SIZE="2",
+            RANK="1",
+            JITOPS_REMOTE_CACHE=None,
+        )
+        out = last_json(
+            run_scenario_proc(
+                "remote_scenarios.get_node", env=env, ops=["fakeadd"], timeout=50
+            ).stdout
+        )
         assert out.get("ops", {}).get("fakeadd", {}).get("works"), out
 
 
@@ -498,8 +638,13 @@ def test_trusted_keys_file_is_read_bounded(tmp_path: Path, what: str) -> None:
         path.write_bytes(b"# comment\n" * 210_000)
     else:
         path = Path("/dev/zero")
-    settings = remote_settings({"JITOPS_REMOTE_CACHE": "file:///x", "JITOPS_REMOTE_TRUSTED_KEYS": str(path),
-                                "JITOPS_CONFIG_DIR": str(tmp_path / "cfg")})
+    settings = remote_settings(
+        {
+            "JITOPS_REMOTE_CACHE": "file:///x",
+            "JITOPS_REMOTE_TRUSTED_KEYS": str(path),
+            "JITOPS_CONFIG_DIR": str(tmp_path / "cfg"),
+        }
+    )
     assert settings is not None
     t0 = time.monotonic()
     with pytest.raises(ConfigError, match="JITOPS_REMOTE_TRUSTED_KEYS") as e:
@@ -521,9 +666,16 @@ def test_ls_remote_skips_and_counts_stray_keys(tmp_path: Path) -> None:
         (entries / "fakeadd" / ("x" + ESC) / "k").write_bytes(b"junk")
         (entries / "a" / "b" / "c").mkdir(parents=True)
         (entries / "a" / "b" / "c" / "d").write_bytes(b"too deep")
-        proc = subprocess.run([sys.executable, "-m", "jitops", "cache", "ls", "--remote"], cwd=REPO, text=True,
-                              capture_output=True, timeout=50,
-                              env=node_env(tmp_path / "a", url, tmp_path / "cfg", JITOPS_REMOTE_CACHE_MODE="read"))
+        proc = subprocess.run(
+            [sys.executable, "-m", "jitops", "cache", "ls", "--remote"],
+            cwd=REPO,
+            text=True,
+            capture_output=True,
+            timeout=50,
+            env=node_env(tmp_path / "a", url, tmp_path / "cfg", JITOPS_REMOTE_CACHE_MODE="read"),
+        )
     assert proc.returncode == 0, proc.stderr
-    assert "2 entries in" in proc.stdout and "2 other keys under entries/ skipped" in proc.stdout, proc.stdout
+    assert "2 entries in" in proc.stdout and "2 other keys under entries/ skipped" in proc.stdout, (
+        proc.stdout
+    )
     assert proc.stdout.startswith("fakeadd ") and "\x1b" not in proc.stdout, proc.stdout

@@ -26,33 +26,65 @@ from tests.helpers import REPO, child_env
 pytestmark = pytest.mark.timeout(600)
 
 OLD = time.time() - 90 * 86400.0  # older than `prune --older-than 30d` and the staging sweep's hour
-COMMANDS = (("cache", "ls"), ("cache", "stats"), ("doctor",), ("cache", "verify"), ("cache", "verify", "--remove"),
-            ("cache", "prune", "--older-than", "30d"), ("cache", "prune", "--max-size", "1"), ("cache", "clear"),
-            ("cache", "repair"))
+COMMANDS = (
+    ("cache", "ls"),
+    ("cache", "stats"),
+    ("doctor",),
+    ("cache", "verify"),
+    ("cache", "verify", "--remove"),
+    ("cache", "prune", "--older-than", "30d"),
+    ("cache", "prune", "--max-size", "1"),
+    ("cache", "clear"),
+    ("cache", "repair"),
+)
 
 
 def _env(root: Path, **more: str) -> dict[str, str]:
-    return child_env(JITOPS_CACHE_DIR=str(root), JITOPS_BUILDER="fake", JITOPS_PROGRESS="0", JITOPS_REMOTE_CACHE=None,
-                     **more)
+    return child_env(
+        JITOPS_CACHE_DIR=str(root),
+        JITOPS_BUILDER="fake",
+        JITOPS_PROGRESS="0",
+        JITOPS_REMOTE_CACHE=None,
+        **more,
+    )
 
 
 def _jitops(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "jitops", *args], env=_env(root), capture_output=True, text=True,
-                          timeout=240, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "jitops", *args],
+        env=_env(root),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
 
 
 def _get(root: Path) -> subprocess.CompletedProcess[str]:
     code = "import jitops, torch; op = jitops.get('softmax'); print('LOADED', op)"
-    return subprocess.run([sys.executable, "-c", code], env=_env(root), capture_output=True, text=True, timeout=240,
-                          cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=_env(root),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
 
 
 def _user_folder(where: Path) -> Path:
     """A folder of the user's: files at several depths, shaped like an entry tree and a staging folder."""
     data = where / "precious"
-    for rel, body in (("top.txt", b"top"), ("a/b/c/manifest.json", b"{}"), ("a/b/c/libx.so", b"\x7fELF" * 100),
-                      ("a/b/notes.md", b"notes"), ("d/e/f/g/deep.bin", os.urandom(4096)),
-                      ("softmax-0123.host.1.abcd/work.o", b"object"), ("x.lock", b"mine"), ("y.json", b"[1]")):
+    for rel, body in (
+        ("top.txt", b"top"),
+        ("a/b/c/manifest.json", b"{}"),
+        ("a/b/c/libx.so", b"\x7fELF" * 100),
+        ("a/b/notes.md", b"notes"),
+        ("d/e/f/g/deep.bin", os.urandom(4096)),
+        ("softmax-0123.host.1.abcd/work.o", b"object"),
+        ("x.lock", b"mine"),
+        ("y.json", b"[1]"),
+    ):
         path = data / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(body)
@@ -86,7 +118,8 @@ def _entry_dir(root: Path) -> Path:
     return entry
 
 
-PLACES = {  # where the link goes, relative to the cache root; "{target}"/"{entry}": the real entry's
+# where the link goes, relative to the cache root; "{target}"/"{entry}": the real entry's
+PLACES = {
     "v1": "v1",
     "entries": "v1/entries",
     "library": "v1/entries/mylib",
@@ -131,8 +164,11 @@ def test_no_command_follows_a_link_in_the_tree(place: str, template: Path, tmp_p
         shown = f"`jitops {' '.join(args)}` (rc {proc.returncode})\n{proc.stdout}\n{proc.stderr}"
         assert "Traceback" not in proc.stderr, shown
         assert proc.returncode in (0, 1), shown
-        assert _snapshot(data) == before, f"the user's files changed through the {place} link after {shown}"
-    proc = _get(root)  # a build (or a hit) on that cache still works, and still leaves the user's files alone
+        assert _snapshot(data) == before, (
+            f"the user's files changed through the {place} link after {shown}"
+        )
+    # a build (or a hit) on that cache still works, and still leaves the user's files alone
+    proc = _get(root)
     assert "LOADED" in proc.stdout, proc.stderr
     assert _snapshot(data) == before, f"a build changed the user's files through the {place} link"
 
@@ -157,9 +193,18 @@ def test_clear_unlinks_a_link_it_owns_and_keeps_the_rest(template: Path, tmp_pat
 
 
 @pytest.mark.parametrize("place", ["library", "target", "entry", "staging", "staging-build"])
-@pytest.mark.parametrize("command", [("cache", "clear"), ("cache", "prune", "--older-than", "30d"),
-                                     ("cache", "verify", "--remove")], ids=["clear", "prune", "verify-remove"])
-def test_removing_commands_alone(command: tuple[str, ...], place: str, template: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("cache", "clear"),
+        ("cache", "prune", "--older-than", "30d"),
+        ("cache", "verify", "--remove"),
+    ],
+    ids=["clear", "prune", "verify-remove"],
+)
+def test_removing_commands_alone(
+    command: tuple[str, ...], place: str, template: Path, tmp_path: Path
+) -> None:
     """Each removing command on its own, on a fresh copy (the audit's reproductions: on 309e589 each of these
     removed the user's files through the entry-tree links, and clear/prune through the staging links)."""
     root = tmp_path / "cache"
@@ -169,10 +214,12 @@ def test_removing_commands_alone(command: tuple[str, ...], place: str, template:
     _plant(root, place, data)
     proc = _jitops(root, *command)
     assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr
-    assert _snapshot(data) == before, f"`jitops {' '.join(command)}` changed the user's files through the {place} link"
+    assert _snapshot(data) == before, (
+        f"`jitops {' '.join(command)}` changed the user's files through the {place} link"
+    )
 
 
-# ------------------------------------------------------------ messages never name the private staging folder (audit 16)
+# ---------------------------------------- messages never name the private staging folder (audit 16)
 
 
 def test_publish_failure_names_the_entry_not_the_staging_folder(tmp_path: Path) -> None:
@@ -183,10 +230,14 @@ def test_publish_failure_names_the_entry_not_the_staging_folder(tmp_path: Path) 
     staging = cache.new_staging("mylib", "ab" * 16)
     with pytest.raises(CacheError) as e:
         cache.publish(staging / "entry", "mylib", "cpu-x", "ab" * 16)  # nothing was staged there
-    assert staging.name not in str(e.value) and "mylib/cpu-x key abababababab" in str(e.value), str(e.value)
+    assert staging.name not in str(e.value) and "mylib/cpu-x key abababababab" in str(e.value), str(
+        e.value
+    )
 
 
-def test_pch_notes_name_the_pch_not_the_staging_folder(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_pch_notes_name_the_pch_not_the_staging_folder(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     import logging
 
     from jitops.build import pch
@@ -194,7 +245,15 @@ def test_pch_notes_name_the_pch_not_the_staging_folder(tmp_path: Path, caplog: p
 
     cache = Cache(tmp_path / "cache")
     key = pch.key_of("identity", "gcc", "", ["#include <cstddef>"])
-    p = pch.start(cache, key=key, kind="gcc", cxx="false", flags=[], prefix=["#include <cstddef>"], root=tmp_path)
+    p = pch.start(
+        cache,
+        key=key,
+        kind="gcc",
+        cxx="false",
+        flags=[],
+        prefix=["#include <cstddef>"],
+        root=tmp_path,
+    )
     assert p is not None
     subprocess.run(p.command, shell=True, check=True, timeout=60)  # `false`: no PCH made
     with caplog.at_level(logging.INFO, logger="jitops"):
@@ -218,6 +277,17 @@ def test_a_build_never_writes_a_pch_through_a_link(tmp_path: Path) -> None:
     before = _snapshot(data)
     cache.pch.symlink_to(data, target_is_directory=True)
     assert not pch.seen_before(cache, key) and not pch.seen_before(cache, key)
-    assert pch.start(cache, key=key, kind="gcc", cxx="g++", flags=[], prefix=["#include <cstddef>"], root=tmp_path) is None
+    assert (
+        pch.start(
+            cache,
+            key=key,
+            kind="gcc",
+            cxx="g++",
+            flags=[],
+            prefix=["#include <cstddef>"],
+            root=tmp_path,
+        )
+        is None
+    )
     assert pch.find(cache, key, "gcc") is None
     assert _snapshot(data) == before

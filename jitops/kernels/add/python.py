@@ -14,10 +14,25 @@ import torch
 
 from .._autograd import define_twin, register_fake
 
-_SUPPORTED = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-              torch.bfloat16, torch.float32, torch.float64, torch.complex32, torch.complex64, torch.complex128}
-_SUPPORTED_TEXT = ("bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, complex32, "
-                   "complex64, complex128")
+_SUPPORTED = {
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex32,
+    torch.complex64,
+    torch.complex128,
+}
+_SUPPORTED_TEXT = (
+    "bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, complex32, "
+    "complex64, complex128"
+)
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -34,8 +49,14 @@ def _is_integral_alpha(alpha: object) -> bool:
     return isinstance(alpha, (bool, int)) or (isinstance(alpha, torch.SymInt))
 
 
-def check_inputs(op: str, self: torch.Tensor, other: Any, alpha: object, out: torch.Tensor | None = None,
-                 out_name: str = "") -> torch.dtype:
+def check_inputs(
+    op: str,
+    self: torch.Tensor,
+    other: Any,
+    alpha: object,
+    out: torch.Tensor | None = None,
+    out_name: str = "",
+) -> torch.dtype:
     """The C++ checks of add_common.h, word for word; returns the computation dtype.
 
     ``other`` is a tensor or a Python number (the Scalar overloads)."""
@@ -44,8 +65,10 @@ def check_inputs(op: str, self: torch.Tensor, other: Any, alpha: object, out: to
     dtype = torch.result_type(self, other)
     torch._check(
         dtype in _SUPPORTED,
-        lambda: f"{op}: the result dtype {_name(dtype)} is not supported (torch.add has no kernel for it either); "
-        f"supported: {_SUPPORTED_TEXT}",
+        lambda: (
+            f"{op}: the result dtype {_name(dtype)} is not supported (torch.add has no kernel for it either); "
+            f"supported: {_SUPPORTED_TEXT}"
+        ),
     )
     torch._check(
         not isinstance(alpha, bool) or dtype == torch.bool,
@@ -53,7 +76,9 @@ def check_inputs(op: str, self: torch.Tensor, other: Any, alpha: object, out: to
     )
     torch._check(
         dtype.is_floating_point or dtype.is_complex or _is_integral_alpha(alpha),
-        lambda: f"{op}: alpha must be an integer when the result dtype is {_name(dtype)}, got {_alpha_text(alpha)}",
+        lambda: (
+            f"{op}: alpha must be an integer when the result dtype is {_name(dtype)}, got {_alpha_text(alpha)}"
+        ),
     )
     torch._check(
         dtype.is_complex or not isinstance(alpha, complex),
@@ -62,12 +87,16 @@ def check_inputs(op: str, self: torch.Tensor, other: Any, alpha: object, out: to
     if out is not None:
         torch._check(
             torch.can_cast(dtype, out.dtype),
-            lambda: f"{op}: result dtype {_name(dtype)} cannot be cast to {out_name}'s dtype {_name(out.dtype)}",
+            lambda: (
+                f"{op}: result dtype {_name(dtype)} cannot be cast to {out_name}'s dtype {_name(out.dtype)}"
+            ),
         )
         if out_name == "self":
             torch._check(
                 list(out.shape) == shape,
-                lambda: f"{op}: the broadcast shape {shape} differs from self's shape {list(out.shape)}",
+                lambda: (
+                    f"{op}: the broadcast shape {shape} differs from self's shape {list(out.shape)}"
+                ),
             )
     return dtype
 
@@ -80,14 +109,18 @@ def broadcast_shape(op: str, self: torch.Tensor, other: torch.Tensor) -> list[in
         b = other.shape[i] if i >= -other.dim() else 1
         torch._check(
             a == b or a == 1 or b == 1,
-            lambda: f"{op}: self of shape {list(self.shape)} and other of shape {list(other.shape)} "
-            f"cannot be broadcast together (dim {i}: {a} vs {b})",
+            lambda: (
+                f"{op}: self of shape {list(self.shape)} and other of shape {list(other.shape)} "
+                f"cannot be broadcast together (dim {i}: {a} vs {b})"
+            ),
         )
         shape[n + i] = b if a == 1 else a
     return shape
 
 
-def add_reference(self: torch.Tensor, other: Any, *, alpha: Any = 1, out: torch.Tensor | None = None) -> torch.Tensor:
+def add_reference(
+    self: torch.Tensor, other: Any, *, alpha: Any = 1, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """torch.add itself, behind jitops's checks: the kernel's contract is to be bit-identical to it on CPU."""
     check_inputs("add", self, other, alpha, out, "out")
     if out is None:
@@ -115,9 +148,12 @@ def register(ns: str) -> None:
 
     def fake_add(self: torch.Tensor, other: torch.Tensor, *, alpha: Any = 1) -> torch.Tensor:
         check_inputs("add", self, other, alpha)
-        return torch.add(self, other, alpha=alpha)  # under FakeTensorMode: metadata (shape, dtype, strides) only
+        # under FakeTensorMode: metadata (shape, dtype, strides) only
+        return torch.add(self, other, alpha=alpha)
 
-    def fake_add_out(self: torch.Tensor, other: torch.Tensor, *, alpha: Any = 1, out: torch.Tensor) -> torch.Tensor:
+    def fake_add_out(
+        self: torch.Tensor, other: torch.Tensor, *, alpha: Any = 1, out: torch.Tensor
+    ) -> torch.Tensor:
         check_inputs("add", self, other, alpha, out, "out")
         return torch.add(self, other, alpha=alpha, out=out)
 
@@ -129,7 +165,9 @@ def register(ns: str) -> None:
         check_inputs("add", self, other, alpha)
         return torch.add(self, other, alpha=alpha)
 
-    def fake_add_scalar_out(self: torch.Tensor, other: Any, alpha: Any = 1, *, out: torch.Tensor) -> torch.Tensor:
+    def fake_add_scalar_out(
+        self: torch.Tensor, other: Any, alpha: Any = 1, *, out: torch.Tensor
+    ) -> torch.Tensor:
         check_inputs("add", self, other, alpha, out, "out")
         return torch.add(self, other, alpha=alpha, out=out)
 
@@ -137,9 +175,14 @@ def register(ns: str) -> None:
         check_inputs("add_", self, other, alpha, self, "self")
         return self.add_(other, alpha=alpha)
 
-    for overload, fake in (("add", fake_add), ("add.out", fake_add_out), ("add_", fake_add_),
-                           ("add.Scalar", fake_add_scalar), ("add.Scalar_out", fake_add_scalar_out),
-                           ("add_.Scalar", fake_add_scalar_)):
+    for overload, fake in (
+        ("add", fake_add),
+        ("add.out", fake_add_out),
+        ("add_", fake_add_),
+        ("add.Scalar", fake_add_scalar),
+        ("add.Scalar_out", fake_add_scalar_out),
+        ("add_.Scalar", fake_add_scalar_),
+    ):
         register_fake(f"{ns}::{overload}", fake)
 
     # torch's derivatives.yaml: self gets grad, other gets grad * conj(alpha), each reduced to its
@@ -165,4 +208,6 @@ def register(ns: str) -> None:
         return (_grad_for(grad, *ctx.meta) if ctx.needs_input_grad[0] else None), None, None
 
     define_twin(ns, "add", fake_add, backward, setup_context)
-    define_twin(ns, "add", fake_add_scalar, backward_scalar, setup_context_scalar, overload="Scalar")
+    define_twin(
+        ns, "add", fake_add_scalar, backward_scalar, setup_context_scalar, overload="Scalar"
+    )

@@ -24,38 +24,53 @@ def _name(dtype: torch.dtype) -> str:
 def check_inputs(boxes: torch.Tensor, scores: torch.Tensor) -> None:
     """The C++ checks of nms_common.h, word for word: check_quantized_inputs when either input is
     quantized (the QuantizedCPU kernel), else check_inputs."""
-    torch._check(boxes.dim() == 2 and boxes.shape[1] == 4, lambda: f"nms: boxes must be (N, 4), got {list(boxes.shape)}")
+    torch._check(
+        boxes.dim() == 2 and boxes.shape[1] == 4,
+        lambda: f"nms: boxes must be (N, 4), got {list(boxes.shape)}",
+    )
     torch._check(
         scores.dim() == 1 and scores.shape[0] == boxes.shape[0],
-        lambda: f"nms: scores must be (N,) for N = {boxes.shape[0]} boxes, got {list(scores.shape)}",
+        lambda: (
+            f"nms: scores must be (N,) for N = {boxes.shape[0]} boxes, got {list(scores.shape)}"
+        ),
     )
     quantized = boxes.is_quantized or scores.is_quantized
     if not quantized:
         torch._check(
             boxes.dtype in _DTYPES,
-            lambda: f"nms: expected float16, float32 or float64 boxes, got {_name(boxes.dtype)} (bfloat16 is taken "
-            "under torch.autocast, which computes it in float32; quantized boxes need quantized scores)",
+            lambda: (
+                f"nms: expected float16, float32 or float64 boxes, got {_name(boxes.dtype)} (bfloat16 is taken "
+                "under torch.autocast, which computes it in float32; quantized boxes need quantized scores)"
+            ),
         )
     torch._check(
         scores.dtype == boxes.dtype,
-        lambda: f"nms: boxes and scores must have the same dtype, got {_name(boxes.dtype)} and {_name(scores.dtype)}",
+        lambda: (
+            f"nms: boxes and scores must have the same dtype, got {_name(boxes.dtype)} and {_name(scores.dtype)}"
+        ),
     )
     torch._check(
         boxes.device == scores.device,
-        lambda: f"nms: boxes and scores must be on the same device, got {boxes.device} and {scores.device}",
+        lambda: (
+            f"nms: boxes and scores must be on the same device, got {boxes.device} and {scores.device}"
+        ),
     )
     if quantized:
         torch._check(
             boxes.dtype in _QDTYPES,
-            lambda: f"nms: expected qint8, quint8 or qint32 quantized boxes, got {_name(boxes.dtype)}",
+            lambda: (
+                f"nms: expected qint8, quint8 or qint32 quantized boxes, got {_name(boxes.dtype)}"
+            ),
         )
         for what, t in (("boxes", boxes), ("scores", scores)):
             scheme = str(t.qscheme()).removeprefix("torch.")
             torch._check(
                 t.qscheme() == torch.per_tensor_affine,
-                lambda: f"nms: quantized {what} must be quantized per tensor (torch.quantize_per_tensor), got "
-                f"{scheme}: per-channel scales would make the integer values of different boxes incomparable. "
-                "Fix: dequantize them first",
+                lambda: (
+                    f"nms: quantized {what} must be quantized per tensor (torch.quantize_per_tensor), got "
+                    f"{scheme}: per-channel scales would make the integer values of different boxes incomparable. "
+                    "Fix: dequantize them first"
+                ),
             )
 
 
@@ -82,8 +97,14 @@ def _iou_cuda(b: torch.Tensor, area: torch.Tensor, i: int, threshold: float) -> 
     fmax/fmin, compared with the threshold as a float."""
     acc = torch.float32 if b.dtype == torch.float16 else b.dtype
     x1, y1, x2, y2 = b.unbind(1)
-    width = torch.fmax(torch.fmin(x2[i], x2) - torch.fmax(x1[i], x1), torch.zeros((), dtype=b.dtype, device=b.device))
-    height = torch.fmax(torch.fmin(y2[i], y2) - torch.fmax(y1[i], y1), torch.zeros((), dtype=b.dtype, device=b.device))
+    width = torch.fmax(
+        torch.fmin(x2[i], x2) - torch.fmax(x1[i], x1),
+        torch.zeros((), dtype=b.dtype, device=b.device),
+    )
+    height = torch.fmax(
+        torch.fmin(y2[i], y2) - torch.fmax(y1[i], y1),
+        torch.zeros((), dtype=b.dtype, device=b.device),
+    )
     inter = width.to(acc) * height.to(acc)
     iou = inter / (area[i] + area - inter)
     return iou > torch.tensor(threshold, dtype=torch.float32).to(acc)
@@ -92,14 +113,19 @@ def _iou_cuda(b: torch.Tensor, area: torch.Tensor, i: int, threshold: float) -> 
 def _cuda_area(b: torch.Tensor) -> torch.Tensor:
     acc = torch.float32 if b.dtype == torch.float16 else b.dtype
     x1, y1, x2, y2 = b.unbind(1)
-    return (x2.to(acc) - x1.to(acc)) * (y2 - y1).to(acc)  # (y2 - y1) in the box dtype, as torchvision's
+    # (y2 - y1) in the box dtype, as torchvision's
+    return (x2.to(acc) - x1.to(acc)) * (y2 - y1).to(acc)
 
 
 def _autocast(t: torch.Tensor) -> torch.Tensor:
     """register.cpp's autocast rule: under torch.autocast for the tensor's device, float16 and bfloat16
     are computed in float32 (float32 and float64 as they are)."""
     device = t.device.type
-    if t.dtype in (torch.float16, torch.bfloat16) and device in ("cpu", "cuda") and torch.is_autocast_enabled(device):
+    if (
+        t.dtype in (torch.float16, torch.bfloat16)
+        and device in ("cpu", "cuda")
+        and torch.is_autocast_enabled(device)
+    ):
         return t.float()
     return t
 
@@ -152,7 +178,8 @@ def register(ns: str) -> None:
 
     register_fake(f"{ns}::nms", fake_nms)
     if not torch._C._dispatch_has_kernel_for_dispatch_key(f"{ns}::nms", "AutocastCPU"):
-        # The stable-ABI build (nms_stable.cpp), whose C ABI cannot redispatch: torchvision's rule, as
-        # register.cpp's (float16 and bfloat16 on the CPU in float32, float32 and float64 as they are;
-        # torch.amp's cast rule), then the op again with autocast excluded, so fake tensors reach the fake kernel.
+        # The stable-ABI build (nms_stable.cpp), whose C ABI cannot redispatch: torchvision's rule,
+        # as register.cpp's (float16 and bfloat16 on the CPU in float32, float32 and float64 as they
+        # are; torch.amp's cast rule), then the op again with autocast excluded, so fake tensors
+        # reach the fake kernel.
         torch.library.register_autocast(f"{ns}::nms", "cpu", torch.float32, lib=fragment(ns))

@@ -11,24 +11,37 @@ import torch
 
 from .._autograd import define_twin, register_fake
 
-_FLOATS = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64"}
+_FLOATS = {
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+}
 
 
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def check_input(op: str, x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.dtype:
+def check_input(
+    op: str, x: torch.Tensor, dim: int, dtype: torch.dtype | None = None
+) -> torch.dtype:
     """The C++ checks of softmax_common.h (``checked_input``), word for word and with torch's
     exception types (NotImplementedError for a dtype, IndexError for a dim); returns the result dtype."""
     st = x.dtype if dtype is None else dtype
     torch._check_not_implemented(
         st in _FLOATS,
-        lambda: f"{op}: expected a float16, bfloat16, float32 or float64 {'dtype' if dtype is not None else 'tensor'}, "
-        f"got {_name(st)}" + ("" if dtype is not None else ". Fix: convert the input, or pass dtype=torch.float32"),
+        lambda: (
+            f"{op}: expected a float16, bfloat16, float32 or float64 {'dtype' if dtype is not None else 'tensor'}, "
+            f"got {_name(st)}"
+            + ("" if dtype is not None else ". Fix: convert the input, or pass dtype=torch.float32")
+        ),
     )
     ndim = max(x.dim(), 1)
-    torch._check_index(-ndim <= dim < ndim, lambda: f"{op}: dim {dim} is out of range for a tensor with {x.dim()} dimensions")
+    torch._check_index(
+        -ndim <= dim < ndim,
+        lambda: f"{op}: dim {dim} is out of range for a tensor with {x.dim()} dimensions",
+    )
     return st
 
 
@@ -36,18 +49,27 @@ def check_backward(op: str, grad: torch.Tensor, out: torch.Tensor, dim: int) -> 
     """The C++ ``check_backward`` of softmax_common.h, word for word."""
     torch._check(
         out.dtype in _FLOATS,
-        lambda: f"{op}: expected a float16, bfloat16, float32 or float64 output, got {_name(out.dtype)}",
+        lambda: (
+            f"{op}: expected a float16, bfloat16, float32 or float64 output, got {_name(out.dtype)}"
+        ),
     )
     torch._check(
         grad.dtype == out.dtype,
-        lambda: f"{op}: grad and out must have the same dtype, got {_name(grad.dtype)} and {_name(out.dtype)}",
+        lambda: (
+            f"{op}: grad and out must have the same dtype, got {_name(grad.dtype)} and {_name(out.dtype)}"
+        ),
     )
     torch._check(
         grad.shape == out.shape,
-        lambda: f"{op}: grad and out must have the same shape, got {list(grad.shape)} and {list(out.shape)}",
+        lambda: (
+            f"{op}: grad and out must have the same shape, got {list(grad.shape)} and {list(out.shape)}"
+        ),
     )
     ndim = max(out.dim(), 1)
-    torch._check_index(-ndim <= dim < ndim, lambda: f"{op}: dim {dim} is out of range for a tensor with {out.dim()} dimensions")
+    torch._check_index(
+        -ndim <= dim < ndim,
+        lambda: f"{op}: dim {dim} is out of range for a tensor with {out.dim()} dimensions",
+    )
 
 
 def _shifted(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -56,7 +78,9 @@ def _shifted(x: torch.Tensor, dim: int) -> torch.Tensor:
     return xf - xf.amax(dim=dim, keepdim=True)
 
 
-def softmax_reference(x: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
+def softmax_reference(
+    x: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """Pure PyTorch, numerically stable; accumulates half/bfloat16 in float."""
     x = x.to(check_input("softmax", x, dim, dtype))
     if x.numel() == 0:
@@ -65,7 +89,9 @@ def softmax_reference(x: torch.Tensor, dim: int = -1, dtype: torch.dtype | None 
     return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
 
 
-def log_softmax_reference(x: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
+def log_softmax_reference(
+    x: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """Pure PyTorch, numerically stable; accumulates half/bfloat16 in float."""
     x = x.to(check_input("log_softmax", x, dim, dtype))
     if x.numel() == 0:
@@ -95,13 +121,17 @@ def register(ns: str) -> None:
 
     for name in ("softmax", "log_softmax"):
 
-        def fake(x: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None, _name: str = name) -> torch.Tensor:
+        def fake(
+            x: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None, _name: str = name
+        ) -> torch.Tensor:
             st = check_input(_name, x, dim, dtype)
             return torch.empty(x.shape, dtype=st, device=x.device)
 
         backward_op = getattr(ops, f"{name}_backward").default
 
-        def backward(ctx: Any, grad: torch.Tensor, _op: Any = backward_op) -> tuple[Any, None, None]:
+        def backward(
+            ctx: Any, grad: torch.Tensor, _op: Any = backward_op
+        ) -> tuple[Any, None, None]:
             (out,) = ctx.saved_tensors
             return _op(grad.to(out.dtype), out, ctx.dim).to(ctx.input_dtype), None, None
 
@@ -110,7 +140,9 @@ def register(ns: str) -> None:
 
     for name in ("softmax_backward", "log_softmax_backward"):
 
-        def fake_backward(grad: torch.Tensor, out: torch.Tensor, dim: int, _name: str = name) -> torch.Tensor:
+        def fake_backward(
+            grad: torch.Tensor, out: torch.Tensor, dim: int, _name: str = name
+        ) -> torch.Tensor:
             check_backward(_name, grad, out, dim)
             return torch.empty(out.shape, dtype=out.dtype, device=out.device)
 
