@@ -19,7 +19,7 @@ import pytest
 import jitops
 import jitops.build.entry as jentry
 import jitops.plan as jplan
-from jitops.store import admin as cache_admin, parts as cache_parts, objcache
+from jitops.store import admin as cache_admin, inputs, parts as cache_parts, objcache
 from jitops.build import pch
 from jitops.store.cache import Cache
 from jitops.cli import main
@@ -50,12 +50,11 @@ def _object(cache: Cache, tmp: Path, name: str, size: int = 5000) -> tuple[str, 
     root.mkdir()
     (root / "a.h").write_text(f"// {name}\n")
     (root / f"{name}.o").write_bytes(name.encode() * (size // len(name)))
-    (root / f"{name}.o.d").write_text(f"{name}.o: {root}/{name}.cpp {root}/a.h\n")
     key = objcache.tu_key("identity", f"g++ -O3 {name}", "0" * 64, root)
-    objcache.store(
-        cache, key, root / f"{name}.o", root / f"{name}.o.d", root, source=f"{root}/{name}.cpp"
-    )
-    assert objcache.lookup(cache, key, root, tmp / f"{name}.check.o")
+    objcache.store(cache, key, root / f"{name}.o", inputs.record([f"{root}/a.h"], root, ()))
+    assert objcache.lookup(cache, key, root, tmp / f"{name}.check.o") == {
+        "<root>/a.h": inputs.digest(f"{root}/a.h")
+    }
     return key, root
 
 

@@ -24,7 +24,7 @@ from jitops.build import pch
 from jitops.target import toolchain
 from jitops.build import runner as build
 from jitops.store.manifest import Manifest
-from jitops.store.objcache import read_depfile
+from jitops.store.inputs import read_depfile
 from jitops.base.settings import Settings
 from jitops.build.tubuild import summary
 

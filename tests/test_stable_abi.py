@@ -388,6 +388,7 @@ def _job(
     return types.SimpleNamespace(
         include_dirs=(Path("/inc"), Path(root)),
         root=Path(root),
+        pinned=(),
         cflags=cflags,
         cache=cache,
         cxx="c++",
@@ -509,18 +510,21 @@ def test_pch_words_reach_the_compiler_unquoted_and_background_off_builds_none(
     monkeypatch.setattr(
         pch,
         "find",
-        lambda cache, key, kind: types.SimpleNamespace(words=pch.pch_words(kind, where)),
+        lambda cache, key, kind: types.SimpleNamespace(
+            words=pch.pch_words(kind, where), deps={"/usr/include/x.h": "0" * 64}
+        ),
     )
-    words, state, later = stable_fast.use_pch(job, "/torch/include", "t")
+    words, state, later, read = stable_fast.use_pch(job, "/torch/include", "t")
     assert (
         state == "hit"
         and words == ["-include", str(where / pch.HEADER), "-Winvalid-pch"]
         and not later
+        and read == {"/usr/include/x.h": "0" * 64}
     )
     monkeypatch.setattr(pch, "find", lambda cache, key, kind: None)
-    assert stable_fast.use_pch(job, "/torch/include", "t")[1:] != ("off (background)", {})
+    assert stable_fast.use_pch(job, "/torch/include", "t")[1:3] != ("off (background)", {})
     job.pch_background = False
-    assert stable_fast.use_pch(job, "/torch/include", "t") == ([], "off (background)", {})
+    assert stable_fast.use_pch(job, "/torch/include", "t") == ([], "off (background)", {}, {})
 
 
 @pytest.mark.compile

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from ..loading.ops import Op
     from ..plan import LoadedLibrary
 
-_memo: dict[str, UserLibrary] = {}  # cache key -> the object load() returned for it
+# (cache key, namespace) -> the object load() returned for that build
+_memo: dict[tuple[str, str], UserLibrary] = {}
 _memo_lock = threading.Lock()
 
 
@@ -90,7 +91,7 @@ def load_spec(
         # The compiler's message is the story; jitops's own frames would only bury it.
         raise e.with_traceback(None) from None
     with _memo_lock:
-        hit = _memo.get(lib.key)
+        hit = _memo.get((lib.key, lib.namespace))
         if hit is not None:
             return hit
         names = lib.ops
@@ -102,7 +103,7 @@ def load_spec(
             )
         ops = {n: op_from_library(lib, n) for n in names}
         result = UserLibrary(lib, ops)
-        _memo[lib.key] = result
+        _memo[(lib.key, lib.namespace)] = result
         return result
 
 

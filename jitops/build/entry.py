@@ -81,6 +81,9 @@ def find_compatible(
             continue
         try:
             verified = cache.verify(entry, m.key, plan.spec.name, plan.target.name)
+            why = cache.stale(entry, verified, plan.spec.root, only_root=True)
+            if why is not None:
+                raise EntryProblem(why)
         except EntryProblem as e:
             if refused is not None:
                 refused.append(str(e))
@@ -93,14 +96,14 @@ def find_compatible(
 
 def entry_status(plan: Plan) -> EntryStatus:
     """What the cache, then each installed bundle, holds for ``plan``. Reads and verifies; writes no entry."""
-    found = plan.cache.lookup(plan.address)
+    found = plan.cache.lookup(plan.address, plan.spec.root)
     if isinstance(found, Hit):
         return found
     refused = [found.reason] if found.reason is not None else []
     # a hit asks no bundle: entry points read on a local miss only
     caches = installed_bundles(plan.cache.stamps)
     for bundle in caches:
-        there = bundle.lookup(plan.address)
+        there = bundle.lookup(plan.address, plan.spec.root)
         if isinstance(there, Hit):
             return there
         if there.reason is not None:
@@ -286,7 +289,7 @@ def ensure_entry(
     if cache is not plan.cache:
         plan = dataclasses.replace(plan, cache=cache)
 
-    def build() -> Manifest:
+    def build(plan: Plan) -> Manifest:
         nonlocal pending
         # here, not before: a fetch from a remote tier builds nothing
         _frozen(missed, status, settings)
@@ -318,7 +321,7 @@ def ensure_entry(
 def _locked(
     plan: Plan,
     cache: Cache,
-    build: Callable[[], Manifest],
+    build: Callable[[Plan], Manifest],
     remote: bool,
     job: bool,
     settings: Settings,
@@ -326,18 +329,28 @@ def _locked(
     from ..store.lock import key_lock
 
     with key_lock(cache.lock_path(plan.spec.name, plan.key), plan.what, settings.lock_timeout):
-        found = cache.lookup(plan.address)
+        found = cache.lookup(plan.address, plan.spec.root)
         if isinstance(found, Hit):
             return Entry(plan, found.path, found.manifest, built=False)
         if found.reason is not None and os.path.lexists(plan.entry):
+            plan = _next_variant(plan, cache.read_manifest(plan.entry))
             cache.set_aside(plan.entry, found.reason)
         # the remote tier (issue 15), then the job's store (16): fetch, or one build per key
         if remote:
             from ..remote import obtain
 
-            manifest, built = obtain(plan, cache, build, settings, job)
+            variant = plan
+            manifest, built = obtain(plan, cache, lambda: build(variant), settings, job)
             return Entry(plan, plan.entry, manifest, built=built)
-        return Entry(plan, plan.entry, build(), built=True)
+        return Entry(plan, plan.entry, build(plan), built=True)
+
+
+def _next_variant(plan: Plan, replaced: Manifest | None) -> Plan:
+    """The plan that replaces an entry with the same key (one built from other inputs, or damaged): its
+    library registers in a namespace of its own, as this process may hold the one it replaces."""
+    if replaced is None:
+        return plan
+    return dataclasses.replace(plan, variant=replaced.namespace)
 
 
 def _build_again(

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..store.cache import Cache
 
+# GNU ld's list of the files it read (libraries found through -l and -L included), beside the output
+LINK_DEPFILE = "{out}.link.d"
+
 
 @dataclass(frozen=True)
 class BuildJob:
@@ -51,6 +54,9 @@ class BuildJob:
     # try the stand-in for <torch/extension.h> first (user libraries; tubuild)
     lean_extension: bool = False
     lock_timeout: float | None = None
+    # Folders whose files an ingredient of the key already pins (torch, jitops's headers, the
+    # compiler's own folder, the cache): what the build reads there is not recorded (store.inputs).
+    pinned: tuple[str, ...] = ()
     # None if every file the key covers still holds the bytes digested for it, else what changed
     # (publish: the plan's re-digest). Asked after each ninja run, before objects are cached or
     # anything is published.
@@ -58,9 +64,13 @@ class BuildJob:
         default=None, repr=False, compare=False
     )
 
+    # set when this build replaces an entry of the same key: its library gets a file name of its own,
+    # since a process that loaded the one replaced would get that one back from dlopen by its path
+    variant: str = ""
+
     @property
     def library_file(self) -> str:
-        return f"lib{self.library}.so"
+        return f"lib{self.library}{'_' + self.variant if self.variant else ''}.so"
 
 
 @dataclass(frozen=True)
@@ -69,3 +79,5 @@ class BuildResult:
     log: str
     seconds: float
     timings: dict[str, Any] = field(default_factory=dict)  # per file, PCH, link (tubuild.build_tus)
+    # what the compiler and linker read, {label: sha256} (store.inputs); None: not known
+    inputs: dict[str, str] | None = None

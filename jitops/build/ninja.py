@@ -17,7 +17,7 @@ directory (a CUDA source file is copied there: nvcc resolves symlinks), the
 build runs in a directory with a plain path (publish), and the build log is
 rewritten back to the real paths.
 
-Imports: errors lazily (the BuildError of ``check_expressible``); job.BuildJob for annotations.
+Imports: job (``LINK_DEPFILE``); errors lazily (the BuildError of ``check_expressible``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .job import LINK_DEPFILE
 
 if TYPE_CHECKING:
     from .job import BuildJob
@@ -278,7 +280,6 @@ def write_ninja_file(
     with_cuda = job.device == "cuda"
     aliases = _Aliases(job.build_dir)
     cflags, cuda, ldflags = flags(job, aliases if with_cuda else None, namespace=tus is None)
-    keep_deps = tus is None  # ninja's deps = gcc deletes the .d files the object cache reads
     # Side jobs run beside at most job.jobs compiles (ninja gets -j jobs + len(side)): MAX_JOBS
     # still holds.
     pool = ["  pool = compiles"] if side else []
@@ -299,9 +300,9 @@ def write_ninja_file(
         f"ldflags = {_var(ldflags)}",
         "",
         "rule compile",
-        "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags",
+        # -MD: every file read, system headers too (store.inputs records them with the entry)
+        "  command = $cxx -MD -MF $out.d $cflags -c $in -o $out $post_cflags",
         "  depfile = $out.d",
-        *(["  deps = gcc"] if keep_deps else []),
         *pool,
         "",
     ]
@@ -316,12 +317,13 @@ def write_ninja_file(
         )
         lines += [
             "rule cuda_compile",
-            *(["  depfile = $out.d", *(["  deps = gcc"] if keep_deps else [])] if deps else []),
+            *(["  depfile = $out.d"] if deps else []),
             f"  command = $nvcc {'-MD -MF $out.d' if deps else ''} $cuda_cflags -c $in -o $out $cuda_post_cflags",
             *pool,
             "",
         ]
-    lines += ["rule link", "  command = $cxx $in $ldflags -o $out", ""]
+    link_deps = f"-Wl,--dependency-file={LINK_DEPFILE.format(out='${out}')}"
+    lines += ["rule link", f"  command = $cxx $in $ldflags {link_deps} -o $out", ""]
     if tus is None:
         tus = [
             TU(

@@ -5,8 +5,9 @@ before anything else: the part that takes ~90 % of a compile to parse and that a
 in the cache (``Cache.build_path("pch", key)``), never beside torch or the sources. Its key covers the compiler and
 torch identity, the TU's exact flags (less ``-DTORCH_EXTENSION_NAME``, which torch's headers do not read, so
 libraries of other names share it, and less the library's own folder) and the prefix's text; its manifest lists the
-non-system headers the prefix read (``-MMD``) with their sha256, re-hashed before use (a difference makes it stale:
-rebuilt). System headers are torch's and Python's: torch's identity in the key stands for them, as in the entry key.
+files the prefix read (``-MD``) with their sha256, as an entry's inputs are (store.inputs: those under folders the key
+pins, such as torch's, left out), re-hashed before use (a difference makes it stale: rebuilt). A TU compiled with the
+PCH adds this list to its own (its dependency file does not repeat what the PCH read).
 
 Built from a prefix's second build on (a library built once and never edited costs no PCH: neither the time nor ~300
 MB of disk for g++'s lean set; the stable headers' PCH, shared by every stable kernel and ~0.5 s to make, after the
@@ -132,7 +133,7 @@ def _verify(directory: Path, key: str, kind: str) -> dict[str, object]:
     """The manifest of a usable PCH in ``directory``, or ValueError / OSError saying why not. Checked is exactly what
     the compiler reads: the PCH file :func:`pch_words` names and ``prefix.h`` (gcc parses it when it rejects the
     ``.gch``), each against its sha256."""
-    from ..store.objcache import headers_unchanged
+    from ..store import inputs
 
     if (reason := fsutil.insecure_reason(directory, want_dir=True)) is not None:
         raise ValueError(reason)
@@ -155,7 +156,7 @@ def _verify(directory: Path, key: str, kind: str) -> dict[str, object]:
         raise ValueError(f"{pch} has {size} bytes, its manifest says {m.get('size')}")
     _hash_once(pch, m.get("sha256"))
     _hash_once(directory / HEADER, m.get("header_sha256"))
-    if not headers_unchanged(deps, Path(root)):
+    if inputs.first_change(deps, Path(root)) is not None:
         raise ValueError("a header it was built from has changed")
     return m
 
@@ -188,10 +189,19 @@ class Pending:
     root: Path
     hold: contextlib.ExitStack
     staging: Path
+    pinned: tuple[str, ...] = ()  # folders whose files are not recorded (BuildJob.pinned)
 
 
 def start(
-    cache: Cache, *, key: str, kind: str, cxx: str, flags: list[str], prefix: list[str], root: Path
+    cache: Cache,
+    *,
+    key: str,
+    kind: str,
+    cxx: str,
+    flags: list[str],
+    prefix: list[str],
+    root: Path,
+    pinned: tuple[str, ...] | list[str] = (),
 ) -> Pending | None:
     """Take the PCH's lock (without waiting: None if another process builds it) and prepare its build."""
     from ..errors import LockTimeout
@@ -238,7 +248,7 @@ def start(
             shlex.quote(header),
             "-o",
             f"{file}.part",
-            "-MMD",
+            "-MD",
             "-MF",
             "prefix.d",
         ]
@@ -248,7 +258,7 @@ def start(
             f"cd {shlex.quote(str(out))} && {{ ({' '.join(words)} && mv {file}.part {file}) > pch.log 2>&1; "
             f"echo $? > {pch_marks.STATUS}; }} || true"
         )
-        return Pending(key, kind, out, file, command, root, hold, staging)
+        return Pending(key, kind, out, file, command, root, hold, staging, tuple(pinned))
     except BaseException:
         hold.close()
         raise
@@ -256,7 +266,7 @@ def start(
 
 def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Use | None:
     """Publish a PCH built by its command (manifest last, one rename), release its lock; None if none was made."""
-    from ..store.objcache import header_digests, read_depfile
+    from ..store import inputs
 
     try:
         pch = p.out / p.file
@@ -278,7 +288,7 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
         ours = (str(p.out) + "/", str(cache.pch) + "/")  # the prefix header itself
         files = [
             f
-            for f in read_depfile(p.out / "prefix.d")
+            for f in inputs.read_depfile(p.out / "prefix.d")
             if f != HEADER and not os.path.abspath(f).startswith(ours)
         ]
         # digests read now would vouch
@@ -286,7 +296,7 @@ def finish(cache: Cache, p: Pending, seconds: float, publish: bool = True) -> Us
             # for text
             log.info("note: %s changed while PCH %s compiled; not published", edited, p.key[:12])
             return None  # the .gch may not hold; the next build makes it again
-        deps = header_digests(files, p.root, ours)
+        deps = inputs.record(files, p.root, (*ours, *p.pinned), cwd=p.out)
         manifest = {
             "format": FORMAT,
             "key": p.key,

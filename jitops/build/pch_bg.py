@@ -161,6 +161,7 @@ def child_main(raw: str) -> int:
         flags=spec["flags"],
         prefix=spec["prefix"],
         root=Path(spec["root"]),
+        pinned=tuple(str(d) for d in spec.get("pinned", ())),
     )
     if p is None:
         log.info(

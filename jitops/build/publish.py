@@ -53,6 +53,21 @@ def build_env(tmp: Path) -> dict[str, str]:
     return env
 
 
+def pinned_dirs(plan: Plan, cache: Cache) -> tuple[str, ...]:
+    """The folders whose files an ingredient of the plan's key already pins, so a build does not record
+    them (store.inputs): torch's install (its version; a stable entry's target version), jitops's own
+    headers (digested in the key), the compiler's own folder and the CUDA toolkit (their identities),
+    and the cache (what jitops generated: inline sources named by their digest, objects, PCHs)."""
+    import torch
+
+    dirs = [os.path.dirname(torch.__file__), str(INCLUDE_DIR), str(cache.root)]
+    if plan.compiler is not None:
+        dirs += compilers.own_dirs(plan.compiler, cache.toolchains)
+    if plan.nvcc is not None:
+        dirs.append(toolchain.cuda_home_of(plan.nvcc.path))
+    return tuple(dict.fromkeys(os.path.realpath(d) for d in dirs if d))
+
+
 def _pch_kind(plan: Plan, settings: Settings) -> str:
     """ "gcc" / "clang" when the build precompiles its header prefixes (JITOPS_PCH, on by default), else ""."""
     kind = compilers.kind_of(plan.compiler.version)[0] if settings.pch and plan.compiler else ""
@@ -130,6 +145,8 @@ def build_and_publish(
             lock_timeout=settings.lock_timeout,
             # the key's files re-digested after each ninja run
             sources_changed=plan.sources_changed,
+            pinned=pinned_dirs(plan, cache),
+            variant=plan.namespace.rsplit("_", 1)[-1][:12] if plan.variant else "",
         )
         log.info("building %s (first use; cached afterwards)", plan.what)
         with BuildProgress(plan.what, forced=settings.progress):
@@ -158,9 +175,10 @@ def build_and_publish(
             ingredients=plan.ingredients,
             build_log=result.log[-65536:],
             timings=result.timings,
+            inputs=result.inputs,
         )
         fsutil.atomic_write(out_dir / "manifest.json", manifest.to_json())  # written last
-        found, ours = cache.publish_entry(out_dir, plan.address)
+        found, ours = cache.publish_entry(out_dir, plan.address, plan.spec.root)
         if not ours:
             # an unusable entry that could not be set aside (not ours to move)
             if not isinstance(found, Hit):

@@ -171,7 +171,17 @@ def real_build(
     rc, out = run(
         [job.ninja, "-v", "-j", str(job.jobs)], cwd=job.build_dir, env=job.env, on_line=on_line
     )
+    if rc == 0:
+        _TIMINGS[id(job)] = {"inputs": _read_by(job)}
     return rc, unalias(out, aliases), job.build_dir / f"{job.library}.so"
+
+
+def _read_by(job: BuildJob) -> dict[str, str]:
+    """What a plain ninja build's compiles and link read: every dependency file it left."""
+    from ..store import inputs
+
+    files = [f for d in sorted(job.build_dir.glob("*.d")) for f in inputs.read_depfile(d)]
+    return inputs.record(files, job.root, (*job.pinned, str(job.build_dir)), job.build_dir)
 
 
 _FAKE_C = """\
@@ -205,6 +215,7 @@ def fake_build(
     rc, text = _RUN.get()(
         [sys.executable, "-I", "-S", "-c", code], cwd=job.build_dir, env=job.env, on_line=on_line
     )
+    _TIMINGS[id(job)] = {"inputs": {}}  # it reads nothing but what it generated
     return rc, text, out
 
 
@@ -213,9 +224,8 @@ def fake_build(
 LIVE: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
     "jitops_live", default=None
 )
-_TIMINGS: dict[
-    int, dict[str, Any]
-] = {}  # id(job) -> timings of its per-file build, until build() takes them
+# id(job) -> timings of its build, with what it read as "inputs", until build() takes them
+_TIMINGS: dict[int, dict[str, Any]] = {}
 
 
 def stable_build(
@@ -261,6 +271,7 @@ def build(
     finally:
         _RUN.reset(token)
         timings = _TIMINGS.pop(id(job), {})
+        read = timings.pop("inputs", None)
     seconds = time.monotonic() - start
     if not run.asked:  # a builder that ran nothing through ``run`` (a test's): ask now
         run.check()
@@ -275,7 +286,7 @@ def build(
             log=out,
             log_path=kept,
         )
-    return BuildResult(lib, out, seconds, timings)
+    return BuildResult(lib, out, seconds, timings, read)
 
 
 def _keep_log(path: Path | None, text: str) -> Path | None:

@@ -273,9 +273,11 @@ class _Gated(Cache):
         super().__init__(root)
         self._pending = pending
 
-    def publish_entry(self, staged: Path, address: Address) -> tuple[Hit | Miss, bool]:
+    def publish_entry(
+        self, staged: Path, address: Address, root: Path | None = None
+    ) -> tuple[Hit | Miss, bool]:
         self._pending.result()
-        return super().publish_entry(staged, address)
+        return super().publish_entry(staged, address, root)
 
 
 def start(plan: Plan, settings: Settings) -> Pending | None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..spec import checks
+from .job import LINK_DEPFILE
 from ..errors import ArgumentError, BuildError, ConfigError, KernelSourceError, TargetError
 from ..key import STABLE_ABI_FLAG, STABLE_BUILDER, flag_words
 from ..spec import flag_version, stable_target, version_flag
@@ -69,6 +70,7 @@ _ERROR_MARK = (
     "should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined"
 )
 SHIM_LIBRARY = "torch_cpu"  # holds the stable C shim (aoti_torch_*, torch_*)
+DEPFILE = "deps.d"  # the one-command build's dependency file, in its build dir
 
 
 def is_stable(texts: Sequence[str]) -> bool:
@@ -175,8 +177,26 @@ def command(
     job: Any, out: Path, pch_words: Sequence[str] = (), stub: Path | None = None
 ) -> list[str]:
     """One compiler command: compile and link, torch's include root only, the C shim's library only (or its
-    link stub: stable_fast), with the PCH's words when one is used."""
-    include, lib = _torch_dirs()
+    link stub: stable_fast), with the PCH's words when one is used. Each compile writes its dependency
+    file and the linker its own (what the build read: store.inputs)."""
+    return [
+        job.cxx,
+        "-shared",
+        "-fPIC",
+        *compile_words(job, pch_words),
+        *map(str, job.sources),
+        "-MD",
+        "-MF",
+        str(job.build_dir / DEPFILE),
+        "-o",
+        str(out),
+        *link_words(job, out, stub),
+    ]
+
+
+def compile_words(job: Any, pch_words: Sequence[str] = ()) -> list[str]:
+    """The flags of a compile: the library's, its namespace, its include dirs, torch's include root."""
+    include, _ = _torch_dirs()
     marks = set(_abi_macro_words(job.cflags))
     # CXXFLAGS too: the spec's one target word, nothing else naming the ABI's macros
     if len(marks) != 1:
@@ -186,27 +206,51 @@ def command(
             "others from CXXFLAGS / CFLAGS, and give a target through extra_cflags"
         )
     dirs = [w for d in job.include_dirs for w in ("-I", str(d))]
-    shim = (
-        ["-Wl,--no-as-needed", str(stub), "-Wl,--as-needed"]
-        if stub is not None
-        else [f"-L{lib}", "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"]
-    )
     return [
-        job.cxx,
-        "-shared",
-        "-fPIC",
         *job.cflags,
         f"-DJITOPS_NS={job.namespace}",
         *dirs,
         "-isystem",
         include,
         *pch_words,
-        *map(str, job.sources),
+    ]
+
+
+def link_words(job: Any, out: Path, stub: Path | None) -> list[str]:
+    """The link's flags after its inputs: the library's, then the C shim's library (or its stub)."""
+    _, lib = _torch_dirs()
+    shim = (
+        ["-Wl,--no-as-needed", str(stub), "-Wl,--as-needed"]
+        if stub is not None
+        else [f"-L{lib}", "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"]
+    )
+    depfile = job.build_dir / LINK_DEPFILE.format(out=out.name)
+    return [*job.ldflags, *shim, f"-Wl,--dependency-file={depfile}"]
+
+
+def commands(
+    job: Any, out: Path, pch_words: Sequence[str] = (), stub: Path | None = None
+) -> list[list[str]]:
+    """The build as commands: one (compile and link) for one source; else one compile per source, each
+    with its own dependency file (one command would keep only the last source's), then the link."""
+    if len(job.sources) <= 1:
+        return [command(job, out, pch_words, stub)]
+    words = compile_words(job, pch_words)
+    objs = [job.build_dir / f"{i}-{Path(s).stem}.o" for i, s in enumerate(job.sources)]
+    compiles = [
+        [job.cxx, "-fPIC", *words, "-c", str(s), "-MD", "-MF", f"{o}.d", "-o", str(o)]
+        for s, o in zip(job.sources, objs)
+    ]
+    link = [
+        job.cxx,
+        "-shared",
+        "-fPIC",
+        *map(str, objs),
         "-o",
         str(out),
-        *job.ldflags,
-        *shim,
+        *link_words(job, out, stub),
     ]
+    return [*compiles, link]
 
 
 def build(
@@ -226,21 +270,32 @@ def build(
         )
     out = job.build_dir / f"{job.library}.so"
     include, lib = _torch_dirs()
-    words, state, later = stable_fast.use_pch(job, include, _torch_id())
+    words, state, later, pch_read = stable_fast.use_pch(job, include, _torch_id())
     stub = stable_fast.link_stub(job, os.path.join(lib, f"lib{SHIM_LIBRARY}.so"), run)
     start = time.monotonic()
-    cmd = command(job, out, words, stub)
-    rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
+
+    def run_all(cmds: list[list[str]]) -> tuple[int, str, str]:
+        """Each command in turn until one fails: (its exit code, the output, the commands run)."""
+        rc, logs, ran = 0, [], []
+        for cmd in cmds:
+            ran.append(" ".join(cmd))
+            rc, text = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
+            logs.append(text)
+            if rc != 0:
+                break
+        return rc, "".join(logs), "\n".join(ran)
+
+    rc, log, cmd = run_all(commands(job, out, words, stub))
     # never for the user's own errors: those show at once
     if rc != 0 and words and PCH_ERROR.search(log):
-        state, cmd = "rejected", command(job, out, (), stub)
-        rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
+        state = "rejected"
+        rc, log, cmd = run_all(commands(job, out, (), stub))
     elif words and "-Winvalid-pch" in log:
         state = "rejected"
     # a flag forbade undefined symbols after all
     if rc != 0 and stub is not None and "undefined reference" in log:
-        stub, cmd = None, command(job, out, (), None)
-        rc, log = run(cmd, cwd=job.build_dir, env=job.env, on_line=on_line)
+        stub = None
+        rc, log, cmd = run_all(commands(job, out, (), None))
     seconds = time.monotonic() - start
     if rc == 0 and later and not stable_fast.after(job, later):
         state = "unavailable"
@@ -257,7 +312,18 @@ def build(
         "link": "stub" if stub is not None else SHIM_LIBRARY,
         "at": time.time(),
     }
-    return rc, " ".join(cmd) + "\n" + log, out, timings
+    if rc == 0:
+        timings["inputs"] = read_by(job, out, pch_read if state == "hit" else {})
+    return rc, cmd + "\n" + log, out, timings
+
+
+def read_by(job: Any, out: Path, pch_read: dict[str, str]) -> dict[str, str]:
+    """What the build read (store.inputs): its compiles' dependency files, the PCH's record, the link's."""
+    from ..store import inputs
+
+    pinned = (*job.pinned, str(job.build_dir))
+    files = [f for d in sorted(job.build_dir.glob("*.d")) for f in inputs.read_depfile(d)]
+    return {**inputs.record(files, job.root, pinned, job.build_dir), **pch_read}
 
 
 def before_build(plan: Any) -> None:

@@ -8,8 +8,8 @@ outside the PCH's manifest). So every stable kernel with the same compiler, flag
 across libraries and edits. It is built by :mod:`pch_bg` after the first build that lacked it has
 returned (never on the user's wait: a detached, low-priority child), verified before each use by
 :func:`pch.find`, and gcc itself ignores one it cannot use (``-Winvalid-pch``: one note, never a wrong
-result). One compiler command builds all of a library's files, so the PCH is used only when they all
-have the same prefix.
+result). The PCH is used only when all of a library's files have the same prefix, and never when a
+prefix header is also in the library's own folders (the compile would read that one, not the PCH's).
 
 **Link stub.** The library must name the C shim's library (``libtorch_cpu.so``) as NEEDED so its
 ``aoti_torch_*`` symbols resolve at load time, but linking against the real 430 MB library costs the
@@ -82,31 +82,45 @@ def pch_flags(job: Any, include: str, torch_id: str) -> list[str]:
     ] + [f"# torch {torch_id}"]
 
 
+def shadowed(job: Any, prefix: list[str]) -> str | None:
+    """A header of ``prefix`` that the library's own folders also hold (the compile would read that one,
+    the shared PCH the other), or None."""
+    names = [line.split("<", 1)[-1].split(">", 1)[0] for line in prefix if "<" in line]
+    for d in job.include_dirs:
+        for name in names:
+            if os.path.lexists(os.path.join(d, name)):
+                return os.path.join(d, name)
+    return None
+
+
 def use_pch(
     job: Any, include: str, torch_id: str
-) -> tuple[list[str], str, dict[str, dict[str, Any]]]:
-    """(words for the compile, state, {key: pch_bg.spawn's keywords} to build after the build)."""
+) -> tuple[list[str], str, dict[str, dict[str, Any]], dict[str, str]]:
+    """(words for the compile, state, {key: pch_bg.spawn's keywords} to build after the build, what the
+    PCH read: store.inputs's record, which the compile's own dependency file does not repeat)."""
     if not job.pch or job.cache is None:
-        return [], "off", {}
+        return [], "off", {}, {}
     prefix = prefix_of(job.sources)
     if not prefix:
-        return [], "no prefix", {}
+        return [], "no prefix", {}, {}
+    if shadowed(job, prefix) is not None:
+        return [], "shadowed", {}, {}
     flags = pch_flags(job, include, torch_id)
     key = pch.key_of(job.identity, job.pch, " ".join(flags), prefix)
     found = pch.find(job.cache, key, job.pch)
     # pch_words are quoted for ninja's shell; the stable builder runs an argv list
     if found is not None:
-        return shlex.split(" ".join(found.words)), "hit", {}
+        return shlex.split(" ".join(found.words)), "hit", {}, dict(found.deps)
     if not job.pch_build:
-        return [], "none", {}
+        return [], "none", {}, {}
     # its prefix did not compile as a PCH lately: not tried after every build
     if pch.refused(job.cache, key):
-        return [], "refused", {}
+        return [], "refused", {}, {}
     # JITOPS_PCH_BACKGROUND=0: no detached child; the stable path builds none then
     if not job.pch_background:
-        return [], "off (background)", {}
+        return [], "off (background)", {}, {}
     if pch_bg.busy(job.cache, key):
-        return [], "busy", {}
+        return [], "busy", {}, {}
     # The torch marker is a comment in the key's text only: it never reaches the compiler.
     words = [w for w in flags if not w.startswith("# torch ")]
     return (
@@ -119,8 +133,10 @@ def use_pch(
                 "flags": words,
                 "prefix": prefix,
                 "root": job.root or job.build_dir,
+                "pinned": list(job.pinned),
             }
         },
+        {},
     )
 
 

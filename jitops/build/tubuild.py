@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base import fsutil
-from ..store import objcache
+from ..store import inputs, objcache
 from . import pch, pch_bg
 from ..spec.headers import EXTENSION_H, spells_python_api
 from ..key import TORCH_STYLE_FLAG
+from .job import LINK_DEPFILE
 from .ninja import (
     NAMESPACE_TU,
     TU,
@@ -137,6 +138,7 @@ class _Files:
         self.lean: set[str] = set()  # objs compiled against the stand-in for <torch/extension.h>
         self.built: dict[str, float] = {}  # PCH key (12) -> seconds to build it
         self.finished: set[str] = set()  # PCH keys whose build ran (published or not)
+        self.inputs: dict[str, str] = {}  # what the compiles and the link read (store.inputs)
 
     def tu(self, source: str, lean: bool) -> TU:
         """The TU of ``source`` (cached object, or compiled with its PCH, its namespace and stand-in flags)."""
@@ -171,7 +173,9 @@ class _Files:
         )
         self.keys[obj] = key
         (self.lean.add if lean else self.lean.discard)(obj)
-        if objcache.lookup(cache, key, root, job.build_dir / obj):
+        read = objcache.lookup(cache, key, root, job.build_dir / obj)
+        if read is not None:
+            self.inputs.update(read)
             self.info[label] = {"object": "cached", "seconds": 0.0, "pch": "-"}
             return TU(src, obj, cached=True)
         # nvcc: no PCH (see pch.py)
@@ -212,6 +216,7 @@ class _Files:
                         "flags": pflags,
                         "prefix": prefix,
                         "root": root,
+                        "pinned": list(job.pinned),
                     }
             else:
                 p = pch.start(
@@ -222,6 +227,7 @@ class _Files:
                     flags=pflags,
                     prefix=prefix,
                     root=root,
+                    pinned=job.pinned,
                 )
                 state = "built" if p is not None else "busy"  # busy: another process builds it now
                 if p is not None:
@@ -232,7 +238,6 @@ class _Files:
             "pch": state,
             "_obj": obj,
             "_use": use,
-            "_src": src,
             **({"header": "lean torch/extension.h"} if lean else {}),
             **({"pch_key": pkey[:12]} if prefix else {}),
         }
@@ -332,24 +337,21 @@ def build_tus(
                 ):
                     i["pch"] = "rejected"
     times = _ninja_times(job.build_dir)
-    pch_dir = str(files.cache.pch) + "/"
+    pinned = (*job.pinned, str(files.cache.pch), str(job.build_dir))
     for i in files.info.values():
-        obj, use, src = i.pop("_obj", None), i.pop("_use", None), i.pop("_src", None)
+        obj, use = i.pop("_obj", None), i.pop("_use", None)
         if obj is None:
             continue
         i["seconds"] = times.get(obj, 0.0)
         if rc == 0:
-            objcache.store(
-                files.cache,
-                files.keys[obj],
-                job.build_dir / obj,
-                job.build_dir / f"{obj}.d",
-                files.root,
-                (pch_dir,),
-                use.deps if use is not None and i["pch"] != "rejected" else None,
-                src,
+            read = inputs.record(
+                inputs.read_depfile(job.build_dir / f"{obj}.d"), files.root, pinned, job.build_dir
             )
+            read.update(use.deps if use is not None and i["pch"] != "rejected" else {})
+            files.inputs.update(read)
+            objcache.store(files.cache, files.keys[obj], job.build_dir / obj, read)
     if rc == 0:
+        files.inputs.update(link_inputs(job, files.root, pinned))
         _after(job, files)
     timings = {
         "files": files.info,
@@ -358,7 +360,14 @@ def build_tus(
         "namespace_seconds": times.get(f"{NAMESPACE_TU}.o", 0.0),
         "at": time.time(),
     }
+    timings["inputs"] = files.inputs
     return rc, unalias(out, aliases), job.build_dir / f"{job.library}.so", timings
+
+
+def link_inputs(job: BuildJob, root: Path, pinned: tuple[str, ...]) -> dict[str, str]:
+    """What the linker read (its dependency file, ``ninja.LINK_DEPFILE``), as store.inputs records it."""
+    depfile = job.build_dir / LINK_DEPFILE.format(out=f"{job.library}.so")
+    return inputs.record(inputs.read_depfile(depfile), root, pinned, job.build_dir)
 
 
 def _after(job: BuildJob, files: _Files) -> None:

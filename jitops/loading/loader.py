@@ -107,12 +107,13 @@ def load_library(
     if plan is None:
         plan = runnable_here(make_plan(spec, device, archs, settings=settings), archs, settings)
     hit = _libraries.get(plan.key)
-    if hit is not None:
+    # still built from what is there now: else the entry is replaced, and its successor loaded beside it
+    if hit is not None and plan.cache.stale(hit.entry, hit.manifest, spec.root) is None:
         return hit
     entry = ensure_entry(plan, offline=offline, settings=settings)
     with _state_lock:  # loading takes milliseconds; one thread loads, the others reuse
         hit = _libraries.get(entry.plan.key)
-        if hit is None:
+        if hit is None or hit.manifest != entry.manifest:
             hit = _load_into_process(entry.plan, entry.manifest, entry.path, built=entry.built)
             _libraries[entry.plan.key] = hit
             if not entry.built and not offline:

@@ -17,6 +17,7 @@ toolchain.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import functools
 import logging
 import os
@@ -65,9 +66,11 @@ class Plan:
     cache: Cache
     toolchain_error: ToolchainError | None = None
     builder: str = "real"  # Settings.builder: which builder makes the entry (keyed unless "real")
-    stamps: tuple[
-        tuple[str, Stamp], ...
-    ] = ()  # each digested file's stamp when it was read (not in the key)
+    # each digested file's stamp when it was read (not in the key)
+    stamps: tuple[tuple[str, Stamp], ...] = ()
+    # the namespace of the entry a build of this key replaces (one built from other inputs, which this
+    # process may have loaded): the new library's namespace is derived from it, so both can coexist
+    variant: str = ""
 
     @functools.cached_property
     def ingredients(self) -> dict[str, Any]:
@@ -84,7 +87,11 @@ class Plan:
 
     @property
     def namespace(self) -> str:
-        return namespace_for(self.spec.name, self.key)
+        if not self.variant:
+            return namespace_for(self.spec.name, self.key)
+        return namespace_for(
+            self.spec.name, hashlib.sha256(f"{self.key}:{self.variant}".encode()).hexdigest()
+        )
 
     @property
     def address(self) -> Address:
@@ -142,6 +149,9 @@ def _tool(name: str, recorded: Any) -> Tool | None:
         recorded["version"],
         command=command,
         openmp=tuple(recorded.get("openmp") or ()),
+        programs=tuple(
+            (str(k), str(v)) for k, v in sorted((recorded.get("programs") or {}).items())
+        ),
     )
 
 

@@ -42,6 +42,8 @@ from .lease import Lease
 from .store import Failure, Holder, Store, StoreError, StoreTimeout
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..plan import Plan
     from .digest import DigestSigner, JobTrust
     from .signing import Signer, Trust
@@ -183,7 +185,9 @@ class Tier:
         if digest in self._rejected:
             return None
         try:
-            manifest = self.install(plan.spec.name, plan.target.name, plan.key, cache, blob)
+            manifest = self.install(
+                plan.spec.name, plan.target.name, plan.key, cache, blob, plan.spec.root
+            )
         except EntryProblem as e:
             self._rejected.add(digest)
             self.stats.rejected += 1
@@ -198,7 +202,15 @@ class Tier:
         log.info("fetched %s from the remote cache %s", what, self.settings.url)
         return manifest
 
-    def install(self, library: str, target: str, key: str, cache: Cache, blob: bytes) -> Manifest:
+    def install(
+        self,
+        library: str,
+        target: str,
+        key: str,
+        cache: Cache,
+        blob: bytes,
+        root: Path | None = None,
+    ) -> Manifest:
         """Check ``blob`` as the entry for ``key`` and publish it locally, noted as pulled; EntryProblem if refused.
 
         Only that entry's members are taken, and its library only after the signature over its manifest verifies.
@@ -219,6 +231,7 @@ class Tier:
             address,
             verify=lambda raw, _sig: trust.verify(raw, header["signer"], header["signature"]),
             note=lambda _m, raw, _sig: origin.note(cache, address, kind, self.settings.url, raw),
+            root=root,
         )
 
     def upload(self, plan: Plan, cache: Cache, manifest: Manifest | None = None) -> bool:

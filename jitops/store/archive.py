@@ -233,11 +233,17 @@ def import_archive(
 
 
 def import_entry(
-    cache: Cache, archive: bytes, address: Address, verify: reader.Verify, note: Note | None
+    cache: Cache,
+    archive: bytes,
+    address: Address,
+    verify: reader.Verify,
+    note: Note | None,
+    root: Path | None = None,
 ) -> Manifest:
     """Publish the entry at ``address`` from a one-entry ``archive`` (the remote tier's); EntryProblem if refused.
 
-    Only that entry's members are read out, its library only after ``verify`` accepts its manifest.
+    Only that entry's members are read out, its library only after ``verify`` accepts its manifest, and
+    only if every file its build read holds the same bytes here (``root``: the library's folder here).
     """
     lib, target, key = address.library, address.target, address.key
 
@@ -247,6 +253,8 @@ def import_entry(
                 f"it holds the entry of {m.library}/{m.target} key {m.key[:12]}, "
                 f"not {lib}/{target} key {key[:12]} (stored under another key)"
             )
+        if (why := cache.stale(entry, m, root)) is not None:
+            raise EntryProblem(f"it was built from other inputs than this machine holds ({why})")
 
     staging = cache.new_staging(lib, key)
     try:

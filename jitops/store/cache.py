@@ -14,7 +14,8 @@ platformdirs' user cache dir for ``jitops``)::
     v1/remote-stats.json                   the remote tier's counters (+ .lock)
     v1/origins/<library>/<target>/<key>    where a tier got an entry it may not re-sign (the job's store)
 
-A tier is two calls: ``lookup(address) -> Hit | Miss(reason)`` (verified) and
+A tier is two calls: ``lookup(address, root) -> Hit | Miss(reason)`` (verified, and every file
+its build read still as recorded: ``stale``, store.inputs) and
 ``publish_entry(staged, address)`` (a finished staging dir -> what is in place now, ours or a
 racing winner's). A remote hit is imported into local staging and published here, so only verified
 local entries are loaded. Loading needs manifest, key, size and sha256 to agree, and refuses
@@ -22,7 +23,7 @@ symlinks, other owners and group/world-writable paths. Every walk of the tree (`
 ``sweep_staging``, ``walkable``) is by lstat: a link where a folder belongs is never entered.
 
 A passed check is stamped (``stamps``, the user's state dir): later ones skip the sha256 while the library keeps its stat.
-Imports: errors (CacheError), fsutil, key (KEY_CHARS, compute_key), manifest (entry data types); obstruct lazily (builds); stamps for annotations.
+Imports: errors (CacheError), fsutil, key (KEY_CHARS, compute_key), inputs (proving what a build read), manifest (entry data types); obstruct lazily (builds); stamps for annotations.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING
 from ..base import fsutil
 from ..errors import CacheError
 from ..key import KEY_CHARS, compute_key
+from . import inputs
 from .manifest import MANIFEST, Address, EntryProblem, Hit, Manifest, Miss
 
 if TYPE_CHECKING:
@@ -216,8 +218,9 @@ class Cache:
         except (OSError, ValueError, TypeError):
             return None
 
-    def lookup(self, address: Address) -> Hit | Miss:
-        """The verified entry at ``address``, or a Miss saying why not (None: nothing there; never a PermissionError)."""
+    def lookup(self, address: Address, root: Path | None = None) -> Hit | Miss:
+        """The verified entry at ``address`` whose recorded inputs all hold (``root``: the library's folder
+        here, see :meth:`stale`), or a Miss saying why not (None: nothing there; never a PermissionError)."""
         entry = self.path_of(address)
         if not os.path.lexists(entry):
             return Miss()
@@ -225,14 +228,37 @@ class Cache:
         if problem is not None:
             return Miss(f"cache root refused: {problem}")
         try:
-            return Hit(entry, self.verify(entry, address.key, address.library, address.target))
+            m = self.verify(entry, address.key, address.library, address.target)
         except EntryProblem as e:
             return Miss(str(e))
+        why = self.stale(entry, m, root)
+        return Hit(entry, m) if why is None else Miss(why)
 
-    def publish_entry(self, staged: Path, address: Address) -> tuple[Hit | Miss, bool]:
+    def stale(
+        self, entry: Path, manifest: Manifest, root: Path | None, *, only_root: bool = False
+    ) -> str | None:
+        """Why a verified entry was built from other inputs than this machine holds now, or None: each
+        file its build read still holds the recorded bytes (store.inputs; ``root``: where its
+        ``<root>/`` files are here). ``only_root``: the library's own files only (no compiler here:
+        nothing else could be built anyway; an entry without a record then passes)."""
+        if manifest.inputs is None:
+            if only_root:
+                return None
+            return (
+                f"{entry} does not record what its compiler read (built by an earlier jitops), "
+                "so it cannot be proven current"
+            )
+        why = inputs.first_change(
+            manifest.inputs, root, self.stamps, os.fsdecode(entry), only_root=only_root
+        )
+        return None if why is None else f"stale: {why}"
+
+    def publish_entry(
+        self, staged: Path, address: Address, root: Path | None = None
+    ) -> tuple[Hit | Miss, bool]:
         """Rename a finished staging dir into place; (what is in place now, verified: ours or a racing winner's, ours?)."""
         ours = self.publish(staged, address.library, address.target, address.key)
-        return self.lookup(address), ours
+        return self.lookup(address, root), ours
 
     def ensure_base(self) -> None:
         from . import obstruct  # a build's way only (warm hits skip it)

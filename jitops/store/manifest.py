@@ -43,11 +43,16 @@ class Manifest:
     # in the key. Left out of the bytes when empty, so manifests written before it existed still
     # parse.
     timings: dict[str, Any] = field(default_factory=dict)
+    # What the compiler and linker read ({label: sha256}, store.inputs), proven before the entry is used.
+    # None: an entry from before jitops recorded it, which cannot be proven (so it is built again).
+    inputs: dict[str, str] | None = None
 
     def _body(self) -> dict[str, Any]:
         body = {"format": MANIFEST_FORMAT, **self.__dict__}
         if not self.timings:
             del body["timings"]
+        if self.inputs is None:
+            del body["inputs"]
         return body
 
     def to_json(self) -> bytes:
@@ -73,7 +78,7 @@ class Manifest:
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
             raise ValueError("unknown manifest format")
         fields = cls.__dataclass_fields__
-        missing = [f for f in fields if f not in data and f != "timings"]
+        missing = [f for f in fields if f not in data and f not in _OPTIONAL]
         if missing:
             raise ValueError(f"manifest lacks {missing}")
         if set(data) - set(fields) - {"format", "digest"}:
@@ -90,6 +95,8 @@ class Manifest:
                 raise ValueError(f"manifest field {f!r} has the wrong type ({type(v).__name__})")
         if not _timings_ok(data.get("timings", {})):
             raise ValueError("manifest field 'timings' has the wrong shape")
+        if "inputs" in data and not _inputs_ok(data["inputs"]):
+            raise ValueError("manifest field 'inputs' has the wrong shape")
         m = cls(**{f: data[f] for f in fields if f in data})
         stem = (
             m.library_file[3:-3]
@@ -105,6 +112,8 @@ class Manifest:
 
 
 _LIBRARY_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+_OPTIONAL = ("timings", "inputs")
+_HEX = frozenset("0123456789abcdef")
 _TYPES: dict[str, type | tuple[type, ...]] = {
     "key": str,
     "library": str,
@@ -135,6 +144,19 @@ def _timings_ok(t: dict[str, Any]) -> bool:
         and isinstance(built, dict)
         and all(_num(v) for v in built.values())
         and _num(t.get("link_seconds", 0.0))
+    )
+
+
+def _inputs_ok(inputs: object) -> bool:
+    """{label: sha256}: labels non-empty strings without NUL, digests 64 lower-case hex digits."""
+    return isinstance(inputs, dict) and all(
+        isinstance(k, str)
+        and k
+        and "\0" not in k
+        and isinstance(v, str)
+        and len(v) == 64
+        and _HEX.issuperset(v)
+        for k, v in inputs.items()
     )
 
 

@@ -41,12 +41,14 @@ MINIMUM = {"gcc": (9, 0), "clang": (10, 0)}
 
 def compiler_ingredient(tool: toolchain.Tool) -> dict[str, Any]:
     """The compiler's part of the key: canonical binary, identity, driver name (``clang++`` and
-    ``clang`` are one binary, two drivers) and its OpenMP flags (see ``openmp_flags``)."""
+    ``clang`` are one binary, two drivers), its OpenMP flags (see ``openmp_flags``) and the digests
+    of what its driver really runs (``toolchain.programs``)."""
     return {
         "path": tool.path,
         "version": tool.version,
         "driver": os.path.basename(tool.run),
         "openmp": list(tool.openmp),
+        "programs": dict(tool.programs),
     }
 
 
@@ -72,6 +74,20 @@ def kind_of(version: str) -> tuple[str, tuple[int, ...]]:
 
 
 _TRIPLE = lazy(r"^[A-Za-z0-9_]+(-[A-Za-z0-9_.]+)+$")  # what `-dumpmachine` prints: x86_64-linux-gnu
+
+
+def own_dirs(tool: toolchain.Tool, cache_dir: Path | None) -> list[str]:
+    """The compiler's own folder, whose files (intrinsics headers, start files) its identity pins: GCC's
+    ``<libdir>/gcc/<triple>/<version>`` (where ``libgcc.a`` is), clang's resource folder. Asked once,
+    remembered as the identity is; [] when the compiler does not say."""
+    kind = kind_of(tool.version)[0]
+    if kind == "gcc":
+        libgcc = toolchain.ask(tool.path, ("-print-libgcc-file-name",), cache_dir)
+        return [os.path.dirname(libgcc)] if os.path.isabs(libgcc) else []
+    if kind == "clang":
+        resource = toolchain.ask(tool.path, ("-print-resource-dir",), cache_dir)
+        return [resource] if os.path.isabs(resource) else []
+    return []
 
 
 def check_supported(

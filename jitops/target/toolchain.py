@@ -53,6 +53,8 @@ class Tool:
     version: str
     command: str = ""
     openmp: tuple[str, ...] = ()
+    # (role, sha256) of the programs a C++ compiler's driver really runs (toolchain.programs)
+    programs: tuple[tuple[str, str], ...] = ()
 
     @property
     def run(self) -> str:
@@ -187,8 +189,9 @@ def check_nvcc_matches_torch(nvcc_version: str, torch_cuda: str | None, op: str)
 
 
 def _fingerprint(path: str) -> str:
+    """The binary at ``path`` as it is now: any rewrite changes its ctime, a replacement its inode."""
     st = os.stat(path)
-    raw = f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
+    raw = f"{path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
@@ -220,17 +223,23 @@ def _ask_version(path: str) -> str:
     return lines[0]
 
 
-def identify(path: str, cache_dir: Path | None, *, record: bool = True) -> str:
-    """``path --version``, remembered per process and on disk (if writable and ``record``)."""
-    return ask(path, ("--version",), cache_dir, record=record)
+def identify(path: str, cache_dir: Path | None, *, record: bool = True, salt: str = "") -> str:
+    """``path --version``, remembered per process and on disk (if writable and ``record``); ``salt``
+    (what the driver runs, :func:`programs`) is part of the record's name, so a change asks again."""
+    return ask(path, ("--version",), cache_dir, record=record, salt=salt)
 
 
 def ask(
-    path: str, question: tuple[str, ...], cache_dir: Path | None, *, record: bool = True
+    path: str,
+    question: tuple[str, ...],
+    cache_dir: Path | None,
+    *,
+    record: bool = True,
+    salt: str = "",
 ) -> str:
     """The answer of ``path *question`` (``--version``: its identity line; else stdout's first
     line), remembered like the identity: the warm path never runs the compiler."""
-    fp = _fingerprint(path)
+    fp = _fingerprint(path) + (f"-{salt[:12]}" if salt else "")
     name = (
         fp
         if question == ("--version",)
@@ -316,6 +325,133 @@ def persist(cache_dir: Path) -> None:
 
 
 def tool(name: str, path: str, cache_dir: Path | None, *, record: bool = True) -> Tool:
-    """The tool at ``path``, identified by its canonical path; run as ``path``."""
+    """The tool at ``path``, identified by its canonical path; run as ``path``. A C++ compiler (``cxx``)
+    also by the programs its driver really runs (:func:`programs`)."""
     real = os.path.realpath(path)
-    return Tool(name, real, identify(real, cache_dir, record=record), command=path)
+    if name != "cxx":
+        return Tool(name, real, identify(real, cache_dir, record=record), command=path)
+    ran = programs(real, path, cache_dir, record=record)
+    salt = hashlib.sha256(json.dumps(ran).encode()).hexdigest()
+    version = identify(real, cache_dir, record=record, salt=salt)
+    return Tool(name, real, version, command=path, programs=ran)
+
+
+# What a driver's ``-###`` shows it would run: its compiler proper (cc1plus; clang's "-cc1" binary)
+# and assembler; GCC also names the driver a wrapper started (COLLECT_GCC), clang its folder.
+_DRYRUN = ("-###", "-x", "c++", "-c", os.devnull, "-o", os.devnull)
+PROGRAMS_FORMAT = 1
+
+
+def programs(
+    real: str, command: str, cache_dir: Path | None, *, record: bool = True
+) -> tuple[tuple[str, str], ...]:
+    """(role, sha256) of what the C++ compiler at ``command`` really runs: itself, the compiler
+    proper, the assembler, the linker, and the driver or folder a wrapper hands over to. The key holds these
+    digests, so a compiler switched behind a wrapper, a link or ``PATH`` is a new key.
+
+    Found once with ``-###`` and ``-print-prog-name=ld`` (two runs, on the miss path), remembered in
+    the cache's toolchain records with each program's stat identity; a later process only stats them
+    (and looks ``as``/``ld`` up on ``PATH`` again), and asks again when any differs."""
+    from ..base.fsutil import read_record
+
+    name = f"{_fingerprint(real)}-programs"
+    record_file = cache_dir / f"{name}.json" if cache_dir is not None else None
+    data = read_record(record_file) if record_file is not None else None
+    if data is not None and _programs_hold(data, command):
+        return tuple((r[0], r[3]) for r in data["programs"])
+    found = _ask_programs(command)
+    rows = [
+        [role, path, looked_up, digest, _identity(path)] for role, path, looked_up, digest in found
+    ]
+    if record and record_file is not None and os.path.isdir(record_file.parent.parent):
+        body = {"format": PROGRAMS_FORMAT, "command": command, "programs": rows}
+        _write_record(record_file, body)
+    return tuple((role, digest) for role, _, _, digest in found)
+
+
+def _identity(path: str) -> list[int]:
+    st = os.lstat(path)  # a link re-pointed is another link
+    target = os.stat(path)
+    return [st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, target.st_ino, target.st_ctime_ns]
+
+
+def _programs_hold(data: dict[str, object], command: str) -> bool:
+    rows = data.get("programs")
+    if data.get("format") != PROGRAMS_FORMAT or data.get("command") != command:
+        return False
+    if not isinstance(rows, list) or not rows:
+        return False
+    for row in rows:
+        if not (
+            isinstance(row, list) and len(row) == 5 and all(isinstance(w, str) for w in row[:4])
+        ):
+            return False
+        _, path, looked_up, _, ident = row
+        try:
+            if looked_up and shutil.which(looked_up) != path:
+                return False
+            if _identity(path) != ident:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _ask_programs(command: str) -> list[tuple[str, str, str, str]]:
+    """[(role, absolute path, the bare name it was looked up by on PATH or "", sha256)]."""
+    from ..base.fsutil import sha256_file
+
+    def run(*args: str) -> str:
+        try:
+            out = subprocess.run(
+                [command, *args],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ToolchainError(
+                f"cannot run {command} {' '.join(args)}: {e}. Fix: check that the compiler works."
+            ) from e
+        return out.stdout + out.stderr
+
+    # the program named itself: a wrapper script's own text decides what it runs, and with which flags
+    found: dict[str, tuple[str, str]] = {
+        "command": (os.path.realpath(_which(command) or command), "")
+    }
+    for line in run(*_DRYRUN).splitlines():
+        if line.startswith("COLLECT_GCC="):
+            found["driver"] = (line.partition("=")[2].strip(), "")
+        elif line.startswith("InstalledDir:"):
+            found["driver folder"] = (line.partition(":")[2].strip(), "")
+        elif line.startswith(" ") and line.strip() and not line.strip().startswith("("):
+            word = line.split()[0].strip('"')
+            role = "compiler proper" if "compiler proper" not in found else "assembler"
+            found.setdefault(role, (word, ""))
+    ld = run("-print-prog-name=ld").strip().splitlines()
+    if ld:
+        found["linker"] = (ld[0].strip(), "")
+    out = []
+    for role, (word, _) in sorted(found.items()):
+        path, looked_up = word, ""
+        if not os.path.isabs(word):
+            looked_up, path = word, shutil.which(word) or ""
+        if not path or not os.path.exists(path):
+            continue
+        digest = "" if os.path.isdir(path) else sha256_file(Path(os.path.realpath(path)))
+        out.append((role, path, looked_up, digest))
+    return out
+
+
+def _write_record(path: Path, body: dict[str, object]) -> None:
+    from ..base.fsutil import atomic_write, makedirs, may_hold
+
+    if not may_hold(path.parent):
+        return
+    try:
+        makedirs(path.parent)
+        atomic_write(path, json.dumps(body).encode())
+    except OSError as e:
+        log.debug("could not record what the compiler runs in %s: %s", path.parent, e)
