@@ -558,3 +558,20 @@ def test_a_stable_build_needs_no_ninja_and_starts_no_self_check(
     # a real build
     lib = jitops.load_inline("stable_noninja", FIRST.replace("* static_cast<float>(s)", "* 4.0f"))
     torch.testing.assert_close(_with_fake(lib).scale(torch.ones(2), 1.0), torch.full((2,), 4.0))
+
+
+def test_no_shared_pch_when_the_library_holds_a_prefix_header(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A header of the prefix that the library's own folder also holds (a vendored ``<error.h>``):
+    the compile reads that one, the shared PCH was made from the other, so no PCH is used or made,
+    even when one exists for the prefix."""
+    src = tmp_path / "k.cpp"
+    src.write_text("#include <torch/csrc/stable/library.h>\n#include <error.h>\nint x;\n")
+    job = _job(str(tmp_path), cache=Cache(tmp_path / "cache"))
+    job.sources, job.pch, job.pch_build, job.pch_background = (src,), "gcc", True, True
+    found = types.SimpleNamespace(words=["-include", "x"], deps={})
+    monkeypatch.setattr(pch, "find", lambda cache, key, kind: found)
+    assert stable_fast.use_pch(job, "/torch/include", "t")[1] == "hit"
+    (tmp_path / "error.h").write_text("#define _ERROR_H 1\n#define AUD_V 7\n")
+    assert stable_fast.use_pch(job, "/torch/include", "t") == ([], "shadowed", {}, {})
