@@ -209,10 +209,16 @@ class Cache:
     ) -> None:  # the cache's own entries need no one else's word
         return None
 
+    @staticmethod
+    def manifest_bytes(entry: Path) -> bytes:
+        """The bytes of ``entry``'s manifest, read bounded and never blocking: OSError for a link, a FIFO
+        or a device where it belongs, or one larger than any manifest."""
+        return fsutil.read_bounded(entry / MANIFEST, MAX_MANIFEST_BYTES)
+
     def read_manifest(self, entry: Path) -> Manifest | None:
-        """The manifest, unverified (for listing and explaining), or None."""
+        """The manifest, unverified (for listing and explaining), or None (also where it is no regular file)."""
         try:
-            return Manifest.parse((entry / MANIFEST).read_bytes())
+            return Manifest.parse(self.manifest_bytes(entry))
         except (OSError, ValueError, TypeError):
             return None
 

@@ -105,8 +105,9 @@ def lookup(cache: Cache, key: str, root: Path, into: Path) -> bool:
     """Copy the verified object for ``key`` to ``into``; False (a miss) if there is none usable."""
     try:
         path = cache.build_path("objects", key, ".json")
-        record = json.loads(path.read_bytes())
-        if record.get("format") != FORMAT or record.get("key") != key:
+        # bounded, never a link nor a FIFO; a link at objects/ is no cache
+        record = fsutil.read_record(path) if fsutil.may_hold(cache.objects) else None
+        if record is None or record.get("format") != FORMAT or record.get("key") != key:
             return False
         if not headers_unchanged(record["deps"], root):
             return False
