@@ -223,6 +223,10 @@ def inline_dir(name: str, files: dict[str, str], settings: Settings | None = Non
 
 
 def _write_inline(folder: Path, files: dict[str, str]) -> Path:
+    if not fsutil.may_hold(
+        folder.parent
+    ):  # a link at inline/: the caller heals it (writable_cache)
+        raise PermissionError(f"{folder.parent} is not a folder of the cache")
     if fsutil.insecure_reason(folder, want_dir=True) is not None:
         fsutil.makedirs(folder)
         reason = fsutil.insecure_reason(folder, want_dir=True)

@@ -251,6 +251,14 @@ class Cache:
             # a stray file or link (issue 20)
             obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")
             fsutil.makedirs(d)
+        # load_inline's sources: a build needs them (made by api.user, which checks may_hold)
+        obstruct.heal(self.folders["inline"], want_dir=True, what="the inline folder")
+        for d in (self.objects, self.logs):
+            # rebuildable: what holds data stays, and its writers (fsutil.may_hold) skip it
+            try:
+                obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")
+            except CacheError as e:
+                log.warning("%s; builds go on without it", str(e).partition(". Fix:")[0])
 
     def new_staging(self, library: str, key: str) -> Path:
         self.ensure_base()

@@ -145,6 +145,11 @@ def store(
         )
         deps.update(extra_deps or {})
         digest = fsutil.sha256_file(obj)
+        if not fsutil.may_hold(cache.objects):  # never written through a link
+            log.debug(
+                "not caching the object %s: %s is not a folder of the cache", obj, cache.objects
+            )
+            return
         fsutil.makedirs(cache.objects)
         target = cache.build_path("objects", digest, ".o")
         if not os.path.exists(target):
