@@ -251,10 +251,9 @@ class Cache:
             # a stray file or link (issue 20)
             obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")
             fsutil.makedirs(d)
-        # load_inline's sources: a build needs them (made by api.user, which checks may_hold)
-        obstruct.heal(self.folders["inline"], want_dir=True, what="the inline folder")
-        for d in (self.objects, self.logs):
-            # rebuildable: what holds data stays, and its writers (fsutil.may_hold) skip it
+        # what holds data stays: objects and logs are only a cache, and api.user (load_inline's sources)
+        # refuses to write there by name; their writers check fsutil.may_hold
+        for d in (self.objects, self.logs, self.folders["inline"]):
             try:
                 obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")
             except CacheError as e:

@@ -172,3 +172,19 @@ def test_data_where_a_rebuildable_folder_belongs_costs_only_that_cache(
         assert str(d) in caplog.text
     assert fsutil.is_real_dir(cache.staging)
     assert runner._keep_log(cache.log_file("lib", "cpu"), "out\n") is None
+
+
+def test_data_where_inline_belongs_is_a_named_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file holding data at ``inline``: load_inline's sources are not written, and the error names the fix."""
+    from jitops.api import user
+    from jitops.errors import CacheError
+
+    cache = Cache(tmp_path / "cache")
+    cache.base.mkdir(parents=True, mode=0o700)
+    cache.folders["inline"].write_text("the user's data\n")
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(cache.root))
+    with pytest.raises(CacheError, match="jitops cache repair"):
+        user.inline_dir("lkdemo", {"lkdemo.cpp": "int x;\n"})
+    assert cache.folders["inline"].read_text() == "the user's data\n"
