@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..spec import checks
 from ..base import fsutil
-from ..errors import BuildError, KernelSourceError
+from ..errors import BuildError, CacheError, KernelSourceError
 from ..base.settings import Settings
 from ..spec import SOURCE_SUFFIXES, OpSpec, validate_name
 from ..spec.user_spec import BuildOptions, StrOrSeq, _as_list, _check_tree_size, _spec
@@ -224,6 +224,12 @@ def inline_dir(name: str, files: dict[str, str], settings: Settings | None = Non
 
 
 def _write_inline(folder: Path, files: dict[str, str]) -> Path:
+    # a link at inline/: the caller's writable_cache heals it; data there: named, never written through
+    if not fsutil.may_hold(folder.parent):
+        raise CacheError(
+            f"{folder.parent} is not a folder of the cache, so load_inline's sources are not written "
+            "there. Fix: run `jitops cache repair` (it moves it out of the way)"
+        )
     if fsutil.insecure_reason(folder, want_dir=True) is not None:
         fsutil.makedirs(folder)
         reason = fsutil.insecure_reason(folder, want_dir=True)

@@ -5,6 +5,7 @@ Imports: nothing of jitops.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -12,7 +13,7 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -186,29 +187,50 @@ def _no_constant(text: str) -> float:
     raise ValueError(f"{text} is not a number a record holds")
 
 
-def read_record(
-    path: Path, max_bytes: int = MAX_RECORD_BYTES, *, private: bool = False
-) -> dict[str, Any] | None:
-    """The JSON object in the file at ``path`` (not through a link), or None when it is missing, unreadable
-    or damaged: too large, not UTF-8, not JSON, not an object, nested too deep, or holding a number
-    that is not finite (``1e999``, ``NaN``). Callers check each field's type before use."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
+def open_regular(path: Path, *, owners: tuple[int, ...] | None = None) -> BinaryIO:
+    """The regular file at ``path`` open for reading, opened without following a link and without blocking
+    (a FIFO, a device), checked on its descriptor. ``owners``: it must also be this user's (or one of
+    ``owners``) and not group- or world-writable. OSError when it is missing, unreadable or any check fails."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return None
-        if private and (st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read(max_bytes + 1)
-    except OSError:
-        return None
-    finally:
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if owners is not None and (
+            st.st_uid not in (os.geteuid(), *owners) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        ):
+            raise OSError(
+                errno.EPERM, "not this user's file, or writable by group or others", str(path)
+            )
+        return os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
+        raise
+
+
+def read_bounded(
+    path: Path, max_bytes: int = MAX_RECORD_BYTES, *, owners: tuple[int, ...] | None = None
+) -> bytes:
+    """The bytes of the file :func:`open_regular` opens at ``path``, at most ``max_bytes``: the one way jitops
+    reads a record or a manifest, so that a link, a FIFO or ``/dev/zero`` in its place never hangs nor
+    fills memory. OSError also when the file is longer."""
+    with open_regular(path, owners=owners) as f:
+        raw = f.read(max_bytes + 1)
     if len(raw) > max_bytes:
+        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
+    return raw
+
+
+def read_record(
+    path: Path, max_bytes: int = MAX_RECORD_BYTES, *, private: bool = False
+) -> dict[str, Any] | None:
+    """The JSON object in the file at ``path`` (read by :func:`read_bounded`), or None when it is missing,
+    unreadable or damaged: too large, not a regular file, not UTF-8, not JSON, not an object, nested too
+    deep, or holding a number that is not finite (``1e999``, ``NaN``). Callers check each field's type
+    before use."""
+    try:
+        raw = read_bounded(path, max_bytes, owners=() if private else None)
+    except OSError:
         return None
     try:
         data = json.loads(raw.decode("utf-8"), parse_float=_finite, parse_constant=_no_constant)

@@ -82,14 +82,19 @@ def spawn(
             "max_size": max_size,
             **{k: (str(v) if isinstance(v, Path) else v) for k, v in kw.items()},
         }
+        log_path = cache.logs / f"pch-{key[:12]}.log"
+        keep_log = fsutil.may_hold(cache.logs)  # never written through a link: no log then
         try:
-            fsutil.makedirs(cache.logs)
-            fd = os.open(
-                cache.logs / f"pch-{key[:12]}.log",
-                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-                fsutil.FILE_MODE,
-            )
-            with os.fdopen(fd, "ab") as out:
+            with contextlib.ExitStack() as stack:
+                out: Any = subprocess.DEVNULL
+                if keep_log:
+                    fsutil.makedirs(cache.logs)
+                    fd = os.open(
+                        log_path,
+                        os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                        fsutil.FILE_MODE,
+                    )
+                    out = stack.enter_context(os.fdopen(fd, "ab"))
                 child = subprocess.Popen(
                     [sys.executable, "-I", "-c", _CHILD, _PACKAGE_PARENT, json.dumps(spec)],
                     env=env,
@@ -110,10 +115,10 @@ def spawn(
         _keys[child.pid] = key
         pids.append(child.pid)
         log.info(
-            "PCH %s: building in the background (pid %d; log %s)",
+            "PCH %s: building in the background (pid %d; %s)",
             key[:12],
             child.pid,
-            cache.logs / f"pch-{key[:12]}.log",
+            f"log {log_path}" if keep_log else f"no log: {cache.logs} is not a folder of the cache",
         )
     return pids
 

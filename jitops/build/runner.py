@@ -292,7 +292,7 @@ def build(
 def _keep_log(path: Path | None, text: str) -> Path | None:
     from ..base import fsutil
 
-    if path is None:
+    if path is None or not fsutil.may_hold(path.parent):  # never written through a link
         return None
     try:
         fsutil.makedirs(path.parent)

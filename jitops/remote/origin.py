@@ -17,14 +17,14 @@ import json
 
 from ..base import fsutil
 from ..store.cache import Cache
-from ..store.manifest import MANIFEST, Address
+from ..store.manifest import Address
 
 KINDS = ("imported", "pulled", "job-store")
 
 
 def _digest(cache: Cache, address: Address) -> str | None:
     try:
-        return hashlib.sha256((cache.path_of(address) / MANIFEST).read_bytes()).hexdigest()
+        return hashlib.sha256(cache.manifest_bytes(cache.path_of(address))).hexdigest()
     except OSError:
         return None
 
@@ -44,7 +44,7 @@ def installed_from(cache: Cache, address: Address) -> tuple[str, str] | None:
     A note that cannot be read or names no known kind is ("unknown", why): never taken for a build here.
     """
     try:
-        raw = cache.origin_path(address).read_bytes()
+        raw = fsutil.read_bounded(cache.origin_path(address))  # never a link nor a FIFO
     except FileNotFoundError:
         return None
     except OSError as e:

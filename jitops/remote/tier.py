@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..store import archive as cache_archive
 from ..store.cache import Cache
-from ..store.manifest import MANIFEST, Address, EntryProblem, Manifest
+from ..store.manifest import Address, EntryProblem, Manifest
 from ..errors import BuildError, CacheError, LockTimeout
 from . import envelope, origin
 from .config import RemoteSettings
@@ -250,7 +250,7 @@ class Tier:
                     skipped[0][1] if skipped else "no local entry",
                 )
                 return False
-            raw = (exported[0].path / MANIFEST).read_bytes()
+            raw = cache.manifest_bytes(exported[0].path)
             blob = envelope.pack(
                 plan.key, self.signer.fingerprint, self.signer.sign(raw), path.read_bytes()
             )

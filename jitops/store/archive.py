@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import io
 import json
 import os
 import platform
@@ -29,7 +30,7 @@ from pathlib import Path
 from . import archive_reader as reader
 from ..base import fsutil
 from .._version import __version__
-from .cache import Cache
+from .cache import MAX_MANIFEST_BYTES, Cache
 from .admin import EntryInfo, check, entries
 from ..errors import CacheError
 from ..key import KEY_CHARS, compute_key
@@ -48,7 +49,7 @@ Note = Callable[[Manifest, bytes, "reader.Signature | None"], None]
 
 def _add_file(
     tar: tarfile.TarFile,
-    path: Path,
+    path: Path | bytes,
     arcname: str,
     mode: int,
     mtime: float,
@@ -56,10 +57,15 @@ def _add_file(
 ) -> None:
     info = tarfile.TarInfo(arcname)
     info.pax_headers = pax or {}
-    info.size = os.lstat(path).st_size
     info.mode = mode
     info.mtime = int(mtime)
-    with open(path, "rb") as f:
+    if isinstance(path, bytes):  # a record already read (bounded)
+        info.size = len(path)
+        tar.addfile(info, io.BytesIO(path))
+        return
+    # never a link, a FIFO or a device put there since it was checked
+    with fsutil.open_regular(path) as f:
+        info.size = os.fstat(f.fileno()).st_size
         tar.addfile(info, f)
 
 
@@ -95,13 +101,16 @@ def export(
                     continue
                 assert info.manifest is not None
                 rel = cache.archive_name(info.path)
-                signed = (
-                    sign(info, (info.path / MANIFEST).read_bytes()) if sign is not None else None
-                )
+                try:  # the bytes signed are the bytes archived
+                    raw = cache.manifest_bytes(info.path)
+                except OSError as e:
+                    skipped.append((info, f"cannot read {info.path / MANIFEST}: {e.strerror}"))
+                    continue
+                signed = sign(info, raw) if sign is not None else None
                 pax = {reader.SIGNER: signed[0], reader.SIGNATURE: signed[1]} if signed else None
                 _add_file(
                     tar,
-                    info.path / MANIFEST,
+                    raw,
                     f"{rel}/{MANIFEST}",
                     fsutil.FILE_MODE,
                     info.manifest.built_at,
@@ -115,12 +124,12 @@ def export(
             if with_records and cache.toolchains.is_dir():
                 for rec in sorted(cache.toolchains.glob("*.json")):
                     name = cache.archive_name(rec)
-                    if (
-                        reader.TOOL_MEMBER.fullmatch(name)
-                        and rec.is_file()
-                        and not rec.is_symlink()
-                    ):
-                        _add_file(tar, rec, name, fsutil.FILE_MODE, time.time())
+                    if reader.TOOL_MEMBER.fullmatch(name):
+                        try:  # a link or a special file there: not a record
+                            data = fsutil.read_bounded(rec)
+                        except OSError:
+                            continue
+                        _add_file(tar, data, name, fsutil.FILE_MODE, time.time())
         os.replace(tmp, dest)
     except OSError as e:  # the archive's folder, not its private temporary name (issue 20)
         if isinstance(e, CacheError):
@@ -168,9 +177,11 @@ def foreign_reason(ingredients: dict[str, object]) -> str | None:
     return "built for " + ", ".join(diffs) if diffs else None
 
 
-def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifest:
+def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> tuple[Manifest, bytes]:
+    """The staged entry's manifest and its bytes, once checked like a build's; EntryProblem if refused."""
     try:
-        m = Manifest.parse((entry / MANIFEST).read_bytes())
+        raw = fsutil.read_bounded(entry / MANIFEST, MAX_MANIFEST_BYTES)
+        m = Manifest.parse(raw)
     except OSError as e:  # its strerror only: the path is a private staging folder (issue 20)
         raise EntryProblem(f"no valid manifest ({MANIFEST}: {e.strerror or 'unreadable'})") from e
     except (ValueError, TypeError, UnicodeDecodeError) as e:
@@ -187,7 +198,7 @@ def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> Manifes
     lib_path = Cache.library_path(entry, m)
     if lib_path.stat().st_size != m.size or fsutil.sha256_file(lib_path) != m.sha256:
         raise EntryProblem(f"{m.library_file} does not match its manifest's size and sha256")
-    return m
+    return m, raw
 
 
 def import_archive(
@@ -295,10 +306,10 @@ def _publish_staged(
         try:
             if st.problem is not None:
                 raise EntryProblem(st.problem)
-            manifest = _validate_staged(entry, lib, target, keydir)
+            manifest, raw = _validate_staged(entry, lib, target, keydir)
             # again on the manifest that stays (a later duplicate may have replaced one)
             if verify is not None:
-                verify((entry / MANIFEST).read_bytes(), st.signature)
+                verify(raw, st.signature)
             if check is not None:
                 check(entry, manifest)
         except EntryProblem as e:
@@ -313,7 +324,7 @@ def _publish_staged(
             except EntryProblem as e:
                 cache.set_aside(final, str(e))
         if note is not None:  # before it is in place: nothing may find it without its origin
-            note(manifest, (entry / MANIFEST).read_bytes(), st.signature)
+            note(manifest, raw, st.signature)
         if cache.publish(entry, lib, target, manifest.key):
             result.imported.append(manifest)
             if st.signature is None:
@@ -326,12 +337,9 @@ def _publish_staged(
 
 
 def _import_record(cache: Cache, name: str, path: Path) -> int:
-    try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return 0
+    data = fsutil.read_record(path)
     if not (
-        isinstance(data, dict)
+        data is not None
         and set(data) == {"path", "version"}
         and all(isinstance(v, str) for v in data.values())
     ):

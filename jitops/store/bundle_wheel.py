@@ -32,7 +32,7 @@ from ..base import fsutil
 from ..errors import ArgumentError
 from ..spec import flag_version
 from .bundles import SIGNATURE, Signature, signature_text
-from .cache import Cache
+from .cache import MAX_MANIFEST_BYTES, Cache
 from .manifest import MANIFEST, Manifest
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -145,7 +145,14 @@ def write_wheel(
     for p in packed:
         rel = p.entry.relative_to(p.cache.root).as_posix()
         for member in (MANIFEST, p.manifest.library_file):
-            data = (p.entry / member).read_bytes()
+            limit = MAX_MANIFEST_BYTES if member == MANIFEST else p.manifest.size
+            try:  # bounded, never a link nor a FIFO put there since the check
+                data = fsutil.read_bounded(p.entry / member, limit)
+            except OSError as e:
+                raise ArgumentError(
+                    f"{p.entry / member} changed since it was verified ({e.strerror}). Fix: run the "
+                    "command again"
+                ) from e
             if (
                 not _same_manifest(data, p.manifest)
                 if member == MANIFEST

@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -173,23 +172,12 @@ def read_signature(path: Path, owners: tuple[int, ...] = ()) -> Signature | None
         return None
     if (reason := fsutil.insecure_reason(path, want_dir=False, owners=owners)) is not None:
         raise EntryProblem(reason)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if (
-                not stat.S_ISREG(st.st_mode)
-                or st.st_uid not in (os.geteuid(), *owners)
-                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-            ):
-                raise EntryProblem(
-                    f"{path} changed while it was read (no longer this user's regular file)"
-                )
-            raw = f.read(MAX_SIGNATURE + 1)
+    try:  # checked again on the descriptor it is read from
+        raw = fsutil.read_bounded(path, MAX_SIGNATURE, owners=owners)
     except OSError as e:
         raise EntryProblem(f"cannot read {path}: {e.strerror}") from e
     words = raw.decode("ascii", "replace").split()
-    if len(raw) > MAX_SIGNATURE or len(words) != 2:
+    if len(words) != 2:
         raise EntryProblem(
             f"{path} is not a signature (expected the signer's fingerprint and a base64 signature)"
         )

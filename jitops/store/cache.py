@@ -28,6 +28,7 @@ Imports: errors (CacheError), fsutil, key (KEY_CHARS, compute_key), inputs (prov
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -173,12 +174,11 @@ class Cache:
             ) is not None:
                 raise EntryProblem(reason)
         try:
-            with open(mpath, "rb") as f:
-                raw = f.read(MAX_MANIFEST_BYTES + 1)
+            raw = self.manifest_bytes(entry)
         except OSError as e:
+            if e.errno == errno.EFBIG:
+                raise EntryProblem(f"{mpath} is implausibly large") from e
             raise EntryProblem(f"cannot read {mpath}: {e.strerror}") from e
-        if len(raw) > MAX_MANIFEST_BYTES:
-            raise EntryProblem(f"{mpath} is implausibly large")
         try:
             m = Manifest.parse(raw)
         except (ValueError, TypeError, UnicodeDecodeError) as e:
@@ -211,10 +211,16 @@ class Cache:
     ) -> None:  # the cache's own entries need no one else's word
         return None
 
+    @staticmethod
+    def manifest_bytes(entry: Path) -> bytes:
+        """The bytes of ``entry``'s manifest, read bounded and never blocking: OSError for a link, a FIFO
+        or a device where it belongs, or one larger than any manifest."""
+        return fsutil.read_bounded(entry / MANIFEST, MAX_MANIFEST_BYTES)
+
     def read_manifest(self, entry: Path) -> Manifest | None:
-        """The manifest, unverified (for listing and explaining), or None."""
+        """The manifest, unverified (for listing and explaining), or None (also where it is no regular file)."""
         try:
-            return Manifest.parse((entry / MANIFEST).read_bytes())
+            return Manifest.parse(self.manifest_bytes(entry))
         except (OSError, ValueError, TypeError):
             return None
 
@@ -271,6 +277,13 @@ class Cache:
             # a stray file or link (issue 20)
             obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")
             fsutil.makedirs(d)
+        # what holds data stays: objects and logs are only a cache, and api.user (load_inline's sources)
+        # refuses to write there by name; their writers check fsutil.may_hold
+        for d in (self.objects, self.logs, self.folders["inline"]):
+            try:
+                obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")
+            except CacheError as e:
+                log.warning("%s; builds go on without it", str(e).partition(". Fix:")[0])
 
     def new_staging(self, library: str, key: str) -> Path:
         self.ensure_base()

@@ -43,11 +43,13 @@ _FILELOCK_KW = (
 
 
 def _holder_text(holder: Path) -> str:
+    info = fsutil.read_record(holder, 4096)  # bounded, never a link nor a FIFO
+    if info is None:
+        return "holder unknown"
     try:
-        info = json.loads(holder.read_text())
         age = time.time() - float(info["since"])
         return f"pid {info['pid']} on {info['host']}, building for {age:.0f}s"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return "holder unknown"
 
 

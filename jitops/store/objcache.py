@@ -54,8 +54,9 @@ def lookup(cache: Cache, key: str, root: Path, into: Path) -> dict[str, str] | N
     sha256}, all still holding those bytes); None (a miss) if there is none usable."""
     try:
         path = cache.build_path("objects", key, ".json")
-        record = json.loads(path.read_bytes())
-        if record.get("format") != FORMAT or record.get("key") != key:
+        # bounded, never a link nor a FIFO; a link at objects/ is no cache
+        record = fsutil.read_record(path) if fsutil.may_hold(cache.objects) else None
+        if record is None or record.get("format") != FORMAT or record.get("key") != key:
             return None
         deps = record["deps"]
         if not isinstance(deps, dict) or inputs.first_change(deps, root) is not None:
@@ -82,6 +83,11 @@ def store(cache: Cache, key: str, obj: Path, deps: Mapping[str, str]) -> None:
     effort: a cache that cannot be written only costs the next compile."""
     try:
         digest = fsutil.sha256_file(obj)
+        if not fsutil.may_hold(cache.objects):  # never written through a link
+            log.debug(
+                "not caching the object %s: %s is not a folder of the cache", obj, cache.objects
+            )
+            return
         fsutil.makedirs(cache.objects)
         target = cache.build_path("objects", digest, ".o")
         if not os.path.exists(target):

@@ -72,6 +72,41 @@ KEEP = 512  # stamps kept before a write sweeps those whose entry is gone
 DISCOVERY = ".bundles"
 KEEP_DISCOVERIES = 64  # import paths remembered before they are all forgotten
 Identity = tuple[int, int, int, int, int]
+_told: set[str] = set()  # the reasons already logged by this process
+
+
+def unusable(state_root: Path, sub: str) -> str | None:
+    """Why ``<state_root>/<sub>`` (``verified``, ``selfcheck``) must be neither read nor written, or None (absent
+    folders are fine). Checked before anything is made there; the reason is logged once per process at INFO,
+    since it turns stamps, recall or self-check verdicts off without an error."""
+    for d in (state_root, state_root / sub):
+        if os.path.lexists(d):
+            reason = fsutil.insecure_reason(d, want_dir=True)
+            if reason is not None:
+                if reason not in _told:
+                    _told.add(reason)
+                    log.info(
+                        "not using the state dir %s: %s, so verified stamps, the drop-in's recall and "
+                        "self-check verdicts are neither read nor written there (loads hash and plan "
+                        "again). Fix: point JITOPS_STATE_DIR at a folder of this user's, not a link, "
+                        "writable only by this user",
+                        state_root,
+                        reason,
+                    )
+                return reason
+    return None
+
+
+def make_private(state_root: Path, sub: str) -> Path:
+    """``<state_root>/<sub>``, made if missing, only once :func:`unusable` finds nothing wrong (then checked
+    again); OSError naming the reason otherwise. Nothing is ever made through a link or in a shared folder."""
+    folder = state_root / sub
+    if (reason := unusable(state_root, sub)) is None:
+        fsutil.makedirs(folder)
+        reason = unusable(state_root, sub)  # what was made, or raced in meanwhile
+    if reason is not None:
+        raise OSError(reason)
+    return folder
 
 
 def identity(st: os.stat_result) -> Identity:
@@ -99,12 +134,7 @@ class Stamps:
 
     def _problem(self) -> str | None:
         """Why stamps here must be neither read nor written (absent folders are fine)."""
-        for d in (self.folder.parent, self.folder):
-            if os.path.lexists(d):
-                reason = fsutil.insecure_reason(d, want_dir=True)
-                if reason is not None:
-                    return reason
-        return None
+        return unusable(self.folder.parent, self.folder.name)
 
     def _path(self, entry: Path) -> Path:
         return self.folder / f"{hashlib.sha256(os.fsencode(entry)).hexdigest()[:32]}.json"
@@ -140,9 +170,7 @@ class Stamps:
         if not self.write:
             return
         try:
-            fsutil.makedirs(self.folder)
-            if (reason := self._problem()) is not None:
-                raise OSError(reason)
+            make_private(self.folder.parent, self.folder.name)
             fsutil.atomic_write(path, json.dumps(body).encode(), durable=False)
         except (OSError, ValueError, TypeError) as e:
             log.debug("could not record %s in %s: %s", what, self.folder, e)
@@ -305,10 +333,7 @@ class Stamps:
             if after.st_ctime_ns > time.time_ns() - int(SETTLED * 1e9):
                 # changed moments ago: a write in the same timestamp tick would keep this ctime
                 return
-            fsutil.makedirs(self.folder)
-            reason = self._problem()
-            if reason is not None:
-                raise OSError(reason)
+            make_private(self.folder.parent, self.folder.name)
             body = {
                 "v": 1,
                 "entry": os.fsdecode(entry),

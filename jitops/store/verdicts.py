@@ -14,7 +14,7 @@ processes run one probe while the others wait, a bounded time, for its verdict.
 A pass is reused for :data:`MAX_AGE`; a failure only by processes that were
 already waiting for the probe that found it (so a fixed setup is seen at once).
 
-Imports: fsutil, lock.
+Imports: fsutil, lock, stamps (the state dir's check).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 
 from ..base import fsutil
 from .lock import key_lock
+from .stamps import make_private, unusable
 
 log = logging.getLogger("jitops")
 
@@ -53,13 +54,9 @@ def folder(state_root: Path) -> Path:
 
 
 def problem(state_root: Path) -> str | None:
-    """Why verdicts under ``state_root`` must be neither read nor written, or None (absent folders are fine)."""
-    for d in (state_root, folder(state_root)):
-        if os.path.lexists(d):
-            reason = fsutil.insecure_reason(d, want_dir=True)
-            if reason is not None:
-                return reason
-    return None
+    """Why verdicts under ``state_root`` must be neither read nor written, or None (absent folders are fine;
+    the reason logged once per process)."""
+    return unusable(state_root, folder(state_root).name)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -117,10 +114,7 @@ def write(
         "when": time.time(),
     }
     try:
-        fsutil.makedirs(folder(state_root))
-        reason = problem(state_root)
-        if reason is not None:
-            raise OSError(reason)
+        make_private(state_root, folder(state_root).name)  # checked before anything is made
         fsutil.atomic_write(folder(state_root) / f"{ident}.json", json.dumps(body).encode())
     except OSError as e:
         log.info(
@@ -130,7 +124,16 @@ def write(
 
 @contextlib.contextmanager
 def probing(state_root: Path, ident: str, timeout: float) -> Iterator[None]:
-    """Hold the one lock under which a process probes ``ident`` (LockTimeout after ``timeout`` s)."""
-    fsutil.makedirs(folder(state_root))
+    """Hold the one lock under which a process probes ``ident`` (LockTimeout after ``timeout`` s); no lock
+    where verdicts cannot be kept (nothing to wait for: each process probes)."""
+    try:
+        make_private(state_root, folder(state_root).name)
+    except OSError:
+        usable = False
+    else:
+        usable = True
+    if not usable:
+        yield
+        return
     with key_lock(folder(state_root) / f"{ident}.lock", "the toolchain self-check", timeout):
         yield
