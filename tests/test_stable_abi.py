@@ -159,11 +159,7 @@ def test_a_stray_aten_include_names_the_line_and_the_fix() -> None:
         jitops.load_inline("stable_bad", "#include <torch/extension.h>\n" + FIRST, abi="stable")
 
 
-def test_a_fixed_namespace_or_no_op_is_refused_before_compiling() -> None:
-    with pytest.raises(
-        KernelSourceError, match=r"fixed namespace 'myops'.*STABLE_TORCH_LIBRARY\(JITOPS_NS, m\)"
-    ):
-        jitops.load_inline("stable_bad", FIRST.replace("(JITOPS_NS,", "(myops,"))
+def test_no_op_or_an_unknown_abi_is_refused_before_compiling() -> None:
     with pytest.raises(KernelSourceError, match="defines no op"):
         jitops.load_inline("stable_bad", "int f() { return 1; }", abi="stable")
     with pytest.raises(ArgumentError, match="abi='stable'"):
@@ -195,6 +191,33 @@ def test_target_version_encoding_and_the_running_torch_check() -> None:
     ):
         with pytest.raises(ArgumentError, match="one -DTORCH_TARGET_VERSION=<number> word"):
             stable.target_of(words, "2.13.0")
+    # -DTORCH_STABLE_ONLY, as torch's own stable extensions pass it, beside a target or alone
+    only = "-DTORCH_STABLE_ONLY"
+    assert stable.target_of([only, "-DTORCH_TARGET_VERSION=0x020b000000000000"], "2.13.0") == (
+        "-DTORCH_TARGET_VERSION=0x020b000000000000",
+        (2, 11),
+    )
+    assert stable.target_of([only, f"{only}=1"], "2.13.0")[1] == (2, 13)
+    with pytest.raises(ArgumentError, match="one -DTORCH_TARGET_VERSION=<number> word"):
+        stable.target_of(
+            [
+                only,
+                "-DTORCH_TARGET_VERSION=0x020b000000000000",
+                "-DTORCH_TARGET_VERSION=0x020c000000000000",
+            ],
+            "2.13.0",
+        )
+    job = types.SimpleNamespace(
+        library="k",
+        namespace="ns",
+        include_dirs=(),
+        cflags=(STABLE_ABI_FLAG, "-DTORCH_TARGET_VERSION=0x020b000000000000", only),
+    )
+    assert only in stable.compile_words(job)
+    with pytest.raises(ConfigError, match="TORCH_TARGET_VERSION"):
+        stable.compile_words(
+            types.SimpleNamespace(**{**vars(job), "cflags": (*job.cflags, "-UTORCH_STABLE_ONLY")})
+        )
     stable.check_torch("k", (2, 13), "2.13.0+cpu")
     stable.check_torch("k", (2, 13), "2.15.0")
     with pytest.raises(
@@ -266,13 +289,92 @@ def test_detection() -> None:
     )
 
 
-def test_op_names_come_from_literal_schemas_only() -> None:
-    assert stable.exports([("a.cpp", FIRST)]) == ("scale",)
-    assert stable.exports(
-        [("a.cpp", 'm.def("a(Tensor x) -> Tensor"); m.def("b.out(Tensor x) -> Tensor");')]
-    ) == ("a", "b")
-    # the dispatcher decides
-    assert stable.exports([("a.cpp", 'm.def("a(Tensor x) -> Tensor"); m.def(SCHEMA_B);')]) == ()
+def test_fixed_namespaces_are_read_with_the_flags_macros() -> None:
+    src = "STABLE_TORCH_LIBRARY(JITOPS_NS, m) {}\nSTABLE_TORCH_LIBRARY_FRAGMENT(LIB_NS, m) {}\n"
+    assert stable.fixed_namespaces([src], ["-O2 -DLIB_NS=peer_ns"]) == ["peer_ns"]
+    assert stable.fixed_namespaces([src, "STABLE_TORCH_LIBRARY(b, m) {}"], []) == ["LIB_NS", "b"]
+    # an IMPL alone defines no op there
+    assert stable.fixed_namespaces(["STABLE_TORCH_LIBRARY_IMPL(aten, CPU, m) {}"], []) == []
+
+
+# Written as for torch's loader: a fixed namespace, a FRAGMENT, two CPU IMPL blocks, an op only a
+# build with FIXED_EXTRA compiles; its flags are torch's stable extensions' own.
+FIXED = r"""#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/csrc/stable/ops.h>
+using torch::stable::Tensor;
+Tensor twice(Tensor x) {
+  Tensor out = torch::stable::empty_like(x);
+  const float* xp = x.const_data_ptr<float>();
+  float* op = out.mutable_data_ptr<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) op[i] = xp[i] * TWICE;
+  return out;
+}
+Tensor same(Tensor x) { return torch::stable::clone(x); }
+STABLE_TORCH_LIBRARY(jitops_fixed_t, m) { m.def("twice(Tensor x) -> Tensor"); }
+STABLE_TORCH_LIBRARY_FRAGMENT(jitops_fixed_t, m) { m.def("same(Tensor x) -> Tensor"); }
+STABLE_TORCH_LIBRARY_IMPL(jitops_fixed_t, CPU, m) { m.impl("twice", TORCH_BOX(&twice)); }
+STABLE_TORCH_LIBRARY_IMPL(jitops_fixed_t, CPU, m) { m.impl("same", TORCH_BOX(&same)); }
+#ifdef FIXED_EXTRA
+STABLE_TORCH_LIBRARY_FRAGMENT(jitops_fixed_t, m) { m.def("extra(Tensor x) -> Tensor"); }
+STABLE_TORCH_LIBRARY_IMPL(jitops_fixed_t, CPU, m) { m.impl("extra", TORCH_BOX(&same)); }
+#endif
+"""
+TORCH_FLAGS = ["-DTORCH_STABLE_ONLY", "-DTORCH_TARGET_VERSION=0x020a000000000000"]
+
+
+@pytest.mark.compile
+def test_a_fixed_namespace_builds_unchanged_and_an_edit_in_the_same_process_names_the_limit(
+    session_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's flags and a fixed namespace load as torch's loader loads them; the ops are those the library
+    registered (not the #ifdef'd one); the same build again is the loaded library; an edit is refused before it
+    is built, naming the namespace, the restart and JITOPS_NS, and the loaded code stays."""
+    # other flags, another prefix: no second stable PCH beside the one the PCH test counts
+    monkeypatch.setenv("JITOPS_PCH_BACKGROUND", "0")
+    lib = jitops.load_inline(
+        "stable_fixed", FIXED.replace("TWICE", "2.0f"), extra_cflags=TORCH_FLAGS
+    )
+    assert sorted(lib.ops) == ["same", "twice"]
+    x = torch.randn(5)
+    torch.testing.assert_close(torch.ops.jitops_fixed_t.twice(x), x * 2)
+    torch.testing.assert_close(lib.twice(x), x * 2)
+    torch.testing.assert_close(lib.same(x), x)
+    assert lib.twice.qualname == "jitops_fixed_t::twice"
+    again = jitops.load_inline(
+        "stable_fixed", FIXED.replace("TWICE", "2.0f"), extra_cflags=TORCH_FLAGS
+    )
+    assert again is lib
+    # as torch's load with is_python_module=False: the loaded library's path
+    path = jitops.load_inline(
+        "stable_fixed",
+        FIXED.replace("TWICE", "2.0f"),
+        extra_cflags=TORCH_FLAGS,
+        is_python_module=False,
+    )
+    assert path == str(lib.library.library_path)
+    entries = sorted(p.name for p in session_cache.rglob("manifest.json"))
+    with pytest.raises(KernelSourceError) as info:
+        jitops.load_inline("stable_fixed", FIXED.replace("TWICE", "3.0f"), extra_cflags=TORCH_FLAGS)
+    message = str(info.value)
+    assert "namespace 'jitops_fixed_t'" in message and "from a different build" in message
+    assert "restart" in message and "STABLE_TORCH_LIBRARY(JITOPS_NS, m)" in message
+    assert sorted(p.name for p in session_cache.rglob("manifest.json")) == entries  # nothing built
+    torch.testing.assert_close(torch.ops.jitops_fixed_t.twice(x), x * 2)
+
+
+@pytest.mark.compile
+def test_an_op_under_an_ifdef_the_build_left_out_is_not_exported() -> None:
+    """The op names come from what the library registered: a def the preprocessor dropped is none of them
+    (read from the source text, it was, and loading failed with a raw AttributeError)."""
+    src = FIRST + (
+        "#ifdef NOT_DEFINED_HERE\n"
+        'STABLE_TORCH_LIBRARY_FRAGMENT(JITOPS_NS, m) { m.def("gone(Tensor x) -> Tensor"); }\n'
+        "#endif\n"
+    )
+    lib = jitops.load_inline("stable_ifdef", src)
+    assert list(lib.ops) == ["scale"]
+    torch.testing.assert_close(lib.scale(torch.ones(2), 3.0), torch.full((2,), 3.0))
 
 
 @pytest.mark.compile

@@ -62,10 +62,11 @@ _IDENT = lazy(r"[A-Za-z_]\w*", re.ASCII)
 _QUOTED_INCLUDE = lazy(r'^\s*#\s*include\s*"', re.MULTILINE)
 
 _lock = threading.Lock()
-_fixed_lock = threading.Lock()  # held from the fixed-namespace check until the library is loaded
-_fixed: dict[
-    str, str
-] = {}  # fixed namespace -> key of the build that registered it in this process
+# how to edit without restarting, in the fixed-namespace guard's message (loader.check_fixed)
+FIXED_FIX = (
+    "register with JITOPS_LIBRARY(m) / JITOPS_LIBRARY_IMPL(CPU, m) from <jitops/op.h> (jitops gives each "
+    "build its own namespace), or use load_inline(..., functions=[...])"
+)
 _results: dict[tuple[str, bool], Any] = {}  # (key, is_python_module) -> what load returned
 
 
@@ -190,32 +191,6 @@ def fixed_namespaces(texts: Sequence[str]) -> list[str]:
     return sorted(found - {"JITOPS_NS"})
 
 
-def _check_fixed(spec: OpSpec, key: str, namespaces: Sequence[str]) -> None:
-    from ..loading.ops import ops_in_namespace
-
-    for ns in namespaces:
-        owner = _fixed.get(ns)
-        if owner == key:
-            continue
-        how = (
-            f"from a different build of its source (key {owner[:12]})"
-            if owner is not None
-            else "by code jitops did not load"
-            if ops_in_namespace(ns)
-            else None
-        )
-        if how is None:
-            continue
-        raise KernelSourceError(
-            f"library {spec.name!r} defines the operator namespace {ns!r} (TORCH_LIBRARY({ns}, m)), which this process "
-            f"has already registered {how}. A namespace can be registered only once per process, so this code cannot "
-            "be loaded next to the old one, and jitops will not keep calling the old code. Fix: restart the Python "
-            "process (the notebook kernel) to load the edit; or, for edits without restarts, register with "
-            "JITOPS_LIBRARY(m) / JITOPS_LIBRARY_IMPL(CPU, m) from <jitops/op.h> (jitops gives each build its own "
-            "namespace), or use load_inline(..., functions=[...])"
-        )
-
-
 def _python_module(
     lib: LoadedLibrary, path: Path, pybind_names: Sequence[str], display: str, binding: bool
 ) -> types.ModuleType:
@@ -312,23 +287,22 @@ def load(
     """Build (once per key) and load a torch-style library; a module, or the library's path. ``request``: the
     drop-in call's (``loading.recall``), remembered when the answer is a plain pybind11 module."""
     from ..loading import recall
-    from ..loading.loader import load_library
+    from ..loading.loader import FIXED_LOCK, check_fixed, claim_fixed, load_library
     from ..plan import make_plan, runnable_here
 
     namespaces = fixed_namespaces(texts)
     # One fixed-namespace library at a time: two edits loaded by two threads must not both pass the
     # check.
-    with _fixed_lock if namespaces else contextlib.nullcontext():
+    with FIXED_LOCK if namespaces else contextlib.nullcontext():
         plan = runnable_here(make_plan(spec, device, None, settings=settings), None, settings)
         if namespaces:  # the key this source would have, checked before anything is built or loaded
-            _check_fixed(spec, plan.key, namespaces)
+            check_fixed(spec.name, plan.key, namespaces, "TORCH_LIBRARY", FIXED_FIX)
         try:
             # that plan: its key computed once
             lib = load_library(spec, device, settings=settings, plan=plan)
         except BuildError as e:
             raise e.with_traceback(None) from None  # the compiler's story, not jitops's frames
-        for ns in namespaces:
-            _fixed.setdefault(ns, lib.key)
+        claim_fixed(namespaces, lib.key)
     path = lib.library_path
     with _lock:
         hit = _results.get((lib.key, is_python_module))

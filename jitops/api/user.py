@@ -19,7 +19,8 @@ Inline sources are written to a content-addressed folder under the cache
 root, so the key covers their bytes and compiler errors point at real files
 with the line numbers of the strings the user wrote.
 
-Imports: checks, errors, fsutil, settings, spec, user_spec; loader, ops, registry, roots and stable lazily (plan for annotations).
+Imports: checks, errors, fsutil, settings, spec, user_spec; loader, ops, registry, roots, stable and (a stable
+library's fixed namespace) plan lazily (plan for annotations too).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from ..spec.user_spec import BuildOptions, StrOrSeq, _as_list, _check_tree_size,
 
 if TYPE_CHECKING:
     from ..loading.ops import Op
-    from ..plan import LoadedLibrary
+    from ..plan import LoadedLibrary, Plan
 
 # (cache key, namespace) -> the object load() returned for that build
 _memo: dict[tuple[str, str], UserLibrary] = {}
@@ -79,14 +80,21 @@ class UserLibrary:
 
 
 def load_spec(
-    spec: OpSpec, device: str | None = None, settings: Settings | None = None
+    spec: OpSpec,
+    device: str | None = None,
+    settings: Settings | None = None,
+    *,
+    plan: Plan | None = None,
+    namespaces: Sequence[str] = (),
 ) -> UserLibrary:
-    """Load (building if needed) a user library through the loader; the same object while unchanged."""
-    from ..loading.loader import load_library
+    """Load (building if needed) a user library through the loader; the same object while unchanged.
+    ``plan``: the caller's, made for these arguments; ``namespaces``: the fixed ones the sources define ops
+    in, whose ops (as the library registered them) are handles too (``ns.op`` where a name repeats)."""
+    from ..loading.loader import library_ops, load_library
     from ..loading.ops import op_from_library
 
     try:
-        lib = load_library(spec, device, settings=settings)
+        lib = load_library(spec, device, settings=settings, plan=plan)
     except BuildError as e:
         # The compiler's message is the story; jitops's own frames would only bury it.
         raise e.with_traceback(None) from None
@@ -94,26 +102,53 @@ def load_spec(
         hit = _memo.get((lib.key, lib.namespace))
         if hit is not None:
             return hit
-        names = lib.ops
-        if not names:
+        ops = {n: op_from_library(lib, n) for n in lib.ops}
+        for ns in namespaces:
+            assert plan is not None  # a fixed namespace is loaded under its guard, with its plan
+            # the library seen from that namespace: its handles name it
+            view = dataclasses.replace(lib, namespace=ns, ops=library_ops(plan.cache, lib, ns))
+            ops.update(
+                {n if n not in ops else f"{ns}.{n}": op_from_library(view, n) for n in view.ops}
+            )
+        if not ops:
             raise KernelSourceError(
                 f"library {spec.name!r} built and loaded, but defined no op in its namespace {lib.namespace}. "
                 'Fix: #include <jitops/op.h> and define ops with JITOPS_LIBRARY(m) { m.def("my_op(Tensor x) -> Tensor"); } '
                 "(not TORCH_LIBRARY with a fixed namespace), or pass schemas=[...]"
             )
-        ops = {n: op_from_library(lib, n) for n in names}
         result = UserLibrary(lib, ops)
         _memo[(lib.key, lib.namespace)] = result
         return result
 
 
-def _stable(spec: OpSpec, settings: Settings | None = None) -> UserLibrary:
+def _stable(spec: OpSpec, texts: Sequence[str], settings: Settings | None = None) -> UserLibrary:
+    """Load a stable-ABI library; one that defines ops in a fixed namespace under the loader's guard
+    (a different build of a namespace registered here is refused before building)."""
     from ..build import stable
 
+    namespaces = stable.fixed_namespaces(texts, spec.cflags)
     try:
-        return load_spec(spec, "cpu", settings)
+        if not namespaces:
+            return load_spec(spec, "cpu", settings)
+        from ..loading.loader import FIXED_LOCK, check_fixed, claim_fixed
+        from ..plan import make_plan, runnable_here
+
+        settings = Settings.from_env() if settings is None else settings
+        with FIXED_LOCK:
+            plan = runnable_here(make_plan(spec, "cpu", None, settings=settings), None, settings)
+            check_fixed(spec.name, plan.key, namespaces, "STABLE_TORCH_LIBRARY", STABLE_FIX)
+            lib = load_spec(spec, "cpu", settings, plan=plan, namespaces=namespaces)
+            claim_fixed(namespaces, lib.library.key)
+            return lib
     except BuildError as e:  # torch's #error for a C++ API header reached through a header: named
         raise (stable.translate(spec.name, e) or e) from None
+
+
+# how a stable library edits without restarts (loader.check_fixed's message)
+STABLE_FIX = (
+    "register with STABLE_TORCH_LIBRARY(JITOPS_NS, m) / STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m) "
+    "(jitops gives each build its own namespace; its ops are then lib.my_op)"
+)
 
 
 def load(
@@ -151,7 +186,8 @@ def load(
         stable,
     )
 
-    stable_abi = stable.wanted("jitops.load", abi, stable.texts_of(sources))
+    texts = stable.texts_of(sources)
+    stable_abi = stable.wanted("jitops.load", abi, texts)
     root, rel = source_files(name, sources)
     if stable_abi:
         stable.refuse_cuda(name, "", device, schemas=schemas, cuda_cflags=extra_cuda_cflags)
@@ -164,7 +200,8 @@ def load(
                 extra_ldflags=extra_ldflags,
                 extra_include_paths=extra_include_paths,
                 origin=f"jitops.load (stable ABI) from {root}",
-            )
+            ),
+            texts or (),
         )
     spec = _spec(
         name,
@@ -304,6 +341,7 @@ def load_inline(
                 extra_include_paths=extra_include_paths,
                 origin="jitops.load_inline (stable ABI)",
             ),
+            list(files.values()),
             settings,
         )
     spec = _spec(

@@ -4,7 +4,8 @@ A source that spells ``STABLE_TORCH_LIBRARY`` (or a call with ``abi="stable"``) 
 ``-DTORCH_TARGET_VERSION`` and torch's include root only, no Python or pybind11 headers, in one
 compiler command (compile and link), and linked against nothing of torch but the library that holds
 the stable C shim (through a stub of it with its SONAME), with the PCH of the stable headers shared by
-every stable kernel once one exists (both: stable_fast). It registers in the build's own namespace, as jitops's other user kernels do::
+every stable kernel once one exists (both: stable_fast). It registers in the build's own namespace, as jitops's
+other user kernels do, so an edit loads next to the old build::
 
     #include <torch/csrc/stable/library.h>
     #include <torch/csrc/stable/tensor.h>
@@ -12,6 +13,10 @@ every stable kernel once one exists (both: stable_fast). It registers in the bui
     torch::stable::Tensor scale(torch::stable::Tensor x, double s) { ... }
     STABLE_TORCH_LIBRARY(JITOPS_NS, m) { m.def("scale(Tensor x, float s) -> Tensor"); }
     STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m) { m.impl("scale", TORCH_BOX(&scale)); }
+
+Sources written for torch's loader build unchanged: a fixed namespace (``STABLE_TORCH_LIBRARY(myns, m)``,
+loaded once per process: loading.loader.check_fixed), ``-DTORCH_STABLE_ONLY`` and the user's ``-DTORCH_TARGET_VERSION``.
+The library's ops are what it registered, listed by the loader after loading, never read from the source.
 
 The key holds the target version instead of torch's exact version (``key.STABLE_ABI_FLAG``), so
 an entry built under one torch serves every later one; a load checks that the running torch is at
@@ -50,11 +55,6 @@ _STABLE = lazy(r"\bSTABLE_TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(", needs="STABLE
 _NAMESPACE = lazy(
     r"\bSTABLE_TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,", needs="STABLE_TORCH_LIBRARY"
 )
-_IMPL_NAMESPACE = lazy(
-    r"\bSTABLE_TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,", needs="STABLE_TORCH_LIBRARY_IMPL"
-)
-_DEF = lazy(r"\.def\s*\(", needs=".def")
-_LITERAL_DEF = lazy(r'\.def\s*\(\s*"\s*(\w+)\s*[(.]', needs=".def")
 _INCLUDE = lazy(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', needs="include")
 # Headers of torch's C++ API (ATen, c10, torch/extension.h...), Python's and pybind11's: not in the
 # stable set. Prefix tests, not a regex: every warm load of a stable library checks its includes,
@@ -111,8 +111,16 @@ def target_of(flags: Sequence[str], torch_version: str) -> tuple[str, tuple[int,
 
 
 def _abi_macro_words(words: Sequence[str]) -> list[str]:
-    """The compiler words that name the stable ABI's macros (define, undefine, in any spelling)."""
-    return [w for w in words if "TORCH_TARGET_VERSION" in w or "TORCH_STABLE_ONLY" in w]
+    """The compiler words that name the stable ABI's macros (define, undefine, in any spelling), less
+    ``-DTORCH_STABLE_ONLY``: it only refuses torch's C++ API headers, as the target does too, and torch's
+    own stable extensions pass it."""
+    return [
+        w
+        for w in words
+        if ("TORCH_TARGET_VERSION" in w or "TORCH_STABLE_ONLY" in w)
+        and w != "-DTORCH_STABLE_ONLY"
+        and not w.startswith("-DTORCH_STABLE_ONLY=")
+    ]
 
 
 def check_torch(name: str, target: tuple[int, int], torch_version: str) -> None:
@@ -137,7 +145,7 @@ def full_api(header: str) -> bool:
 
 
 def check_sources(name: str, files: Sequence[tuple[str, str]]) -> None:
-    """Before compiling: each include is in the stable set, and the library registers in JITOPS_NS."""
+    """Before compiling: each include is in the stable set, and the library defines ops."""
     for label, text in files:
         for n, line in enumerate(text.splitlines(), 1):
             m = _INCLUDE.match(line)
@@ -148,15 +156,6 @@ def check_sources(name: str, files: Sequence[tuple[str, str]]) -> None:
                     "torch/csrc/stable/{library,tensor,ops}.h and torch/headeronly/... (torch::stable::Tensor, "
                     "torch::stable::empty_like, STD_TORCH_CHECK), or load it without abi='stable' and without "
                     "STABLE_TORCH_LIBRARY to build against the full C++ API"
-                )
-        for m in (*_NAMESPACE.finditer(text), *_IMPL_NAMESPACE.finditer(text)):
-            if m.group(1) != "JITOPS_NS":
-                row = text.count("\n", 0, m.start()) + 1
-                raise KernelSourceError(
-                    f"library {name!r}: {label}:{row} registers in the fixed namespace {m.group(1)!r}; jitops gives "
-                    "each build its own, so an edit loads next to the old one. Fix: write "
-                    f"STABLE_TORCH_LIBRARY(JITOPS_NS, m) (and STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CPU, m)); the ops "
-                    "are then lib.my_op and torch.ops.<lib.library.namespace>.my_op"
                 )
     if not any(_NAMESPACE.search(t) for _, t in files):
         raise KernelSourceError(
@@ -202,7 +201,8 @@ def compile_words(job: Any, pch_words: Sequence[str] = ()) -> list[str]:
     if len(marks) != 1:
         raise ConfigError(
             f"library {job.library!r}: the compiler flags name the stable ABI's macros as "
-            f"{sorted(marks)}; only the library's own -DTORCH_TARGET_VERSION may. Fix: remove the "
+            f"{sorted(marks)}; only the library's own -DTORCH_TARGET_VERSION (and -DTORCH_STABLE_ONLY) "
+            "may. Fix: remove the "
             "others from CXXFLAGS / CFLAGS, and give a target through extra_cflags"
         )
     dirs = [w for d in job.include_dirs for w in ("-I", str(d))]
@@ -409,18 +409,21 @@ def spec(
     options = BuildOptions.of(
         extra_cflags=cflags, extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths
     )
-    return _spec(name, root, sources, options, exports=exports(texts), origin=origin)
+    # no exports: the loader lists what the built library registered (an op under an #ifdef the
+    # build left out is not there)
+    return _spec(name, root, sources, options, origin=origin)
 
 
-def exports(texts: Sequence[tuple[str, str]]) -> tuple[str, ...]:
-    """The op names the sources define, when every ``.def(`` is a literal schema (then the loader need not list the
-    dispatcher's ~3,000 ops to find them); else () and the loader asks the dispatcher."""
-    found = [m.group(1) for _, t in texts for m in _LITERAL_DEF.finditer(t)]
-    return (
-        tuple(dict.fromkeys(found))
-        if len(found) == sum(len(_DEF.findall(t)) for _, t in texts)
-        else ()
+def fixed_namespaces(texts: Sequence[str], cflags: Sequence[str]) -> list[str]:
+    """The namespaces the sources define ops in (``STABLE_TORCH_LIBRARY`` / ``_FRAGMENT``) other than the build's
+    own (``JITOPS_NS``); a name the flags define (``-DLIB_NS=myns``) is read as its value."""
+    macros = dict(
+        w[2:].split("=", 1)
+        for w in flag_words(tuple(cflags), "extra_cflags")
+        if w.startswith("-D") and "=" in w
     )
+    found = {macros.get(m.group(1), m.group(1)) for t in texts for m in _NAMESPACE.finditer(t)}
+    return sorted(found - {"JITOPS_NS"})
 
 
 def texts_of(sources: StrOrSeq) -> list[str] | None:

@@ -3,7 +3,8 @@
 The warm path (a verified cache entry) reads a manifest, hashes one library
 (or finds it stamped as verified: ``stamps``) and dlopens it: no ninja, no compiler,
 no subprocess, no import of ``torch.utils.cpp_extension``. Settings are read once
-per public call here and passed down.
+per public call here and passed down. Which build holds each fixed operator namespace in this
+process (``check_fixed``) is kept here too, for both front doors.
 
 Imports: fsutil, cache (an entry's library path; its stamps: a library's recorded op names), entry, errors, functionalize (lazily), key, manifest, ops, plan, registry
 (lazily: ``get`` and ``reference`` only, not the drop-in), settings, spec.
@@ -15,7 +16,7 @@ import importlib
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,52 @@ def _user_ops(cache: Cache, entry: Any, manifest: Manifest, ns: str) -> tuple[st
     if stamps is not None and fsutil.writable(Path(entry) / MANIFEST):
         stamps.record_op_names(manifest.key, manifest.sha256, ns, ops)
     return ops
+
+
+# Fixed operator namespaces (TORCH_LIBRARY(myns, m), STABLE_TORCH_LIBRARY(myns, m)): the dispatcher
+# registers one once per process, and a second registration throws from the library's static
+# initialisers, which aborts the process. Both front doors (torch-style and stable-ABI sources)
+# check here before anything is built or loaded. FIXED_LOCK is held from the check until the library
+# is loaded: two edits loaded by two threads must not both pass.
+FIXED_LOCK = threading.Lock()
+_fixed_owners: dict[str, str] = {}  # fixed namespace -> key of the build that registered it here
+
+
+def check_fixed(library: str, key: str, namespaces: Sequence[str], macro: str, fix: str) -> None:
+    """KernelSourceError when one of ``namespaces`` is registered here by another build or by code jitops
+    did not load (the same build again is the library loaded); ``macro`` is how the sources spell the
+    registration, ``fix`` the way to edit without restarting."""
+    for ns in namespaces:
+        owner = _fixed_owners.get(ns)
+        if owner == key:
+            continue
+        how = (
+            f"from a different build of its source (key {owner[:12]})"
+            if owner is not None
+            else "by code jitops did not load"
+            if ops_in_namespace(ns)
+            else None
+        )
+        if how is None:
+            continue
+        raise KernelSourceError(
+            f"library {library!r} defines the operator namespace {ns!r} ({macro}({ns}, m)), which this process "
+            f"has already registered {how}. A namespace can be registered only once per process, so this code cannot "
+            "be loaded next to the old one, and jitops will not keep calling the old code. Fix: restart the Python "
+            f"process (the notebook kernel) to load the edit; or, for edits without restarts, {fix}"
+        )
+
+
+def claim_fixed(namespaces: Sequence[str], key: str) -> None:
+    """Record that the build ``key`` registered ``namespaces`` in this process (the first build keeps them)."""
+    for ns in namespaces:
+        _fixed_owners.setdefault(ns, key)
+
+
+def library_ops(cache: Cache, lib: LoadedLibrary, namespace: str) -> tuple[str, ...]:
+    """The ops a loaded library registered in ``namespace`` (a fixed one its sources name, which no other
+    library holds: check_fixed): recorded for it, else listed from the dispatcher, as its own namespace's."""
+    return _user_ops(cache, lib.entry, lib.manifest, namespace)
 
 
 def load_library(
