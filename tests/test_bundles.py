@@ -169,11 +169,13 @@ def _child(
 
 
 def _compiles(spawned: list[list[str]]) -> list[list[str]]:
-    """The processes started that compile or link (a compiler's identity probe, ``--version``, is none)."""
+    """The processes started that compile or link (a compiler's identity probes, ``--version`` and
+    the dry run ``-###`` that names the programs it runs, are none)."""
     return [
         argv
         for argv in spawned
-        if any(w in ("-c", "-shared", "-o") or w.endswith("ninja") for w in argv[1:])
+        if "-###" not in argv
+        and any(w in ("-c", "-shared", "-o") or w.endswith("ninja") for w in argv[1:])
     ]
 
 

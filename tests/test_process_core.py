@@ -207,7 +207,9 @@ def test_a_four_op_bundle_serves_a_fresh_virtualenv_with_no_compiler(
         )
     assert len(out["mapped_from_bundle"]) == 3  # softmax's library holds log_softmax
     assert [
-        argv for argv in out["spawned"] if any(w in ("-c", "-shared", "-o") for w in argv[1:])
+        argv
+        for argv in out["spawned"]
+        if "-###" not in argv and any(w in ("-c", "-shared", "-o") for w in argv[1:])
     ] == []
 
     (lib,) = site.glob("v1/entries/softmax/*/*/libsoftmax.so")

@@ -138,7 +138,7 @@ def test_the_self_check_runs_beside_the_build_and_gates_publish_and_load(
     monkeypatch.setattr(
         selfcheck.Cache,
         "publish_entry",
-        lambda self, staged, address: published.append(events[:]) or ("hit", True),
+        lambda self, staged, address, root=None: published.append(events[:]) or ("hit", True),
     )
     for ok in (True, False):
         selfcheck._passed.clear()

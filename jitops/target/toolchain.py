@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 from ..base.record import record
 from ..spec.checks import shown
@@ -223,10 +224,12 @@ def _ask_version(path: str) -> str:
     return lines[0]
 
 
-def identify(path: str, cache_dir: Path | None, *, record: bool = True, salt: str = "") -> str:
-    """``path --version``, remembered per process and on disk (if writable and ``record``); ``salt``
-    (what the driver runs, :func:`programs`) is part of the record's name, so a change asks again."""
-    return ask(path, ("--version",), cache_dir, record=record, salt=salt)
+def identify(
+    path: str, cache_dir: Path | None, *, record: bool = True, refresh: bool = False
+) -> str:
+    """``path --version``, remembered per process and on disk (if writable and ``record``);
+    ``refresh``: asked again whatever is remembered (what the driver runs has changed)."""
+    return ask(path, ("--version",), cache_dir, record=record, refresh=refresh)
 
 
 def ask(
@@ -235,32 +238,39 @@ def ask(
     cache_dir: Path | None,
     *,
     record: bool = True,
-    salt: str = "",
+    refresh: bool = False,
 ) -> str:
     """The answer of ``path *question`` (``--version``: its identity line; else stdout's first
     line), remembered like the identity: the warm path never runs the compiler."""
-    fp = _fingerprint(path) + (f"-{salt[:12]}" if salt else "")
+    fp = _fingerprint(path)
     name = (
         fp
         if question == ("--version",)
         else f"{fp}-{hashlib.sha256(' '.join(question).encode()).hexdigest()[:12]}"
     )
     with _memo_lock:
-        if name in _memo:
+        if refresh:
+            _memo.pop(name, None)
+        elif name in _memo:
             return _memo[name][1]
     with _ask_lock:
-        return _identify(path, name, question, cache_dir, record)
+        return _identify(path, name, question, cache_dir, record, refresh)
 
 
 def _identify(
-    path: str, name: str, question: tuple[str, ...], cache_dir: Path | None, record: bool
+    path: str,
+    name: str,
+    question: tuple[str, ...],
+    cache_dir: Path | None,
+    record: bool,
+    refresh: bool = False,
 ) -> str:
     with _memo_lock:
         if name in _memo:  # another thread asked while this one waited
             return _memo[name][1]
     version = None
     record_file = cache_dir / f"{name}.json" if cache_dir is not None else None
-    if record_file is not None:
+    if record_file is not None and not refresh:
         from ..base.fsutil import read_record
 
         data = read_record(record_file) or {}  # damaged: asked again and rewritten
@@ -322,6 +332,9 @@ def persist(cache_dir: Path) -> None:
     for name, (path, version) in known.items():
         if not os.path.isfile(cache_dir / f"{name}.json"):
             _record(cache_dir, name, path, version)
+    for name, body in list(_asked.items()):
+        if not os.path.isfile(cache_dir / f"{name}.json"):
+            _write_record(cache_dir / f"{name}.json", body)
 
 
 def tool(name: str, path: str, cache_dir: Path | None, *, record: bool = True) -> Tool:
@@ -330,9 +343,10 @@ def tool(name: str, path: str, cache_dir: Path | None, *, record: bool = True) -
     real = os.path.realpath(path)
     if name != "cxx":
         return Tool(name, real, identify(real, cache_dir, record=record), command=path)
-    ran = programs(real, path, cache_dir, record=record)
-    salt = hashlib.sha256(json.dumps(ran).encode()).hexdigest()
-    version = identify(real, cache_dir, record=record, salt=salt)
+    version = identify(real, cache_dir, record=record)  # a program that is no compiler stops here
+    ran, fresh = programs(real, path, cache_dir, record=record)
+    if fresh:  # asked anew (first use, or something behind the driver changed): so is its identity
+        version = identify(real, cache_dir, record=record, refresh=True)
     return Tool(name, real, version, command=path, programs=ran)
 
 
@@ -344,29 +358,37 @@ PROGRAMS_FORMAT = 1
 
 def programs(
     real: str, command: str, cache_dir: Path | None, *, record: bool = True
-) -> tuple[tuple[str, str], ...]:
+) -> tuple[tuple[tuple[str, str], ...], bool]:
     """(role, sha256) of what the C++ compiler at ``command`` really runs: itself, the compiler
     proper, the assembler, the linker, and the driver or folder a wrapper hands over to. The key holds these
     digests, so a compiler switched behind a wrapper, a link or ``PATH`` is a new key.
 
     Found once with ``-###`` and ``-print-prog-name=ld`` (two runs, on the miss path), remembered in
     the cache's toolchain records with each program's stat identity; a later process only stats them
-    (and looks ``as``/``ld`` up on ``PATH`` again), and asks again when any differs."""
+    (and looks ``as``/``ld`` up on ``PATH`` again), and asks again when any differs. Also whether
+    they were asked now (not remembered)."""
     from ..base.fsutil import read_record
 
     name = f"{_fingerprint(real)}-programs"
     record_file = cache_dir / f"{name}.json" if cache_dir is not None else None
-    data = read_record(record_file) if record_file is not None else None
+    data = _asked.get(name)  # this process's answer, re-proven like a record
+    if data is None and record_file is not None:
+        data = read_record(record_file)
     if data is not None and _programs_hold(data, command):
-        return tuple((r[0], r[3]) for r in data["programs"])
+        return tuple((r[0], r[3]) for r in data["programs"]), False
     found = _ask_programs(command)
     rows = [
         [role, path, looked_up, digest, _identity(path)] for role, path, looked_up, digest in found
     ]
+    body = {"format": PROGRAMS_FORMAT, "command": command, "programs": rows}
+    _asked[name] = body
     if record and record_file is not None and os.path.isdir(record_file.parent.parent):
-        body = {"format": PROGRAMS_FORMAT, "command": command, "programs": rows}
         _write_record(record_file, body)
-    return tuple((role, digest) for role, _, _, digest in found)
+    return tuple((role, digest) for role, _, _, digest in found), True
+
+
+# record name -> what this process found a driver runs (written by persist once the cache exists)
+_asked: dict[str, dict[str, Any]] = {}
 
 
 def _identity(path: str) -> list[int]:

@@ -132,8 +132,9 @@ def _only(folder: Path, pattern: str) -> Path:
 
 
 RECORDS = {  # record -> (where it is, the commands that read it, whether get reads it)
+    # every toolchain record: the identity, what the driver runs, the folders it names
     "toolchain": (
-        lambda r, c: _only(Cache(r).toolchains, "*.json"),
+        lambda r, c: sorted(Cache(r).toolchains.glob("*.json")),
         [["info", "softmax"], ["doctor"]],
         True,
     ),
@@ -157,9 +158,12 @@ RECORDS = {  # record -> (where it is, the commands that read it, whether get re
 def test_damaged_record(record: str, damage: str, template: Path, tmp_path: Path) -> None:
     root, config, store = _copy(template, tmp_path)
     where, commands, get = RECORDS[record]
-    path = where(root, config)
-    assert path.is_file(), path
-    path.write_bytes(DAMAGE[damage])
+    found = where(root, config)
+    paths = found if isinstance(found, list) else [found]
+    assert paths and all(p.is_file() for p in paths), paths
+    for p in paths:
+        p.write_bytes(DAMAGE[damage])
+    path = paths[0]
     # a miss, so that get consults the remote tier, which reads the trusted keys
     if record == "signing.pub":
         shutil.rmtree(Cache(root).entries)
