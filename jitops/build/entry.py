@@ -277,9 +277,12 @@ def ensure_entry(
     remote = settings.remote is not None or job
     # the cache looked in, for frozen mode's message (a private one may replace it below)
     missed = plan
-    if not remote and _freeze_mode(settings) == "error":
+    frozen = _freeze_mode(settings) == "error"
+    if frozen and not remote:
         _frozen(missed, status, settings)  # raises before any lock, self-check or build
-    pending = before_first_build(plan, settings, check_toolchain=not remote)
+    # frozen with a remote tier: only a fetch may answer, so nothing that runs a compiler (a stable plan's link
+    # stub, the self-check) starts before build(), which raises first
+    pending = None if frozen else before_first_build(plan, settings, check_toolchain=not remote)
     from .publish import build_and_publish  # miss path only: keeps the warm path's imports small
 
     cache = writable_cache(plan.cache, plan.what, settings)
@@ -290,7 +293,9 @@ def ensure_entry(
         nonlocal pending
         # here, not before: a fetch from a remote tier builds nothing
         _frozen(missed, status, settings)
-        if remote:  # deferred from before_first_build: only a build needs a sound toolchain
+        if frozen:  # unfrozen since (jitops.unfreeze()): what was held back
+            pending = before_first_build(plan, settings)
+        elif remote:  # deferred from before_first_build: only a build needs a sound toolchain
             from .selfcheck import start
 
             pending = start(plan, settings)
