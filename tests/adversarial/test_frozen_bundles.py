@@ -19,9 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -38,33 +36,41 @@ from jitops.store.cache import Cache
 from jitops.store.manifest import MANIFEST, Manifest
 from jitops.target import choose_target, probe
 from tests.cli_helpers import fake_spec
-from tests.helpers import REPO, child_env, last_json
+from tests.helpers import child_env, run_scenario
 
 # ------------------------------------------------------------------ defect 10: nothing runs before FrozenError
 
-FROZEN_REMOTE_GET = """
-import json, sys, threading
-import jitops, jitops.plan as jplan, jitops.registry as registry
-from jitops.build import stable_fast
+SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.system")
 
-jplan.make_plan(registry.lookup(sys.argv[1]), "cpu")  # the compiler's identity: planning, a hit's too
-spawned = []
-def hook(event, args):
-    if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.system"):
-        spawned.append([event, *map(str, (args[1] or ()) if event != "os.fork" and len(args) > 1 else ())])
-sys.addaudithook(hook)
-try:
-    jitops.get(sys.argv[1], device="cpu")
-    out = {"type": None}
-except Exception as e:
-    out = {"type": type(e).__name__, "msg": str(e)}
-for t in threading.enumerate():  # a thread begun before the error (a link stub) has its chance to run
-    if t is not threading.current_thread() and t.daemon:
-        t.join(30)
-out["spawned"] = spawned
-out["stubs"] = len(stable_fast._early) + len(stable_fast._stubs)
-print(json.dumps(out))
-"""
+
+def frozen_get_spawns(op: str) -> dict[str, Any]:
+    """Child: ``jitops.get(op)`` once its plan is made (the compiler's identity is asked in planning, a hit's
+    too); the error, every process started, and whether a link stub was begun."""
+    import threading
+
+    from jitops.build import stable_fast
+    from jitops.registry import lookup
+
+    jplan.make_plan(lookup(op), "cpu")
+    spawned: list[list[str]] = []
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event in SPAWNS:
+            argv = args[1] if event in ("subprocess.Popen", "os.posix_spawn", "os.exec") else ()
+            spawned.append([event, *map(str, argv or ())])
+
+    sys.addaudithook(hook)
+    try:
+        jitops.get(op, device="cpu")
+        out: dict[str, Any] = {"type": None}
+    except Exception as e:  # noqa: BLE001 - the test reads it
+        out = {"type": type(e).__name__, "msg": str(e)}
+    for t in (
+        threading.enumerate()
+    ):  # a thread begun before the error (a link stub) has its chance to run
+        if t is not threading.current_thread() and t.daemon:
+            t.join(30)
+    return {**out, "spawned": spawned, "stubs": len(stable_fast._early) + len(stable_fast._stubs)}
 
 
 @pytest.mark.process
@@ -84,16 +90,9 @@ def test_frozen_with_a_remote_tier_starts_no_process_before_frozen_error(
         JITOPS_PROGRESS="0",
         JITOPS_BUILDER=None,
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(FROZEN_REMOTE_GET), op],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=240,
+    out = run_scenario(
+        "adversarial.test_frozen_bundles.frozen_get_spawns", env=env, timeout=240, op=op
     )
-    assert proc.returncode == 0, proc.stderr
-    out = last_json(proc.stdout)
     assert out["type"] == "FrozenError" and f"'{op}'" in out["msg"], out
     assert out["spawned"] == [], f"processes started before FrozenError: {out['spawned']}"
     assert out["stubs"] == 0, "a link stub was begun for a build that frozen mode forbids"
