@@ -18,6 +18,12 @@ Tiers: in-process with the fake builder (``get``); one real torch-style pybind11
 
 from __future__ import annotations
 
+import mmap
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +31,9 @@ import pytest
 
 import jitops
 from jitops.loading import loader
+from jitops.store import stamps
 from tests.cli_helpers import fake_spec
+from tests.helpers import child_env, run_scenario
 
 # ------------------------------------------------------------------ defect 8: get's memo and the environment
 
@@ -65,3 +73,130 @@ def test_get_plans_again_when_a_build_variable_changes_in_the_process(
     third = jitops.get("memo_env", device="cpu")
     assert third.library is not None and third.library.key == first.library.key
     assert len(plans) == 3 and jitops.get("memo_env", device="cpu") is third
+
+
+# ------------------------------------------------------------------ defects 2 and 9: recall
+
+SOURCE = r"""#include <torch/extension.h>
+#include "cfg.h"
+torch::Tensor scaled(torch::Tensor x) { return x * VALUE; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scaled", &scaled, "scaled"); }
+"""
+HEADER = "#pragma once\n#define VALUE {}\n"
+PLANNER = {"jitops.plan", "jitops.key", "jitops.loading.loader", "jitops.api.cpp_ext_style"}
+
+
+def _layout(where: Path) -> tuple[Path, Path, Path]:
+    """(sources' folder, the missing ``override`` include dir, ``base`` holding cfg.h = 1)."""
+    src, override, base = where / "src", where / "override", where / "base"
+    src.mkdir(parents=True)
+    base.mkdir()
+    (src / "scaled.cpp").write_text(SOURCE)
+    (base / "cfg.h").write_text(HEADER.format(1))
+    return src, override, base
+
+
+def _load(src: Path, includes: list[Path], cache: Path, state: Path) -> tuple[str, list[float]]:
+    """One warm ``jitops.load`` in a fresh process: ("planned" | "recalled", what the module returns)."""
+    reply = run_scenario(
+        "scenarios_dropin.warm_load",
+        loader="jitops",
+        folder=str(src),
+        source="scaled.cpp",
+        name="stale_recall",
+        includes=[str(i) for i in includes],
+        env=child_env(
+            JITOPS_CACHE_DIR=str(cache),
+            JITOPS_STATE_DIR=str(state),
+            JITOPS_PROGRESS="0",
+            JITOPS_BUILDER=None,
+        ),
+        timeout=280,
+    )
+    ours = {m for m in reply["imported"] if m.startswith("jitops")}
+    how = "planned" if PLANNER & ours else "recalled"
+    return how, reply["value"]
+
+
+def _settle() -> None:
+    time.sleep(stamps.SETTLED + 0.3)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache holding the module built once (its key holds the sources' bytes, not their folders)."""
+    where = tmp_path_factory.mktemp("stale-build")
+    src, override, base = _layout(where / "tree")
+    how, value = _load(src, [override, base], where / "cache", where / "state")
+    assert (how, value) == ("planned", [1.0, 1.0])
+    return where / "cache"
+
+
+def _remembered(src: Path, includes: list[Path], cache: Path, state: Path) -> None:
+    """Settle, then load until the call is recalled (the first settled load stamps and remembers it)."""
+    _settle()
+    assert _load(src, includes, cache, state) == ("planned", [1.0, 1.0])
+    assert _load(src, includes, cache, state) == ("recalled", [1.0, 1.0])
+
+
+@pytest.mark.compile
+@pytest.mark.timeout(900)
+def test_recall_is_not_answered_once_a_missing_include_path_is_created(
+    built: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    shutil.copytree(built, cache, symlinks=True)
+    src, override, base = _layout(tmp_path / "tree")
+    includes = [override, base]
+    _remembered(src, includes, cache, tmp_path / "state")
+    override.mkdir()  # earlier on the path than base: its cfg.h wins
+    (override / "cfg.h").write_text(HEADER.format(2))
+    assert _load(src, includes, cache, tmp_path / "state") == ("planned", [2.0, 2.0]), (
+        "the call was recalled with the module of the old include path"
+    )
+
+
+@pytest.fixture
+def quiet_folder(tmp_path: Path) -> Iterator[Path]:
+    """A folder where a shared mapping's dirty page stays dirty: tmpfs (/dev/shm) never writes it back; else the
+    test's folder, where the kernel keeps it dirty for ~30 s (vm.dirty_expire_centisecs)."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):
+        folder = Path(tempfile.mkdtemp(prefix="jitops-mmap-", dir=shm))
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    else:
+        yield tmp_path / "quiet"
+
+
+@pytest.mark.compile
+@pytest.mark.timeout(900)
+def test_recall_is_not_answered_after_a_write_through_a_shared_mapping(
+    built: Path, tmp_path: Path, quiet_folder: Path
+) -> None:
+    cache = tmp_path / "cache"
+    shutil.copytree(built, cache, symlinks=True)
+    src, override, base = _layout(quiet_folder)
+    includes = [override, base]
+    header = base / "cfg.h"
+    fd = os.open(header, os.O_RDWR)
+    try:
+        with mmap.mmap(fd, 0) as page:
+            at = page.find(b"VALUE 1") + len("VALUE ")
+            page[at : at + 1] = (
+                b"1"  # the page dirty now, its times moved now: before the call is remembered
+            )
+            _remembered(src, includes, cache, tmp_path / "state")
+            before = os.stat(header)
+            page[at : at + 1] = b"2"
+            after = os.stat(header)
+    finally:
+        os.close(fd)
+    assert header.read_text() == HEADER.format(2)
+    if (before.st_ctime_ns, before.st_mtime_ns) != (after.st_ctime_ns, after.st_mtime_ns):
+        pytest.skip("the page was written back meanwhile: the write moved the file's times")
+    assert _load(src, includes, cache, tmp_path / "state") == ("planned", [2.0, 2.0]), (
+        "the call was recalled with the module built from the header's old bytes"
+    )
