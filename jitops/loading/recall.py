@@ -23,12 +23,12 @@ with what its plan read:
 
 A later call computes the digest, finds the record and checks each identity with one ``stat``, then the small
 sources' bytes (a few KB each): no library hash, no subprocess, neither the planner nor the drop-in's build code
-imported. Any difference, or anything odd in the record, and the call plans as before. A record is written only when every identity is settled (``stamps.SETTLED``
-seconds old: a write in the same timestamp tick as the record changes no time) and each file's identity is the
-one the plan took before it read the file. Any other write changes a file's ctime, which no call can set back, so
-nothing the key covers changes unseen: the recalled entry is the one the plan would pick and verify, and loading
-it is what the planned path does for such a library. Libraries with ops, schemas or a fixed namespace, CUDA
-builds and ``verbose=True`` always plan.
+imported. Any difference, or anything odd in the record, and the call plans as before. A record is written only
+when every identity is settled (``stamps.SETTLED`` seconds old: a write in the same timestamp tick as the record
+changes no time) and each file's identity is the one the plan took before it read the file. Any other write
+changes a file's ctime, which no call can set back, so nothing the key covers changes unseen: the recalled entry
+is the one the plan would pick and verify, and loading it is what the planned path does for such a library.
+Libraries with ops, schemas or a fixed namespace, CUDA builds and ``verbose=True`` always plan.
 
 Imports: _version, fsutil, record, spec, stamps, target (probe); key and manifest lazily (when a call is remembered);
 settings and plan for annotations.
