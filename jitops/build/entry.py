@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import importlib
+import json
 import logging
 import os
 import sys
@@ -187,7 +188,7 @@ def _warm_hint(
 def _why_missed(plan: Plan, status: EntryStatus) -> str:
     """Why nothing cached matched ``plan``, for FrozenError (the miss path only: it may verify other entries)."""
     if isinstance(status, Damaged):
-        return f"its entry is damaged ({status.reason})"
+        return "; ".join([f"its entry is damaged ({status.reason})", *_bundle_mismatches(plan)])
     # entry_status has looked without one
     other = find_compatible(plan) if plan.toolchain_error is None else None
     if other is not None:
@@ -219,7 +220,83 @@ def _why_missed(plan: Plan, status: EntryStatus) -> str:
             ", none differs only in the compiler, and this machine has no compiler to build with "
             f"({str(plan.toolchain_error).partition(' Fix: ')[0].rstrip('. ')})"
         )
-    return why
+    return "; ".join([why, *_bundle_mismatches(plan)])
+
+
+SHOWN_BUNDLES = 3  # bundles named in one message; the rest counted
+SHOWN_DIFFS = 3  # differing ingredients named per bundle; the rest counted
+BUNDLE_ENTRIES = 64  # entries of one library read per bundle to find the nearest
+# the ingredients a reader looks for first (a target stands for its ISA and flags)
+_FIRST = ("target", "torch_version", "python_abi", "compiler.version", "nvcc.version")
+
+
+def _leaves(theirs: Any, ours: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted path, their value, ours) of every leaf of two ingredient trees that differs."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        return [
+            leaf
+            for k in sorted(set(theirs) | set(ours))
+            for leaf in _leaves(
+                theirs.get(k, "(absent)"), ours.get(k, "(absent)"), f"{prefix}.{k}" if prefix else k
+            )
+        ]
+    return [] if theirs == ours else [(prefix, theirs, ours)]
+
+
+def _short(value: Any) -> str:
+    """A differing value in a few words: a digest by its start, a flag list by its words, cut to one short line."""
+    text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
+    if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
+        return text[:12]
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _differences(theirs: dict[str, Any], ours: dict[str, Any]) -> list[str]:
+    """How an entry's ingredients differ from the plan's, most telling first: 'target cpu-avx2 here cpu-avx512'."""
+    leaves = _leaves(theirs, ours)
+    if any(path == "target.name" for path, _, _ in leaves):
+        # the target's name says it: not its ISA and device again
+        leaves = [("target", t, o) for path, t, o in leaves if path == "target.name"] + [
+            leaf for leaf in leaves if not leaf[0].startswith("target")
+        ]
+    leaves.sort(
+        key=lambda leaf: (leaf[0] not in _FIRST, _FIRST.index(leaf[0]) if leaf[0] in _FIRST else 0)
+    )
+    return [f"{path} {_short(t)} here {_short(o)}" for path, t, o in leaves]
+
+
+def _bundle_mismatches(plan: Plan) -> list[str]:
+    """For each installed bundle holding entries of the plan's library, none of them usable: the bundle and how
+    its nearest entry differs (bounded in length); what a miss says beside "nothing is cached"."""
+    # with no compiler here, an entry differing only in its toolchain would have been used: compare the rest
+    mine = plan.ingredients if plan.toolchain_error is None else without_tools(plan.ingredients)
+    ours = json.loads(json.dumps(mine))
+    found: list[str] = []
+    for bundle in installed_bundles(plan.cache.stamps):
+        best: tuple[int, int, Path, list[str]] | None = None
+        entries = sorted(bundle.library_dir(plan.spec.name).glob("*/*"))
+        for path in entries[:BUNDLE_ENTRIES]:
+            m = bundle.read_manifest(path)
+            if m is None or not isinstance(m.ingredients, dict):
+                continue
+            theirs = m.ingredients if plan.toolchain_error is None else without_tools(m.ingredients)
+            diffs = _differences(theirs, ours)
+            rank = (len(diffs), int(m.target != plan.target.name))
+            if best is None or rank < best[:2]:
+                best = (*rank, path, diffs)
+        # none read, or one with this very key (refused: a Damaged reason names it already)
+        if best is None or not best[3]:
+            continue
+        diffs = best[3]
+        more = f" and {len(diffs) - SHOWN_DIFFS} more" if len(diffs) > SHOWN_DIFFS else ""
+        found.append(
+            f"the bundle {bundle.name} holds {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} of "
+            f"{plan.spec.name!r}, none with this key: the nearest ({best[2].parent.name}/{best[2].name[:12]}) "
+            f"differs in {', '.join(diffs[:SHOWN_DIFFS])}{more}"
+        )
+    if len(found) > SHOWN_BUNDLES:
+        found[SHOWN_BUNDLES:] = [f"{len(found) - SHOWN_BUNDLES} more bundles hold entries of it"]
+    return found
 
 
 def _frozen(plan: Plan, status: EntryStatus, settings: Settings) -> None:
@@ -261,11 +338,14 @@ def ensure_entry(
         if _freeze_mode(settings) == "error":
             # raises: nothing may be built here, which says more than "no compiler"
             _frozen(plan, status, settings)
-        # an entry (a bundle's too) was refused: say why beside the missing compiler
-        if isinstance(status, Damaged):
+        # an entry (a bundle's too) was refused, or a bundle holds only other machines' entries: say why beside
+        # the missing compiler
+        reasons = [status.reason] if isinstance(status, Damaged) else []
+        reasons += _bundle_mismatches(plan)
+        if reasons:
             head, fix, rest = str(plan.toolchain_error).partition(" Fix: ")
             raise ToolchainError(
-                f"{head} No cached or bundled entry could be used instead: {status.reason}.{fix}{rest}"
+                f"{head} No cached or bundled entry could be used instead: {'; '.join(reasons)}.{fix}{rest}"
             ) from plan.toolchain_error
         raise plan.toolchain_error
     if offline:
@@ -280,9 +360,12 @@ def ensure_entry(
     remote = settings.remote is not None or job
     # the cache looked in, for frozen mode's message (a private one may replace it below)
     missed = plan
-    if not remote and _freeze_mode(settings) == "error":
+    frozen = _freeze_mode(settings) == "error"
+    if frozen and not remote:
         _frozen(missed, status, settings)  # raises before any lock, self-check or build
-    pending = before_first_build(plan, settings, check_toolchain=not remote)
+    # frozen with a remote tier: only a fetch may answer, so nothing that runs a compiler (a stable plan's link
+    # stub, the self-check) starts before build(), which raises first
+    pending = None if frozen else before_first_build(plan, settings, check_toolchain=not remote)
     from .publish import build_and_publish  # miss path only: keeps the warm path's imports small
 
     cache = writable_cache(plan.cache, plan.what, settings)
@@ -293,7 +376,9 @@ def ensure_entry(
         nonlocal pending
         # here, not before: a fetch from a remote tier builds nothing
         _frozen(missed, status, settings)
-        if remote:  # deferred from before_first_build: only a build needs a sound toolchain
+        if frozen:  # unfrozen since (jitops.unfreeze()): what was held back
+            pending = before_first_build(plan, settings)
+        elif remote:  # deferred from before_first_build: only a build needs a sound toolchain
             from .selfcheck import start
 
             pending = start(plan, settings)

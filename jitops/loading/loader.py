@@ -3,8 +3,10 @@
 The warm path (a verified cache entry) reads a manifest, hashes one library
 (or finds it stamped as verified: ``stamps``) and dlopens it: no ninja, no compiler,
 no subprocess, no import of ``torch.utils.cpp_extension``. Settings are read once
-per public call here and passed down. Which build holds each fixed operator namespace in this
-process (``check_fixed``) is kept here too, for both front doors.
+per public call here and passed down. ``get``'s memo answers while the spec, the build variables its
+key holds and (an editable kernel folder) its files' stamps are as they were when it was planned.
+Which build holds each fixed operator namespace in this process (``check_fixed``) is kept here too,
+for both front doors.
 
 Imports: fsutil, cache (an entry's library path; its stamps: a library's recorded op names), entry, errors, functionalize (lazily), key, manifest, ops, plan, registry
 (lazily: ``get`` and ``reference`` only, not the drop-in), settings, spec.
@@ -31,7 +33,7 @@ from ..errors import (
     OfflineMiss,
     ToolchainError,
 )
-from ..key import source_stamp
+from ..key import env_vars_for, source_stamp
 from ..store.manifest import MANIFEST, Manifest
 from .ops import Op, op_from_library, ops_in_namespace, reference_for
 from ..plan import LoadedLibrary, Plan, make_plan, runnable_here
@@ -40,13 +42,33 @@ from ..spec import OpSpec, validate_name
 
 _state_lock = threading.RLock()
 _libraries: dict[str, LoadedLibrary] = {}  # key -> loaded build
-# (name, device) -> (Op, the spec it came from, its kernel folder's files when loaded or None)
-_ops: dict[tuple[str, str | None], tuple[Op, OpSpec, Any]] = {}
+# (name, device) -> (Op, the spec it came from, its kernel folder's files when loaded or None, the build
+# variables its key holds, and their values when it was planned: see _build_env)
+_ops: dict[tuple[str, str | None], tuple[Op, OpSpec, Any, tuple[Any, ...], list[Any]]] = {}
 _torch_libs: dict[str, Any] = {}  # namespace -> torch.library.Library (kept alive)
 _torch_impls: dict[str, Any] = {}  # namespace -> its Functionalize kernels' Library (kept alive)
 _fallback_warned: set[str] = set()
 # namespaces whose Python side (fake kernels, autograd) torch already holds
 _python_registered: set[str] = set()
+
+
+# The build variables as os.environ holds them (its encoded keys and values: a dict read per variable, not
+# os.environ's own lookup, which costs ~1 us each); os.environ itself where it has no such mapping.
+def _environ_reader() -> tuple[Callable[[Any], Any], Callable[[str], Any]]:
+    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
+    if isinstance(data, dict) and callable(encode):
+        return data.get, encode
+    return os.environ.get, str
+
+
+_env_get, _env_key = _environ_reader()
+
+
+def _build_env(device: str) -> tuple[tuple[Any, ...], list[Any]]:
+    """(the variables a ``device`` key holds, their values now): what a memo hit compares, so that a change made
+    in this process (a notebook setting ``CXXFLAGS``) plans again, as ``load`` and a fresh process do."""
+    names = tuple(map(_env_key, env_vars_for(device)))
+    return names, [*map(_env_get, names)]
 
 
 def _reset_after_fork() -> None:
@@ -219,13 +241,20 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     key = (name, device)
     memo = _ops.get(key)  # lock-free fast path: dict reads are atomic
     if memo is not None:
-        op, spec, stamp = memo
-        # Still the registered spec (register/undo change it), and its kernel folder unedited.
-        if _registry.find(name) is spec and (stamp is None or stamp == source_stamp(spec)):
+        op, spec, stamp, names, seen = memo
+        # Still the registered spec (register/undo change it), the build variables its key holds unchanged,
+        # and its kernel folder unedited.
+        if (
+            _registry.find(name) is spec
+            and [*map(_env_get, names)] == seen
+            and (stamp is None or stamp == source_stamp(spec))
+        ):
             return op
     validate_name(name)  # before the registry import or any other file access
     settings = Settings.from_env()
     spec = _registry.lookup(name)
+    # before the plan reads them: a change made meanwhile plans again on the next call
+    env = {d: _build_env(d) for d in ("cpu", "cuda")}
     # A kernel folder is being edited in place: note its files now, so an edit made
     # during the build is seen by the next get().
     stamp = source_stamp(spec) if spec.editable else None
@@ -241,6 +270,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
             raise
         return _fallback_op(spec, name, e)
     op = op_from_library(lib, name)
+    names, seen = env["cuda" if lib.target.startswith("cuda") else "cpu"]
     with _state_lock:
         current = _ops.get(key)
         if (
@@ -248,8 +278,8 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
             and current[0].library is not None
             and current[0].library.key == lib.key
         ):
-            return current[0]
-        _ops[key] = (op, spec, stamp)
+            op = current[0]  # the same library: the same Op, with what it was planned from now
+        _ops[key] = (op, spec, stamp, names, seen)
         return op
 
 

@@ -12,19 +12,23 @@ with what its plan read:
   build variables a key holds), the Python executable, and jitops's version and folder;
 * the stat identity (device, inode, size, mtime and ctime in ns) of every source and header the key digested
   (the sources' folder, the include dirs, jitops's headers) and of every folder under those (adding, removing or
-  renaming a file changes its folder's times);
+  renaming a file changes its folder's times); each of those roots that does not exist, as absent (creating an
+  include path changes the key through the headers it holds);
+* the sha256 the key was made from of the sources and headers, up to ``HASHED_BYTES`` in all: a write through a
+  shared mapping changes bytes before it changes the ctime (until the page is written back), so a recall hashes
+  them again after every stat held;
 * the compiler: ``$CXX`` (or ``c++``) found on ``PATH``, its canonical binary and that binary's identity;
 * the entry: the sha256 of its manifest's bytes and the identity of its library, which a stamp had vouched for
   (hashed in full by an earlier check), and the module's name.
 
-A later call computes the digest, finds the record and checks each identity with one ``stat``: no hash, no
-subprocess, neither the planner nor the drop-in's build code imported. Any difference, or anything odd in the
-record, and the call plans as before. A record is written only when every identity is settled (``stamps.SETTLED``
-seconds old: a write in the same timestamp tick as the record changes no time) and each file's identity is the
-one the plan took before it read the file. Any write changes a file's ctime, which no call can set back, so
-nothing the key covers changes unseen: the recalled entry is the one the plan would pick and verify, and loading
-it is what the planned path does for such a library. Libraries with ops, schemas or a fixed namespace, CUDA
-builds and ``verbose=True`` always plan.
+A later call computes the digest, finds the record and checks each identity with one ``stat``, then the small
+sources' bytes (a few KB each): no library hash, no subprocess, neither the planner nor the drop-in's build code
+imported. Any difference, or anything odd in the record, and the call plans as before. A record is written only
+when every identity is settled (``stamps.SETTLED`` seconds old: a write in the same timestamp tick as the record
+changes no time) and each file's identity is the one the plan took before it read the file. Any other write
+changes a file's ctime, which no call can set back, so nothing the key covers changes unseen: the recalled entry
+is the one the plan would pick and verify, and loading it is what the planned path does for such a library.
+Libraries with ops, schemas or a fixed namespace, CUDA builds and ``verbose=True`` always plan.
 
 Imports: _version, fsutil, record, spec, stamps, target (probe); key and manifest lazily (when a call is remembered);
 settings and plan for annotations.
@@ -38,6 +42,7 @@ import importlib.util
 import json
 import logging
 import os
+import stat
 import sys
 import threading
 import time
@@ -62,9 +67,12 @@ log = logging.getLogger("jitops")
 _JITOPS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SUFFIX = ".hit"
-FORMAT = 1
+FORMAT = 2
 MAX_BYTES = 1 << 20  # a record naming more files than fit is not written: such a request plans
 MAX_FOLDERS = 2000
+# sources hashed on each recall, in all: a write through a shared mapping can change bytes before it changes the
+# ctime; beyond this, a file is proven by its stat identity alone
+HASHED_BYTES = 1 << 20
 KEEP = 256  # records kept before the oldest half are dropped
 MODULES: dict[
     str, types.ModuleType
@@ -132,13 +140,47 @@ def _same(path: str, ident: list[int]) -> bool:
         return False
 
 
+def _absent(path: str) -> bool:
+    """Nothing at ``path`` (a link to nothing included): what a missing include path must stay."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _holds(path: str, digest: str) -> bool:
+    """``path`` holds the bytes of sha256 ``digest`` (one bounded read: a hashed file fits the budget)."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            return hashlib.sha256(f.read(HASHED_BYTES + 1)).hexdigest() == digest
+    except OSError:
+        return False
+
+
+def _pairs(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in value
+    )
+
+
 def _well_formed(data: dict[str, Any], digest: str) -> bool:
-    paths = data.get("paths")
+    paths, absent, digests = data.get("paths"), data.get("absent"), data.get("digests")
     if (
         data.get("v") != FORMAT
         or data.get("request") != digest
         or not isinstance(paths, list)
-        or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in paths)
+        or not isinstance(absent, list)
+        or not isinstance(digests, list)
+    ):
+        return False
+    if not (
+        _pairs(paths)
+        and _pairs(digests)
+        and all(isinstance(d, str) for _, d in digests)
+        and all(isinstance(a, str) for a in absent)
     ):
         return False
     ids = [data.get("library"), data.get("compiler_identity"), *(p[1] for p in paths)]
@@ -169,7 +211,12 @@ def recall(req: Request) -> types.ModuleType | None:
         data["compiler"], data["compiler_identity"]
     ):
         return None
-    if not all(_same(path, ident) for path, ident in data["paths"]):
+    if not all(_same(path, ident) for path, ident in data["paths"]) or not all(
+        map(_absent, data["absent"])
+    ):
+        return None
+    # after every stat held: the bytes of the small sources, which a shared mapping can change unseen
+    if not all(_holds(path, digest) for path, digest in data["digests"]):
         return None
     try:
         with open(data["manifest_path"], "rb") as f:
@@ -243,9 +290,21 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
 
     now = time.time_ns()
     paths: list[list[Any]] = []
+    absent: list[str] = []
     roots = [plan.spec.root, *plan.spec.include_dirs, INCLUDE_DIR]
     for root in roots:  # the folders first: a file added after this walk changes one of them
-        # every folder under it: more than files_under enters, never less
+        try:
+            st = os.stat(root)
+        except (FileNotFoundError, NotADirectoryError):
+            # not there (yet): its creation changes the key through the headers it holds, so it must stay absent
+            absent.append(os.fspath(root))
+            continue
+        if not stat.S_ISDIR(st.st_mode):  # a file where a folder is named: it, as it is
+            if not _settled(st, now):
+                return None
+            paths.append([os.fspath(root), list(identity(st))])
+            continue
+        # every folder under it (the root first): more than files_under enters, never less
         for folder, _, _ in os.walk(root):
             if len(paths) >= MAX_FOLDERS:
                 return None  # sources in a big tree (a home folder): such a request plans
@@ -257,6 +316,9 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
     taken = dict(plan.stamps)  # (inode, ctime, mtime, size) before the plan read each file
     if sorted(label for label, _ in labelled) != sorted(taken):
         return None
+    digested = dict(plan.digests)  # the bytes the key was made from
+    digests: list[list[str]] = []
+    budget = HASHED_BYTES
     for label, p in labelled:
         st = os.stat(p)
         if (st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size) != tuple(
@@ -264,6 +326,9 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
         ) or not _settled(st, now):
             return None
         paths.append([str(p), list(identity(st))])
+        if st.st_size <= budget and label in digested:
+            budget -= st.st_size
+            digests.append([str(p), digested[label]])
     tool = plan.compiler
     assert tool is not None
     compiler = _compiler(req.system)
@@ -293,4 +358,6 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
         "compiler": tool.path,
         "compiler_identity": list(identity(cst)),
         "paths": paths,
+        "absent": absent,
+        "digests": digests,
     }
