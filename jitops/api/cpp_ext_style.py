@@ -310,7 +310,7 @@ def load(
             return hit  # type: ignore[no-any-return]
         if is_python_module:
             binding = bool(functions) and any(EXTENSION_H.search(t) for t in texts)
-            module = recall.MODULES.get(lib.key) or _python_module(
+            module = recall.MODULES.get(lib.namespace) or _python_module(
                 lib,
                 path,
                 [m.group(1) for t in texts for m in _PYBIND.finditer(t)],
@@ -319,7 +319,7 @@ def load(
             )
             # a plain pybind11 module
             if module.__spec__ is not None and not lib.ops and not namespaces:
-                recall.MODULES.setdefault(lib.key, module)
+                recall.MODULES.setdefault(lib.namespace, module)
                 if request is not None:
                     recall.remember(request, plan, lib, module)
             result = Loaded(module, lib)

@@ -17,7 +17,10 @@ with what its plan read:
 * the sha256 the key was made from of the sources and headers, up to ``HASHED_BYTES`` in all: a write through a
   shared mapping changes bytes before it changes the ctime (until the page is written back), so a recall hashes
   them again after every stat held;
-* the compiler: ``$CXX`` (or ``c++``) found on ``PATH``, its canonical binary and that binary's identity;
+* the compiler: ``$CXX`` (or ``c++``) found on ``PATH``, its canonical binary and that binary's identity, and the
+  identity of each program its driver runs (``toolchain.program_files``), with the ``PATH`` lookup of ``as`` / ``ld``;
+* every other file the build read (the manifest's ``inputs``), by the identity the entry's last proof by bytes
+  recorded (``Stamps.input_identities``): a call is remembered only once those are proven;
 * the entry: the sha256 of its manifest's bytes and the identity of its library, which a stamp had vouched for
   (hashed in full by an earlier check), and the module's name.
 
@@ -30,7 +33,8 @@ changes a file's ctime, which no call can set back, so nothing the key covers ch
 is the one the plan would pick and verify, and loading it is what the planned path does for such a library.
 Libraries with ops, schemas or a fixed namespace, CUDA builds and ``verbose=True`` always plan.
 
-Imports: _version, fsutil, record, spec, stamps, target (probe); key and manifest lazily (when a call is remembered);
+Imports: _version, fsutil, record, spec, stamps, target (probe); key, manifest, cache, inputs and toolchain lazily
+(when a call is remembered);
 settings and plan for annotations.
 """
 
@@ -42,6 +46,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 import stat
 import sys
 import threading
@@ -67,16 +72,15 @@ log = logging.getLogger("jitops")
 _JITOPS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SUFFIX = ".hit"
-FORMAT = 2
+FORMAT = 3
 MAX_BYTES = 1 << 20  # a record naming more files than fit is not written: such a request plans
 MAX_FOLDERS = 2000
 # sources hashed on each recall, in all: a write through a shared mapping can change bytes before it changes the
 # ctime; beyond this, a file is proven by its stat identity alone
 HASHED_BYTES = 1 << 20
 KEEP = 256  # records kept before the oldest half are dropped
-MODULES: dict[
-    str, types.ModuleType
-] = {}  # key -> its pybind11 module, imported once per process (cpp_ext_style's too)
+# namespace (one per build) -> its pybind11 module, imported once per process (cpp_ext_style's too)
+MODULES: dict[str, types.ModuleType] = {}
 _lock = threading.Lock()
 
 
@@ -168,18 +172,21 @@ def _pairs(value: Any) -> bool:
 
 def _well_formed(data: dict[str, Any], digest: str) -> bool:
     paths, absent, digests = data.get("paths"), data.get("absent"), data.get("digests")
+    lookups = data.get("lookups")
     if (
         data.get("v") != FORMAT
         or data.get("request") != digest
         or not isinstance(paths, list)
         or not isinstance(absent, list)
         or not isinstance(digests, list)
+        or not isinstance(lookups, list)
     ):
         return False
     if not (
         _pairs(paths)
         and _pairs(digests)
-        and all(isinstance(d, str) for _, d in digests)
+        and _pairs(lookups)
+        and all(isinstance(d, str) for _, d in (*digests, *lookups))
         and all(isinstance(a, str) for a in absent)
     ):
         return False
@@ -215,6 +222,9 @@ def recall(req: Request) -> types.ModuleType | None:
         map(_absent, data["absent"])
     ):
         return None
+    # the assembler and linker the compiler finds on PATH are the ones it found then
+    if any(shutil.which(name) != path for name, path in data["lookups"]):
+        return None
     # after every stat held: the bytes of the small sources, which a shared mapping can change unseen
     if not all(_holds(path, digest) for path, digest in data["digests"]):
         return None
@@ -227,7 +237,7 @@ def recall(req: Request) -> types.ModuleType | None:
     if not _same(data["library_path"], data["library"]):
         return None
     with _lock:
-        module = MODULES.get(data["key"])
+        module = MODULES.get(data["namespace"])
         if module is None:
             import torch
 
@@ -240,7 +250,7 @@ def recall(req: Request) -> types.ModuleType | None:
 
             # as the loader loads a library without schemas or ops
             torch.ops.load_library(data["library_path"])
-            module = MODULES[data["key"]] = pybind_module(
+            module = MODULES[data["namespace"]] = pybind_module(
                 data["module"], Path(data["library_path"])
             )
             module.ops = getattr(torch.ops, data["namespace"])  # type: ignore[attr-defined]  # as cpp_ext_style's
@@ -286,7 +296,10 @@ def remember(req: Request, plan: Plan, lib: LoadedLibrary, module: types.ModuleT
 def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[str, Any] | None:
     """The record of ``req``, or None where something is unsettled or no longer what the plan read."""
     from ..key import INCLUDE_DIR, source_files
+    from ..store import inputs
+    from ..store.cache import Cache
     from ..store.manifest import MANIFEST, Manifest
+    from ..target import toolchain
 
     now = time.time_ns()
     paths: list[list[Any]] = []
@@ -334,8 +347,31 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
     compiler = _compiler(req.system)
     if compiler != (tool.command, tool.path):
         return None
+    # what the compiler's driver runs, and how each was found on PATH (a link or PATH changed: plans)
+    ran = toolchain.program_files(tool.path, tool.run)
+    if ran is None:
+        return None
+    lookups = [[name, path] for path, name in ran if name]
+    for path, _ in ran:
+        st = os.stat(path)
+        if not _settled(st, now):
+            return None
+        paths.append([path, list(identity(st))])
+    # every other file the build read, as the entry's proof last found it by its bytes
+    read = lib.manifest.inputs
+    proven = req.stamps.input_identities(os.fsdecode(lib.entry))
+    if read is None:
+        return None
+    for label, digest in read.items():
+        where = inputs.path_of(label, plan.spec.root)
+        if where is None:
+            return None
+        st = os.stat(where)
+        if proven.get(where) != (identity(st), digest) or not _settled(st, now):
+            return None
+        paths.append([where, list(identity(st))])
     cst = os.stat(tool.path)
-    raw = (lib.entry / MANIFEST).read_bytes()
+    raw = Cache.manifest_bytes(lib.entry)
     lst = os.stat(lib.library_path)
     if (
         not _settled(cst, now)
@@ -360,4 +396,5 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
         "paths": paths,
         "absent": absent,
         "digests": digests,
+        "lookups": lookups,
     }

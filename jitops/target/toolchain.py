@@ -375,6 +375,7 @@ def programs(
     if data is None and record_file is not None:
         data = read_record(record_file)
     if data is not None and _programs_hold(data, command):
+        _asked[name] = data
         return tuple((r[0], r[3]) for r in data["programs"]), False
     found = _ask_programs(command)
     rows = [
@@ -385,6 +386,22 @@ def programs(
     if record and record_file is not None and os.path.isdir(record_file.parent.parent):
         _write_record(record_file, body)
     return tuple((role, digest) for role, _, _, digest in found), True
+
+
+def program_files(real: str, command: str) -> list[tuple[str, str]] | None:
+    """(path, the bare name it was looked up by on ``PATH`` or "") of each program this process found
+    the driver at ``command`` runs (:func:`programs`), while they still hold; else None."""
+    data = _asked_or_none(real)
+    if data is None or not _programs_hold(data, command):
+        return None
+    return [(row[1], row[2]) for row in data["programs"]]
+
+
+def _asked_or_none(real: str) -> dict[str, Any] | None:
+    try:
+        return _asked.get(f"{_fingerprint(real)}-programs")
+    except OSError:
+        return None
 
 
 # record name -> what this process found a driver runs (written by persist once the cache exists)

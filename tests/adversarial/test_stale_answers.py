@@ -156,6 +156,26 @@ def test_recall_is_not_answered_once_a_missing_include_path_is_created(
     )
 
 
+@pytest.mark.compile
+@pytest.mark.timeout(900)
+def test_recall_is_not_answered_after_an_edit_of_a_file_no_walk_covers(tmp_path: Path) -> None:
+    """A header reached through ``../`` with a suffix no folder walk takes: the key cannot see it, the
+    entry's record of what the compiler read does, and so does a remembered call."""
+    src, override, base = _layout(tmp_path / "tree")
+    far = tmp_path / "tree" / "elsewhere" / "value.hh"
+    far.parent.mkdir()
+    far.write_text("#define VALUE 1\n")
+    (base / "cfg.h").write_text('#pragma once\n#include "../elsewhere/value.hh"\n')
+    includes, cache, state = [override, base], tmp_path / "cache", tmp_path / "state"
+    assert _load(src, includes, cache, state) == ("planned", [1.0, 1.0])
+    _remembered(src, includes, cache, state)
+    far.write_text("#define VALUE 2\n")
+    assert _load(src, includes, cache, state) == ("planned", [2.0, 2.0]), (
+        "the call was recalled with the module built from the old header"
+    )
+    assert _load(src, includes, cache, state)[1] == [2.0, 2.0]
+
+
 @pytest.fixture
 def quiet_folder(tmp_path: Path) -> Iterator[Path]:
     """A folder where a shared mapping's dirty page stays dirty: tmpfs (/dev/shm) never writes it back; else the
