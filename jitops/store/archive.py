@@ -338,11 +338,19 @@ def _publish_staged(
 
 def _import_record(cache: Cache, name: str, path: Path) -> int:
     data = fsutil.read_record(path)
-    if not (
+    identity = (
         data is not None
         and set(data) == {"path", "version"}
         and all(isinstance(v, str) for v in data.values())
-    ):
+    )
+    # what a driver runs: used only where every program's stat identity holds here (toolchain)
+    programs = (
+        data is not None
+        and name.endswith("-programs.json")
+        and set(data) == {"format", "command", "programs"}
+        and isinstance(data["programs"], list)
+    )
+    if not (identity or programs):
         return 0
     dest = cache.toolchains / name
     if dest.exists():

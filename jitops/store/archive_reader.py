@@ -47,7 +47,8 @@ ENTRY_MEMBER = re.compile(
     rf"{LAYOUT}/entries/(?P<lib>{_LIB})/(?P<target>{_TARGET})/(?P<key>{_KEY})"
     r"/(?P<file>manifest\.json|lib[a-z0-9_]{1,64}\.so)"
 )
-TOOL_MEMBER = re.compile(rf"{LAYOUT}/toolchains/[0-9a-f]{{32}}\.json")
+# a compiler's identity, and what its driver runs (toolchain.programs)
+TOOL_MEMBER = re.compile(rf"{LAYOUT}/toolchains/[0-9a-f]{{32}}(-programs)?\.json")
 _DIR_MEMBER = re.compile(rf"{LAYOUT}(/toolchains|/entries(/{_LIB}(/{_TARGET}(/{_KEY})?)?)?)?")
 MAX_MEMBER_BYTES = 4 << 30  # one shared library
 MAX_RECORD_BYTES = 64 << 10  # one toolchain record

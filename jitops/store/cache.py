@@ -254,9 +254,12 @@ class Cache:
                 f"{entry} does not record what its compiler read (built by an earlier jitops), "
                 "so it cannot be proven current"
             )
-        why = inputs.first_change(
-            manifest.inputs, root, self.stamps, os.fsdecode(entry), only_root=only_root
-        )
+        where = os.fsdecode(entry)
+        known = self.stamps.input_identities(where) if self.stamps is not None else {}
+        why, proven, fresh = inputs.prove(manifest.inputs, root, known, only_root=only_root)
+        # remembered as a library stamp is: never from a read-only cache (nor offline: Stamps.write)
+        if fresh and why is None and self.stamps is not None and fsutil.writable(entry / MANIFEST):
+            self.stamps.record_input_identities(where, proven)
         return None if why is None else f"stale: {why}"
 
     def publish_entry(

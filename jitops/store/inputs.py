@@ -15,9 +15,10 @@ jitops's own headers (digested in the key), the compiler's own folder (its ident
 the build generated (the build folder, the cache's objects, PCHs and stubs).
 
 Proof is cheap where it can be: a file whose stat identity (device, inode, size, mtime, ctime)
-matches this user's stamp of it (``Stamps``) is taken as proven; anything else is hashed.
+matches this user's stamp of it (``Stamps.input_identities``) is taken as proven; anything else is
+hashed.
 
-Imports: fsutil (a ``Stamps`` is passed in).
+Imports: nothing (the stamps' record of proven files is passed in).
 """
 
 from __future__ import annotations
@@ -28,10 +29,6 @@ import stat
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .stamps import Stamps
 
 ROOT = "<root>"
 # seconds: a file changed more recently than this is proven by its bytes, never by a stamp
@@ -110,32 +107,40 @@ def identity(st: os.stat_result) -> Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def first_change(
+Proven = dict[str, tuple[Identity, str]]  # path -> (stat identity, sha256) it held when hashed
+
+
+def first_change(inputs: Mapping[str, str], root: Path | None) -> str | None:
+    """None when every recorded file still holds its recorded bytes; else the first that does not, and how."""
+    return prove(inputs, root)[0]
+
+
+def prove(
     inputs: Mapping[str, str],
     root: Path | None,
-    stamps: Stamps | None = None,
-    entry: str = "",
+    known: Proven | None = None,
     *,
     only_root: bool = False,
-) -> str | None:
-    """None when every recorded file still holds its recorded bytes; else the first that does not, and how.
-
-    ``stamps`` (with ``entry``, the entry's path) lets a file whose stat identity was proven to hold the
-    recorded bytes before skip its hash, and remembers the files hashed now. ``only_root``: prove the library's own files only
-    (a machine without a compiler, where nothing else could be built anyway)."""
-    known = stamps.input_identities(entry) if stamps is not None and entry else {}
-    proven: dict[str, tuple[Identity, str]] = {}
+) -> tuple[str | None, Proven, bool]:
+    """(None, or the first recorded file that no longer holds its bytes and how; the files proven,
+    with their identity; whether any was hashed now). A file whose stat identity ``known`` says held
+    these bytes is not hashed again (a stamp: ``Stamps.input_identities``); one changed less than
+    :data:`SETTLED` seconds ago is hashed but not returned as proven. ``only_root``: the library's
+    own files only (a machine without a compiler, where nothing else could be built anyway)."""
+    known = known or {}
+    proven: Proven = {}
     fresh = False
     for lab in sorted(inputs):
         if only_root and not lab.startswith(ROOT + "/"):
             continue
         path = path_of(lab, root)
         if path is None:
-            return f"{lab} was read by the build, but this library has no folder to find it in"
+            why = f"{lab} was read by the build, but this library has no folder to find it in"
+            return why, proven, fresh
         try:
             st = os.stat(path)
         except OSError:
-            return f"{path} was read by the build and is gone"
+            return f"{path} was read by the build and is gone", proven, fresh
         ident = identity(st)
         if known.get(path) == (ident, inputs[lab]):
             proven[path] = (ident, inputs[lab])
@@ -143,12 +148,10 @@ def first_change(
         try:
             same = digest(path) == inputs[lab]
         except OSError as e:
-            return f"{path} was read by the build and cannot be read now ({e})"
+            return f"{path} was read by the build and cannot be read now ({e})", proven, fresh
         if not same:
-            return f"{path} changed since the build"
+            return f"{path} changed since the build", proven, fresh
         fresh = True
         if st.st_ctime_ns <= time.time_ns() - int(SETTLED * 1e9):
             proven[path] = (ident, inputs[lab])
-    if fresh and stamps is not None and entry:
-        stamps.record_input_identities(entry, proven)
-    return None
+    return None, proven, fresh
