@@ -61,3 +61,20 @@ def load_value(
             }
         )
     return out[0] if times == 1 else {"loads": out}
+
+
+def get_twice(folder: str, op: str, header: str) -> dict[str, Any]:
+    """``jitops.get`` of a registered kernel folder's op, then again after ``header`` (outside the
+    folder) was edited in this process: both values, and whether the second built."""
+    import jitops
+
+    jitops.register_kernel_dir(folder, ops=[op])
+    first = jitops.get(op)
+    with open(header, "w") as f:
+        f.write("#define VALUE 2.0\n")
+    second = jitops.get(op)
+    return {
+        "values": [float(first()), float(second())],
+        "keys": [first.library.key, second.library.key],
+        "built": second.library.built,
+    }

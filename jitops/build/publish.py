@@ -19,8 +19,9 @@ from pathlib import Path
 
 from ..target import compilers, toolchain
 from ..base import fsutil
+from ..store import inputs
 from ..store.cache import Cache
-from ..errors import BuildError, CacheError
+from ..errors import BuildError, CacheError, SourcesChanged
 from ..key import INCLUDE_DIR, SCRUBBED_ENV_VARS
 from ..store.manifest import Hit, Manifest
 from ..plan import Plan
@@ -149,6 +150,7 @@ def build_and_publish(
             variant=plan.namespace.rsplit("_", 1)[-1][:12] if plan.variant else "",
         )
         log.info("building %s (first use; cached afterwards)", plan.what)
+        began = time.time_ns()
         with BuildProgress(plan.what, forced=settings.progress):
             try:
                 result = _build.build(job, cache.log_file(spec.name, target.name))
@@ -156,6 +158,12 @@ def build_and_publish(
                 if _build.NO_SPACE_MARKER in e.log:
                     raise OSError(errno.ENOSPC, "the compiler ran out of disk space") from e
                 raise
+        # a file read was written while it compiled: its recorded digest may not be what was compiled
+        written = inputs.edited_since(result.inputs or {}, spec.root, began)
+        if written is not None:
+            raise SourcesChanged(
+                f"library {spec.name!r}: {written} changed while it was compiled; nothing was published"
+            )
         toolchain.persist(cache.toolchains)  # so the next process's warm path runs no `--version`
         lib_path = out_dir / job.library_file
         shutil.copyfile(result.library, lib_path)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import fsutil
+from ..store import inputs
 from ..store.cache import Cache
 from ..build.entry import ensure_entry
 from ..errors import (
@@ -247,7 +248,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
         if (
             _registry.find(name) is spec
             and [*map(_env_get, names)] == seen
-            and (stamp is None or stamp == source_stamp(spec))
+            and (stamp is None or stamp == _edits(spec, stamp[1]))
         ):
             return op
     validate_name(name)  # before the registry import or any other file access
@@ -257,7 +258,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     env = {d: _build_env(d) for d in ("cpu", "cuda")}
     # A kernel folder is being edited in place: note its files now, so an edit made
     # during the build is seen by the next get().
-    stamp = source_stamp(spec) if spec.editable else None
+    before = source_stamp(spec) if spec.editable else None
     try:
         lib = load_library(spec, device, settings=settings)
     except (
@@ -271,16 +272,26 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
         return _fallback_op(spec, name, e)
     op = op_from_library(lib, name)
     names, seen = env["cuda" if lib.target.startswith("cuda") else "cpu"]
+    # and the other files its build read that a user may edit (headers outside the folder)
+    stamp = None
+    if before is not None:
+        paths = inputs.watched(lib.manifest.inputs or {}, spec.root)
+        stamp = (before, paths, inputs.stat_stamp(paths))
     with _state_lock:
         current = _ops.get(key)
         if (
             current is not None
             and current[0].library is not None
-            and current[0].library.key == lib.key
+            and current[0].library.namespace == lib.namespace
         ):
             op = current[0]  # the same library: the same Op, with what it was planned from now
         _ops[key] = (op, spec, stamp, names, seen)
         return op
+
+
+def _edits(spec: OpSpec, paths: tuple[str, ...]) -> tuple[Any, ...]:
+    """What an editable library's memo compares: its folder's files and the others it watches."""
+    return (source_stamp(spec), paths, inputs.stat_stamp(paths))
 
 
 def _fallback_op(spec: OpSpec, name: str, cause: JitopsError) -> Op:

@@ -155,3 +155,39 @@ def prove(
         if st.st_ctime_ns <= time.time_ns() - int(SETTLED * 1e9):
             proven[path] = (ident, inputs[lab])
     return None, proven, fresh
+
+
+# Where a system's own files live: what a notebook's in-process memo does not watch (a new process,
+# or ``jitops.load``, proves them).
+SYSTEM = ("/usr/", "/lib/", "/lib64/", "/bin/", "/sbin/", "/etc/")
+
+
+def edited_since(inputs: Mapping[str, str], root: Path | None, since_ns: int) -> str | None:
+    """A recorded file changed (its ctime) at or after ``since_ns``, or None: the bytes hashed after a
+    build may not be the ones the compiler read."""
+    for lab in sorted(inputs):
+        path = path_of(lab, root)
+        try:
+            if path is not None and os.stat(path).st_ctime_ns >= since_ns:
+                return path
+        except OSError:
+            return path
+    return None
+
+
+def watched(inputs: Mapping[str, str], root: Path | None) -> tuple[str, ...]:
+    """The recorded files a user may edit in place: the library's own and any outside :data:`SYSTEM`."""
+    paths = (path_of(lab, root) for lab in sorted(inputs))
+    return tuple(p for p in paths if p is not None and not p.startswith(SYSTEM))
+
+
+def stat_stamp(paths: Iterable[str]) -> tuple[tuple[int, int], ...]:
+    """(mtime_ns, size) of each file, (0, -1) where it is gone: a cheap "was any edited?" check."""
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((0, -1))
+    return tuple(out)

@@ -311,3 +311,50 @@ def test_an_entry_without_a_record_of_its_inputs_is_built_again(tmp_path: Path) 
     (entry / "manifest.json").write_bytes(old.to_json())
     again = _load(tmp_path, "stale_old", sources=[str(src)])
     assert again["built"] and again["value"] == 1.0, again
+
+
+def test_get_in_the_same_process_sees_an_edited_header_outside_the_folder(tmp_path: Path) -> None:
+    """A notebook edits a header that the key does not walk: the next ``jitops.get`` of a registered
+    kernel folder's op builds again (its memo watches the files the build read, not only the folder)."""
+    args, header = _relative(tmp_path)
+    out = run_scenario(
+        "scenarios_inputs.get_twice",
+        env=_env(tmp_path),
+        folder=str(tmp_path / "src"),
+        op="value",
+        header=str(header),
+    )
+    assert out.get("values") == [1.0, 2.0] and out["built"], out
+
+
+def test_a_file_written_while_it_compiles_is_built_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's digests are taken after the compile: a file saved meanwhile would be recorded with
+    bytes the compiler never read. Its ctime says so, and the build is done again."""
+    from jitops import plan as planning
+    from jitops.build import entry as entry_mod
+    from jitops.build import runner
+    from jitops.store import inputs
+    from tests import fakelib
+    from tests.helpers import environ
+
+    header = _write(tmp_path / "far.h", _define(1))
+    fake, builds = runner.BUILDERS["fake"], []
+
+    def saved_meanwhile(job: Any, on_line: Any = None) -> tuple[int, str, Path]:
+        rc, out, lib = fake(job, on_line)
+        if not builds:
+            header.write_text(_define(2))  # saved while the first build compiled
+        builds.append(job.library)
+        runner._TIMINGS[id(job)] = {"inputs": {str(header): inputs.digest(str(header))}}
+        return rc, out, lib
+
+    monkeypatch.setitem(runner.BUILDERS, "fake", saved_meanwhile)
+    with environ(
+        JITOPS_CACHE_DIR=str(tmp_path / "cache"), JITOPS_BUILDER="fake", JITOPS_PROGRESS="0"
+    ):
+        fakelib.register_all()
+        made = entry_mod.ensure_entry(planning.make_plan(fakelib.FAKEADD, "cpu"))
+    assert len(builds) == 2 and made.built, builds
+    assert made.manifest.inputs == {str(header): inputs.digest(str(header))}
