@@ -19,8 +19,8 @@ with what its plan read:
   them again after every stat held;
 * the compiler: ``$CXX`` (or ``c++``) found on ``PATH``, its canonical binary and that binary's identity, and the
   identity of each program its driver runs (``toolchain.program_files``), with the ``PATH`` lookup of ``as`` / ``ld``;
-* every other file the build read (the manifest's ``inputs``), by the identity the entry's last proof by bytes
-  recorded (``Stamps.input_identities``): a call is remembered only once those are proven;
+* every other file the build read (the manifest's ``inputs``), by the identity it had when the entry's last proof
+  by bytes sealed them (``Stamps.inputs_seal``): a call is remembered only once those are proven;
 * the entry: the sha256 of its manifest's bytes and the identity of its library, which a stamp had vouched for
   (hashed in full by an earlier check), and the module's name.
 
@@ -357,19 +357,17 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
         if not _settled(st, now):
             return None
         paths.append([path, list(identity(st))])
-    # every other file the build read, as the entry's proof last found it by its bytes
+    # every other file the build read, as the entry's last proof by bytes found it (its seal)
     read = lib.manifest.inputs
-    proven = req.stamps.input_identities(os.fsdecode(lib.entry))
     if read is None:
         return None
-    for label, digest in read.items():
-        where = inputs.path_of(label, plan.spec.root)
-        if where is None:
+    seal, found = inputs.seal_of(read, plan.spec.root)
+    if seal is None or seal != req.stamps.inputs_seal(os.fsdecode(lib.entry)):
+        return None
+    for where, held in found:
+        if held is None or not _settled(held, now):
             return None
-        st = os.stat(where)
-        if proven.get(where) != (identity(st), digest) or not _settled(st, now):
-            return None
-        paths.append([where, list(identity(st))])
+        paths.append([where, list(identity(held))])
     cst = os.stat(tool.path)
     raw = Cache.manifest_bytes(lib.entry)
     lst = os.stat(lib.library_path)

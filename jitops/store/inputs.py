@@ -14,9 +14,10 @@ recorded (``pinned``): torch's install (its version, or the stable ABI's target 
 jitops's own headers (digested in the key), the compiler's own folder (its identity), and what
 the build generated (the build folder, the cache's objects, PCHs and stubs).
 
-Proof is cheap where it can be: a file whose stat identity (device, inode, size, mtime, ctime)
-matches this user's stamp of it (``Stamps.input_identities``) is taken as proven; anything else is
-hashed.
+Proof is cheap where it can be: this user's stamp of an entry holds the seal of its inputs (each
+file's path, stat identity (device, inode, size, mtime, ctime) and digest, hashed together) as the
+last proof by bytes found them; equal seals now prove every file with one ``stat``; anything else
+hashes them all.
 
 Imports: nothing (the stamps' record of proven files is passed in).
 """
@@ -107,54 +108,72 @@ def identity(st: os.stat_result) -> Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-Proven = dict[str, tuple[Identity, str]]  # path -> (stat identity, sha256) it held when hashed
-
-
 def first_change(inputs: Mapping[str, str], root: Path | None) -> str | None:
     """None when every recorded file still holds its recorded bytes; else the first that does not, and how."""
     return prove(inputs, root)[0]
 
 
-def prove(
-    inputs: Mapping[str, str],
-    root: Path | None,
-    known: Proven | None = None,
-    *,
-    only_root: bool = False,
-) -> tuple[str | None, Proven, bool]:
-    """(None, or the first recorded file that no longer holds its bytes and how; the files proven,
-    with their identity; whether any was hashed now). A file whose stat identity ``known`` says held
-    these bytes is not hashed again (a stamp: ``Stamps.input_identities``); one changed less than
-    :data:`SETTLED` seconds ago is hashed but not returned as proven. ``only_root``: the library's
-    own files only (a machine without a compiler, where nothing else could be built anyway)."""
-    known = known or {}
-    proven: Proven = {}
-    fresh = False
-    for lab in sorted(inputs):
+def seal_of(
+    inputs: Mapping[str, str], root: Path | None, *, only_root: bool = False
+) -> tuple[str | None, list[tuple[str, os.stat_result | None]]]:
+    """(the sha256 of every recorded file's path, stat identity and recorded digest, or None where one
+    cannot be found; each file's path and stat, None where it is gone). Equal seals: every file is the
+    very one a proof by bytes found holding its digest, unwritten since (its ctime would differ)."""
+    lines: list[str] = []
+    found: list[tuple[str, os.stat_result | None]] = []
+    whole = True
+    for lab, want in sorted(inputs.items()):
         if only_root and not lab.startswith(ROOT + "/"):
             continue
         path = path_of(lab, root)
         if path is None:
-            why = f"{lab} was read by the build, but this library has no folder to find it in"
-            return why, proven, fresh
+            return None, found
         try:
-            st = os.stat(path)
+            st: os.stat_result | None = os.stat(path)
         except OSError:
-            return f"{path} was read by the build and is gone", proven, fresh
-        ident = identity(st)
-        if known.get(path) == (ident, inputs[lab]):
-            proven[path] = (ident, inputs[lab])
-            continue
+            st, whole = None, False
+        found.append((path, st))
+        if st is not None:
+            lines.append(
+                f"{path}\0{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
+                f"\0{want}\n"
+            )
+    seal = hashlib.sha256("".join(lines).encode()).hexdigest()
+    return (seal if whole else None), found
+
+
+def prove(
+    inputs: Mapping[str, str],
+    root: Path | None,
+    vouched: str | None = None,
+    *,
+    only_root: bool = False,
+) -> tuple[str | None, str | None]:
+    """(None, or the first recorded file that no longer holds its bytes and how; the seal to remember
+    when every file was proven and has been settled :data:`SETTLED` seconds, else None). A ``vouched``
+    seal (``Stamps.inputs_seal``: the last proof by bytes) equal to the files' seal now proves them
+    with one ``stat`` each; anything else hashes every file. ``only_root``: the library's own files
+    only (a machine without a compiler, where nothing else could be built anyway)."""
+    seal, found = seal_of(inputs, root, only_root=only_root)
+    if seal is not None and seal == vouched:
+        return None, None
+    labels = [lab for lab in sorted(inputs) if not only_root or lab.startswith(ROOT + "/")]
+    if len(found) < len(labels):
+        lab = labels[len(found)]
+        return f"{lab} was read by the build, but this library has no folder to find it in", None
+    settled = time.time_ns() - int(SETTLED * 1e9)
+    for lab, (path, st) in zip(labels, found):
+        if st is None:
+            return f"{path} was read by the build and is gone", None
         try:
             same = digest(path) == inputs[lab]
         except OSError as e:
-            return f"{path} was read by the build and cannot be read now ({e})", proven, fresh
+            return f"{path} was read by the build and cannot be read now ({e})", None
         if not same:
-            return f"{path} changed since the build", proven, fresh
-        fresh = True
-        if st.st_ctime_ns <= time.time_ns() - int(SETTLED * 1e9):
-            proven[path] = (ident, inputs[lab])
-    return None, proven, fresh
+            return f"{path} changed since the build", None
+        if st.st_ctime_ns > settled:
+            seal = None  # changed moments ago: a write in the same tick would keep its identity
+    return None, seal
 
 
 # Where a system's own files live: what a notebook's in-process memo does not watch (a new process,

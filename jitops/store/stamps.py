@@ -195,29 +195,17 @@ class Stamps:
     def _inputs_path(self, entry: str) -> Path:
         return self.folder / f"{hashlib.sha256(os.fsencode(entry)).hexdigest()[:32]}.inputs"
 
-    def input_identities(self, entry: str) -> dict[str, tuple[Identity, str]]:
-        """{path: (stat identity, sha256)} of the files an entry's build read, as last proven by their
-        bytes (``store.inputs``); empty when there is no usable record."""
-        data = self._read(self._inputs_path(entry), MAX_BYTES * 128)
-        files = data.get("files") if data is not None else None
-        if data is None or data.get("v") != 1 or data.get("entry") != entry:
-            return {}
-        if not isinstance(files, dict):
-            return {}
-        out: dict[str, tuple[Identity, str]] = {}
-        for path, v in files.items():
-            if (
-                isinstance(v, list)
-                and len(v) == 6
-                and all(fsutil.is_number(x, int) for x in v[:5])
-                and isinstance(v[5], str)
-            ):
-                out[path] = (tuple(v[:5]), v[5])  # type: ignore[assignment]
-        return out
+    def inputs_seal(self, entry: str) -> str | None:
+        """The seal of an entry's inputs as their last proof by bytes found them (``store.inputs``)."""
+        data = self._read(self._inputs_path(entry), MAX_BYTES)
+        if data is None or data.get("v") != 2 or data.get("entry") != entry:
+            return None
+        seal = data.get("seal")
+        return seal if isinstance(seal, str) and len(seal) == 64 else None
 
-    def record_input_identities(self, entry: str, proven: dict[str, tuple[Identity, str]]) -> None:
-        """Remember which files were just proven by their bytes, with their stat identity (best effort)."""
-        body = {"v": 1, "entry": entry, "files": {p: [*i, d] for p, (i, d) in proven.items()}}
+    def record_inputs_seal(self, entry: str, seal: str) -> None:
+        """Remember the seal of an entry's inputs just proven by their bytes (best effort)."""
+        body = {"v": 2, "entry": entry, "seal": seal}
         self._write(self._inputs_path(entry), body, "the proven inputs of an entry")
 
     def _ops_path(self, key: str, sha256: str, namespace: str) -> Path:
