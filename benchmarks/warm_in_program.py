@@ -165,15 +165,27 @@ def main(argv: list[str] | None = None) -> int:
                 B_PY=py,
             )
         print("cold builds (torch and jitops, small and big; softmax) ...", flush=True)
+        other = (
+            os.pathsep.join([os.path.abspath(args.against), base.get("PYTHONPATH", "")]).rstrip(
+                os.pathsep
+            )
+            if args.against
+            else None
+        )
         for lib, env in libs.items():
             child(TORCH_LOAD, env)
             child(CHECK, dict(env, B_GET="1") if lib == "small" else env)
+            if other is not None:  # its keys may differ: its own entries, built here too
+                get = {"B_GET": "1"} if lib == "small" else {}
+                child(CHECK, dict(env, PYTHONPATH=other, **get))
         # Settled (stamps.SETTLED, 2 s), then one untimed process per case: it hashes and stamps the
         # library and remembers the drop-in request (loading.recall), as any process after the first
         # does once, so the rounds time what every later process pays.
         time.sleep(2.5)
         for env in libs.values():
             child(JITOPS_LOAD, env)
+            if other is not None:
+                child(JITOPS_LOAD, dict(env, PYTHONPATH=other))
         sizes = {
             lib: os.path.getsize(
                 next((root / "cache").glob(f"v1/entries/bench_{lib}/*/*/libbench_{lib}.so"))
@@ -188,10 +200,9 @@ def main(argv: list[str] | None = None) -> int:
             "big: jitops load": (JITOPS_LOAD, libs["big"]),
             "big: jitops load, new state dir": (JITOPS_LOAD, libs["big"]),
         }
-        if args.against:  # the other checkout's jitops first on the path, same cache and sources
-            other = os.pathsep.join(
-                [os.path.abspath(args.against), base.get("PYTHONPATH", "")]
-            ).rstrip(os.pathsep)
+        if (
+            other is not None
+        ):  # the other checkout's jitops first on the path, same cache and sources
             cases = {
                 k: v
                 for name, (code, env) in cases.items()

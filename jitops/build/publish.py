@@ -159,11 +159,13 @@ def build_and_publish(
                     raise OSError(errno.ENOSPC, "the compiler ran out of disk space") from e
                 raise
         # a file read was written while it compiled: its recorded digest may not be what was compiled
-        written = inputs.edited_since(result.inputs or {}, spec.root, began)
+        written, stamp = inputs.after_build(result.inputs or {}, spec.root, began)
         if written is not None:
             raise SourcesChanged(
                 f"library {spec.name!r}: {written} changed while it was compiled; nothing was published"
             )
+        if stamp is not None and cache.stamps is not None:  # the proof on publishing needs no hash
+            cache.stamps.record_inputs_stamp(os.fsdecode(cache.path_of(plan.address)), stamp)
         toolchain.persist(cache.toolchains)  # so the next process's warm path runs no `--version`
         lib_path = out_dir / job.library_file
         shutil.copyfile(result.library, lib_path)

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from ..store.manifest import Address, Hit, Miss
     from ..plan import Plan
     from ..base.settings import Settings
+    from ..store.stamps import Stamps
 
 log = logging.getLogger("jitops")
 
@@ -263,14 +264,14 @@ class Pending:
         return outcome
 
     def gate(self, cache: Cache) -> Cache:
-        return _Gated(cache.root, self)
+        return _Gated(cache.root, self, cache.stamps)
 
 
 class _Gated(Cache):
     """The same cache root; publishing waits for the self-check's verdict first (a refusal publishes nothing)."""
 
-    def __init__(self, root: Path, pending: Pending) -> None:
-        super().__init__(root)
+    def __init__(self, root: Path, pending: Pending, stamps: Stamps | None = None) -> None:
+        super().__init__(root, stamps)
         self._pending = pending
 
     def publish_entry(

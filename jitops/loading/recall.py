@@ -20,7 +20,7 @@ with what its plan read:
 * the compiler: ``$CXX`` (or ``c++``) found on ``PATH``, its canonical binary and that binary's identity, and the
   identity of each program its driver runs (``toolchain.program_files``), with the ``PATH`` lookup of ``as`` / ``ld``;
 * every other file the build read (the manifest's ``inputs``), by the identity it had when the entry's last proof
-  by bytes sealed them (``Stamps.inputs_seal``): a call is remembered only once those are proven;
+  sealed them all (``Stamps.inputs_stamp``, none left out): a call is remembered only once those are proven;
 * the entry: the sha256 of its manifest's bytes and the identity of its library, which a stamp had vouched for
   (hashed in full by an earlier check), and the module's name.
 
@@ -362,9 +362,9 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
     if read is None:
         return None
     seal, found = inputs.seal_of(read, plan.spec.root)
-    if seal is None or seal != req.stamps.inputs_seal(os.fsdecode(lib.entry)):
+    if seal is None or (seal, ()) != req.stamps.inputs_stamp(os.fsdecode(lib.entry)):
         return None
-    for where, held in found:
+    for _, where, held in found:
         if held is None or not _settled(held, now):
             return None
         paths.append([where, list(identity(held))])

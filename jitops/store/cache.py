@@ -255,11 +255,11 @@ class Cache:
                 "so it cannot be proven current"
             )
         where = os.fsdecode(entry)
-        vouched = self.stamps.inputs_seal(where) if self.stamps is not None else None
-        why, seal = inputs.prove(manifest.inputs, root, vouched, only_root=only_root)
+        vouched = self.stamps.inputs_stamp(where) if self.stamps is not None else None
+        why, stamp = inputs.prove(manifest.inputs, root, vouched, only_root=only_root)
         # remembered as a library stamp is: never from a read-only cache (nor offline: Stamps.write)
-        if seal is not None and self.stamps is not None and fsutil.writable(entry / MANIFEST):
-            self.stamps.record_inputs_seal(where, seal)
+        if stamp is not None and self.stamps is not None and fsutil.writable(entry / MANIFEST):
+            self.stamps.record_inputs_stamp(where, stamp)
         return None if why is None else f"stale: {why}"
 
     def publish_entry(

@@ -16,8 +16,9 @@ the build generated (the build folder, the cache's objects, PCHs and stubs).
 
 Proof is cheap where it can be: this user's stamp of an entry holds the seal of its inputs (each
 file's path, stat identity (device, inode, size, mtime, ctime) and digest, hashed together) as the
-last proof by bytes found them; equal seals now prove every file with one ``stat``; anything else
-hashes them all.
+last proof by bytes (or the build itself) found them, less the few changed moments before, which are
+hashed each time until they settle; an equal seal proves the others with one ``stat`` each; anything
+else hashes them all.
 
 Imports: nothing (the stamps' record of proven files is passed in).
 """
@@ -113,14 +114,31 @@ def first_change(inputs: Mapping[str, str], root: Path | None) -> str | None:
     return prove(inputs, root)[0]
 
 
+# A stamp of an entry's inputs: the seal of those settled when it was taken, and the paths left out
+# (changed moments before, so a write in the same tick could keep their identity: hashed each time).
+Stamp = tuple[str, tuple[str, ...]]
+
+
+def _line(path: str, st: os.stat_result, want: str) -> str:
+    return (
+        f"{path}\0{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}\0{want}\n"
+    )
+
+
 def seal_of(
-    inputs: Mapping[str, str], root: Path | None, *, only_root: bool = False
-) -> tuple[str | None, list[tuple[str, os.stat_result | None]]]:
-    """(the sha256 of every recorded file's path, stat identity and recorded digest, or None where one
-    cannot be found; each file's path and stat, None where it is gone). Equal seals: every file is the
-    very one a proof by bytes found holding its digest, unwritten since (its ctime would differ)."""
+    inputs: Mapping[str, str],
+    root: Path | None,
+    *,
+    only_root: bool = False,
+    leave: Iterable[str] = (),
+) -> tuple[str | None, list[tuple[str, str, os.stat_result | None]]]:
+    """(the sha256 of every recorded file's path, stat identity and recorded digest, less the paths in
+    ``leave``, or None where one cannot be found; each file's label, path and stat, None where it is
+    gone). Equal seals: every file is the very one a proof by bytes found holding its digest,
+    unwritten since (its ctime would differ)."""
+    left = set(leave)
     lines: list[str] = []
-    found: list[tuple[str, os.stat_result | None]] = []
+    found: list[tuple[str, str, os.stat_result | None]] = []
     whole = True
     for lab, want in sorted(inputs.items()):
         if only_root and not lab.startswith(ROOT + "/"):
@@ -132,37 +150,51 @@ def seal_of(
             st: os.stat_result | None = os.stat(path)
         except OSError:
             st, whole = None, False
-        found.append((path, st))
-        if st is not None:
-            lines.append(
-                f"{path}\0{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
-                f"\0{want}\n"
-            )
+        found.append((lab, path, st))
+        if st is not None and path not in left:
+            lines.append(_line(path, st, want))
     seal = hashlib.sha256("".join(lines).encode()).hexdigest()
     return (seal if whole else None), found
+
+
+def _stamp(
+    inputs: Mapping[str, str], found: list[tuple[str, str, os.stat_result | None]]
+) -> Stamp | None:
+    """The stamp of files just proven: the settled ones sealed, the others left out."""
+    settled = time.time_ns() - int(SETTLED * 1e9)
+    lines, left = [], []
+    for lab, path, st in found:
+        if st is None:
+            return None
+        if st.st_ctime_ns > settled:
+            left.append(path)
+        else:
+            lines.append(_line(path, st, inputs[lab]))
+    return hashlib.sha256("".join(lines).encode()).hexdigest(), tuple(left)
 
 
 def prove(
     inputs: Mapping[str, str],
     root: Path | None,
-    vouched: str | None = None,
+    vouched: Stamp | None = None,
     *,
     only_root: bool = False,
-) -> tuple[str | None, str | None]:
-    """(None, or the first recorded file that no longer holds its bytes and how; the seal to remember
-    when every file was proven and has been settled :data:`SETTLED` seconds, else None). A ``vouched``
-    seal (``Stamps.inputs_seal``: the last proof by bytes) equal to the files' seal now proves them
-    with one ``stat`` each; anything else hashes every file. ``only_root``: the library's own files
+) -> tuple[str | None, Stamp | None]:
+    """(None, or the first recorded file that no longer holds its bytes and how; a new stamp to
+    remember, or None when the one ``vouched`` still says all). With a ``vouched`` stamp
+    (``Stamps.inputs_stamp``, the last proof by bytes) whose seal the files still make, only the files
+    it left out are hashed; anything else hashes every file. ``only_root``: the library's own files
     only (a machine without a compiler, where nothing else could be built anyway)."""
-    seal, found = seal_of(inputs, root, only_root=only_root)
-    if seal is not None and seal == vouched:
-        return None, None
+    left = vouched[1] if vouched is not None else ()
+    seal, found = seal_of(inputs, root, only_root=only_root, leave=left)
     labels = [lab for lab in sorted(inputs) if not only_root or lab.startswith(ROOT + "/")]
     if len(found) < len(labels):
         lab = labels[len(found)]
         return f"{lab} was read by the build, but this library has no folder to find it in", None
-    settled = time.time_ns() - int(SETTLED * 1e9)
-    for lab, (path, st) in zip(labels, found):
+    sealed = seal is not None and vouched is not None and seal == vouched[0]
+    for lab, path, st in found:
+        if sealed and path not in left:
+            continue
         if st is None:
             return f"{path} was read by the build and is gone", None
         try:
@@ -171,27 +203,27 @@ def prove(
             return f"{path} was read by the build and cannot be read now ({e})", None
         if not same:
             return f"{path} changed since the build", None
-        if st.st_ctime_ns > settled:
-            seal = None  # changed moments ago: a write in the same tick would keep its identity
-    return None, seal
+    if sealed and not left:
+        return None, None
+    return None, _stamp(inputs, found)
+
+
+def after_build(
+    inputs: Mapping[str, str], root: Path | None, since_ns: int
+) -> tuple[str | None, Stamp | None]:
+    """(a recorded file written at or after ``since_ns``, when the build began, or None; else the
+    stamp of the files as the build left them). No file changed since the build began, so the
+    digests just taken are of these very files: the next proof needs their stat only."""
+    _, found = seal_of(inputs, root)
+    for _, path, st in found:
+        if st is None or st.st_ctime_ns >= since_ns:
+            return path, None
+    return None, _stamp(inputs, found)
 
 
 # Where a system's own files live: what a notebook's in-process memo does not watch (a new process,
 # or ``jitops.load``, proves them).
 SYSTEM = ("/usr/", "/lib/", "/lib64/", "/bin/", "/sbin/", "/etc/")
-
-
-def edited_since(inputs: Mapping[str, str], root: Path | None, since_ns: int) -> str | None:
-    """A recorded file changed (its ctime) at or after ``since_ns``, or None: the bytes hashed after a
-    build may not be the ones the compiler read."""
-    for lab in sorted(inputs):
-        path = path_of(lab, root)
-        try:
-            if path is not None and os.stat(path).st_ctime_ns >= since_ns:
-                return path
-        except OSError:
-            return path
-    return None
 
 
 def watched(inputs: Mapping[str, str], root: Path | None) -> tuple[str, ...]:

@@ -195,17 +195,21 @@ class Stamps:
     def _inputs_path(self, entry: str) -> Path:
         return self.folder / f"{hashlib.sha256(os.fsencode(entry)).hexdigest()[:32]}.inputs"
 
-    def inputs_seal(self, entry: str) -> str | None:
-        """The seal of an entry's inputs as their last proof by bytes found them (``store.inputs``)."""
-        data = self._read(self._inputs_path(entry), MAX_BYTES)
-        if data is None or data.get("v") != 2 or data.get("entry") != entry:
+    def inputs_stamp(self, entry: str) -> tuple[str, tuple[str, ...]] | None:
+        """The stamp of an entry's inputs as their last proof found them (``store.inputs.Stamp``)."""
+        data = self._read(self._inputs_path(entry), MAX_BYTES * 16)
+        if data is None or data.get("v") != 3 or data.get("entry") != entry:
             return None
-        seal = data.get("seal")
-        return seal if isinstance(seal, str) and len(seal) == 64 else None
+        seal, left = data.get("seal"), data.get("left")
+        if not (isinstance(seal, str) and len(seal) == 64 and isinstance(left, list)):
+            return None
+        if not all(isinstance(p, str) for p in left):
+            return None
+        return seal, tuple(left)
 
-    def record_inputs_seal(self, entry: str, seal: str) -> None:
-        """Remember the seal of an entry's inputs just proven by their bytes (best effort)."""
-        body = {"v": 2, "entry": entry, "seal": seal}
+    def record_inputs_stamp(self, entry: str, stamp: tuple[str, tuple[str, ...]]) -> None:
+        """Remember the stamp of an entry's inputs just proven (best effort)."""
+        body = {"v": 3, "entry": entry, "seal": stamp[0], "left": list(stamp[1])}
         self._write(self._inputs_path(entry), body, "the proven inputs of an entry")
 
     def _ops_path(self, key: str, sha256: str, namespace: str) -> Path:
