@@ -58,7 +58,7 @@ def test_lazy_compiles_at_first_use_and_then_is_the_pattern() -> None:
 def test_needs_skips_texts_without_the_literal_and_finds_what_the_regex_finds() -> None:
     from jitops.api.cpp_ext_style import _FIXED_NS, _PYBIND
     from jitops.api.dropin import _JITOPS_STYLE, _REGISTERS
-    from jitops.build.stable import _INCLUDE, _LITERAL_DEF, _NAMESPACE, _STABLE
+    from jitops.build.stable import _INCLUDE, _NAMESPACE, _STABLE
     from jitops.spec import _TARGET_FLAG as _TARGET
     from jitops.spec.headers import EXTENSION_H
 
@@ -83,7 +83,6 @@ def test_needs_skips_texts_without_the_literal_and_finds_what_the_regex_finds() 
         _JITOPS_STYLE,
         _REGISTERS,
         _INCLUDE,
-        _LITERAL_DEF,
         _NAMESPACE,
         _STABLE,
         _TARGET,
