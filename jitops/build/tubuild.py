@@ -344,9 +344,9 @@ def build_tus(
             continue
         i["seconds"] = times.get(obj, 0.0)
         if rc == 0:
-            read = inputs.record(
-                inputs.read_depfile(job.build_dir / f"{obj}.d"), files.root, pinned, job.build_dir
-            )
+            depfile = job.build_dir / f"{obj}.d"  # none from nvcc told to skip them
+            listed = inputs.read_depfile(depfile) if depfile.is_file() else []
+            read = inputs.record(listed, files.root, pinned, job.build_dir)
             read.update(use.deps if use is not None and i["pch"] != "rejected" else {})
             files.inputs.update(read)
             objcache.store(files.cache, files.keys[obj], job.build_dir / obj, read)
