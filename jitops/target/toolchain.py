@@ -288,10 +288,11 @@ def _identify(
     return version
 
 
-def _ask_other(path: str, question: tuple[str, ...]) -> str:
+def _run(path: str, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """``path *args``, bounded, its output captured; ToolchainError when it cannot run."""
     try:
-        out = subprocess.run(
-            [path, *question],
+        return subprocess.run(
+            [path, *args],
             capture_output=True,
             text=True,
             timeout=20,
@@ -300,8 +301,12 @@ def _ask_other(path: str, question: tuple[str, ...]) -> str:
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ToolchainError(
-            f"cannot run {path} {' '.join(question)}: {e}. Fix: check that the compiler works."
+            f"cannot run {path} {' '.join(args)}: {e}. Fix: check that the compiler works."
         ) from e
+
+
+def _ask_other(path: str, question: tuple[str, ...]) -> str:
+    out = _run(path, question)
     lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
     return lines[0] if out.returncode == 0 and lines else ""
 
@@ -441,19 +446,7 @@ def _ask_programs(command: str) -> list[tuple[str, str, str, str]]:
     from ..base.fsutil import sha256_file
 
     def run(*args: str) -> str:
-        try:
-            out = subprocess.run(
-                [command, *args],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise ToolchainError(
-                f"cannot run {command} {' '.join(args)}: {e}. Fix: check that the compiler works."
-            ) from e
+        out = _run(command, args)
         return out.stdout + out.stderr
 
     # the program named itself: a wrapper script's own text decides what it runs, and with which flags
