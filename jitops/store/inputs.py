@@ -52,8 +52,8 @@ def read_depfile(path: Path) -> list[str]:
                 word += part[:-1] + " "
                 continue
             word += part
-            if word:
-                out.append(word)
+            if word:  # make's escapes of "$" and "#", as gcc and nvcc write them
+                out.append(word.replace("$$", "$").replace("\\#", "#"))
             word = ""
     return out
 
