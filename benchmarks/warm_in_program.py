@@ -200,9 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             "big: jitops load": (JITOPS_LOAD, libs["big"]),
             "big: jitops load, new state dir": (JITOPS_LOAD, libs["big"]),
         }
-        if (
-            other is not None
-        ):  # the other checkout's jitops first on the path, same cache and sources
+        # the other checkout's jitops first on the path, same cache and sources
+        if other is not None:
             cases = {
                 k: v
                 for name, (code, env) in cases.items()

@@ -261,7 +261,8 @@ def inline_dir(name: str, files: dict[str, str], settings: Settings | None = Non
 
 
 def _write_inline(folder: Path, files: dict[str, str]) -> Path:
-    # a link at inline/: the caller's writable_cache heals it; data there: named, never written through
+    # a link at inline/: the caller's writable_cache heals it; data there: named, never written
+    # through
     if not fsutil.may_hold(folder.parent):
         raise CacheError(
             f"{folder.parent} is not a folder of the cache, so load_inline's sources are not written "

@@ -268,7 +268,8 @@ def _differences(theirs: dict[str, Any], ours: dict[str, Any]) -> list[str]:
 def _bundle_mismatches(plan: Plan) -> list[str]:
     """For each installed bundle holding entries of the plan's library, none of them usable: the bundle and how
     its nearest entry differs (bounded in length); what a miss says beside "nothing is cached"."""
-    # with no compiler here, an entry differing only in its toolchain would have been used: compare the rest
+    # with no compiler here, an entry differing only in its toolchain would have been used: compare
+    # the rest
     mine = plan.ingredients if plan.toolchain_error is None else without_tools(plan.ingredients)
     ours = json.loads(json.dumps(mine))
     found: list[str] = []
@@ -338,8 +339,8 @@ def ensure_entry(
         if _freeze_mode(settings) == "error":
             # raises: nothing may be built here, which says more than "no compiler"
             _frozen(plan, status, settings)
-        # an entry (a bundle's too) was refused, or a bundle holds only other machines' entries: say why beside
-        # the missing compiler
+        # an entry (a bundle's too) was refused, or a bundle holds only other machines' entries: say
+        # why beside the missing compiler
         reasons = [status.reason] if isinstance(status, Damaged) else []
         reasons += _bundle_mismatches(plan)
         if reasons:
@@ -363,8 +364,8 @@ def ensure_entry(
     frozen = _freeze_mode(settings) == "error"
     if frozen and not remote:
         _frozen(missed, status, settings)  # raises before any lock, self-check or build
-    # frozen with a remote tier: only a fetch may answer, so nothing that runs a compiler (a stable plan's link
-    # stub, the self-check) starts before build(), which raises first
+    # frozen with a remote tier: only a fetch may answer, so nothing that runs a compiler (a stable
+    # plan's link stub, the self-check) starts before build(), which raises first
     pending = None if frozen else before_first_build(plan, settings, check_toolchain=not remote)
     from .publish import build_and_publish  # miss path only: keeps the warm path's imports small
 

@@ -64,8 +64,9 @@ class BuildJob:
         default=None, repr=False, compare=False
     )
 
-    # set when this build replaces an entry of the same key: its library gets a file name of its own,
-    # since a process that loaded the one replaced would get that one back from dlopen by its path
+    # set when this build replaces an entry of the same key: its library gets a file name of its
+    # own, since a process that loaded the one replaced would get that one back from dlopen by its
+    # path
     variant: str = ""
 
     @property

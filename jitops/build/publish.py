@@ -158,7 +158,8 @@ def build_and_publish(
                 if _build.NO_SPACE_MARKER in e.log:
                     raise OSError(errno.ENOSPC, "the compiler ran out of disk space") from e
                 raise
-        # a file read was written while it compiled: its recorded digest may not be what was compiled
+        # a file read was written while it compiled: its recorded digest may not be what was
+        # compiled
         written, stamp = inputs.after_build(result.inputs or {}, spec.root, began)
         if written is not None:
             raise SourcesChanged(

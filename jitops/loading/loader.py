@@ -43,8 +43,8 @@ from ..spec import OpSpec, validate_name
 
 _state_lock = threading.RLock()
 _libraries: dict[str, LoadedLibrary] = {}  # key -> loaded build
-# (name, device) -> (Op, the spec it came from, its kernel folder's files when loaded or None, the build
-# variables its key holds, and their values when it was planned: see _build_env)
+# (name, device) -> (Op, the spec it came from, its kernel folder's files when loaded or None, the
+# build variables its key holds, and their values when it was planned: see _build_env)
 _ops: dict[tuple[str, str | None], tuple[Op, OpSpec, Any, tuple[Any, ...], list[Any]]] = {}
 _torch_libs: dict[str, Any] = {}  # namespace -> torch.library.Library (kept alive)
 _torch_impls: dict[str, Any] = {}  # namespace -> its Functionalize kernels' Library (kept alive)
@@ -53,8 +53,9 @@ _fallback_warned: set[str] = set()
 _python_registered: set[str] = set()
 
 
-# The build variables as os.environ holds them (its encoded keys and values: a dict read per variable, not
-# os.environ's own lookup, which costs ~1 us each); os.environ itself where it has no such mapping.
+# The build variables as os.environ holds them (its encoded keys and values: a dict read per
+# variable, not os.environ's own lookup, which costs ~1 us each); os.environ itself where it has no
+# such mapping.
 def _environ_reader() -> tuple[Callable[[Any], Any], Callable[[str], Any]]:
     data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
     if isinstance(data, dict) and callable(encode):
@@ -177,7 +178,8 @@ def load_library(
     if plan is None:
         plan = runnable_here(make_plan(spec, device, archs, settings=settings), archs, settings)
     hit = _libraries.get(plan.key)
-    # still built from what is there now: else the entry is replaced, and its successor loaded beside it
+    # still built from what is there now: else the entry is replaced, and its successor loaded
+    # beside it
     if hit is not None and plan.cache.stale(hit.entry, hit.manifest, spec.root) is None:
         return hit
     entry = ensure_entry(plan, offline=offline, settings=settings)
@@ -243,8 +245,8 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     memo = _ops.get(key)  # lock-free fast path: dict reads are atomic
     if memo is not None:
         op, spec, stamp, names, seen = memo
-        # Still the registered spec (register/undo change it), the build variables its key holds unchanged,
-        # and its kernel folder unedited.
+        # Still the registered spec (register/undo change it), the build variables its key holds
+        # unchanged, and its kernel folder unedited.
         if (
             _registry.find(name) is spec
             and [*map(_env_get, names)] == seen

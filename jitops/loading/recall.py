@@ -75,8 +75,8 @@ SUFFIX = ".hit"
 FORMAT = 3
 MAX_BYTES = 1 << 20  # a record naming more files than fit is not written: such a request plans
 MAX_FOLDERS = 2000
-# sources hashed on each recall, in all: a write through a shared mapping can change bytes before it changes the
-# ctime; beyond this, a file is proven by its stat identity alone
+# sources hashed on each recall, in all: a write through a shared mapping can change bytes before it
+# changes the ctime; beyond this, a file is proven by its stat identity alone
 HASHED_BYTES = 1 << 20
 KEEP = 256  # records kept before the oldest half are dropped
 # namespace (one per build) -> its pybind11 module, imported once per process (cpp_ext_style's too)
@@ -225,7 +225,8 @@ def recall(req: Request) -> types.ModuleType | None:
     # the assembler and linker the compiler finds on PATH are the ones it found then
     if any(shutil.which(name) != path for name, path in data["lookups"]):
         return None
-    # after every stat held: the bytes of the small sources, which a shared mapping can change unseen
+    # after every stat held: the bytes of the small sources, which a shared mapping can change
+    # unseen
     if not all(_holds(path, digest) for path, digest in data["digests"]):
         return None
     try:
@@ -309,7 +310,8 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
         try:
             st = os.stat(root)
         except (FileNotFoundError, NotADirectoryError):
-            # not there (yet): its creation changes the key through the headers it holds, so it must stay absent
+            # not there (yet): its creation changes the key through the headers it holds, so it must
+            # stay absent
             absent.append(os.fspath(root))
             continue
         if not stat.S_ISDIR(st.st_mode):  # a file where a folder is named: it, as it is
@@ -347,7 +349,8 @@ def _proof(req: Request, plan: Plan, lib: LoadedLibrary, module: str) -> dict[st
     compiler = _compiler(req.system)
     if compiler != (tool.command, tool.path):
         return None
-    # what the compiler's driver runs, and how each was found on PATH (a link or PATH changed: plans)
+    # what the compiler's driver runs, and how each was found on PATH (a link or PATH changed:
+    # plans)
     ran = toolchain.program_files(tool.path, tool.run)
     if ran is None:
         return None

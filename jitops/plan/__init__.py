@@ -68,8 +68,9 @@ class Plan:
     builder: str = "real"  # Settings.builder: which builder makes the entry (keyed unless "real")
     # each digested file's stamp when it was read (not in the key)
     stamps: tuple[tuple[str, Stamp], ...] = ()
-    # the namespace of the entry a build of this key replaces (one built from other inputs, which this
-    # process may have loaded): the new library's namespace is derived from it, so both can coexist
+    # the namespace of the entry a build of this key replaces (one built from other inputs, which
+    # this process may have loaded): the new library's namespace is derived from it, so both can
+    # coexist
     variant: str = ""
 
     @functools.cached_property

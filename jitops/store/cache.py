@@ -280,8 +280,8 @@ class Cache:
             # a stray file or link (issue 20)
             obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")
             fsutil.makedirs(d)
-        # what holds data stays: objects and logs are only a cache, and api.user (load_inline's sources)
-        # refuses to write there by name; their writers check fsutil.may_hold
+        # what holds data stays: objects and logs are only a cache, and api.user (load_inline's
+        # sources) refuses to write there by name; their writers check fsutil.may_hold
         for d in (self.objects, self.logs, self.folders["inline"]):
             try:
                 obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")

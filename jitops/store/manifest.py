@@ -43,8 +43,9 @@ class Manifest:
     # in the key. Left out of the bytes when empty, so manifests written before it existed still
     # parse.
     timings: dict[str, Any] = field(default_factory=dict)
-    # What the compiler and linker read ({label: sha256}, store.inputs), proven before the entry is used.
-    # None: an entry from before jitops recorded it, which cannot be proven (so it is built again).
+    # What the compiler and linker read ({label: sha256}, store.inputs), proven before the entry is
+    # used. None: an entry from before jitops recorded it, which cannot be proven (so it is built
+    # again).
     inputs: dict[str, str] | None = None
 
     def _body(self) -> dict[str, Any]:

@@ -449,7 +449,8 @@ def _ask_programs(command: str) -> list[tuple[str, str, str, str]]:
         out = _run(command, args)
         return out.stdout + out.stderr
 
-    # the program named itself: a wrapper script's own text decides what it runs, and with which flags
+    # the program named itself: a wrapper script's own text decides what it runs, and with which
+    # flags
     found: dict[str, tuple[str, str]] = {
         "command": (os.path.realpath(_which(command) or command), "")
     }

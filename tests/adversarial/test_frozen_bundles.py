@@ -38,7 +38,8 @@ from jitops.target import choose_target, probe
 from tests.cli_helpers import fake_spec
 from tests.helpers import child_env, run_scenario
 
-# ------------------------------------------------------------------ defect 10: nothing runs before FrozenError
+# ------------------------------------------------------------------- defect 10: nothing runs before
+#  FrozenError
 
 SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.system")
 
@@ -65,9 +66,8 @@ def frozen_get_spawns(op: str) -> dict[str, Any]:
         out: dict[str, Any] = {"type": None}
     except Exception as e:  # noqa: BLE001 - the test reads it
         out = {"type": type(e).__name__, "msg": str(e)}
-    for t in (
-        threading.enumerate()
-    ):  # a thread begun before the error (a link stub) has its chance to run
+    # a thread begun before the error (a link stub) has its chance to run
+    for t in threading.enumerate():
         if t is not threading.current_thread() and t.daemon:
             t.join(30)
     return {**out, "spawned": spawned, "stubs": len(stable_fast._early) + len(stable_fast._stubs)}
@@ -99,7 +99,8 @@ def test_frozen_with_a_remote_tier_starts_no_process_before_frozen_error(
     assert not list((tmp_path / "cache").glob("v1/entries/*/*/*"))
 
 
-# ------------------------------------------------------------------ defect 11: the bundle and why, named
+# ------------------------------------------------------------------- defect 11: the bundle and why,
+#  named
 
 
 @pytest.fixture
@@ -188,9 +189,8 @@ def test_frozen_error_names_a_bundle_built_with_another_compiler(frozen_victim: 
         )
 
     plan = frozen_victim("frz_b_cxx", clang)
-    assert (
-        plan.toolchain_error is None
-    )  # this machine has a compiler: a build is what frozen mode refuses
+    # this machine has a compiler: a build is what frozen mode refuses
+    assert plan.toolchain_error is None
     jitops.freeze()
     with pytest.raises(FrozenError) as info:
         jentry.ensure_entry(plan)
@@ -220,9 +220,8 @@ def test_with_no_compiler_the_toolchain_error_names_the_bundle_and_why(
     msg = str(info.value)
     assert "jitops_bundle_other0 (other0)" in msg and f"target {name} here {here}" in msg, msg
     assert msg.rstrip().endswith("install one"), msg  # the fix stays last
-    assert "compiler" not in msg.partition("differs in")[2], (
-        msg
-    )  # no compiler here: the toolchain is moot
+    # no compiler here: the toolchain is moot
+    assert "compiler" not in msg.partition("differs in")[2], msg
     jitops.freeze()
     with pytest.raises(FrozenError) as frozen:
         jentry.ensure_entry(plan)

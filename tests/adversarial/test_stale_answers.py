@@ -35,7 +35,8 @@ from jitops.store import stamps
 from tests.cli_helpers import fake_spec
 from tests.helpers import child_env, run_scenario
 
-# ------------------------------------------------------------------ defect 8: get's memo and the environment
+# ------------------------------------------------------------------- defect 8: get's memo and the
+#  environment
 
 
 def test_get_plans_again_when_a_build_variable_changes_in_the_process(
