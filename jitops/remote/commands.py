@@ -127,10 +127,15 @@ def cmd_push(args: argparse.Namespace) -> int:
         list(dict.fromkeys([*args.ops, *resign])) if args.ops else args.ops, args.device, settings
     ):
         try:
-            plan.cache.verify(plan.entry, plan.key, plan.spec.name, plan.target.name)
+            local = plan.cache.verify(plan.entry, plan.key, plan.spec.name, plan.target.name)
         except EntryProblem:
             missing += 1
             print(f"skipped {plan.what}: no sound local entry (run `jitops warm` first)")
+            continue
+        # its name in the store says which inputs it was built from: those held here now
+        if (why := plan.cache.stale(plan.entry, local, plan.spec.root)) is not None:
+            missing += 1
+            print(f"skipped {plan.what}: {why} (run `jitops warm` first)")
             continue
         source = installed_from(plan.cache, plan.address)
         # signing it would vouch for what this node never built
@@ -202,7 +207,11 @@ def cmd_ls_remote(settings: Settings) -> int:
         parts[1:] for parts in (n.split("/") for n in names) if len(parts) == 4 and all(parts)
     ]
     for lib, target, key in entries:  # store text: shown cleaned
-        print(f"{clean_text(lib, 64):<14} {clean_text(target, 64):<18} {clean_text(key, 12)}")
+        key, _, held = key.partition(".")  # an entry for another set of inputs (tier.entry_name)
+        inputs = f"  inputs {clean_text(held, 12)}" if held else ""
+        print(
+            f"{clean_text(lib, 64):<14} {clean_text(target, 64):<18} {clean_text(key, 12)}{inputs}"
+        )
     stray = len(names) - len(entries)
     print(
         f"{len(entries)} entries in {tier.settings.url}"

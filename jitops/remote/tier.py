@@ -1,14 +1,19 @@
 """The remote tier's flow, behind the local cache.
 
 Imports ``jitops.store.cache``, ``jitops.store.archive`` (export/import of one
-entry), ``jitops.errors``, ``jitops.store.manifest``, ``jitops.base.settings`` (via
+entry), ``jitops.store.inputs`` (naming an input set), ``jitops.errors``, ``jitops.store.manifest``, ``jitops.base.settings`` (via
 ``.config``) and this package's lower modules; never the loader, entry or
 plan (the plan arrives as an argument, the wait limit too). Called only after a local miss,
 under the local key lock, so one process per node talks to the store:
 
 1. fetch ``entries/<lib>/<target>/<key>``: download, check in private staging
-   (signature by a trusted key, the expected key, sha256 and size: all in
-   ``store.archive.import_archive``), publish with the atomic protocol;
+   (signature by a trusted key, the expected key, sha256 and size, and that every file its build
+   read holds the same bytes here: all in ``store.archive.import_entry``), publish with the atomic
+   protocol. An entry built from other inputs is never taken: the entry for this node's inputs is
+   ``<key>.<held>`` (``entry_name``), where ``held`` digests what this node holds at the files the
+   first one read; an upload goes there too, so no name ever holds two input sets' libraries
+   (but for a build that read files the first one did not, stored over by the last writer: every
+   taker proves its inputs);
 2. else a fresh failure record for the key fails at once with its message;
 3. else take the key's lease (write mode) and build, renewing the lease
    while building, then upload (signed) or record the failure; or wait for the
@@ -32,8 +37,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..store import archive as cache_archive
+from ..store import inputs
 from ..store.cache import Cache
-from ..store.manifest import Address, EntryProblem, Manifest
+from ..store.manifest import Address, EntryProblem, Manifest, StaleInputs
 from ..errors import BuildError, CacheError, LockTimeout
 from . import envelope, origin
 from .config import RemoteSettings
@@ -59,8 +65,12 @@ POLL_FIRST, POLL_MAX, LEASE_EVERY = 0.05, 1.0, 2.0
 WAIT_DEFAULT = 1800.0
 
 
-def entry_name(library: str, target: str, key: str) -> str:
-    return f"entries/{library}/{target}/{key}"
+def entry_name(library: str, target: str, key: str, held: str = "") -> str:
+    """The store's name of an entry. ``held``: for an entry built from other inputs than the one
+    stored first under its key, the digest of what its node held at that one's recorded files
+    (``inputs.holding``), so each set of inputs has a name of its own."""
+    name = f"entries/{library}/{target}/{key}"
+    return f"{name}.{held[:32]}" if held else name
 
 
 class Tier:
@@ -79,6 +89,8 @@ class Tier:
         self.stats = Counters()
         self.off = False  # True once the store failed: the process builds locally from then on
         self._rejected: set[str] = set()
+        # blobs refused as built from other inputs: the files their builds read
+        self._stale: dict[str, tuple[str, ...]] = {}
         self._caches: set[str] = set()
         self._pid = os.getpid()  # a forked child inherits the atexit hook, not the counters
 
@@ -171,36 +183,53 @@ class Tier:
             self.switch_off(e)
 
     def fetch(self, plan: Plan, cache: Cache) -> Manifest | None:
-        """Download, verify and publish the plan's remote entry; None if absent or rejected."""
+        """Download, verify and publish the plan's remote entry; None if absent or rejected. When the
+        entry stored under the key was built from other inputs, the one for this node's inputs."""
         assert self.store is not None
         self._caches.add(str(cache.root))
-        what = plan.what
-        blob = self._timed(
-            self.store.get_blob, entry_name(plan.spec.name, plan.target.name, plan.key)
-        )
+        address = (plan.spec.name, plan.target.name, plan.key)
+        found = self._fetch_named(plan, cache, entry_name(*address))
+        if isinstance(found, StaleInputs):
+            held = inputs.holding(found.labels, plan.spec.root)
+            found = self._fetch_named(plan, cache, entry_name(*address, held))
+        if isinstance(found, StaleInputs):
+            return None
+        if found is not None:
+            self.stats.hits += 1
+            log.info("fetched %s from the remote cache %s", plan.what, self.settings.url)
+        return found
+
+    def _fetch_named(self, plan: Plan, cache: Cache, name: str) -> Manifest | StaleInputs | None:
+        """The entry stored as ``name``, published here; StaleInputs if it was built from other
+        inputs than this node holds; None if absent or rejected."""
+        assert self.store is not None
+        blob = self._timed(self.store.get_blob, name)
         if blob is None:
             return None
         self.stats.bytes_down += len(blob)
         digest = hashlib.sha256(blob).hexdigest()
+        if digest in self._stale:
+            return StaleInputs("", self._stale[digest])
         if digest in self._rejected:
             return None
         try:
-            manifest = self.install(
+            return self.install(
                 plan.spec.name, plan.target.name, plan.key, cache, blob, plan.spec.root
             )
+        except StaleInputs as e:  # not an error: the entry of another node's inputs
+            self._stale[digest] = e.labels
+            log.info("the remote entry %s is not for %s here: %s", name, plan.what, e)
+            return e
         except EntryProblem as e:
             self._rejected.add(digest)
             self.stats.rejected += 1
             log.warning(
                 "rejected the remote entry for %s from %s: %s; it was not loaded",
-                what,
+                plan.what,
                 self.settings.url,
                 e,
             )
             return None
-        self.stats.hits += 1
-        log.info("fetched %s from the remote cache %s", what, self.settings.url)
-        return manifest
 
     def install(
         self,
@@ -256,10 +285,37 @@ class Tier:
             )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        self.store.put_blob(entry_name(plan.spec.name, plan.target.name, plan.key), blob)
+        name = self._upload_name(plan, cache)
+        if name is None:
+            log.info(
+                "%s is in %s already, built from the same inputs", plan.what, self.settings.url
+            )
+            return True
+        self.store.put_blob(name, blob)
         self.stats.uploads += 1
         self.stats.bytes_up += len(blob)
         return True
+
+    def _upload_name(self, plan: Plan, cache: Cache) -> str | None:
+        """Where this node's entry for the plan belongs: under its key, unless the entry stored there
+        was built from other inputs (then under the name for this node's); None when an entry of
+        the same inputs is stored there already. A damaged or untrusted one is stored over."""
+        assert self.store is not None
+        address = (plan.spec.name, plan.target.name, plan.key)
+        name = entry_name(*address)
+        while True:
+            blob = self._timed(self.store.get_blob, name)
+            if blob is None:
+                return name
+            try:
+                self.install(*address, cache, blob, plan.spec.root)
+                return None
+            except StaleInputs as e:
+                if name != entry_name(*address):
+                    return name  # read files the first one did not: the last writer's
+                name = entry_name(*address, inputs.holding(e.labels, plan.spec.root))
+            except EntryProblem:
+                return name
 
     # ---- one build per key
     def _lease_or_wait(

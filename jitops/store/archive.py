@@ -34,7 +34,7 @@ from .cache import MAX_MANIFEST_BYTES, Cache
 from .admin import EntryInfo, check, entries
 from ..errors import CacheError
 from ..key import KEY_CHARS, compute_key
-from .manifest import MANIFEST, Address, EntryProblem, Manifest
+from .manifest import MANIFEST, Address, EntryProblem, Manifest, StaleInputs
 
 # An entry's signature for an archive: (signer, signature) over its manifest bytes, or None to leave
 # it unsigned.
@@ -254,9 +254,11 @@ def import_entry(
     """Publish the entry at ``address`` from a one-entry ``archive`` (the remote tier's); EntryProblem if refused.
 
     Only that entry's members are read out, its library only after ``verify`` accepts its manifest, and
-    only if every file its build read holds the same bytes here (``root``: the library's folder here).
+    only if every file its build read holds the same bytes here (``root``: the library's folder here);
+    StaleInputs, naming those files, where one does not.
     """
     lib, target, key = address.library, address.target, address.key
+    stale: list[StaleInputs] = []
 
     def check(entry: Path, m: Manifest) -> None:
         if (m.key, m.library, m.target) != (key, lib, target):
@@ -265,7 +267,13 @@ def import_entry(
                 f"not {lib}/{target} key {key[:12]} (stored under another key)"
             )
         if (why := cache.stale(entry, m, root)) is not None:
-            raise EntryProblem(f"it was built from other inputs than this machine holds ({why})")
+            stale.append(
+                StaleInputs(
+                    f"it was built from other inputs than this machine holds ({why})",
+                    tuple(m.inputs or ()),
+                )
+            )
+            raise stale[-1]
 
     staging = cache.new_staging(lib, key)
     try:
@@ -285,6 +293,8 @@ def import_entry(
             raise EntryProblem(str(e)) from e
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    if stale and not (result.imported or result.present):
+        raise stale[-1]
     if result.rejected or not (result.imported or result.present):
         raise EntryProblem(
             "; ".join(why for _, why in result.rejected)

@@ -105,6 +105,21 @@ def record(
     return out
 
 
+def holding(labels: Iterable[str], root: Path | None) -> str:
+    """A digest of what this machine holds at the files ``labels`` name (each one's sha256, or that
+    it is missing or not a regular file): equal on two machines exactly when those files hold the
+    same bytes on both. Names the remote tier's entry for one set of inputs."""
+    h = hashlib.sha256()
+    for lab in sorted(set(labels)):
+        path = path_of(lab, root)
+        try:
+            held = digest(path) if path is not None else "-"
+        except OSError:
+            held = "-"
+        h.update(f"{lab}\0{held}\n".encode())
+    return h.hexdigest()
+
+
 def identity(st: os.stat_result) -> Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 

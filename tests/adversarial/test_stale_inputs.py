@@ -272,12 +272,16 @@ def test_a_same_size_rewrite_of_the_compiler_with_its_mtime_put_back(tmp_path: P
 
 def test_a_node_never_takes_a_remote_entry_built_from_other_inputs(tmp_path: Path) -> None:
     """Two caches share a signed remote tier: the second node's out-of-tree header differs from what
-    the first built with, so it refuses the fetched entry and builds its own."""
+    the first built with, so it refuses the fetched entry and builds its own, stored under a name of
+    its inputs' own; nodes holding either header then fetch the one built from theirs."""
+    import hashlib
+
     from tests.remote_helpers import keygen, node_env
 
     cfg = tmp_path / "cfg"
     keygen(cfg)
-    url = f"file://{tmp_path / 'store'}"
+    store = tmp_path / "store"
+    url = f"file://{store}"
     args, header = _absolute(tmp_path)
 
     def node(name: str) -> dict[str, str]:
@@ -285,14 +289,31 @@ def test_a_node_never_takes_a_remote_entry_built_from_other_inputs(tmp_path: Pat
             tmp_path / name, url, cfg, JITOPS_BUILDER=None, JITOPS_STATE_DIR=str(tmp_path / name)
         )
 
+    def stored() -> dict[str, str]:
+        return {
+            p.relative_to(store).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in store.rglob("*")
+            if p.is_file() and "entries" in p.parts
+        }
+
     first = _load(tmp_path, "stale_remote", env=node("a"), **args)
     assert first["value"] == 1.0 and first["built"]
+    (primary, blob), *more = stored().items()
+    assert not more, stored()
     header.write_text(_define(2))
     second = _load(tmp_path, "stale_remote", env=node("b"), **args)
     assert second["value"] == 2.0 and second["built"], second
+    names = stored()
+    assert names[primary] == blob, "a build from other inputs was stored over the first"
+    (variant,) = set(names) - {primary}
+    assert variant.startswith(primary + "."), names
     header.write_text(_define(1))
     third = _load(tmp_path, "stale_remote", env=node("c"), **args)
-    assert third["value"] == 1.0, third
+    assert third["value"] == 1.0 and not third["built"], third
+    header.write_text(_define(2))
+    fourth = _load(tmp_path, "stale_remote", env=node("d"), **args)
+    assert fourth["value"] == 2.0 and not fourth["built"], fourth
+    assert stored() == names, "a fetched entry was uploaded again"
 
 
 def test_an_entry_without_a_record_of_its_inputs_is_built_again(tmp_path: Path) -> None:
