@@ -298,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     sub.add_parser("list", help="ops and the targets already cached").set_defaults(fn=cmd_list)
     p = sub.add_parser("info", help="an op's schemas, sources, key, ingredients and cache path")
-    p.add_argument("op")
+    p.add_argument("op", help="an op name (`jitops list` shows them)")
     _target_args(p)
     p.set_defaults(fn=cmd_info)
     p = sub.add_parser("warm", help="build cache entries ahead of time (in parallel)")
@@ -340,13 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=cmd_doctor)
     p = sub.add_parser("explain", help="why this machine would build or rebuild an op")
-    p.add_argument("op")
+    p.add_argument("op", help="an op name (`jitops list` shows them)")
     _target_args(p)
     p.set_defaults(fn=cmd_explain)
     p = sub.add_parser(
         "bench", help="time an op against torch and its reference on this machine's inputs"
     )
-    p.add_argument("op")
+    p.add_argument("op", help="an op name (`jitops list` shows them)")
     p.add_argument(
         "--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is usable, else cpu"
     )

@@ -323,9 +323,11 @@ def add_parser(sub: Any, target_args: Callable[..., None]) -> None:
         help="clear folders, files or links that stand where the cache keeps something else",
     )
     q = cs.add_parser("export", help="write entries to a portable archive (tar.gz)")
-    q.add_argument("file")
+    q.add_argument("file", help="the archive to write (.tar.gz)")
     q.add_argument("ops", nargs="*", metavar="OP", help="only these ops' libraries (default: all)")
-    cs.add_parser("import", help="add the entries of an exported archive").add_argument("file")
+    cs.add_parser("import", help="add the entries of an exported archive").add_argument(
+        "file", help="an archive written by `jitops cache export`"
+    )
     # the remote tier (issue 15): keygen, push, pull, stats
     from ..remote.commands import (
         add_cache_parsers,
