@@ -3,9 +3,10 @@
 ``jitops.get("softmax")`` compiles the op for the current device on first use,
 caches it (content-addressed, per device) and returns a callable dispatcher
 op. Importing jitops is inert: no torch import, no subprocess, no file access.
-
-Imports: errors, spec, _version; checks, dropin, freeze, loader, registry and user on first use (import stays inert); ops for annotations.
 """
+
+# Imports: errors, spec, _version; checks, dropin, freeze, loader, registry and user on first use
+# (import stays inert); ops for annotations.
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
     see it as any other op.
 
     Args:
-        name: an op from :func:`list_ops`, e.g. ``"softmax"``.
+        name: an op from [`list_ops`][jitops.list_ops], e.g. ``"softmax"``.
         device: ``"cpu"`` or ``"cuda"``; ``None`` is the current device.
         fallback: ``True`` (or ``JITOPS_FALLBACK=1``) returns the pure-PyTorch reference, with one
             warning, when the op cannot be built here.
@@ -121,7 +122,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
 
 
 def list_ops() -> list[str]:
-    """Names of every op :func:`get` knows: builtins, registered libraries and kernel packages.
+    """Names of every op [`get`][jitops.get] knows: builtins, registered libraries and kernel packages.
 
     Builds nothing and does not import torch.
     """
@@ -142,7 +143,7 @@ def reference(name: str) -> Any:
 
 
 def register(spec: OpSpec, *, replace: bool = False) -> Registration:
-    """Make the kernel library described by ``spec`` reachable through :func:`get`.
+    """Make the kernel library described by ``spec`` reachable through [`get`][jitops.get].
 
     Args:
         spec: the library's declaration, in the builtins' format.
