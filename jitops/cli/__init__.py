@@ -44,7 +44,7 @@ _registry = cli_cache._registry
 
 
 def parse_jobs(text: str) -> int:
-    """``--jobs N``: a whole number of parallel compiles, 1 to 4096 (issue 20)."""
+    """``--jobs N``: a whole number of parallel compiles, 1 to 4096."""
     if not (text.strip().isascii() and text.strip().isdigit() and 0 < int(text) <= 4096):
         raise argparse.ArgumentTypeError(
             f"invalid job count {text!r}: expected a whole number from 1 to 4096"
@@ -173,7 +173,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
     )
     if count["skipped"] and args.strict:
         print("jitops warm: --strict: some entries were skipped (see above)", file=sys.stderr)
-    # the remote tier (issue 15): sign and upload what was warmed
+    # the remote tier: sign and upload what was warmed
     if args.push and not count["failed"]:
         from ..remote.commands import push_warmed
 
@@ -404,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(e: BaseException) -> str:
-    """A plain OSError as its cause and path, without the errno (issue 20); jitops's own errors as written."""
+    """A plain OSError as its cause and path, without the errno; jitops's own errors as written."""
     if isinstance(e, OSError) and not isinstance(e, JitopsError) and e.strerror:
         return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
     return str(e)
