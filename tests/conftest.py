@@ -1,6 +1,6 @@
 """Shared fixtures, and the fast tier.
 
-Marks (see README "Tests"): pure tests need no compiler; ``compile`` tests
+Marks (see docs/contributing.md): pure tests need no compiler; ``compile`` tests
 build real kernels into one session-wide cache, each op at most once per
 session; ``process`` tests run scenarios in subprocesses with hard timeouts;
 ``cuda`` tests need a GPU and are skipped without one.
@@ -87,7 +87,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--full",
         action="store_true",
         default=False,
-        help="run the whole suite (what CI runs); without it a bare run is the fast tier (README: Tests)",
+        help="run the whole suite (what CI runs); without it a bare run is the fast tier (docs/contributing.md)",
     )
     parser.addoption(
         "--tier",

@@ -488,7 +488,7 @@ def test_issue_18_add_and_nms_calls(get: Any) -> None:
     )
     c = torch.randn(7, dtype=torch.complex64)
     # complex: torch's own scalar loops place the fma of the complex product differently by element
-    # position; held to assert_close's tolerances (README)
+    # position; held to assert_close's tolerances (docs/builtin-ops.md)
     torch.testing.assert_close(
         add(c, c.flip(0), alpha=1.5 - 2j), torch.add(c, c.flip(0), alpha=1.5 - 2j)
     )

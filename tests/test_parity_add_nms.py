@@ -9,7 +9,7 @@ op. On CPU the target is bit-identical results: after
 torch.testing.assert_close's default tolerances, the ulp distance must be 0
 (on CUDA at most 1 ulp), with two measured exceptions that are torch's own
 (float32: either of its two roundings; complex64/128: assert_close only; see
-README). Each library is built once per session (the session cache, see
+docs/builtin-ops.md). Each library is built once per session (the session cache, see
 conftest.py); CUDA cases carry the `cuda` marker.
 
 Size, measured on CPU: 849 test cases (867 more on CUDA), which compare
@@ -130,7 +130,7 @@ def float32_roundings(
     """The two roundings torch's float32 CPU add uses: alpha * other + self fused (one rounding), or
     alpha * other rounded first. Which one an element gets depends on where it falls in torch's compiled
     loops: the scalar tail of a row whose `other` is a broadcast scalar goes unfused, in a pattern set by
-    its compiler's vectorisation and the data's alignment (measured; see README)."""
+    its compiler's vectorisation and the data's alignment (measured; see docs/builtin-ops.md)."""
     if isinstance(alpha, (bool, complex)) or alpha == 1 or self_t.device.type != "cpu":
         return None
     try:

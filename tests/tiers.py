@@ -20,6 +20,7 @@ FAST_FILES = frozenset(
         "tests/test_compilers.py",
         "tests/test_cuda_target.py",
         "tests/test_cuda_toolchain.py",
+        "tests/test_docs_coverage.py",
         "tests/test_errors.py",
         "tests/test_first_minutes.py",
         "tests/test_freeze.py",

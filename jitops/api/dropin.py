@@ -242,7 +242,7 @@ def load(
 ) -> Any:
     """Build (once per content) and load a library from source files; torch's ``load``, cached by jitops.
 
-    jitops-style sources return a :class:`~jitops.user.UserLibrary`; sources written for
+    jitops-style sources return a [`UserLibrary`][jitops.UserLibrary]; sources written for
     torch return a module (``PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)``), or with
     ``is_python_module=False`` the loaded library's path (``TORCH_LIBRARY``). The key covers
     every source and header under the sources' common folder and the include paths.

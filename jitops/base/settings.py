@@ -8,7 +8,8 @@ passed down. No other module reads ``JITOPS_*`` variables, and nothing writes
 
 To add a setting: one field, one line in :meth:`Settings.from_env` using the
 parsers below (each names the variable, its value and the fix on bad input),
-and one entry in :data:`VARIABLES` so ``jitops doctor`` shows it.
+and one row in :data:`SETTINGS`, which ``jitops doctor`` and the docs' settings
+reference are made from.
 
 Imports: errors, record and userdirs only (the default cache and state roots).
 """
@@ -25,36 +26,183 @@ from ..errors import ConfigError
 from .record import record
 from .userdirs import user_dir
 
-# The variables Settings reads, in display order (doctor shows the ones set).
-VARIABLES = (
-    "JITOPS_CACHE_DIR",
-    "JITOPS_OFFLINE",
-    "JITOPS_FALLBACK",
-    "JITOPS_STRICT",
-    "JITOPS_BUILDER",
-    "JITOPS_LOCK_TIMEOUT",
-    "JITOPS_PROGRESS",
-    "JITOPS_FAKE_BUILD_SECONDS",
-    "MAX_JOBS",
-    "JITOPS_PCH",
-    "JITOPS_LEAN_EXTENSION_H",
-    "JITOPS_PCH_BACKGROUND",
-    "JITOPS_PCH_MAX_SIZE",
-    "JITOPS_STATE_DIR",
-    "JITOPS_FREEZE",
-    "JITOPS_REQUIRE_SIGNED",
-    "JITOPS_REMOTE_CACHE",
-    "JITOPS_REMOTE_CACHE_MODE",
-    "JITOPS_REMOTE_TRUSTED_KEYS",
-    "JITOPS_REMOTE_SIGNING_KEY",
-    "JITOPS_CONFIG_DIR",
-    "JITOPS_REMOTE_CONNECT_TIMEOUT",
-    "JITOPS_REMOTE_TIMEOUT",
-    "JITOPS_REMOTE_LEASE_SECONDS",
-    "JITOPS_REMOTE_FAILURE_SECONDS",
-    "JITOPS_DISTRIBUTED",
-    "JITOPS_HOST_ID",
+# Every variable Settings reads, in display order: (name, type, default, meaning). This table is the
+# one description of each: `jitops doctor` lists the ones set, and the docs' settings reference is
+# generated from it (tests/test_docs_coverage.py fails on a variable read here but missing from it).
+# Plain tuples of strings: they cost nothing at import, which the warm path pays.
+SETTINGS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "JITOPS_CACHE_DIR",
+        "path",
+        "the user cache dir (`$XDG_CACHE_HOME/jitops`, else `~/.cache/jitops` on Linux)",
+        "Root of the build cache. Read at each call, never at import.",
+    ),
+    (
+        "JITOPS_OFFLINE",
+        "on/off",
+        "off",
+        "Never build and never write the cache; a missing entry raises `OfflineMiss`.",
+    ),
+    (
+        "JITOPS_FALLBACK",
+        "on/off",
+        "off",
+        "When an op cannot be built here, return its pure-PyTorch reference (one warning per op).",
+    ),
+    (
+        "JITOPS_STRICT",
+        "on/off",
+        "off",
+        "When the cache is unusable, raise `CacheError` instead of building into a private "
+        "temporary cache.",
+    ),
+    (
+        "JITOPS_BUILDER",
+        "`real` or `fake`",
+        "`real`",
+        "`fake` is the test suite's builder: a tiny library made without a compiler.",
+    ),
+    (
+        "JITOPS_LOCK_TIMEOUT",
+        "seconds (0 to 86400)",
+        "unset: wait as long as the other build takes",
+        "How long to wait for another process building the same entry before `LockTimeout`.",
+    ),
+    (
+        "JITOPS_PROGRESS",
+        "on/off",
+        "unset: a live line on a terminal or in Jupyter, nothing otherwise",
+        "Force the build progress display on or off.",
+    ),
+    (
+        "JITOPS_FAKE_BUILD_SECONDS",
+        "seconds (0 to 86400)",
+        "0",
+        "Stretches a fake build (`JITOPS_BUILDER=fake`), for the tests of kills and races.",
+    ),
+    (
+        "MAX_JOBS",
+        "whole number (1 to 4096)",
+        "from the cores and the free memory",
+        "Parallel compiles of one build, as torch's loader reads it.",
+    ),
+    (
+        "JITOPS_PCH",
+        "on/off",
+        "on",
+        "Precompile a user library's leading `#include` lines into the cache and reuse them.",
+    ),
+    (
+        "JITOPS_LEAN_EXTENSION_H",
+        "on/off",
+        "on",
+        "Compile a `JITOPS_LIBRARY` file that includes `<torch/extension.h>` but uses no Python "
+        "API against a lean stand-in for that header first.",
+    ),
+    (
+        "JITOPS_PCH_BACKGROUND",
+        "on/off",
+        "on",
+        "Build a precompiled header in a detached low-priority process after the build returns; "
+        "off: beside the build's compiles, which then wait for it.",
+    ),
+    (
+        "JITOPS_PCH_MAX_SIZE",
+        "size (`2G`, `500M`, bytes; `0`: no bound)",
+        "`1G`",
+        "Bound on precompiled headers plus per-file objects; the least recently used go first "
+        "after each build. Entries are never removed by it.",
+    ),
+    (
+        "JITOPS_STATE_DIR",
+        "path",
+        "the user state dir (`$XDG_STATE_HOME/jitops`, else `~/.local/state/jitops` on Linux)",
+        "Per-user state that outlives cache roots: toolchain verdicts, verified stamps, "
+        "remembered calls.",
+    ),
+    (
+        "JITOPS_FREEZE",
+        "`error`, `warn` or `0`",
+        "off",
+        "Frozen mode: a use that would build raises `FrozenError` (`error`) or builds and warns "
+        "once per library (`warn`). `jitops.freeze()` / `unfreeze()` win over it.",
+    ),
+    (
+        "JITOPS_REQUIRE_SIGNED",
+        "on/off",
+        "off",
+        "Load bundle entries, and import archive entries, only when signed by a trusted key.",
+    ),
+    (
+        "JITOPS_REMOTE_CACHE",
+        "URL (`redis://`, `s3://`, `file://`)",
+        "unset: no remote tier",
+        "A second cache tier shared by several machines.",
+    ),
+    (
+        "JITOPS_REMOTE_CACHE_MODE",
+        "`read`, `write` or `auto`",
+        "`auto`",
+        "`auto` uploads when a signing key is found; `read` never uploads nor takes leases; "
+        "`write` warns once when there is no key.",
+    ),
+    (
+        "JITOPS_REMOTE_TRUSTED_KEYS",
+        "comma-separated `ed25519:...` keys or files of them",
+        "unset: only your own key pair in the config dir",
+        "Public keys whose signatures make a downloaded, imported or bundled entry trusted.",
+    ),
+    (
+        "JITOPS_REMOTE_SIGNING_KEY",
+        "path",
+        "`signing.key` in the config dir",
+        "The private key that signs uploads, exports and signed bundles.",
+    ),
+    (
+        "JITOPS_CONFIG_DIR",
+        "path",
+        "the user config dir (`$XDG_CONFIG_HOME/jitops`, else `~/.config/jitops` on Linux)",
+        "Where `jitops cache keygen` writes the key pair.",
+    ),
+    (
+        "JITOPS_REMOTE_CONNECT_TIMEOUT",
+        "seconds (more than 0, at most 86400)",
+        "2 (10 for a torchrun job's store)",
+        "Connecting to a store; after a failure the tier is off for the rest of the process.",
+    ),
+    (
+        "JITOPS_REMOTE_TIMEOUT",
+        "seconds (more than 0, at most 86400)",
+        "30",
+        "Wall-clock bound on one store operation (one entry up or down).",
+    ),
+    (
+        "JITOPS_REMOTE_LEASE_SECONDS",
+        "seconds (more than 0, at most 86400)",
+        "30",
+        "A builder's lease in a shared store lapses this long after its holder stops renewing it.",
+    ),
+    (
+        "JITOPS_REMOTE_FAILURE_SECONDS",
+        "seconds (more than 0, at most 86400)",
+        "300",
+        "How long a failed build's record stops other nodes from building the same entry.",
+    ),
+    (
+        "JITOPS_DISTRIBUTED",
+        "on/off or `signed`",
+        "on (idle outside a torchrun job)",
+        "Use a torchrun job's own c10d store as a cache tier; `signed` requires trusted "
+        "signatures on what it serves.",
+    ),
+    (
+        "JITOPS_HOST_ID",
+        "text",
+        "the hostname",
+        "The node identity `jitops.distributed.warm` groups ranks by.",
+    ),
 )
+VARIABLES = tuple(row[0] for row in SETTINGS)
 BUILDERS = ("real", "fake")
 # JITOPS_FREEZE / jitops.freeze(): a build raises FrozenError, or builds and warns
 FREEZE_MODES = (
@@ -74,7 +222,7 @@ def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
 
 
 def _bad(name: str, raw: str, expected: str, fix: str) -> ConfigError:
-    # one short line (issue 20)
+    # one short line: the variable, its value (cut), what was expected, the fix
     shown = repr(raw) if len(repr(raw)) <= 80 else repr(raw)[:77] + "..."
     return ConfigError(f"{name}={shown} is not {expected}. Fix: {fix}")
 
@@ -129,8 +277,7 @@ def _bounded_seconds(
 
 
 def _jobs(text: str) -> int:
-    # A whole number of parallel compiles; junk is a ConfigError rather than silently ignored (issue
-    # 20).
+    # A whole number of parallel compiles; junk is a ConfigError rather than silently ignored.
     if not (text.isascii() and text.isdigit() and 0 < int(text) <= 4096):
         raise ValueError(text)
     return int(text)
@@ -157,7 +304,7 @@ def _size(text: str) -> int:  # 1G, 500M, 1.5GiB or a byte count (binary units);
 
 @record
 class RemoteSettings:
-    """The remote tier's variables (issue 15); present only when ``JITOPS_REMOTE_CACHE`` is set."""
+    """The remote tier's variables; present only when ``JITOPS_REMOTE_CACHE`` is set."""
 
     url: str  # JITOPS_REMOTE_CACHE
     # JITOPS_REMOTE_CACHE_MODE: "read", "write" (warns without a key) or "auto" (write iff a key is
@@ -214,7 +361,7 @@ def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings 
 
 @record
 class DistributedSettings:
-    """The job's c10d store as a cache tier (issue 16); None when ``JITOPS_DISTRIBUTED=0``. Read here because only
+    """The job's c10d store as a cache tier; None when ``JITOPS_DISTRIBUTED=0``. Read here because only
     this module reads the environment: torchrun's ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/
     ``TORCHELASTIC_RESTART_COUNT``, and the remote tier's timeouts, lease and failure seconds and key settings,
     which apply to the job store too (``tier``; its ``url`` names the job store in messages)."""
@@ -306,7 +453,7 @@ class Settings:
     remote: RemoteSettings | None = None
     # JITOPS_CONFIG_DIR: where `jitops cache keygen` keeps the key pair
     config_dir: str | None = None
-    # JITOPS_DISTRIBUTED: the job's c10d store as a tier (issue 16)
+    # JITOPS_DISTRIBUTED: the job's c10d store as a tier
     distributed: DistributedSettings | None = NOT_IN_A_JOB
     # JITOPS_PCH (on unless 0): precompile each file's header prefix into the cache
     pch: bool = True

@@ -44,7 +44,7 @@ _registry = cli_cache._registry
 
 
 def parse_jobs(text: str) -> int:
-    """``--jobs N``: a whole number of parallel compiles, 1 to 4096 (issue 20)."""
+    """``--jobs N``: a whole number of parallel compiles, 1 to 4096."""
     if not (text.strip().isascii() and text.strip().isdigit() and 0 < int(text) <= 4096):
         raise argparse.ArgumentTypeError(
             f"invalid job count {text!r}: expected a whole number from 1 to 4096"
@@ -173,7 +173,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
     )
     if count["skipped"] and args.strict:
         print("jitops warm: --strict: some entries were skipped (see above)", file=sys.stderr)
-    # the remote tier (issue 15): sign and upload what was warmed
+    # the remote tier: sign and upload what was warmed
     if args.push and not count["failed"]:
         from ..remote.commands import push_warmed
 
@@ -298,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     sub.add_parser("list", help="ops and the targets already cached").set_defaults(fn=cmd_list)
     p = sub.add_parser("info", help="an op's schemas, sources, key, ingredients and cache path")
-    p.add_argument("op")
+    p.add_argument("op", help="an op name (`jitops list` shows them)")
     _target_args(p)
     p.set_defaults(fn=cmd_info)
     p = sub.add_parser("warm", help="build cache entries ahead of time (in parallel)")
@@ -340,13 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=cmd_doctor)
     p = sub.add_parser("explain", help="why this machine would build or rebuild an op")
-    p.add_argument("op")
+    p.add_argument("op", help="an op name (`jitops list` shows them)")
     _target_args(p)
     p.set_defaults(fn=cmd_explain)
     p = sub.add_parser(
         "bench", help="time an op against torch and its reference on this machine's inputs"
     )
-    p.add_argument("op")
+    p.add_argument("op", help="an op name (`jitops list` shows them)")
     p.add_argument(
         "--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is usable, else cpu"
     )
@@ -404,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(e: BaseException) -> str:
-    """A plain OSError as its cause and path, without the errno (issue 20); jitops's own errors as written."""
+    """A plain OSError as its cause and path, without the errno; jitops's own errors as written."""
     if isinstance(e, OSError) and not isinstance(e, JitopsError) and e.strerror:
         return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
     return str(e)

@@ -88,7 +88,7 @@ def _fingerprint(cache: Cache, args: argparse.Namespace) -> int:
 def _ls(cache: Cache, args: argparse.Namespace) -> int:
     from ..store import admin
 
-    if args.remote:  # the remote tier (issue 15)
+    if args.remote:  # the remote tier
         from ..remote.commands import cmd_ls_remote
 
         return cmd_ls_remote(Settings.from_env())
@@ -242,7 +242,7 @@ def _import(cache: Cache, args: argparse.Namespace) -> int:
 
 
 def _repair(cache: Cache, args: argparse.Namespace) -> int:
-    """Clear folders, files or links standing where the cache keeps something else (issue 20)."""
+    """Clear folders, files or links standing where the cache keeps something else."""
     from ..store import repair
 
     done = repair.repair(cache)
@@ -323,10 +323,12 @@ def add_parser(sub: Any, target_args: Callable[..., None]) -> None:
         help="clear folders, files or links that stand where the cache keeps something else",
     )
     q = cs.add_parser("export", help="write entries to a portable archive (tar.gz)")
-    q.add_argument("file")
+    q.add_argument("file", help="the archive to write (.tar.gz)")
     q.add_argument("ops", nargs="*", metavar="OP", help="only these ops' libraries (default: all)")
-    cs.add_parser("import", help="add the entries of an exported archive").add_argument("file")
-    # the remote tier (issue 15): keygen, push, pull, stats
+    cs.add_parser("import", help="add the entries of an exported archive").add_argument(
+        "file", help="an archive written by `jitops cache export`"
+    )
+    # the remote tier: keygen, push, pull, stats
     from ..remote.commands import (
         add_cache_parsers,
     )
