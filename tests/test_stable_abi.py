@@ -183,8 +183,19 @@ def test_target_version_encoding_and_the_running_torch_check() -> None:
     with pytest.raises(ArgumentError, match="major << 56"):
         stable.target_of(["-DTORCH_TARGET_VERSION=2.13"], "2.13.0")
     # the compiler would build for a target the key and the check miss
+    # two words, as torch's loader passes them to the compiler: the same macro
+    assert stable.target_of(["-D", "TORCH_TARGET_VERSION=0x020e000000000000"], "2.13.0") == (
+        "-DTORCH_TARGET_VERSION=0x020e000000000000",
+        (2, 14),
+    )
+    assert stable.target_of(["-D", "TORCH_STABLE_ONLY"], "2.13.0")[1] == (2, 13)
     for words in (
-        ["-D", "TORCH_TARGET_VERSION=0x020e000000000000"],
+        ["-U", "TORCH_STABLE_ONLY"],
+        [
+            "-D",
+            "TORCH_TARGET_VERSION=0x020e000000000000",
+            "-DTORCH_TARGET_VERSION=0x020d000000000000",
+        ],
         ["-UTORCH_TARGET_VERSION"],
         ["-DTORCH_TARGET_VERSION=0x020d000000000000", "-DTORCH_TARGET_VERSION=0x020e000000000000"],
         ["-UTORCH_STABLE_ONLY"],
@@ -375,6 +386,17 @@ def test_an_op_under_an_ifdef_the_build_left_out_is_not_exported() -> None:
     lib = jitops.load_inline("stable_ifdef", src)
     assert list(lib.ops) == ["scale"]
     torch.testing.assert_close(lib.scale(torch.ones(2), 3.0), torch.full((2,), 3.0))
+
+
+@pytest.mark.compile
+def test_torchs_flags_as_two_words_each_build_for_their_target() -> None:
+    """``-D NAME`` reaches the compiler as ``-DNAME`` does, as torch's loader passes it: accepted, and
+    the target it names is the entry's."""
+    flags = ["-D", "TORCH_STABLE_ONLY", "-D", "TORCH_TARGET_VERSION=0x020a000000000000"]
+    lib = jitops.load_inline("stable_two_words", FIRST, extra_cflags=flags)
+    torch.testing.assert_close(lib.scale(torch.ones(2), 3.0), torch.full((2,), 3.0))
+    ingredients = json.dumps(lib.library.manifest.ingredients)
+    assert "-DTORCH_TARGET_VERSION=0x020a000000000000" in ingredients, ingredients
 
 
 @pytest.mark.compile

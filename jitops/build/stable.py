@@ -91,7 +91,8 @@ def wanted(func: str, abi: object, texts: Sequence[str] | None) -> bool:
 def target_of(flags: Sequence[str], torch_version: str) -> tuple[str, tuple[int, int]]:
     """The target flag and (major, minor): the user's ``-DTORCH_TARGET_VERSION``, else the oldest torch jitops
     supports (never above the running one), so an entry built now serves every later torch. ``flags`` are the
-    words the compiler gets; any other word naming the ABI's macros (``-U``, ``-D`` apart, two values) is refused:
+    words the compiler gets (``-D NAME`` as two words counts as ``-DNAME``); any other word naming the ABI's
+    macros (``-U``, two values) is refused:
     the compiler would build for a version the key and the load check do not know."""
     marks = _abi_macro_words(flags)
     if not marks:
@@ -116,11 +117,21 @@ def _abi_macro_words(words: Sequence[str]) -> list[str]:
     own stable extensions pass it."""
     return [
         w
-        for w in words
+        for w in _joined_macros(words)
         if ("TORCH_TARGET_VERSION" in w or "TORCH_STABLE_ONLY" in w)
         and w != "-DTORCH_STABLE_ONLY"
         and not w.startswith("-DTORCH_STABLE_ONLY=")
     ]
+
+
+def _joined_macros(words: Sequence[str]) -> list[str]:
+    """``words`` with each ``-D NAME`` / ``-U NAME`` pair as the one word the compiler reads it as."""
+    out: list[str] = []
+    it = iter(words)
+    for w in it:
+        nxt = next(it, None) if w in ("-D", "-U") else None
+        out.append(w + nxt if nxt is not None else w)
+    return out
 
 
 def check_torch(name: str, target: tuple[int, int], torch_version: str) -> None:
