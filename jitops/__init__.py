@@ -108,7 +108,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
             warning, when the op cannot be built here.
 
     Raises:
-        UnknownOpError: no op of that name; the message lists close matches.
+        UnknownOpError: no op of that name; the message lists close matches and the known ops.
         ToolchainError: no usable compiler, ninja or nvcc (before any lock).
         BuildError: the compiler failed; the message shows the first error.
         OfflineMiss: ``JITOPS_OFFLINE=1`` and nothing usable is cached.

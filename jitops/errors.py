@@ -17,20 +17,34 @@ class JitopsError(Exception):
 
 
 class UnknownOpError(JitopsError, KeyError):
-    """No op of that name is registered."""
+    """No op of that name is registered; the message lists close matches and the known names."""
+
+    SHOWN = 20  # names listed in the message; the rest are counted
 
     def __init__(
-        self, name: str, suggestions: list[str] | tuple[str, ...] = (), known: int = 0
+        self,
+        name: str,
+        suggestions: list[str] | tuple[str, ...] = (),
+        available: list[str] | tuple[str, ...] = (),
+        what: str = "op",
     ) -> None:
         self.name = name
         self.suggestions = tuple(suggestions)
+        self.available = tuple(sorted(available))
         hint = (
             f"; did you mean {', '.join(repr(s) for s in self.suggestions)}?"
             if self.suggestions
             else ""
         )
-        msg = f"unknown op {name!r}{hint} (jitops.list_ops() lists the {known} known ops)"
-        super().__init__(msg)
+        shown = ", ".join(self.available[: self.SHOWN])
+        more = len(self.available) - self.SHOWN
+        known = (
+            f"known {what}s: {shown}"
+            + (f" and {more} more (jitops.list_ops() lists every op)" if more > 0 else "")
+            if self.available
+            else f"no {what} is registered"
+        )
+        super().__init__(f"unknown {what} {name!r}{hint} ({known})")
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0])

@@ -106,6 +106,7 @@ def fallback(record_writes: bool = False) -> dict[str, Any]:
     import torch
 
     import jitops
+    from jitops.base.settings import Settings
 
     x = torch.randn(8, 33)
     with warnings.catch_warnings(record=True) as caught:
@@ -117,7 +118,7 @@ def fallback(record_writes: bool = False) -> dict[str, Any]:
         except (jitops.ToolchainError, jitops.OfflineMiss) as e:
             refused = type(e).__name__ + ": " + str(e)
         refuse_s = time.monotonic() - t
-        kw = {} if jitops.base.settings.env_flag("JITOPS_FALLBACK") else {"fallback": True}
+        kw = {} if Settings.from_env().fallback else {"fallback": True}
         a, b, c = (jitops.get(n, device="cpu", **kw) for n in ("softmax", "softmax", "log_softmax"))
         ok = bool(
             torch.allclose(a(x, dim=-1), torch.softmax(x, -1))

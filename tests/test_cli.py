@@ -186,6 +186,26 @@ def test_ls_lists_entries_with_size_and_last_use(fake, capsys: pytest.CaptureFix
     )
 
 
+def test_list_shows_what_cache_ls_lists(
+    fake, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    """A library no op here names (``jitops.load`` in another process) is listed with its targets;
+    a registered library whose entries were removed is not cached, though its folders remain."""
+    make, cache = fake
+    user = build(fake_spec(tmp_path / "user", "cli_list_user"))  # never registered here
+    gone = build(make("cli_list_gone"))
+    cache_admin.remove_entry(cache, gone.path)
+    assert gone.path.parent.is_dir()
+    rc, out, _ = run(["list"], capsys)
+    assert rc == 0
+    rows = out.splitlines()
+    assert any(
+        "library cli_list_user" in r and r.endswith(f"cached: {user.plan.target.name}")
+        for r in rows
+    ), out
+    assert next(r for r in rows if r.startswith("cli_list_gone")).endswith("cached: -"), out
+
+
 def test_load_records_last_use_but_not_offline(fake, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     make, cache = fake
     specs = [make("cli_use_a"), make("cli_use_b")]

@@ -23,7 +23,15 @@ from jitops.build import entry as entry_mod
 from jitops import plan as planning
 from jitops.store.cache import Cache
 from jitops.cli import main
-from jitops.errors import ArgumentError, CacheError, ConfigError, InvalidNameError, JitopsError
+from jitops.errors import (
+    ArgumentError,
+    CacheError,
+    ConfigError,
+    InvalidNameError,
+    JitopsError,
+    UnknownOpError,
+)
+from jitops.spec import Registry
 from tests.cli_helpers import fake_spec
 
 
@@ -107,6 +115,29 @@ def test_a_hopeless_name_suggests_nothing() -> None:
     with pytest.raises(InvalidNameError) as info:
         jitops.get("../etc")
     assert "Did you mean" not in str(info.value)
+
+
+def test_an_unknown_op_lists_the_known_ones() -> None:
+    with pytest.raises(UnknownOpError) as info:
+        jitops.get("nope")
+    listed = info.value.available[: UnknownOpError.SHOWN]
+    assert {"add", "log_softmax", "nms", "softmax"} <= set(info.value.available)
+    assert "did you mean" not in str(info.value)
+    assert f"known ops: {', '.join(listed)}" in str(info.value)
+
+
+def test_the_known_ops_are_listed_up_to_a_bound(tmp_path: Path) -> None:
+    reg = Registry()
+    reg.extend([fake_spec(tmp_path, f"many_{i:02}") for i in range(UnknownOpError.SHOWN + 5)])
+    with pytest.raises(UnknownOpError) as info:
+        reg.lookup("many_9")
+    msg = str(info.value)
+    assert "many_09" in info.value.suggestions and "did you mean" in msg
+    assert (
+        f"many_{UnknownOpError.SHOWN - 1:02}" in msg
+        and f"many_{UnknownOpError.SHOWN:02}" not in msg
+    )
+    assert "and 5 more (jitops.list_ops() lists every op)" in msg
 
 
 # ------------------------------------------------------------------ 2. settings

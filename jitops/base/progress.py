@@ -51,13 +51,11 @@ class BuildProgress:
         self._thread: threading.Thread | None = None
         self._start = 0.0
         self._handle = None
-        self.last_line = ""
 
     def _text(self, state: str = "building") -> str:
         return f"jitops: {state} {self.what} ... {time.monotonic() - self._start:.1f}s"
 
     def _show(self, text: str, final: bool = False) -> None:
-        self.last_line = text
         if self.mode == "terminal":
             sys.stderr.write("\r\033[K" + text + ("\n" if final else ""))
             sys.stderr.flush()

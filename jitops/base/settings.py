@@ -215,12 +215,6 @@ _FALSE = ("", "0", "false", "no", "off")
 T = TypeVar("T")
 
 
-def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
-    """A lenient on/off reading (unknown words are off), kept for callers outside the package."""
-    value = (os.environ if environ is None else environ).get(name, "")
-    return value.strip().lower() in _TRUE
-
-
 def _bad(name: str, raw: str, expected: str, fix: str) -> ConfigError:
     # one short line: the variable, its value (cut), what was expected, the fix
     shown = repr(raw) if len(repr(raw)) <= 80 else repr(raw)[:77] + "..."

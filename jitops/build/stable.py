@@ -41,15 +41,13 @@ from typing import Any
 from ..spec import checks
 from .job import LINK_DEPFILE
 from ..errors import ArgumentError, BuildError, ConfigError, KernelSourceError, TargetError
-from ..key import STABLE_ABI_FLAG, STABLE_BUILDER, flag_words
+from ..key import STABLE_ABI_FLAG, flag_words
 from ..spec import flag_version, stable_target, version_flag
 from ..spec import OpSpec
 from ..base.torchcompat import parse
 from ..spec.user_spec import BuildOptions, StrOrSeq, _as_list, _spec
 from ..base.patterns import lazy
 
-# the builder name its plans carry (plan.make_plan picks it for a stable spec)
-BUILDER = STABLE_BUILDER
 ABIS = ("stable",)  # what abi= accepts besides None (detect from the source)
 _STABLE = lazy(r"\bSTABLE_TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(", needs="STABLE_TORCH_LIBRARY")
 _NAMESPACE = lazy(

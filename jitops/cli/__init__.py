@@ -9,7 +9,7 @@ messages on stderr: 0 success, 1 a failure (a failed build, a failed check, a
 damaged entry), 2 bad usage. ``--help``, ``list`` and the cache commands
 (except ``cache fingerprint``) answer without importing torch.
 
-Imports: store.cache, cli.cache, errors, settings; lazily per command: _version, bench_ops, diagnose, entry, explain, manifest, plan,
+Imports: store.cache, cli.cache, errors, settings; lazily per command: _version, admin, bench_ops, diagnose, entry, explain, manifest, plan,
 progress, runner, target, tubuild, warm; remote.commands for ``warm --push``.
 """
 
@@ -63,16 +63,26 @@ def _specs(names: Sequence[str], everything: bool) -> list[Any]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    """Each registered op with the targets its library has entries for, then every other library
+    the cache holds entries of (``jitops.load`` and ``load_inline`` libraries are registered only
+    in the process that loaded them), as ``jitops cache ls`` lists them."""
+    from ..store import admin
+
     reg = _registry()
-    cache = _cache()
+    cached: dict[str, set[str]] = {}
+    for entry in admin.entries(_cache()):
+        cached.setdefault(entry.library, set()).add(entry.target)
     for name in reg.names():
         spec = reg.find(name)
-        lib_dir = cache.library_dir(spec.name)
-        built = sorted(p.name for p in lib_dir.iterdir() if p.is_dir()) if lib_dir.is_dir() else []
         _out(
             f"{name:<20} library {spec.name:<14} devices {','.join(spec.devices):<9} "
-            f"cached: {', '.join(built) or '-'}"
+            f"cached: {', '.join(sorted(cached.get(spec.name, ()))) or '-'}"
         )
+    others = sorted(set(cached) - {spec.name for spec in reg.specs()})
+    if others:
+        _out("", "other libraries in the cache (jitops.load, load_inline, kernel packages):")
+    for library in others:
+        _out(f"{'':<20} library {library:<14} cached: {', '.join(sorted(cached[library]))}")
     return 0
 
 
@@ -296,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"jitops {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-    sub.add_parser("list", help="ops and the targets already cached").set_defaults(fn=cmd_list)
+    sub.add_parser(
+        "list", help="ops, and every library in the cache, with the targets already cached"
+    ).set_defaults(fn=cmd_list)
     p = sub.add_parser("info", help="an op's schemas, sources, key, ingredients and cache path")
     p.add_argument("op", help="an op name (`jitops list` shows them)")
     _target_args(p)

@@ -202,11 +202,6 @@ def source_state(spec: OpSpec) -> tuple[dict[str, str], dict[str, Stamp]]:
     return digests, stamps
 
 
-def source_digests(spec: OpSpec) -> dict[str, str]:
-    """sha256 of every source and header the key covers, by label (see :func:`source_state`)."""
-    return source_state(spec)[0]
-
-
 def changed_source(
     spec: OpSpec, digests: Mapping[str, str], stamps: Mapping[str, Stamp]
 ) -> str | None:

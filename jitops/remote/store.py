@@ -100,10 +100,6 @@ class Holder:
             d["expires"] = expires
         return json.dumps(d, sort_keys=True).encode()
 
-    @classmethod
-    def from_bytes(cls, raw: bytes) -> Holder:
-        return parse_lease(raw)[0]
-
     def same(self, other: Holder) -> bool:
         return bool(self.token) and self.token == other.token
 

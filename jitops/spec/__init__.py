@@ -271,7 +271,7 @@ class Registry:
         spec = self._index.get(op)
         if spec is None:
             close = difflib.get_close_matches(op, list(self._index), n=3, cutoff=0.6)
-            raise UnknownOpError(op, close, known=len(self._index))
+            raise UnknownOpError(op, close, available=list(self._index))
         return spec
 
     def library(self, name: str) -> OpSpec:
@@ -280,7 +280,8 @@ class Registry:
             raise UnknownOpError(
                 name,
                 difflib.get_close_matches(name, list(self._specs), n=3),
-                known=len(self._specs),
+                available=list(self._specs),
+                what="library",
             )
         return spec
 
