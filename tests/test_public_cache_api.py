@@ -403,6 +403,20 @@ def test_the_loading_module_is_jitops_public_names() -> None:
         jloader.warm("softmax", jobs=0)
 
 
+def test_warm_builds_then_finds_each_entry(fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = fake("apiwarm")
+    jcache.clear(op="apiwarm")
+    first = jloader.warm("apiwarm", devices="cpu", jobs=1)
+    assert [(o.task.spec.name, o.status, o.target) for o in first] == [
+        ("apiwarm", "built", plan.target.name)
+    ]
+    assert [o.status for o in jitops.warm(["apiwarm"], devices=["cpu"])] == ["cached"]
+    assert [e.key for e in jcache.entries(op="apiwarm")] == [plan.key]
+    monkeypatch.setenv("JITOPS_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="forbids building"):
+        jloader.warm("apiwarm")
+
+
 @pytest.mark.process
 @pytest.mark.timeout(60)
 def test_public_modules_import_inert(tmp_path: Path) -> None:
