@@ -92,11 +92,13 @@ class Entry:
 
 @dataclass(frozen=True)
 class Ref:
-    """An entry named by op library, target and key (what an archive or a store holds)."""
+    """An entry named by op library, target and key (what an archive or a store holds). ``inputs``: in
+    a remote store, the name of the set of inputs an entry stored beside the first was built from."""
 
     op: str
     target: str
     key: str
+    inputs: str = ""
 
 
 @dataclass(frozen=True)
