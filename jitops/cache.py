@@ -1,21 +1,26 @@
 """``jitops.cache``: the kernel cache from Python, as ``jitops cache ...`` sees it.
 
-Where the cache is (:func:`location`), what it holds (:func:`entries`: frozen :class:`Entry` records),
-its size (:func:`size`, :func:`info`) and the maintenance the commands do: :func:`prune` to a size
-budget or an age, :func:`clear` (all, or one op's library), :func:`verify`, :func:`export` and
-:func:`import_` archives, :func:`push` to and :func:`pull` from the remote tier. The ``jitops cache``
-commands call these functions and only print what they return, so the two never disagree. The work is
-the store's own (``store.admin``, ``store.archive``, ``remote.commands``): the same checks, errors
-(:class:`jitops.JitopsError` subclasses), lock respect and link safety. Settings (``JITOPS_*``) are read
-when a function is called; a function that writes refuses under ``JITOPS_OFFLINE=1``.
+Where the cache is ([`location`][jitops.cache.location]), what it holds
+([`entries`][jitops.cache.entries]: frozen [`Entry`][jitops.cache.Entry] records), its size
+([`size`][jitops.cache.size], [`info`][jitops.cache.info]) and the maintenance the commands do:
+[`prune`][jitops.cache.prune] to a size budget or an age, [`clear`][jitops.cache.clear] (all, or one
+op's library), [`verify`][jitops.cache.verify], [`export`][jitops.cache.export] and
+[`import_`][jitops.cache.import_] archives, [`push`][jitops.cache.push] to and
+[`pull`][jitops.cache.pull] from the remote tier. The ``jitops cache`` commands call these functions
+and only print what they return, so the two never disagree. The work is the store's own
+(``store.admin``, ``store.archive``, ``remote.commands``): the same checks, errors
+([`JitopsError`][jitops.JitopsError] subclasses), lock respect and link safety. Settings
+(``JITOPS_*``) are read when a function is called; a function that writes refuses under
+``JITOPS_OFFLINE=1``.
 
-Importing it starts nothing and reads no folder; only :func:`push` and :func:`pull` import torch (they
-plan entries for this machine). The warm ``jitops.get`` path never imports it.
-
-Imports: errors, base.settings, base.units, spec.checks; lazily registry, store.admin, store.archive,
-store.cache, store.manifest, remote.archive_trust, remote.commands (push, pull, the remote listing),
-remote.origin; store.admin, store.cache, remote.commands (annotations).
+Importing it starts nothing and reads no folder; only [`push`][jitops.cache.push] and
+[`pull`][jitops.cache.pull] import torch (they plan entries for this machine). The warm
+``jitops.get`` path never imports it.
 """
+
+# Imports: errors, base.settings, base.units, spec.checks; lazily registry, store.admin,
+# store.archive, store.cache, store.manifest, remote.archive_trust, remote.commands (push, pull, the
+# remote listing), remote.origin; store.admin, store.cache, remote.commands (annotations).
 
 from __future__ import annotations
 
@@ -65,13 +70,12 @@ __all__ = [
 class Entry:
     """One cache entry: an op library built for one target under one key.
 
-    ``origin`` is ``"built"`` (built on this machine), ``"imported"`` (from an archive), ``"pulled"`` (the
-    remote tier), ``"job-store"`` (a torchrun job's store) or ``"unknown"`` (its note cannot be read:
-    never taken for a build here); ``source`` says from where. ``signed_by`` is the fingerprint of the key
-    whose signature was checked when it came in (None: built here, which is signed only on export or
-    push, or came unsigned). ``damaged``: its manifest is missing or unreadable (``verify`` checks the
-    rest: key, size and sha256).
-    """
+    ``origin`` is ``"built"`` (built on this machine), ``"imported"`` (from an archive),
+    ``"pulled"`` (the remote tier), ``"job-store"`` (a torchrun job's store) or ``"unknown"`` (its
+    note cannot be read: never taken for a build here); ``source`` says from where. ``signed_by`` is
+    the fingerprint of the key whose signature was checked when it came in (None: built here, which
+    is signed only on export or push, or came unsigned). ``damaged``: its manifest is missing or
+    unreadable (``verify`` checks the rest: key, size and sha256)."""
 
     op: str  # the op library's name (one library may export several ops)
     target: str  # e.g. cpu-avx2, cuda-sm90
@@ -92,8 +96,9 @@ class Entry:
 
 @dataclass(frozen=True)
 class Ref:
-    """An entry named by op library, target and key (what an archive or a store holds). ``inputs``: in
-    a remote store, the name of the set of inputs an entry stored beside the first was built from."""
+    """An entry named by op library, target and key (what an archive or a store holds). ``inputs``:
+    in a remote store, the name of the set of inputs an entry stored beside the first was built
+    from."""
 
     op: str
     target: str
@@ -103,7 +108,8 @@ class Ref:
 
 @dataclass(frozen=True)
 class Part:
-    """A per-file object or a precompiled header: rebuildable, bounded with the entries by ``prune``."""
+    """A per-file object or a precompiled header: rebuildable, bounded with the entries by
+    ``prune``."""
 
     kind: str  # "object" or "pch"
     label: str
@@ -113,8 +119,9 @@ class Part:
 
 @dataclass(frozen=True)
 class Removed:
-    """What :func:`prune` or :func:`clear` removed, what it kept because another process was building or
-    using it, and the bytes kept (entries, objects and PCHs)."""
+    """What [`prune`][jitops.cache.prune] or [`clear`][jitops.cache.clear] removed, what it kept
+    because another process was building or using it, and the bytes kept (entries, objects and
+    PCHs)."""
 
     removed: tuple[Entry, ...]
     busy: tuple[Entry, ...]
@@ -129,7 +136,8 @@ class Removed:
 
 @dataclass(frozen=True)
 class Verdict:
-    """One entry as :func:`verify` found it: ``problem`` None when sound; ``removed`` with ``remove=True``."""
+    """One entry as [`verify`][jitops.cache.verify] found it: ``problem`` None when sound;
+    ``removed`` with ``remove=True``."""
 
     entry: Entry
     problem: str | None
@@ -142,8 +150,8 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Exported:
-    """What :func:`export` wrote: every entry, those signed with this machine's key (entries built here),
-    the ones left out and why, and whether a signing key was found at all."""
+    """What [`export`][jitops.cache.export] wrote: every entry, those signed with this machine's key
+    (entries built here), the ones left out and why, and whether a signing key was found at all."""
 
     file: Path
     entries: tuple[Entry, ...]
@@ -154,8 +162,9 @@ class Exported:
 
 @dataclass(frozen=True)
 class Imported:
-    """What :func:`import_` did with each entry of an archive: published, already present, rejected (with
-    why: never published), kept but built for another machine, taken unsigned; toolchain records added."""
+    """What [`import_`][jitops.cache.import_] did with each entry of an archive: published, already
+    present, rejected (with why: never published), kept but built for another machine, taken
+    unsigned; toolchain records added."""
 
     imported: tuple[Ref, ...]
     present: tuple[Ref, ...]
@@ -167,12 +176,12 @@ class Imported:
 
 @dataclass(frozen=True)
 class Summary:
-    """The cache at a glance (``jitops cache info``). ``size`` is what :func:`prune` bounds (entries,
-    objects, PCHs); ``total`` adds staging, logs, trash, inline sources, toolchain records and locks.
-    ``kinds``: (kind, items, bytes) per folder; ``objects`` and ``pchs``: (count, bytes) of the per-file
-    objects and of the precompiled headers themselves (without marks of prefixes only seen).
-    ``parts_budget``: the cap on PCHs and objects kept after each build (``JITOPS_PCH_MAX_SIZE``; 0:
-    none). Entries have no automatic budget."""
+    """The cache at a glance (``jitops cache info``). ``size`` is what [`prune`][jitops.cache.prune]
+    bounds (entries, objects, PCHs); ``total`` adds staging, logs, trash, inline sources, toolchain
+    records and locks. ``kinds``: (kind, items, bytes) per folder; ``objects`` and ``pchs``: (count,
+    bytes) of the per-file objects and of the precompiled headers themselves (without marks of
+    prefixes only seen). ``parts_budget``: the cap on PCHs and objects kept after each build
+    (``JITOPS_PCH_MAX_SIZE``; 0: none). Entries have no automatic budget."""
 
     location: Path
     entries: int
@@ -202,7 +211,8 @@ def entries(op: str | None = None) -> list[Entry]:
 
 
 def size() -> int:
-    """Bytes of what :func:`prune` bounds: entries, per-file objects and precompiled headers."""
+    """Bytes of what [`prune`][jitops.cache.prune] bounds: entries, per-file objects and precompiled
+    headers."""
     from .store import admin
 
     cache = _cache(Settings.from_env())
@@ -211,7 +221,8 @@ def size() -> int:
 
 
 def info() -> Summary:
-    """Location, entry count, sizes by kind and the automatic budget (:class:`Summary`)."""
+    """Location, entry count, sizes by kind and the automatic budget
+    ([`Summary`][jitops.cache.Summary])."""
     from .store import admin
 
     settings = Settings.from_env()
@@ -248,10 +259,11 @@ def prune(
     max_size: int | str | None = None,
     older_than: float | str | timedelta | None = None,
 ) -> Removed:
-    """Evict least recently used entries, per-file objects and precompiled headers until what is left fits
-    ``max_size`` (bytes, or a string such as ``"5GB"`` or ``"500MiB"``: binary units); ``older_than``
-    (seconds, a ``timedelta`` or a string such as ``"30d"``) also evicts what was unused that long. Damaged
-    things go first; what another process is building or just used is kept (:attr:`Removed.busy`)."""
+    """Evict least recently used entries, per-file objects and precompiled headers until what is
+    left fits ``max_size`` (bytes, or a string such as ``"5GB"`` or ``"500MiB"``: binary units);
+    ``older_than`` (seconds, a ``timedelta`` or a string such as ``"30d"``) also evicts what was
+    unused that long. Damaged things go first; what another process is building or just used is kept
+    ([`Removed.busy`][jitops.cache.Removed.busy])."""
     func = "jitops.cache.prune"
     budget = _size_arg(func, max_size)
     age = _age_arg(func, older_than)
@@ -266,9 +278,10 @@ def prune(
 
 
 def clear(op: str | None = None) -> Removed:
-    """Remove everything jitops put in the cache (entries, objects, PCHs, logs, toolchain records, trash),
-    or with ``op`` only the entries of its library (every target). Entries being built are kept, and
-    anything jitops did not put there is left alone; a link is removed as itself, never followed."""
+    """Remove everything jitops put in the cache (entries, objects, PCHs, logs, toolchain records,
+    trash), or with ``op`` only the entries of its library (every target). Entries being built are
+    kept, and anything jitops did not put there is left alone; a link is removed as itself, never
+    followed."""
     from .store import admin
 
     settings = _writes("jitops.cache.clear")
@@ -279,8 +292,9 @@ def clear(op: str | None = None) -> Removed:
 
 
 def verify(op: str | None = None, *, remove: bool = False) -> list[Verdict]:
-    """Re-check every entry (of ``op``'s library) completely: manifest, key, size and sha256. ``remove``:
-    damaged entries are removed (not one a build holds), as ``jitops cache verify --remove``."""
+    """Re-check every entry (of ``op``'s library) completely: manifest, key, size and sha256.
+    ``remove``: damaged entries are removed (not one a build holds), as ``jitops cache verify
+    --remove``."""
     from .store import admin
 
     func = "jitops.cache.verify"
@@ -296,8 +310,9 @@ def verify(op: str | None = None, *, remove: bool = False) -> list[Verdict]:
 
 
 def export(file: str | Path, ops: list[str] | None = None) -> Exported:
-    """Write every entry (or those of ``ops``' libraries) to an archive (tar.gz). Entries built here are
-    signed with this machine's key when there is one (``jitops cache keygen``); others go unsigned."""
+    """Write every entry (or those of ``ops``' libraries) to an archive (tar.gz). Entries built here
+    are signed with this machine's key when there is one (``jitops cache keygen``); others go
+    unsigned."""
     from .remote.archive_trust import archive_signer
     from .store import archive
 
@@ -329,9 +344,10 @@ def export(file: str | Path, ops: list[str] | None = None) -> Exported:
 
 
 def import_(file: str | Path) -> Imported:
-    """Add the entries of an archive written by :func:`export`, each checked like a build first (signature
-    against ``JITOPS_REMOTE_TRUSTED_KEYS``, manifest, key, size, sha256; links, special files and
-    oversized members refuse the whole archive with a CacheError). Each is noted as imported."""
+    """Add the entries of an archive written by [`export`][jitops.cache.export], each checked like a
+    build first (signature against ``JITOPS_REMOTE_TRUSTED_KEYS``, manifest, key, size, sha256;
+    links, special files and oversized members refuse the whole archive with a CacheError). Each is
+    noted as imported."""
     from .remote.archive_trust import archive_trust, origin_noter
     from .store import archive
 
@@ -363,8 +379,8 @@ def push(
     resign_foreign: list[str] | None = None,
 ) -> Transferred:
     """Sign and upload this machine's entries of ``ops`` (default: every known op) for ``devices``
-    (default cpu) to ``JITOPS_REMOTE_CACHE``. Entries not built here go only when their op is named in
-    ``resign_foreign``: your key then vouches for someone else's build."""
+    (default cpu) to ``JITOPS_REMOTE_CACHE``. Entries not built here go only when their op is named
+    in ``resign_foreign``: your key then vouches for someone else's build."""
     from .remote import commands
 
     func = "jitops.cache.push"
@@ -376,8 +392,9 @@ def push(
 
 
 def pull(ops: list[str] | None = None, *, devices: list[str] | None = None) -> Transferred:
-    """Fetch the entries of ``ops`` (default: every known op) for ``devices`` (default cpu) that are not
-    here yet from ``JITOPS_REMOTE_CACHE``, each signature-checked and verified before it is published."""
+    """Fetch the entries of ``ops`` (default: every known op) for ``devices`` (default cpu) that are
+    not here yet from ``JITOPS_REMOTE_CACHE``, each signature-checked and verified before it is
+    published."""
     from .remote import commands
 
     func = "jitops.cache.pull"

@@ -1,18 +1,21 @@
 """``jitops.loader``: the loading API, one module to read and to document.
 
-:func:`get` an op (built on first use for this device, cached by content), :func:`reference` its
-pure-PyTorch twin, :func:`list_ops` and :func:`register` to see and add kernel libraries, :func:`load` /
-:func:`load_inline` / :func:`register_kernel_dir` for your own sources (``load`` and ``load_inline``
-take ``torch.utils.cpp_extension``'s parameters), :func:`warm` to build entries ahead of time, and
-:func:`freeze` / :func:`unfreeze` to make a build after warm-up an error. ``jitops.<name>`` is the same
-object for each of these; the cache itself is :mod:`jitops.cache`.
+[`get`][jitops.get] an op (built on first use for this device, cached by content),
+[`reference`][jitops.reference] its pure-PyTorch twin, [`list_ops`][jitops.list_ops] and
+[`register`][jitops.register] to see and add kernel libraries, [`load`][jitops.load] /
+[`load_inline`][jitops.load_inline] / [`register_kernel_dir`][jitops.register_kernel_dir] for your
+own sources (``load`` and ``load_inline`` take ``torch.utils.cpp_extension``'s parameters),
+[`warm`][jitops.warm] to build entries ahead of time, and [`freeze`][jitops.freeze] /
+[`unfreeze`][jitops.unfreeze] to make a build after warm-up an error. ``jitops.<name>`` is the same
+object for each of these; the cache itself is [`jitops.cache`][jitops.cache].
 
 Importing it is as inert as ``import jitops``: what each function needs is imported when it is first
 called, so ``jitops.get`` on a warm cache costs what it cost before this module existed.
-
-Imports: errors, spec; lazily api.dropin, api.user, api.warm, build.freeze, build.runner, loading.loader,
-registry, spec.checks, target; api.dropin, api.user, api.warm, loading.ops, registry (annotations).
 """
+
+# Imports: errors, spec; lazily api.dropin, api.user, api.warm, build.freeze, build.runner,
+# loading.loader, registry, spec.checks, target; api.dropin, api.user, api.warm, loading.ops,
+# registry (annotations).
 
 from __future__ import annotations
 
@@ -49,7 +52,8 @@ _FREEZE = ("freeze", "unfreeze")
 
 
 def __getattr__(name: str) -> Any:
-    """The user-kernel front doors and frozen mode, imported on first use (``import jitops`` stays cheap)."""
+    """The user-kernel front doors and frozen mode, imported on first use (``import jitops`` stays
+    cheap)."""
     if name in _DROPIN:
         from .api import dropin
 
@@ -101,10 +105,10 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
 
 
 def list_ops() -> list[str]:
-    """Names of every op [`get`][jitops.get] knows: builtins, registered libraries and kernel packages.
+    """Names of every op [`get`][jitops.get] knows: builtins, registered libraries and kernel
+    packages.
 
-    Builds nothing and does not import torch.
-    """
+    Builds nothing and does not import torch."""
     from .registry import list_ops as _list_ops
 
     return _list_ops()
@@ -145,10 +149,11 @@ def warm(
     jobs: int | None = None,
 ) -> list[Outcome]:
     """Build the cache entries of ``ops`` (default: every known op) ahead of time, several at once,
-    without loading them: what ``jitops warm`` does. ``devices``: default cpu, plus cuda where a GPU is
-    visible or ``arch`` names CUDA archs (e.g. ``"8.0,9.0"``); ``jobs``: compiles in flight (default:
-    ``MAX_JOBS``, else from cores and free memory). One outcome per library and device, in order, each
-    ``built``, ``cached``, ``skipped`` (no CUDA toolchain here, with why) or ``failed`` (with why)."""
+    without loading them: what ``jitops warm`` does. ``devices``: default cpu, plus cuda where a GPU
+    is visible or ``arch`` names CUDA archs (e.g. ``"8.0,9.0"``); ``jobs``: compiles in flight
+    (default: ``MAX_JOBS``, else from cores and free memory). One outcome per library and device, in
+    order, each ``built``, ``cached``, ``skipped`` (no CUDA toolchain here, with why) or ``failed``
+    (with why)."""
     from .api import warm as _warm
     from .base.settings import Settings
     from .build.runner import default_jobs

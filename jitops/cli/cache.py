@@ -299,7 +299,7 @@ def add_parser(sub: Any, target_args: Callable[..., None]) -> None:
     q.add_argument("file")
     q.add_argument("ops", nargs="*", metavar="OP", help="only these ops' libraries (default: all)")
     cs.add_parser("import", help="add the entries of an exported archive").add_argument("file")
-    # the remote tier (issue 15): keygen, push, pull, stats
+    # the remote tier: keygen, push, pull, stats
     from ..remote.commands import (
         add_cache_parsers,
     )
