@@ -90,6 +90,40 @@ def import_is_inert() -> dict[str, Any]:
     }
 
 
+def public_modules_are_inert(cache: str, state: str) -> dict[str, Any]:
+    """``import jitops.cache`` and ``jitops.loader`` (and ``jitops.cache.location()``) under an audit hook: the
+    processes started and every event naming the cache or state root, and which jitops stages came in."""
+    events: list[Any] = []
+    spawn = ("subprocess.", "os.posix_spawn", "os.exec", "os.fork", "os.system", "os.mkdir")
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event.startswith(spawn) or any(root in repr(args) for root in (cache, state)):
+            events.append((event, repr(args)[:120]))
+
+    sys.addaudithook(hook)
+    import jitops
+
+    found = (jitops.cache, jitops.loader)  # as attributes first: imported on first use
+    import jitops.cache
+    import jitops.loader
+
+    location = str(jitops.cache.location())
+
+    def stage(name: str) -> list[str]:
+        return sorted(m for m in sys.modules if m.startswith(f"jitops.{name}"))
+
+    return {
+        "events": events,
+        "torch": "torch" in sys.modules,
+        "store": stage("store"),
+        "remote": stage("remote"),
+        "loading": stage("loading"),
+        "platformdirs": "platformdirs" in sys.modules,
+        "location": location,
+        "same": found == (jitops.cache, jitops.loader),
+    }
+
+
 def user_roots() -> dict[str, Any]:
     """The default cache and state roots, and whether finding them imported platformdirs."""
     from jitops.base.settings import Settings
@@ -140,6 +174,7 @@ def warm_get_softmax() -> dict[str, Any]:
         "ok": ok,
         "key": lib.key,
         "cpp_extension": "torch.utils.cpp_extension" in sys.modules,
+        "cache_api": "jitops.cache" in sys.modules,
     }
 
 

@@ -28,12 +28,21 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("jitops.build",),
     ("jitops.loading",),
     ("jitops.api",),
+    ("jitops.loader", "jitops.cache"),  # the public loading and cache modules
     ("jitops", "jitops.distributed"),  # the public API (jitops/__init__.py) and jitops.distributed
     ("jitops.bench",),
     ("jitops.cli",),
     ("jitops.__main__",),
 )
-TOP_LEVEL_MODULES = {"__init__.py", "__main__.py", "_version.py", "errors.py", "distributed.py"}
+TOP_LEVEL_MODULES = {
+    "__init__.py",
+    "__main__.py",
+    "_version.py",
+    "errors.py",
+    "distributed.py",
+    "loader.py",
+    "cache.py",
+}
 
 
 def stage_of(module: str) -> str:

@@ -30,6 +30,7 @@ def test_second_process_loads_from_cache_without_subprocess(session_cache: Path)
     assert report["key"] == first.library.key
     assert report["events"] == [], "the warm path started a subprocess"
     assert report["cpp_extension"] is False
+    assert report["cache_api"] is False, "the warm path imported jitops.cache"
 
 
 def _no_compiler_path(tmp_path: Path, venv: Path) -> str:

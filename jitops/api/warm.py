@@ -19,7 +19,7 @@ from ..errors import JitopsError, TargetError, ToolchainError
 from ..plan import make_plan
 from ..base.settings import Settings
 from ..spec import OpSpec
-from ..target import probe
+from ..target import System, probe
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,12 @@ class Outcome:
     target: str
     seconds: float
     message: str = ""
+
+
+def default_devices(system: System, archs: str | None) -> list[str]:
+    """The devices warming builds for by default: cpu, plus cuda where a GPU is visible or CUDA archs were
+    named (``jitops warm``, ``jitops cache fingerprint``, :func:`jitops.loader.warm`)."""
+    return ["cpu", "cuda"] if (archs or system.cuda_available) else ["cpu"]
 
 
 def tasks_for(specs: Sequence[OpSpec], devices: Sequence[str]) -> list[Task]:

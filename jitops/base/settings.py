@@ -11,13 +11,12 @@ parsers below (each names the variable, its value and the fix on bad input),
 and one row in :data:`SETTINGS`, which ``jitops doctor`` and the docs' settings
 reference are made from.
 
-Imports: errors, record and userdirs only (the default cache and state roots).
+Imports: errors, record and userdirs only (the default cache and state roots); units lazily (a size set).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -290,10 +289,9 @@ def _freeze(text: str) -> str | None:
 
 
 def _size(text: str) -> int:  # 1G, 500M, 1.5GiB or a byte count (binary units); 0: no cap
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", text.lower())
-    return int(
-        float("x") if m is None else float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ")
-    )
+    from .units import parse_size  # only when a size is set: not on every warm load
+
+    return parse_size(text)
 
 
 @record

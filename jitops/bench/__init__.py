@@ -1,4 +1,4 @@
-"""Subpackage ``jitops.bench`` (stage 15): timing for ``jitops bench`` and ``benchmarks/``. Owns: this
+"""Subpackage ``jitops.bench`` (stage 16): timing for ``jitops bench`` and ``benchmarks/``. Owns: this
 module (``Case``, ``Row``, ``measure``, ``interleaved``, ``table``) and ``bench_ops`` (``request``,
 ``cases``, ``softmax_case``, ``nms_case``). May import: ``jitops`` (the public API) and every stage below
 it; today ``bench_ops`` imports ``jitops``, ``jitops.errors`` and this module, this module nothing of jitops.

@@ -1,13 +1,14 @@
-"""Subpackage ``jitops.cli`` (stage 16; only ``jitops.__main__`` is above it): the command line. Owns:
+"""Subpackage ``jitops.cli`` (stage 17; only ``jitops.__main__`` is above it): the command line. Owns:
 this module (``main``, ``build_parser``; ``list``, ``info``, ``warm``, ``doctor``, ``explain``, ``bench``),
 ``cache`` (``jitops cache ...``), ``diagnose`` (``doctor``, ``fingerprint``) and ``explain``. Public name:
-``main(argv) -> int``. May import: every stage below it (bench, jitops, distributed, api, loading, build,
-remote, plan, store, key, target, registry, kernels, spec, base, errors, _version).
+``main(argv) -> int``. May import: every stage below it (bench, jitops, distributed, cache, loader, api,
+loading, build, remote, plan, store, key, target, registry, kernels, spec, base, errors, _version).
 
 This module: the ``jitops`` command (also ``python -m jitops``). ``main(argv) -> int`` is the only place that turns errors into exit codes and
 messages on stderr: 0 success, 1 a failure (a failed build, a failed check, a
-damaged entry), 2 bad usage. ``--help``, ``list`` and the cache commands
-(except ``cache fingerprint``) answer without importing torch.
+damaged entry), 2 bad usage, 141 (quietly) when the reader of stdout went away
+(``| head``). ``--help``, ``list`` and the cache commands (except ``cache fingerprint``,
+``push`` and ``pull``) answer without importing torch.
 
 Imports: store.cache, cli.cache, errors, settings; lazily per command: _version, admin, bench_ops, diagnose, entry, explain, manifest, plan,
 progress, runner, target, tubuild, warm; remote.commands for ``warm --push``.
@@ -143,7 +144,6 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_warm(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from . import diagnose
     from ..api import warm
     from ..build.runner import default_jobs
     from ..base.progress import WarmDisplay
@@ -159,7 +159,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
         )
     start = time.monotonic()
     specs = _specs(args.ops, args.all)
-    devices = args.device or diagnose.default_devices(probe(), args.arch)
+    devices = args.device or warm.default_devices(probe(), args.arch)
     tasks = warm.tasks_for(specs, devices)
     jobs = args.jobs or default_jobs(settings.jobs)
     display = WarmDisplay(len(tasks), forced=settings.progress)
@@ -401,7 +401,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        return int(args.fn(args))
+        rc = int(args.fn(args))
+        sys.stdout.flush()  # a reader that went away is found here, not at the interpreter's exit
+        return rc
+    except BrokenPipeError as e:
+        if not _stdout_gone():
+            print(f"jitops: error: {_one_line(e)}", file=sys.stderr)
+            return 1
+        _quiet_stdout()
+        return 141  # as a Unix tool killed by SIGPIPE (128 + 13): `jitops cache ls | head` ends quietly
     except SystemExit as e:  # argparse and usage errors
         if isinstance(e.code, str):
             print(e.code, file=sys.stderr)
@@ -413,6 +421,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (JitopsError, OSError, ValueError) as e:
         print(f"jitops: error: {_one_line(e)}", file=sys.stderr)
         return 1
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader went away (poll reports an error on it): only then is a
+    BrokenPipeError the reader's choice, not a failure of what the command was doing."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no fileno (captured), or no poll here
+        return False
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so what is still buffered is not written again (and refused) at exit."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def _one_line(e: BaseException) -> str:

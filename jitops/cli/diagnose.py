@@ -4,7 +4,7 @@ CI jobs key their cache by (``explain`` lives in :mod:`jitops.explain`).
 Every answer about an op comes from :func:`entry.entry_status`, the same
 question ``get`` asks.
 
-Imports: _version, store.cache, compilers, entry, errors, key, manifest, plan, runner, selfcheck, settings, spec, target,
+Imports: _version, api.warm (default_devices), store.cache, compilers, entry, errors, key, manifest, plan, runner, selfcheck, settings, spec, target,
 toolchain; repair lazily;
 remote.commands lazily, only when ``settings.remote`` is set (doctor's remote rows).
 """
@@ -35,14 +35,10 @@ from ..target import BUILD_ENV_VARS
 from ..store.manifest import Hit
 from ..base.settings import Settings
 from ..spec import OpSpec
+from ..api.warm import default_devices
 from ..target import System, choose_target, probe
 
 _SMOKE_CXX = "#include <vector>\nint main() { std::vector<int> v{1}; return v[0] - 1; }\n"
-
-
-def default_devices(system: System, archs: str | None) -> list[str]:
-    """cpu, plus cuda where a GPU is visible or CUDA archs were named."""
-    return ["cpu", "cuda"] if (archs or system.cuda_available) else ["cpu"]
 
 
 def fingerprint(

@@ -125,6 +125,7 @@ def origin_noter(cache: Cache, src: str) -> Any:
 
     def noted(m: Any, raw: bytes, signature: tuple[str, str] | None) -> None:
         by = f" signed by {signature[0]}" if signature else " unsigned"
-        note(cache, Address(m.library, m.target, m.key), "imported", f"{src}{by}", raw)
+        signer = signature[0] if signature else None
+        note(cache, Address(m.library, m.target, m.key), "imported", f"{src}{by}", raw, signer)
 
     return noted

@@ -4,8 +4,9 @@
 Imports ``jitops.store.cache``, ``jitops.errors``, ``jitops.store.manifest``,
 ``jitops.base.settings``, ``jitops.registry`` and ``jitops.plan`` (plans, lazily)
 and this package; argparse only to declare its sub-commands. Each command
-reads ``Settings`` once and passes it down. Returns exit codes;
-prints, like the rest of the CLI.
+reads ``Settings`` once and passes it down. ``push``, ``pull`` and ``remote_entries`` do the work and
+return records (``jitops.cache`` calls them too); the ``cmd_*`` functions print those and return exit
+codes, like the rest of the CLI.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import argparse
 import secrets
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..store.cache import Cache
@@ -111,8 +113,48 @@ def _plans(ops: Sequence[str], devices: Sequence[str] | None, settings: Settings
     ]
 
 
-def cmd_push(args: argparse.Namespace) -> int:
-    settings = Settings.from_env()
+@dataclass(frozen=True)
+class Transfer:
+    """What ``push`` or ``pull`` did with one op library's entry for one target.
+
+    ``status``: push: ``pushed``, ``missing`` (no sound local entry), ``foreign`` (imported, pulled or from a
+    job's store: not re-signed unasked), ``unsent`` (the store took nothing); pull: ``fetched``, ``present``
+    (already here), ``absent`` (not in the store, or refused: counted in ``Transferred.rejected``).
+    """
+
+    op: str  # the op library
+    target: str
+    key: str
+    status: str
+    what: str  # the plan's words for it, as the commands print them
+    origin: tuple[str, str] | None = None  # push: (kind, source) of a foreign entry
+    detail: str = ""  # push: why a local entry is not sound to send (``missing``), when it has one
+
+
+@dataclass(frozen=True)
+class Transferred:
+    """Every ``Transfer`` of one push or pull, the store's URL and (pull) how many entries it refused."""
+
+    transfers: tuple[Transfer, ...]
+    url: str
+    rejected: int = 0
+
+    def count(self, status: str) -> int:
+        return sum(t.status == status for t in self.transfers)
+
+
+def push(
+    ops: Sequence[str],
+    devices: Sequence[str] | None = None,
+    resign_foreign: Sequence[str] = (),
+    *,
+    settings: Settings | None = None,
+    each: Callable[[Transfer], None] | None = None,
+) -> Transferred:
+    """Sign and upload the sound local entries of ``ops`` (none: every known op) for ``devices`` (default
+    cpu). An entry this node did not build is sent only when its library is in ``resign_foreign``: signing it
+    vouches for code someone else built. ``each`` hears every outcome as it happens."""
+    settings = Settings.from_env() if settings is None else settings
     tier = _tier(settings)
     if not tier.writes:
         raise ConfigError(
@@ -121,41 +163,57 @@ def cmd_push(args: argparse.Namespace) -> int:
         )
     from .origin import installed_from
 
-    resign = set(getattr(args, "resign_foreign", None) or ())
-    pushed = missing = foreign = 0
-    for plan in _plans(
-        list(dict.fromkeys([*args.ops, *resign])) if args.ops else args.ops, args.device, settings
-    ):
+    resign = set(resign_foreign)
+    wanted = list(dict.fromkeys([*ops, *resign])) if ops else list(ops)
+    done: list[Transfer] = []
+    for plan in _plans(wanted, devices, settings):
+        source: tuple[str, str] | None = None
+        detail = ""
         try:
             local = plan.cache.verify(plan.entry, plan.key, plan.spec.name, plan.target.name)
         except EntryProblem:
-            missing += 1
-            print(f"skipped {plan.what}: no sound local entry (run `jitops warm` first)")
-            continue
-        # its name in the store says which inputs it was built from: those held here now
-        if (why := plan.cache.stale(plan.entry, local, plan.spec.root)) is not None:
-            missing += 1
-            print(f"skipped {plan.what}: {why} (run `jitops warm` first)")
-            continue
-        source = installed_from(plan.cache, plan.address)
-        # signing it would vouch for what this node never built
-        if source is not None and plan.spec.name not in resign:
-            foreign += 1
+            status = "missing"
+        else:
+            # its name in the store says which inputs it was built from: those held here now
+            stale = plan.cache.stale(plan.entry, local, plan.spec.root)
+            source = None if stale is not None else installed_from(plan.cache, plan.address)
+            if stale is not None:
+                status, detail = "missing", stale
+            # signing it would vouch for what this node never built
+            elif source is not None and plan.spec.name not in resign:
+                status = "foreign"
+            else:
+                status = "pushed" if tier.upload(plan, plan.cache) else "unsent"
+        t = Transfer(plan.spec.name, plan.target.name, plan.key, status, plan.what, source, detail)
+        done.append(t)
+        if each is not None:
+            each(t)
+    return Transferred(tuple(done), tier.settings.url)
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    def said(t: Transfer) -> None:
+        if t.status == "missing":
+            why = t.detail or "no sound local entry"
+            print(f"skipped {t.what}: {why} (run `jitops warm` first)")
+        elif t.status == "foreign" and t.origin is not None:
             print(
-                f"skipped {plan.what}: {_origin_text(source)}, not built here; jitops never re-signs foreign code "
-                f"unasked (build it on a node you trust, or pass --resign-foreign {plan.spec.name} to vouch for it)"
+                f"skipped {t.what}: {_origin_text(t.origin)}, not built here; jitops never re-signs foreign "
+                f"code unasked (build it on a node you trust, or pass --resign-foreign {t.op} to vouch "
+                "for it)"
             )
-            continue
-        if source is not None:
-            print(
-                f"re-signing foreign code: {plan.what} is {_origin_text(source)}; your key now vouches for it"
-            )
-        if tier.upload(plan, plan.cache):
-            pushed += 1
-            print(f"pushed  {plan.what} ({plan.key[:12]})")
+        elif t.status == "pushed":
+            if t.origin is not None:
+                print(
+                    f"re-signing foreign code: {t.what} is {_origin_text(t.origin)}; your key now "
+                    "vouches for it"
+                )
+            print(f"pushed  {t.what} ({t.key[:12]})")
+
+    res = push(args.ops, args.device, getattr(args, "resign_foreign", None) or (), each=said)
     print(
-        f"push: {pushed} uploaded to {tier.settings.url}, {missing} not built here, {foreign} not built here "
-        "(imported, pulled or from a job's store)"
+        f"push: {res.count('pushed')} uploaded to {res.url}, {res.count('missing')} not built here, "
+        f"{res.count('foreign')} not built here (imported, pulled or from a job's store)"
     )
     return 0
 
@@ -169,8 +227,16 @@ def _origin_text(source: tuple[str, str]) -> str:
     }.get(kind, f"of unknown origin: {where}")
 
 
-def cmd_pull(args: argparse.Namespace) -> int:
-    settings = Settings.from_env()
+def pull(
+    ops: Sequence[str],
+    devices: Sequence[str] | None = None,
+    *,
+    settings: Settings | None = None,
+    each: Callable[[Transfer], None] | None = None,
+) -> Transferred:
+    """Fetch the entries of ``ops`` (none: every known op) for ``devices`` (default cpu) that are not here
+    yet, each verified and published like an import. ``each`` hears every outcome as it happens."""
+    settings = Settings.from_env() if settings is None else settings
     if settings.offline:  # checked before the store is contacted
         raise ConfigError(
             "`jitops cache pull` publishes downloaded entries into the local cache, and JITOPS_OFFLINE=1 "
@@ -178,43 +244,61 @@ def cmd_pull(args: argparse.Namespace) -> int:
             "prepares the node), then set it for the job"
         )
     tier = _tier(settings)
-    counts = {"fetched": 0, "present": 0, "absent": 0}
-    for plan in _plans(args.ops, args.device, settings):
+    done: list[Transfer] = []
+    for plan in _plans(ops, devices, settings):
         try:
             plan.cache.verify(plan.entry, plan.key, plan.spec.name, plan.target.name)
-            counts["present"] += 1
-            continue
+            status = "present"
         except EntryProblem:
-            pass
-        plan.cache.ensure_base()
-        state = "fetched" if tier.fetch(plan, plan.cache) is not None else "absent"
-        counts[state] += 1
-        print(f"{state:<8} {plan.what}")
-    rejected = tier.stats.rejected
+            plan.cache.ensure_base()
+            status = "fetched" if tier.fetch(plan, plan.cache) is not None else "absent"
+        t = Transfer(plan.spec.name, plan.target.name, plan.key, status, plan.what)
+        done.append(t)
+        if each is not None:
+            each(t)
+    return Transferred(tuple(done), tier.settings.url, tier.stats.rejected)
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    def said(t: Transfer) -> None:
+        if t.status != "present":
+            print(f"{t.status:<8} {t.what}")
+
+    res = pull(args.ops, args.device, each=said)
     print(
-        f"pull: {counts['fetched']} fetched, {counts['present']} already here, {counts['absent']} not in the "
-        f"store, {rejected} rejected"
+        f"pull: {res.count('fetched')} fetched, {res.count('present')} already here, "
+        f"{res.count('absent')} not in the store, {res.rejected} rejected"
     )
-    return 1 if rejected else 0
+    return 1 if res.rejected else 0
 
 
-def cmd_ls_remote(settings: Settings) -> int:
-    tier = _tier(settings)
+def remote_entries(
+    settings: Settings | None = None,
+) -> tuple[list[tuple[str, str, str, str]], str, int]:
+    """The remote store's entries as (library, target, key, inputs), cleaned for display (store text is not
+    trusted; ``inputs``: the name of the set of inputs an entry beside the first was built from, else
+    ""), its URL, and how many other names under ``entries/`` were skipped (not written by jitops)."""
+    tier = _tier(Settings.from_env() if settings is None else settings)
     from .store import clean_text
 
     names = tier.store.list_blobs("entries/")
-    entries = [
-        parts[1:] for parts in (n.split("/") for n in names) if len(parts) == 4 and all(parts)
-    ]
-    for lib, target, key in entries:  # store text: shown cleaned
-        key, _, held = key.partition(".")  # an entry for another set of inputs (tier.entry_name)
-        inputs = f"  inputs {clean_text(held, 12)}" if held else ""
-        print(
-            f"{clean_text(lib, 64):<14} {clean_text(target, 64):<18} {clean_text(key, 12)}{inputs}"
+    found = [parts[1:] for parts in (n.split("/") for n in names) if len(parts) == 4 and all(parts)]
+    entries = []
+    for lib, target, name in found:
+        key, _, held = name.partition(".")  # an entry for another set of inputs (tier.entry_name)
+        entries.append(
+            (clean_text(lib, 64), clean_text(target, 64), clean_text(key, 64), clean_text(held, 64))
         )
-    stray = len(names) - len(entries)
+    return entries, tier.settings.url, len(names) - len(found)
+
+
+def cmd_ls_remote(settings: Settings) -> int:
+    entries, url, stray = remote_entries(settings)
+    for lib, target, key, held in entries:
+        inputs = f"  inputs {held[:12]}" if held else ""
+        print(f"{lib:<14} {target:<18} {key[:12]}{inputs}")
     print(
-        f"{len(entries)} entries in {tier.settings.url}"
+        f"{len(entries)} entries in {url}"
         + (
             f"; {stray} other keys under entries/ skipped "
             "(not entries/<library>/<target>/<key>: not written by jitops)"

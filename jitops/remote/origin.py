@@ -29,12 +29,22 @@ def _digest(cache: Cache, address: Address) -> str | None:
         return None
 
 
-def note(cache: Cache, address: Address, kind: str, source: str, manifest: bytes) -> None:
-    """Record that the entry with these ``manifest`` bytes at ``address`` came from ``source`` (a ``kind``)."""
+def note(
+    cache: Cache,
+    address: Address,
+    kind: str,
+    source: str,
+    manifest: bytes,
+    signer: str | None = None,
+) -> None:
+    """Record that the entry with these ``manifest`` bytes at ``address`` came from ``source`` (a ``kind``),
+    and whose signature (a key fingerprint) was checked when it came in, if any."""
     assert kind in KINDS, kind
     path = cache.origin_path(address)
     fsutil.makedirs(path.parent)
     body = {"kind": kind, "from": source, "manifest": hashlib.sha256(manifest).hexdigest()}
+    if signer is not None:
+        body["signer"] = signer
     fsutil.atomic_write(path, json.dumps(body).encode())
 
 
@@ -43,23 +53,29 @@ def installed_from(cache: Cache, address: Address) -> tuple[str, str] | None:
 
     A note that cannot be read or names no known kind is ("unknown", why): never taken for a build here.
     """
+    found = origin_of(cache, address)
+    return None if found is None else found[:2]
+
+
+def origin_of(cache: Cache, address: Address) -> tuple[str, str, str | None] | None:
+    """:func:`installed_from` with the signer whose signature was checked on the way in (None: unsigned, or
+    a note written before signers were noted)."""
     try:
         raw = fsutil.read_bounded(cache.origin_path(address))  # never a link nor a FIFO
     except FileNotFoundError:
         return None
     except OSError as e:
-        return "unknown", f"its origin note cannot be read ({e.strerror})"
+        return "unknown", f"its origin note cannot be read ({e.strerror})", None
     try:
         rec = json.loads(raw)
     except ValueError:
-        return "unknown", "its origin note is damaged"
+        return "unknown", "its origin note is damaged", None
     if not isinstance(rec, dict):
-        return "unknown", "its origin note is damaged"
+        return "unknown", "its origin note is damaged", None
     if rec.get("manifest") != _digest(cache, address):
         return None
     kind = rec.get("kind", "job-store")  # notes before issue 28 came from the job's store only
-    return (
-        (kind, str(rec.get("from")))
-        if kind in KINDS
-        else ("unknown", f"its origin note names {kind!r}")
-    )
+    if kind not in KINDS:
+        return "unknown", f"its origin note names {kind!r}", None
+    signer = rec.get("signer")
+    return kind, str(rec.get("from")), signer if isinstance(signer, str) else None

@@ -259,7 +259,9 @@ class Tier:
             archive,
             address,
             verify=lambda raw, _sig: trust.verify(raw, header["signer"], header["signature"]),
-            note=lambda _m, raw, _sig: origin.note(cache, address, kind, self.settings.url, raw),
+            note=lambda _m, raw, _sig: origin.note(
+                cache, address, kind, self.settings.url, raw, str(header["signer"])
+            ),
             root=root,
         )
 

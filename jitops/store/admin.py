@@ -87,6 +87,26 @@ def check(cache: Cache, info: EntryInfo) -> str | None:
     return None
 
 
+def verify(
+    cache: Cache, library: str | None = None, *, remove: bool = False
+) -> list[tuple[EntryInfo, str | None, bool]]:
+    """Re-check every entry (of ``library``) completely: (entry, its problem or None, removed?). ``remove``:
+    a damaged entry is removed unless a build holds its key lock."""
+    out = []
+    for e in entries(cache):
+        if library is not None and e.library != library:
+            continue
+        problem = check(cache, e)
+        removed = False
+        if problem is not None and remove:
+            with unless_building(cache, e.library, e.key) as free:
+                if free:
+                    remove_entry(cache, e.path)
+                    removed = True
+        out.append((e, problem, removed))
+    return out
+
+
 # ------------------------------------------------------------------ removal
 
 
@@ -263,12 +283,17 @@ def _unusable(x: EntryInfo | Part) -> bool:
     return x.manifest is None if isinstance(x, EntryInfo) else x.unusable
 
 
-def clear(cache: Cache) -> Removal:
+def clear(cache: Cache, library: str | None = None) -> Removal:
     """Remove what jitops owns under the root: entries (not those being built), logs,
-    toolchain records, trash, dead staging dirs and the remote tier's counters. Anything else is left alone."""
+    toolchain records, trash, dead staging dirs and the remote tier's counters. Anything else is left alone.
+    ``library``: only that library's entries (every target), nothing else."""
     result = Removal()
     for info in entries(cache):
-        _try_remove(cache, info, result)
+        if library is None or info.library == library:
+            _try_remove(cache, info, result)
+    if library is not None:
+        result.kept_bytes = sum(e.size for e in result.busy)
+        return result
     # v1 itself a link: nothing through it (`jitops cache repair` unlinks it)
     if cache.walkable(cache.base):
         for p in (*cache.owned_dirs, *cache.owned_files):
