@@ -1,10 +1,10 @@
 """The remote tier's flow, behind the local cache.
 
-Imports ``jitops.store.cache``, ``jitops.store.archive`` (export/import of one
-entry), ``jitops.store.inputs`` (naming an input set), ``jitops.errors``, ``jitops.store.manifest``, ``jitops.base.settings`` (via
-``.config``) and this package's lower modules; never the loader, entry or
-plan (the plan arrives as an argument, the wait limit too). Called only after a local miss,
-under the local key lock, so one process per node talks to the store:
+Imports ``jitops.store.cache``, ``jitops.store.archive`` (export/import of one entry),
+``jitops.store.inputs`` (naming an input set), ``jitops.errors``, ``jitops.store.manifest``,
+``jitops.base.settings`` (via ``.config``) and this package's lower modules; never the loader, entry
+or plan (the plan arrives as an argument, the wait limit too). Called only after a local miss, under
+the local key lock, so one process per node talks to the store:
 
 1. fetch ``entries/<lib>/<target>/<key>``: download, check in private staging
    (signature by a trusted key, the expected key, sha256 and size, and that every file its build
@@ -183,21 +183,31 @@ class Tier:
             self.switch_off(e)
 
     def fetch(self, plan: Plan, cache: Cache) -> Manifest | None:
-        """Download, verify and publish the plan's remote entry; None if absent or rejected. When the
-        entry stored under the key was built from other inputs, the one for this node's inputs."""
-        assert self.store is not None
+        """Download, verify and publish the plan's remote entry; None if absent or rejected. When
+        the entry stored under the key was built from other inputs, the one for this node's
+        inputs."""
         self._caches.add(str(cache.root))
-        address = (plan.spec.name, plan.target.name, plan.key)
-        found = self._fetch_named(plan, cache, entry_name(*address))
-        if isinstance(found, StaleInputs):
-            held = inputs.holding(found.labels, plan.spec.root)
-            found = self._fetch_named(plan, cache, entry_name(*address, held))
+        found = self._for_inputs_here(plan, cache)[1]
         if isinstance(found, StaleInputs):
             return None
         if found is not None:
             self.stats.hits += 1
             log.info("fetched %s from the remote cache %s", plan.what, self.settings.url)
         return found
+
+    def _for_inputs_here(
+        self, plan: Plan, cache: Cache
+    ) -> tuple[str, Manifest | StaleInputs | None]:
+        """The name of the plan's entry for this node's inputs, and what is stored there (as
+        ``_fetch_named`` says): the key's own name, or, when the entry there was built from other
+        inputs, the name ``entry_name`` gives this node's."""
+        address = (plan.spec.name, plan.target.name, plan.key)
+        name = entry_name(*address)
+        found = self._fetch_named(plan, cache, name)
+        if isinstance(found, StaleInputs):
+            name = entry_name(*address, inputs.holding(found.labels, plan.spec.root))
+            found = self._fetch_named(plan, cache, name)
+        return name, found
 
     def _fetch_named(self, plan: Plan, cache: Cache, name: str) -> Manifest | StaleInputs | None:
         """The entry stored as ``name``, published here; StaleInputs if it was built from other
@@ -299,25 +309,12 @@ class Tier:
         return True
 
     def _upload_name(self, plan: Plan, cache: Cache) -> str | None:
-        """Where this node's entry for the plan belongs: under its key, unless the entry stored there
-        was built from other inputs (then under the name for this node's); None when an entry of
-        the same inputs is stored there already. A damaged or untrusted one is stored over."""
+        """Where this node's entry for the plan belongs (``_for_inputs_here``); None when an entry
+        of the same inputs is stored there already. A damaged or untrusted one is stored over, and
+        so is one that read files the first one did not (the last writer's: takers prove theirs)."""
         assert self.store is not None
-        address = (plan.spec.name, plan.target.name, plan.key)
-        name = entry_name(*address)
-        while True:
-            blob = self._timed(self.store.get_blob, name)
-            if blob is None:
-                return name
-            try:
-                self.install(*address, cache, blob, plan.spec.root)
-                return None
-            except StaleInputs as e:
-                if name != entry_name(*address):
-                    return name  # read files the first one did not: the last writer's
-                name = entry_name(*address, inputs.holding(e.labels, plan.spec.root))
-            except EntryProblem:
-                return name
+        name, found = self._for_inputs_here(plan, cache)
+        return None if isinstance(found, Manifest) else name
 
     # ---- one build per key
     def _lease_or_wait(
