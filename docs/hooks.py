@@ -3,7 +3,8 @@
 MkDocs runs ``on_page_markdown`` on every page; a page that holds ``<!-- jitops:NAME -->`` gets
 that marker replaced by ``GENERATORS[NAME]()``:
 
-- ``cli``: every ``jitops`` command, walked from ``jitops.cli.build_parser()`` (usage, help, options);
+- ``cli``: every ``jitops`` command, walked from ``jitops.cli.build_parser()`` (usage, help,
+  options);
 - ``settings``: every environment variable jitops reads, from ``jitops.base.settings.SETTINGS``;
 - ``build-env``: the build variables the cache key holds or the build scrubs, from ``jitops.target``
   and ``jitops.key``;
@@ -158,7 +159,8 @@ def error_classes() -> list[type[BaseException]]:
 
 
 def _builtins_of(cls: type) -> list[str]:
-    """The built-in exceptions ``cls`` and its jitops bases name directly (``KeyError``, not ``LookupError``)."""
+    """The built-in exceptions ``cls`` and its jitops bases name directly (``KeyError``, not
+    ``LookupError``)."""
     found = [
         b.__name__
         for c in cls.__mro__
@@ -170,7 +172,8 @@ def _builtins_of(cls: type) -> list[str]:
 
 
 def errors_markdown() -> str:
-    """A table of the error classes: name (linked into the API reference when public), also-a, meaning."""
+    """A table of the error classes: name (linked into the API reference when public), also-a,
+    meaning."""
     import jitops
 
     rows = ["| class | also a | meaning |", "| --- | --- | --- |"]

@@ -4,13 +4,13 @@
 caches it (content-addressed, per device) and returns a callable dispatcher
 op. Importing jitops is inert: no torch import, no subprocess, no file access.
 
-The loading API lives in :mod:`jitops.loader` (``get``, ``load``, ``load_inline``, ``warm``...) and the
-cache's in :mod:`jitops.cache`; each ``jitops.<name>`` here is the same object as its home's, found on
-first use, so ``import jitops`` loads neither.
+The loading API lives in :mod:`jitops.loader` (``get``, ``load``, ``load_inline``, ``warm``...) and
+the cache's in :mod:`jitops.cache`; each ``jitops.<name>`` here is the same object as its home's,
+found on first use, so ``import jitops`` loads neither.
 """
 
-# Imports: errors, spec, _version; on first use loader, api.dropin, api.user, build.freeze and cache (by
-# name, through importlib, as ``jitops.cache`` / ``jitops.loader``); the same for annotations.
+# Imports: errors, spec, _version; on first use loader, api.dropin, api.user, build.freeze and cache
+# (by name, through importlib, as ``jitops.cache`` / ``jitops.loader``); the same for annotations.
 
 from __future__ import annotations
 
@@ -49,10 +49,10 @@ _USER_API = ("UserLibrary", "register_kernel_dir")
 
 
 def __getattr__(name: str) -> Any:
-    """The public API, each name imported from its home on first use to keep ``import jitops`` cheap:
-    :mod:`jitops.loader` (``get``...), the drop-in and user-kernel front doors directly (their warm
-    path imports no more than it did), frozen mode, and the :mod:`jitops.loader` / :mod:`jitops.cache`
-    modules themselves."""
+    """The public API, each name imported from its home on first use to keep ``import jitops``
+    cheap: :mod:`jitops.loader` (``get``...), the drop-in and user-kernel front doors directly
+    (their warm path imports no more than it did), frozen mode, and the :mod:`jitops.loader` /
+    :mod:`jitops.cache` modules themselves."""
     if name in _LOADER:
         from . import loader
 

@@ -466,8 +466,8 @@ def _age_arg(func: str, value: object) -> float | None:
         if math.isfinite(value) and value >= 0:
             return float(value)
     raise ArgumentError(
-        f"{func}(): `older_than` must be seconds (a number >= 0), a timedelta or an age such as '30d', "
-        f"got {type(value).__name__} {checks.shown(value)}"
+        f"{func}(): `older_than` must be seconds (a number >= 0), a timedelta or an age such "
+        f"as '30d', got {type(value).__name__} {checks.shown(value)}"
     )
 
 

@@ -87,7 +87,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--full",
         action="store_true",
         default=False,
-        help="run the whole suite (what CI runs); without it a bare run is the fast tier (docs/contributing.md)",
+        help="run the whole suite (what CI runs); without it a bare run is the fast tier "
+        "(docs/contributing.md)",
     )
     parser.addoption(
         "--tier",

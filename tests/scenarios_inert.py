@@ -91,8 +91,9 @@ def import_is_inert() -> dict[str, Any]:
 
 
 def public_modules_are_inert(cache: str, state: str) -> dict[str, Any]:
-    """``import jitops.cache`` and ``jitops.loader`` (and ``jitops.cache.location()``) under an audit hook: the
-    processes started and every event naming the cache or state root, and which jitops stages came in."""
+    """``import jitops.cache`` and ``jitops.loader`` (and ``jitops.cache.location()``) under an
+    audit hook: the processes started and every event naming the cache or state root, and which
+    jitops stages came in."""
     events: list[Any] = []
     spawn = ("subprocess.", "os.posix_spawn", "os.exec", "os.fork", "os.system", "os.mkdir")
 

@@ -1,7 +1,8 @@
 """What PyTorch's own JIT-extension tests ask of a loader, asked of jitops's drop-in (issue 32 item 6).
 
-torch's test/test_cpp_extensions_jit.py passes with jitops swapped in (docs/migrating.md); these tests
-pin each behaviour it exercises that the other drop-in tests leave out, in sources of their own:
+torch's test/test_cpp_extensions_jit.py passes with jitops swapped in (docs/migrating.md); these
+tests pin each behaviour it exercises that the other drop-in tests leave out, in sources of their
+own:
 
 * ``with_pytorch_error_handling``: True turns TORCH_WARN into Python warnings (errors under
   ``simplefilter("error")``), torch::TypeError into TypeError, pybind11's key_error into KeyError and

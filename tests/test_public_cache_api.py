@@ -1,5 +1,6 @@
-"""``jitops.cache`` against real caches of fake builds: each function, the ``jitops cache`` command printing
-the same answers, links and FIFOs in the tree, bad input, and the public modules' inert import."""
+"""``jitops.cache`` against real caches of fake builds: each function, the ``jitops cache`` command
+printing the same answers, links and FIFOs in the tree, bad input, and the public modules' inert
+import."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ DAY = 86400.0
 
 @pytest.fixture
 def fake(private_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    """``build(name)``: a fake-built entry of a fresh one-source library in a private cache; its plan."""
+    """``build(name)``: a fake-built entry of a fresh one-source library in a private cache; its
+    plan."""
     monkeypatch.setenv("JITOPS_BUILDER", "fake")
     monkeypatch.setenv("JITOPS_PROGRESS", "0")
     monkeypatch.setenv(

@@ -392,8 +392,8 @@ def test_an_op_under_an_ifdef_the_build_left_out_is_not_exported() -> None:
 def test_torchs_flags_as_two_words_each_build_for_their_target(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``-D NAME`` reaches the compiler as ``-DNAME`` does, as torch's loader passes it: accepted, and
-    the target it names is the entry's."""
+    """``-D NAME`` reaches the compiler as ``-DNAME`` does, as torch's loader passes it: accepted,
+    and the target it names is the entry's."""
     # other flags: no second stable PCH beside the one the PCH test counts
     monkeypatch.setenv("JITOPS_PCH_BACKGROUND", "0")
     flags = ["-D", "TORCH_STABLE_ONLY", "-D", "TORCH_TARGET_VERSION=0x020a000000000000"]

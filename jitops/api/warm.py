@@ -42,8 +42,8 @@ class Outcome:
 
 
 def default_devices(system: System, archs: str | None) -> list[str]:
-    """The devices warming builds for by default: cpu, plus cuda where a GPU is visible or CUDA archs were
-    named (``jitops warm``, ``jitops cache fingerprint``, :func:`jitops.loader.warm`)."""
+    """The devices warming builds for by default: cpu, plus cuda where a GPU is visible or CUDA
+    archs were named (``jitops warm``, ``jitops cache fingerprint``, :func:`jitops.loader.warm`)."""
     return ["cpu", "cuda"] if (archs or system.cuda_available) else ["cpu"]
 
 

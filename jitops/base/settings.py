@@ -11,7 +11,8 @@ parsers below (each names the variable, its value and the fix on bad input),
 and one row in :data:`SETTINGS`, which ``jitops doctor`` and the docs' settings
 reference are made from.
 
-Imports: errors, record and userdirs only (the default cache and state roots); units lazily (a size set).
+Imports: errors, record and userdirs only (the default cache and state roots); units lazily (a size
+set).
 """
 
 from __future__ import annotations
@@ -353,10 +354,11 @@ def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings 
 
 @record
 class DistributedSettings:
-    """The job's c10d store as a cache tier; None when ``JITOPS_DISTRIBUTED=0``. Read here because only
-    this module reads the environment: torchrun's ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/
-    ``TORCHELASTIC_RESTART_COUNT``, and the remote tier's timeouts, lease and failure seconds and key settings,
-    which apply to the job store too (``tier``; its ``url`` names the job store in messages)."""
+    """The job's c10d store as a cache tier; None when ``JITOPS_DISTRIBUTED=0``. Read here because
+    only this module reads the environment: torchrun's
+    ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/``TORCHELASTIC_RESTART_COUNT``, and the
+    remote tier's timeouts, lease and failure seconds and key settings, which apply to the job store
+    too (``tier``; its ``url`` names the job store in messages)."""
 
     # JITOPS_DISTRIBUTED=signed: accept only entries signed by a trusted key (the remote tier's
     # rules)

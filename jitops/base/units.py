@@ -1,4 +1,5 @@
-"""Sizes and ages as people write them (``5GB``, ``500MiB``, ``7d``) and as the cache's reports show them.
+"""Sizes and ages as people write them (``5GB``, ``500MiB``, ``7d``) and as the cache's reports show
+them.
 
 One reading for every place that takes one: ``JITOPS_PCH_MAX_SIZE``, ``jitops cache prune`` and
 :func:`jitops.cache.prune`, so a budget means the same bytes wherever it is given. Units are binary
@@ -17,7 +18,8 @@ _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_size(text: str) -> int:
-    """``500M``, ``1.5G``, ``2GiB``, ``5GB``, ``1048576`` -> bytes; ValueError naming the text otherwise."""
+    """``500M``, ``1.5G``, ``2GiB``, ``5GB``, ``1048576`` -> bytes; ValueError naming the text
+    otherwise."""
     m = _SIZE.fullmatch(text.lower())
     if m is None:
         raise ValueError(f"invalid size {text!r}: expected e.g. 500M, 2G, 1.5GiB or a byte count")
@@ -25,7 +27,8 @@ def parse_size(text: str) -> int:
 
 
 def parse_age(text: str) -> float:
-    """``45s``, ``30m``, ``12h``, ``7d``, ``2w`` -> seconds; ValueError naming the text otherwise."""
+    """``45s``, ``30m``, ``12h``, ``7d``, ``2w`` -> seconds; ValueError naming the text
+    otherwise."""
     m = _AGE.fullmatch(text.lower())
     if m is None:
         raise ValueError(f"invalid age {text!r}: expected e.g. 45s, 30m, 12h, 7d or 2w")

@@ -1,7 +1,8 @@
-"""Subpackage ``jitops.bench`` (stage 16): timing for ``jitops bench`` and ``benchmarks/``. Owns: this
-module (``Case``, ``Row``, ``measure``, ``interleaved``, ``table``) and ``bench_ops`` (``request``,
-``cases``, ``softmax_case``, ``nms_case``). May import: ``jitops`` (the public API) and every stage below
-it; today ``bench_ops`` imports ``jitops``, ``jitops.errors`` and this module, this module nothing of jitops.
+"""Subpackage ``jitops.bench`` (stage 16): timing for ``jitops bench`` and ``benchmarks/``. Owns:
+this module (``Case``, ``Row``, ``measure``, ``interleaved``, ``table``) and ``bench_ops``
+(``request``, ``cases``, ``softmax_case``, ``nms_case``). May import: ``jitops`` (the public API)
+and every stage below it; today ``bench_ops`` imports ``jitops``, ``jitops.errors`` and this module,
+this module nothing of jitops.
 
 This module: timing machinery shared by ``jitops bench`` and ``benchmarks/kernels.py``: one place to time, compare and print.
 

@@ -87,11 +87,11 @@ def wanted(func: str, abi: object, texts: Sequence[str] | None) -> bool:
 
 
 def target_of(flags: Sequence[str], torch_version: str) -> tuple[str, tuple[int, int]]:
-    """The target flag and (major, minor): the user's ``-DTORCH_TARGET_VERSION``, else the oldest torch jitops
-    supports (never above the running one), so an entry built now serves every later torch. ``flags`` are the
-    words the compiler gets (``-D NAME`` as two words counts as ``-DNAME``); any other word naming the ABI's
-    macros (``-U``, two values) is refused:
-    the compiler would build for a version the key and the load check do not know."""
+    """The target flag and (major, minor): the user's ``-DTORCH_TARGET_VERSION``, else the oldest
+    torch jitops supports (never above the running one), so an entry built now serves every later
+    torch. ``flags`` are the words the compiler gets (``-D NAME`` as two words counts as
+    ``-DNAME``); any other word naming the ABI's macros (``-U``, two values) is refused: the
+    compiler would build for a version the key and the load check do not know."""
     marks = _abi_macro_words(flags)
     if not marks:
         version = stable_target(torch_version)
@@ -123,7 +123,8 @@ def _abi_macro_words(words: Sequence[str]) -> list[str]:
 
 
 def _joined_macros(words: Sequence[str]) -> list[str]:
-    """``words`` with each ``-D NAME`` / ``-U NAME`` pair as the one word the compiler reads it as."""
+    """``words`` with each ``-D NAME`` / ``-U NAME`` pair as the one word the compiler reads it
+    as."""
     out: list[str] = []
     it = iter(words)
     for w in it:

@@ -1,8 +1,9 @@
-"""Subpackage ``jitops.cli`` (stage 17; only ``jitops.__main__`` is above it): the command line. Owns:
-this module (``main``, ``build_parser``; ``list``, ``info``, ``warm``, ``doctor``, ``explain``, ``bench``),
-``cache`` (``jitops cache ...``), ``diagnose`` (``doctor``, ``fingerprint``) and ``explain``. Public name:
-``main(argv) -> int``. May import: every stage below it (bench, jitops, distributed, cache, loader, api,
-loading, build, remote, plan, store, key, target, registry, kernels, spec, base, errors, _version).
+"""Subpackage ``jitops.cli`` (stage 17; only ``jitops.__main__`` is above it): the command line.
+Owns: this module (``main``, ``build_parser``; ``list``, ``info``, ``warm``, ``doctor``,
+``explain``, ``bench``), ``cache`` (``jitops cache ...``), ``diagnose`` (``doctor``,
+``fingerprint``) and ``explain``. Public name: ``main(argv) -> int``. May import: every stage below
+it (bench, jitops, distributed, cache, loader, api, loading, build, remote, plan, store, key,
+target, registry, kernels, spec, base, errors, _version).
 
 This module: the ``jitops`` command (also ``python -m jitops``). ``main(argv) -> int`` is the only place that turns errors into exit codes and
 messages on stderr: 0 success, 1 a failure (a failed build, a failed check, a
@@ -10,8 +11,9 @@ damaged entry), 2 bad usage, 141 (quietly) when the reader of stdout went away
 (``| head``). ``--help``, ``list`` and the cache commands (except ``cache fingerprint``,
 ``push`` and ``pull``) answer without importing torch.
 
-Imports: store.cache, cli.cache, errors, settings; lazily per command: _version, admin, bench_ops, diagnose, entry, explain, manifest, plan,
-progress, runner, target, tubuild, warm; remote.commands for ``warm --push``.
+Imports: store.cache, cli.cache, errors, settings; lazily per command: _version, admin, bench_ops,
+diagnose, entry, explain, manifest, plan, progress, runner, target, tubuild, warm; remote.commands
+for ``warm --push``.
 """
 
 from __future__ import annotations
@@ -409,7 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"jitops: error: {_one_line(e)}", file=sys.stderr)
             return 1
         _quiet_stdout()
-        return 141  # as a Unix tool killed by SIGPIPE (128 + 13): `jitops cache ls | head` ends quietly
+        # as a Unix tool killed by SIGPIPE (128 + 13): `jitops cache ls | head` ends quietly
+        return 141
     except SystemExit as e:  # argparse and usage errors
         if isinstance(e.code, str):
             print(e.code, file=sys.stderr)
@@ -424,8 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _stdout_gone() -> bool:
-    """Whether stdout is a pipe or socket whose reader went away (poll reports an error on it): only then is a
-    BrokenPipeError the reader's choice, not a failure of what the command was doing."""
+    """Whether stdout is a pipe or socket whose reader went away (poll reports an error on it): only
+    then is a BrokenPipeError the reader's choice, not a failure of what the command was doing."""
     import select
 
     try:
@@ -437,7 +440,8 @@ def _stdout_gone() -> bool:
 
 
 def _quiet_stdout() -> None:
-    """Point stdout at /dev/null, so what is still buffered is not written again (and refused) at exit."""
+    """Point stdout at /dev/null, so what is still buffered is not written again (and refused) at
+    exit."""
     import os
 
     try:

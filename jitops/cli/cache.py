@@ -1,11 +1,12 @@
 """``jitops cache ...``: one function per action, and its part of the parser.
 
-Each action calls :mod:`jitops.cache` (the Python API) and prints what it returns, so the command and
-the API never disagree; only ``path``, ``fingerprint``, ``repair``, ``stats`` and ``keygen`` have no
-counterpart there. Answers without importing torch, except ``fingerprint``, ``push`` and ``pull``.
+Each action calls :mod:`jitops.cache` (the Python API) and prints what it returns, so the command
+and the API never disagree; only ``path``, ``fingerprint``, ``repair``, ``stats`` and ``keygen``
+have no counterpart there. Answers without importing torch, except ``fingerprint``, ``push`` and
+``pull``.
 
-Imports: cache (the API), base.settings, base.units, errors, store.cache; lazily: diagnose and target
-(fingerprint only), registry, remote.commands (its sub-commands keygen, push, pull, stats and
+Imports: cache (the API), base.settings, base.units, errors, store.cache; lazily: diagnose and
+target (fingerprint only), registry, remote.commands (its sub-commands keygen, push, pull, stats and
 ``ls --remote``), store.parts (``GRACE``), store.repair.
 """
 
@@ -27,7 +28,8 @@ __all__ = ["add_parser", "cmd_cache", "human_age", "human_size", "parse_age", "p
 
 
 def parse_size(text: str) -> int:
-    """``--max-size``: ``500M``, ``1.5G``, ``2GiB``, ``1048576`` -> bytes (binary units; base.units)."""
+    """``--max-size``: ``500M``, ``1.5G``, ``2GiB``, ``1048576`` -> bytes (binary units;
+    base.units)."""
     try:
         return _parse_size(text)
     except ValueError as e:
@@ -111,9 +113,12 @@ def _info(cache: Cache, args: argparse.Namespace) -> int:
     _out(
         f"location  {s.location}",
         f"entries   {s.entries}",
-        f"size      {human_size(s.size)} (entries, objects and PCHs: what `jitops cache prune` bounds)",
-        f"total     {human_size(s.total)} (with staging, logs, trash, inline sources, toolchain records, locks)",
-        f"budget    {_budget(s.parts_budget)}; entries: none (`jitops cache prune --max-size SIZE`)",
+        f"size      {human_size(s.size)} (entries, objects and PCHs: what `jitops cache prune` "
+        "bounds)",
+        f"total     {human_size(s.total)} (with staging, logs, trash, inline sources, toolchain "
+        "records, locks)",
+        f"budget    {_budget(s.parts_budget)}; entries: none (`jitops cache prune --max-size "
+        "SIZE`)",
     )
     return 0
 
@@ -157,7 +162,8 @@ def _prune_or_clear(cache: Cache, args: argparse.Namespace) -> int:
             _out(f"removed {p.label} ({human_size(p.size)})")
         for p in result.parts_busy:
             _out(
-                f"kept    {p.label}: being built or used by a build (in the last {parts.GRACE / 60:.0f} min)"
+                f"kept    {p.label}: being built or used by a build (in the last "
+                f"{parts.GRACE / 60:.0f} min)"
             )
     removed = [e for r in results for e in r.removed]
     gone = [p for r in results for p in r.parts_removed]
@@ -182,7 +188,8 @@ def _export(cache: Cache, args: argparse.Namespace) -> int:
     how = (
         "unsigned (no signing key here: `jitops cache keygen` makes one)"
         if not res.signing_key
-        else f"{len(res.signed)} signed with your key, {len(res.entries) - len(res.signed)} unsigned (not built here)"
+        else f"{len(res.signed)} signed with your key, {len(res.entries) - len(res.signed)} "
+        "unsigned (not built here)"
     )
     _out(f"exported {len(res.entries)} entries to {args.file}: {how}")
     return 0

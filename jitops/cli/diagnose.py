@@ -4,9 +4,9 @@ CI jobs key their cache by (``explain`` lives in :mod:`jitops.explain`).
 Every answer about an op comes from :func:`entry.entry_status`, the same
 question ``get`` asks.
 
-Imports: _version, api.warm (default_devices), store.cache, compilers, entry, errors, key, manifest, plan, runner, selfcheck, settings, spec, target,
-toolchain; repair lazily;
-remote.commands lazily, only when ``settings.remote`` is set (doctor's remote rows).
+Imports: _version, api.warm (default_devices), store.cache, compilers, entry, errors, key, manifest,
+plan, runner, selfcheck, settings, spec, target, toolchain; repair lazily; remote.commands lazily,
+only when ``settings.remote`` is set (doctor's remote rows).
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ with what its plan read:
   them again after every stat held;
 * the compiler: ``$CXX`` (or ``c++``) found on ``PATH``, its canonical binary and that binary's identity, and the
   identity of each program its driver runs (``toolchain.program_files``), with the ``PATH`` lookup of ``as`` / ``ld``;
-* every other file the build read (the manifest's ``inputs``), by the identity it had when the entry's last proof
-  sealed them all (``Stamps.inputs_stamp``, none left out): a call is remembered only once those are proven;
+* every other file the build read (the manifest's ``inputs``), by the identity it had when the
+  entry's last proof sealed them all (``Stamps.inputs_stamp``, none left out): a call is remembered
+  only once those are proven;
 * the entry: the sha256 of its manifest's bytes and the identity of its library, which a stamp had vouched for
   (hashed in full by an earlier check), and the module's name.
 

@@ -2,11 +2,10 @@
 ``warm --push`` and doctor's remote checks.
 
 Imports ``jitops.store.cache``, ``jitops.errors``, ``jitops.store.manifest``,
-``jitops.base.settings``, ``jitops.registry`` and ``jitops.plan`` (plans, lazily)
-and this package; argparse only to declare its sub-commands. Each command
-reads ``Settings`` once and passes it down. ``push``, ``pull`` and ``remote_entries`` do the work and
-return records (``jitops.cache`` calls them too); the ``cmd_*`` functions print those and return exit
-codes, like the rest of the CLI.
+``jitops.base.settings``, ``jitops.registry`` and ``jitops.plan`` (plans, lazily) and this package;
+argparse only to declare its sub-commands. Each command reads ``Settings`` once and passes it down.
+``push``, ``pull`` and ``remote_entries`` do the work and return records (``jitops.cache`` calls
+them too); the ``cmd_*`` functions print those and return exit codes, like the rest of the CLI.
 """
 
 from __future__ import annotations
@@ -117,9 +116,10 @@ def _plans(ops: Sequence[str], devices: Sequence[str] | None, settings: Settings
 class Transfer:
     """What ``push`` or ``pull`` did with one op library's entry for one target.
 
-    ``status``: push: ``pushed``, ``missing`` (no sound local entry), ``foreign`` (imported, pulled or from a
-    job's store: not re-signed unasked), ``unsent`` (the store took nothing); pull: ``fetched``, ``present``
-    (already here), ``absent`` (not in the store, or refused: counted in ``Transferred.rejected``).
+    ``status``: push: ``pushed``, ``missing`` (no sound local entry), ``foreign`` (imported, pulled
+    or from a job's store: not re-signed unasked), ``unsent`` (the store took nothing); pull:
+    ``fetched``, ``present`` (already here), ``absent`` (not in the store, or refused: counted in
+    ``Transferred.rejected``).
     """
 
     op: str  # the op library
@@ -133,7 +133,8 @@ class Transfer:
 
 @dataclass(frozen=True)
 class Transferred:
-    """Every ``Transfer`` of one push or pull, the store's URL and (pull) how many entries it refused."""
+    """Every ``Transfer`` of one push or pull, the store's URL and (pull) how many entries it
+    refused."""
 
     transfers: tuple[Transfer, ...]
     url: str
@@ -151,9 +152,10 @@ def push(
     settings: Settings | None = None,
     each: Callable[[Transfer], None] | None = None,
 ) -> Transferred:
-    """Sign and upload the sound local entries of ``ops`` (none: every known op) for ``devices`` (default
-    cpu). An entry this node did not build is sent only when its library is in ``resign_foreign``: signing it
-    vouches for code someone else built. ``each`` hears every outcome as it happens."""
+    """Sign and upload the sound local entries of ``ops`` (none: every known op) for ``devices``
+    (default cpu). An entry this node did not build is sent only when its library is in
+    ``resign_foreign``: signing it vouches for code someone else built. ``each`` hears every outcome
+    as it happens."""
     settings = Settings.from_env() if settings is None else settings
     tier = _tier(settings)
     if not tier.writes:
@@ -198,9 +200,9 @@ def cmd_push(args: argparse.Namespace) -> int:
             print(f"skipped {t.what}: {why} (run `jitops warm` first)")
         elif t.status == "foreign" and t.origin is not None:
             print(
-                f"skipped {t.what}: {_origin_text(t.origin)}, not built here; jitops never re-signs foreign "
-                f"code unasked (build it on a node you trust, or pass --resign-foreign {t.op} to vouch "
-                "for it)"
+                f"skipped {t.what}: {_origin_text(t.origin)}, not built here; jitops never "
+                "re-signs foreign code unasked (build it on a node you trust, or pass "
+                f"--resign-foreign {t.op} to vouch for it)"
             )
         elif t.status == "pushed":
             if t.origin is not None:
@@ -212,7 +214,8 @@ def cmd_push(args: argparse.Namespace) -> int:
 
     res = push(args.ops, args.device, getattr(args, "resign_foreign", None) or (), each=said)
     print(
-        f"push: {res.count('pushed')} uploaded to {res.url}, {res.count('missing')} not built here, "
+        f"push: {res.count('pushed')} uploaded to {res.url}, "
+        f"{res.count('missing')} not built here, "
         f"{res.count('foreign')} not built here (imported, pulled or from a job's store)"
     )
     return 0
@@ -234,8 +237,9 @@ def pull(
     settings: Settings | None = None,
     each: Callable[[Transfer], None] | None = None,
 ) -> Transferred:
-    """Fetch the entries of ``ops`` (none: every known op) for ``devices`` (default cpu) that are not here
-    yet, each verified and published like an import. ``each`` hears every outcome as it happens."""
+    """Fetch the entries of ``ops`` (none: every known op) for ``devices`` (default cpu) that are
+    not here yet, each verified and published like an import. ``each`` hears every outcome as it
+    happens."""
     settings = Settings.from_env() if settings is None else settings
     if settings.offline:  # checked before the store is contacted
         raise ConfigError(
@@ -275,9 +279,10 @@ def cmd_pull(args: argparse.Namespace) -> int:
 def remote_entries(
     settings: Settings | None = None,
 ) -> tuple[list[tuple[str, str, str, str]], str, int]:
-    """The remote store's entries as (library, target, key, inputs), cleaned for display (store text is not
-    trusted; ``inputs``: the name of the set of inputs an entry beside the first was built from, else
-    ""), its URL, and how many other names under ``entries/`` were skipped (not written by jitops)."""
+    """The remote store's entries as (library, target, key, inputs), cleaned for display (store text
+    is not trusted; ``inputs``: the name of the set of inputs an entry beside the first was built
+    from, else ""), its URL, and how many other names under ``entries/`` were skipped (not written
+    by jitops)."""
     tier = _tier(Settings.from_env() if settings is None else settings)
     from .store import clean_text
 

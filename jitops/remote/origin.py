@@ -37,8 +37,8 @@ def note(
     manifest: bytes,
     signer: str | None = None,
 ) -> None:
-    """Record that the entry with these ``manifest`` bytes at ``address`` came from ``source`` (a ``kind``),
-    and whose signature (a key fingerprint) was checked when it came in, if any."""
+    """Record that the entry with these ``manifest`` bytes at ``address`` came from ``source`` (a
+    ``kind``), and whose signature (a key fingerprint) was checked when it came in, if any."""
     assert kind in KINDS, kind
     path = cache.origin_path(address)
     fsutil.makedirs(path.parent)
@@ -58,8 +58,8 @@ def installed_from(cache: Cache, address: Address) -> tuple[str, str] | None:
 
 
 def origin_of(cache: Cache, address: Address) -> tuple[str, str, str | None] | None:
-    """:func:`installed_from` with the signer whose signature was checked on the way in (None: unsigned, or
-    a note written before signers were noted)."""
+    """:func:`installed_from` with the signer whose signature was checked on the way in (None:
+    unsigned, or a note written before signers were noted)."""
     try:
         raw = fsutil.read_bounded(cache.origin_path(address))  # never a link nor a FIFO
     except FileNotFoundError:

@@ -90,8 +90,8 @@ def check(cache: Cache, info: EntryInfo) -> str | None:
 def verify(
     cache: Cache, library: str | None = None, *, remove: bool = False
 ) -> list[tuple[EntryInfo, str | None, bool]]:
-    """Re-check every entry (of ``library``) completely: (entry, its problem or None, removed?). ``remove``:
-    a damaged entry is removed unless a build holds its key lock."""
+    """Re-check every entry (of ``library``) completely: (entry, its problem or None, removed?).
+    ``remove``: a damaged entry is removed unless a build holds its key lock."""
     out = []
     for e in entries(cache):
         if library is not None and e.library != library:
@@ -284,8 +284,8 @@ def _unusable(x: EntryInfo | Part) -> bool:
 
 
 def clear(cache: Cache, library: str | None = None) -> Removal:
-    """Remove what jitops owns under the root: entries (not those being built), logs,
-    toolchain records, trash, dead staging dirs and the remote tier's counters. Anything else is left alone.
+    """Remove what jitops owns under the root: entries (not those being built), logs, toolchain
+    records, trash, dead staging dirs and the remote tier's counters. Anything else is left alone.
     ``library``: only that library's entries (every target), nothing else."""
     result = Removal()
     for info in entries(cache):

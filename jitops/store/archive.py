@@ -253,9 +253,9 @@ def import_entry(
 ) -> Manifest:
     """Publish the entry at ``address`` from a one-entry ``archive`` (the remote tier's); EntryProblem if refused.
 
-    Only that entry's members are read out, its library only after ``verify`` accepts its manifest, and
-    only if every file its build read holds the same bytes here (``root``: the library's folder here);
-    StaleInputs, naming those files, where one does not.
+    Only that entry's members are read out, its library only after ``verify`` accepts its manifest,
+    and only if every file its build read holds the same bytes here (``root``: the library's folder
+    here); StaleInputs, naming those files, where one does not.
     """
     lib, target, key = address.library, address.target, address.key
     stale: list[StaleInputs] = []

@@ -147,9 +147,9 @@ def seal_of(
     only_root: bool = False,
     leave: Iterable[str] = (),
 ) -> tuple[str | None, list[tuple[str, str, os.stat_result | None]]]:
-    """(the sha256 of every recorded file's path, stat identity and recorded digest, less the paths in
-    ``leave``, or None where one cannot be found; each file's label, path and stat, None where it is
-    gone). Equal seals: every file is the very one a proof by bytes found holding its digest,
+    """(the sha256 of every recorded file's path, stat identity and recorded digest, less the paths
+    in ``leave``, or None where one cannot be found; each file's label, path and stat, None where it
+    is gone). Equal seals: every file is the very one a proof by bytes found holding its digest,
     unwritten since (its ctime would differ)."""
     left = set(leave)
     lines: list[str] = []
@@ -197,9 +197,9 @@ def prove(
 ) -> tuple[str | None, Stamp | None]:
     """(None, or the first recorded file that no longer holds its bytes and how; a new stamp to
     remember, or None when the one ``vouched`` still says all). With a ``vouched`` stamp
-    (``Stamps.inputs_stamp``, the last proof by bytes) whose seal the files still make, only the files
-    it left out are hashed; anything else hashes every file. ``only_root``: the library's own files
-    only (a machine without a compiler, where nothing else could be built anyway)."""
+    (``Stamps.inputs_stamp``, the last proof by bytes) whose seal the files still make, only the
+    files it left out are hashed; anything else hashes every file. ``only_root``: the library's own
+    files only (a machine without a compiler, where nothing else could be built anyway)."""
     left = vouched[1] if vouched is not None else ()
     seal, found = seal_of(inputs, root, only_root=only_root, leave=left)
     labels = [lab for lab in sorted(inputs) if not only_root or lab.startswith(ROOT + "/")]

@@ -196,7 +196,8 @@ class Stamps:
         return self.folder / f"{hashlib.sha256(os.fsencode(entry)).hexdigest()[:32]}.inputs"
 
     def inputs_stamp(self, entry: str) -> tuple[str, tuple[str, ...]] | None:
-        """The stamp of an entry's inputs as their last proof found them (``store.inputs.Stamp``)."""
+        """The stamp of an entry's inputs as their last proof found them
+        (``store.inputs.Stamp``)."""
         data = self._read(self._inputs_path(entry), MAX_BYTES * 16)
         if data is None or data.get("v") != 3 or data.get("entry") != entry:
             return None
