@@ -121,23 +121,26 @@ def load_spec(
         return result
 
 
-def _stable(spec: OpSpec, texts: Sequence[str], settings: Settings | None = None) -> UserLibrary:
-    """Load a stable-ABI library; one that defines ops in a fixed namespace under the loader's guard
-    (a different build of a namespace registered here is refused before building)."""
+def _stable(
+    spec: OpSpec, texts: Sequence[str], settings: Settings | None = None, device: str | None = None
+) -> UserLibrary:
+    """Load a stable-ABI library for ``device`` (None: CUDA where its ``.cu`` sources and a GPU are, else CPU,
+    as other libraries); one that defines ops in a fixed namespace under the loader's guard (a different
+    build of a namespace registered here is refused before building)."""
     from ..build import stable
 
-    namespaces = stable.fixed_namespaces(texts, spec.cflags)
+    namespaces = stable.fixed_namespaces(texts, spec.cflags + spec.cuda_cflags)
     try:
         if not namespaces:
-            return load_spec(spec, "cpu", settings)
+            return load_spec(spec, device, settings)
         from ..loading.loader import FIXED_LOCK, check_fixed, claim_fixed
         from ..plan import make_plan, runnable_here
 
         settings = Settings.from_env() if settings is None else settings
         with FIXED_LOCK:
-            plan = runnable_here(make_plan(spec, "cpu", None, settings=settings), None, settings)
+            plan = runnable_here(make_plan(spec, device, None, settings=settings), None, settings)
             check_fixed(spec.name, plan.key, namespaces, "STABLE_TORCH_LIBRARY", STABLE_FIX)
-            lib = load_spec(spec, "cpu", settings, plan=plan, namespaces=namespaces)
+            lib = load_spec(spec, device, settings, plan=plan, namespaces=namespaces)
             claim_fixed(namespaces, lib.library.key)
             return lib
     except BuildError as e:  # torch's #error for a C++ API header reached through a header: named
@@ -190,18 +193,20 @@ def load(
     stable_abi = stable.wanted("jitops.load", abi, texts)
     root, rel = source_files(name, sources)
     if stable_abi:
-        stable.refuse_cuda(name, "", device, schemas=schemas, cuda_cflags=extra_cuda_cflags)
+        stable.refuse_args(name, schemas=schemas)
         return _stable(
             stable.spec(
                 name,
                 root,
                 rel,
                 extra_cflags=extra_cflags,
+                extra_cuda_cflags=extra_cuda_cflags,
                 extra_ldflags=extra_ldflags,
                 extra_include_paths=extra_include_paths,
                 origin=f"jitops.load (stable ABI) from {root}",
             ),
             texts or (),
+            device=device,
         )
     spec = _spec(
         name,
@@ -326,7 +331,9 @@ def load_inline(
 
     stable_abi = stable.wanted("jitops.load_inline", abi, [files[f"{name}.cpp"], cuda])
     if stable_abi:
-        stable.refuse_cuda(name, cuda, device, schemas=schemas, cuda_cflags=extra_cuda_cflags)
+        stable.refuse_args(name, schemas=schemas)
+        if cuda and not files[f"{name}.cpp"].strip():
+            del files[f"{name}.cpp"]  # a CUDA-only library: the .cu registers its ops
     if cuda:
         files[f"{name}_cuda.cu"] = cuda
     settings = Settings.from_env()  # read once for this call
@@ -338,12 +345,14 @@ def load_inline(
                 root,
                 list(files),
                 extra_cflags=extra_cflags,
+                extra_cuda_cflags=extra_cuda_cflags,
                 extra_ldflags=extra_ldflags,
                 extra_include_paths=extra_include_paths,
                 origin="jitops.load_inline (stable ABI)",
             ),
             list(files.values()),
             settings,
+            device,
         )
     spec = _spec(
         name,

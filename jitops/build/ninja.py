@@ -124,7 +124,10 @@ class _Aliases:
             if target == real:
                 return alias
         alias = f"_jitops_path{len(self.made)}"
-        os.symlink(real, self.build_dir / alias)
+        link = self.build_dir / alias
+        # a build's commands made again (stable's retry) find the same alias in place
+        if not (link.is_symlink() and os.readlink(link) == real):
+            os.symlink(real, link)
         self.made[alias] = real
         return alias
 
@@ -134,7 +137,7 @@ class _Aliases:
         if sh_plain(real):
             return real
         alias = f"_jitops_src{len(self.made)}"
-        os.mkdir(self.build_dir / alias)
+        os.makedirs(self.build_dir / alias, exist_ok=True)
         shutil.copyfile(real, self.build_dir / alias / os.path.basename(real))
         self.made[alias] = os.path.dirname(real)
         return f"{alias}/{os.path.basename(real)}"
@@ -231,15 +234,17 @@ def flags(
         else ["-ltorch_cpu", "-ltorch"]
     )
     if toolkit is not None:
-        lib_dir = (
-            "lib"
-            if not os.path.exists(os.path.join(toolkit, "lib64"))
-            and os.path.exists(os.path.join(toolkit, "lib"))
-            else "lib64"
-        )
-        ldflags += [f"-L{os.path.join(toolkit, lib_dir)}", "-lcudart"]
+        ldflags += [f"-L{cuda_lib_dir(toolkit)}", "-lcudart"]
         ldflags += [f"-L{os.path.join(ce.CUDNN_HOME, 'lib64')}"] if ce.CUDNN_HOME else []
     return cflags, cuda, ldflags  # no -ltorch_python: the ops use no Python C-API
+
+
+def cuda_lib_dir(toolkit: str) -> str:
+    """The toolkit's library folder, as cpp_extension picks it: ``lib64``, else ``lib`` where only that
+    exists."""
+    lib = os.path.join(toolkit, "lib")
+    lib64 = os.path.join(toolkit, "lib64")
+    return lib if not os.path.exists(lib64) and os.path.exists(lib) else lib64
 
 
 def registration_cflags(cflags: str) -> str:

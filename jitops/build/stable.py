@@ -235,20 +235,42 @@ def link_words(job: Any, out: Path, stub: Path | None) -> list[str]:
         else [f"-L{lib}", "-Wl,--as-needed", f"-l{SHIM_LIBRARY}"]
     )
     depfile = job.build_dir / LINK_DEPFILE.format(out=out.name)
-    return [*job.ldflags, *shim, f"-Wl,--dependency-file={depfile}"]
+    return [*job.ldflags, *shim, *cuda_link_words(job, lib), f"-Wl,--dependency-file={depfile}"]
+
+
+def cuda_link_words(job: Any, torch_lib: str) -> list[str]:
+    """A CUDA build's libraries after the shim: the toolkit's cudart (what nvcc's launch code calls), and
+    torch's CUDA library only as needed (the shim's ``USE_CUDA`` functions live there; a kernel calling none
+    of them does not depend on it). Nothing for a CPU build."""
+    if job.device != "cuda" or not job.nvcc:
+        return []
+    from .ninja import cuda_lib_dir
+
+    toolkit = os.path.dirname(os.path.dirname(str(job.nvcc)))
+    words = [f"-L{cuda_lib_dir(toolkit)}", "-lcudart"]
+    if os.path.exists(os.path.join(torch_lib, "libtorch_cuda.so")):
+        words += [f"-L{torch_lib}", "-ltorch_cuda"]
+    return words
 
 
 def commands(
     job: Any, out: Path, pch_words: Sequence[str] = (), stub: Path | None = None
 ) -> list[list[str]]:
-    """The build as commands: one (compile and link) for one source; else one compile per source, each
-    with its own dependency file (one command would keep only the last source's), then the link."""
-    if len(job.sources) <= 1:
+    """The build as commands: one (compile and link) for one C++ source; else one compile per source (nvcc
+    for a ``.cu``), each with its own dependency file (one command would keep only the last source's), then
+    the link."""
+    cuda = job.device == "cuda"
+    if len(job.sources) <= 1 and not cuda:
         return [command(job, out, pch_words, stub)]
+    from .ninja import _Aliases
+
     words = compile_words(job, pch_words)
     objs = [job.build_dir / f"{i}-{Path(s).stem}.o" for i, s in enumerate(job.sources)]
+    alias = _Aliases(job.build_dir)  # one per build: each alias is made once
     compiles = [
-        [job.cxx, "-fPIC", *words, "-c", str(s), "-MD", "-MF", f"{o}.d", "-o", str(o)]
+        nvcc_command(job, s, o, alias)
+        if cuda and str(s).endswith(".cu")
+        else [job.cxx, "-fPIC", *words, "-c", str(s), "-MD", "-MF", f"{o}.d", "-o", str(o)]
         for s, o in zip(job.sources, objs)
     ]
     link = [
@@ -263,6 +285,36 @@ def commands(
     return [*compiles, link]
 
 
+def nvcc_command(job: Any, source: Path, obj: Path, alias: Any) -> list[str]:
+    """One ``.cu`` compile: the plan's CUDA flags (the target's -gencode words, key.STABLE_NVCC_FLAGS, the
+    user's), the library's macros (its -DTORCH_TARGET_VERSION among them), its namespace and include dirs,
+    torch's include root. nvcc hands paths to ``sh`` in double quotes, so a folder or file whose path
+    ``sh`` would act on is reached through a plain-named alias in the build dir (as the ninja builds do)."""
+    include, _ = _torch_dirs()
+    macros = [w for w in _joined_macros(job.cflags) if w.startswith(("-D", "-U"))]
+    dirs = [w for d in job.include_dirs for w in ("-I", alias.dir(str(d)))]
+    # the host compiler: CC as torch's loader takes it (CC is in CUDA keys), else the keyed C++ one
+    ccbin = job.env.get("CC") or job.cxx
+    return [
+        str(job.nvcc),
+        "-ccbin",
+        ccbin,
+        *job.cuda_cflags,
+        *macros,
+        f"-DJITOPS_NS={job.namespace}",
+        *dirs,
+        "-isystem",
+        alias.dir(include),
+        "-c",
+        alias.file(str(source)),
+        "-MD",
+        "-MF",
+        f"{obj}.d",
+        "-o",
+        str(obj),
+    ]
+
+
 def build(
     job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str], None] | None = None
 ) -> tuple[int, str, Path, dict[str, Any]]:
@@ -274,13 +326,17 @@ def build(
     from . import stable_fast
     from .tubuild import PCH_ERROR  # the compiler's words for a PCH it refused (gcc and clang)
 
-    if job.device != "cpu":
+    if not job.sources:
         raise TargetError(
-            f"library {job.library!r}: stable-ABI kernels are built for CPU only so far. Fix: device='cpu'"
+            f"library {job.library!r} has only CUDA sources, so nothing of it builds for {job.target}. "
+            "Fix: device='cuda' (a CUDA build of torch, and nvcc), or add its CPU kernels in a .cpp source"
         )
     out = job.build_dir / f"{job.library}.so"
     include, lib = _torch_dirs()
-    words, state, later, pch_read = stable_fast.use_pch(job, include, _torch_id())
+    if job.device == "cuda":  # no shared PCH: nvcc takes none, and its files are few
+        words, state, later, pch_read = [], "off (cuda)", {}, {}
+    else:
+        words, state, later, pch_read = stable_fast.use_pch(job, include, _torch_id())
     stub = stable_fast.link_stub(job, os.path.join(lib, f"lib{SHIM_LIBRARY}.so"), run)
     start = time.monotonic()
 
@@ -376,23 +432,28 @@ def translate(name: str, e: BuildError) -> KernelSourceError | None:
     )
 
 
-def refuse_cuda(
-    name: str, cuda: str, device: str | None, *, schemas: object = None, cuda_cflags: object = None
-) -> None:
-    """TargetError for CUDA sources or device='cuda': the stable path builds CPU kernels only so far; ArgumentError
-    for arguments it would otherwise drop without a word (``schemas=``: the sources' m.def holds them)."""
-    for arg, value in (("schemas", schemas), ("extra_cuda_cflags", cuda_cflags)):
-        if value:
-            raise ArgumentError(
-                f"library {name!r} is built against torch's stable ABI, which takes no {arg}= "
-                "(its schemas are the sources' m.def strings; it builds CPU kernels only). Fix: "
-                f"drop {arg}=, or load it without abi='stable' and without STABLE_TORCH_LIBRARY"
-            )
-    if cuda.strip() or device not in (None, "cpu"):
-        raise TargetError(
-            f"library {name!r}: stable-ABI kernels are built for CPU only so far (CUDA sources and "
-            "device='cuda' are not). Fix: device='cpu', or build the CUDA part without abi='stable'"
+def refuse_args(name: str, *, schemas: object = None) -> None:
+    """ArgumentError for an argument the stable path would otherwise drop without a word: ``schemas=`` (the
+    sources' m.def strings hold them)."""
+    if schemas:
+        raise ArgumentError(
+            f"library {name!r} is built against torch's stable ABI, which takes no schemas= "
+            "(its schemas are the sources' m.def strings). Fix: drop schemas=, or load it without "
+            "abi='stable' and without STABLE_TORCH_LIBRARY"
         )
+
+
+def check_cuda_flags(name: str, words: Sequence[str], target: str) -> None:
+    """ArgumentError for a CUDA flag naming the stable ABI's macros other than the library's own target word
+    (``target``, from extra_cflags): nvcc would build for a version the key and the load check do not know."""
+    for w in _abi_macro_words(words):
+        if w != target:
+            raise ArgumentError(
+                f"library {name!r}: extra_cuda_cflags holds {checks.shown(w)}, but the library targets the "
+                f"stable ABI through {checks.shown(target)} (extra_cflags, or the default), which nvcc gets "
+                "too. Fix: give -DTORCH_TARGET_VERSION=<number> in extra_cflags only (or the same word "
+                "in both)"
+            )
 
 
 def spec(
@@ -404,20 +465,25 @@ def spec(
     extra_ldflags: StrOrSeq | None,
     extra_include_paths: StrOrSeq | None,
     origin: str,
+    extra_cuda_cflags: StrOrSeq | None = None,
 ) -> OpSpec:
     """The checked spec of a stable-ABI library whose sources are ``root/sources`` (read here, checked before any
-    compile); TargetError if the running torch is older than its target."""
+    compile; ``.cu`` files are its CUDA sources); TargetError if the running torch is older than its target."""
     import torch
 
-    refuse_cuda(name, "", "cuda" if any(s.endswith(".cu") for s in sources) else None)
     texts = [(str(root / s), (root / s).read_text(errors="replace")) for s in sources]
     check_sources(name, texts)
     cflags = _as_list(extra_cflags, "extra_cflags")
     flag, target = target_of(flag_words(tuple(cflags), "extra_cflags"), torch.__version__)
     check_torch(name, target, torch.__version__)
+    cuda_cflags = _as_list(extra_cuda_cflags, "extra_cuda_cflags")
+    check_cuda_flags(name, flag_words(tuple(cuda_cflags), "extra_cuda_cflags"), flag)
     cflags = [STABLE_ABI_FLAG, flag, *(f for f in cflags if f.strip() != flag)]
     options = BuildOptions.of(
-        extra_cflags=cflags, extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths
+        extra_cflags=cflags,
+        extra_cuda_cflags=cuda_cflags,
+        extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths,
     )
     # no exports: the loader lists what the built library registered (an op under an #ifdef the
     # build left out is not there)

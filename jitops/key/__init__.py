@@ -42,6 +42,16 @@ TORCH_STYLE_FLAG = "-DTORCH_EXTENSION_NAME=JITOPS_NS"
 # specs carry (keyed as env.JITOPS_BUILDER)
 STABLE_BUILDER = "stable"
 STABLE_CFLAGS = ("-O2", "-std=c++17", "-fvisibility=hidden", "-fno-math-errno")
+# nvcc's part of a stable CUDA build, after the target's -O3, -lineinfo and -gencode flags: jitops's
+# own words, never torch's COMMON_NVCC_FLAGS, since a stable key holds no torch version that would
+# pin them. -DTORCH_STABLE_ONLY as torch's own stable extensions pass it.
+STABLE_NVCC_FLAGS = (
+    "-std=c++17",
+    "-DTORCH_STABLE_ONLY",
+    "--expt-relaxed-constexpr",
+    "-Xcompiler=-fPIC",
+    "-Xcompiler=-fvisibility=hidden",
+)
 KEY_CHARS = 32  # 128 bits of sha256 in paths
 INCLUDE_DIR = Path(__file__).parent.parent / "include"
 
@@ -230,16 +240,20 @@ def build_flags(
     """(cflags, cuda_cflags, ldflags) of one build: the target's, the spec's, then the environment's."""
     env_cflags, env_ldflags = extra_env_flags(system, target.device)
     what = f"library {spec.name!r}"
+    stable = STABLE_ABI_FLAG in spec.cflags
     cuda: tuple[str, ...] = ()
     if target.device == "cuda":
-        cuda = (*target.cuda_cflags(), *flag_words(spec.cuda_cflags, f"{what}'s CUDA flag"))
+        cuda = (
+            *target.cuda_cflags(),
+            *(STABLE_NVCC_FLAGS if stable else ()),
+            *flag_words(spec.cuda_cflags, f"{what}'s CUDA flag"),
+        )
         check_nvcc_words(cuda, f"the CUDA flags of {what}")
     # Sources written for torch.utils.cpp_extension (the drop-in) get torch's C++ flags only:
     # jitops's -O3, ISA flags (-mfma contracts a*b+c), -fno-math-errno or -DCPU_CAPABILITY_* would
     # change their code and results. On the stable C ABI: no OpenMP; a user's kernel gets no ISA
     # flags either (-mfma would let the compiler fuse its a*b+c), a builtin one (nms) the target's,
     # as its ATen build does (its cflags forbid contraction).
-    stable = STABLE_ABI_FLAG in spec.cflags
     if TORCH_STYLE_FLAG in spec.cflags:
         own: tuple[str, ...] = ()
     # the target's -O3 and ISA flags replace the stable path's -O2, once each
