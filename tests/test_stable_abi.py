@@ -453,16 +453,22 @@ def test_a_target_hidden_in_a_flag_string_or_cxxflags_is_seen(
 
 
 def test_arguments_the_stable_path_cannot_honour_are_refused(tmp_path: Path) -> None:
-    """device='cuda', schemas= and extra_cuda_cflags= with stable sources: a named error, never a CPU build that
-    silently ignored them (load and load_inline alike)."""
+    """schemas= with stable sources, and a CUDA flag naming another ABI target: a named error, never a build that
+    silently ignored them (load and load_inline alike); device='cuda' under a CPU torch: the target's error
+    (CUDA kernels on the stable ABI: tests/test_stable_cuda.py)."""
     src = tmp_path / "k.cpp"
     src.write_text(FIRST)
-    with pytest.raises(TargetError, match="CPU only"):
-        jitops.load("stable_cuda_dev", [str(src)], device="cuda")
-    for kw in ({"schemas": ["scale(Tensor x, float s) -> Tensor"]}, {"extra_cuda_cflags": ["-O3"]}):
-        with pytest.raises(ArgumentError, match="takes no"):
+    if torch.version.cuda is None:
+        with pytest.raises(TargetError, match="CPU-only build"):
+            jitops.load("stable_cuda_dev", [str(src)], device="cuda")
+    other = {"extra_cuda_cflags": [stable.version_flag((2, 12))]}
+    for kw, match in (
+        ({"schemas": ["scale(Tensor x, float s) -> Tensor"]}, "takes no schemas="),
+        (other, "extra_cuda_cflags holds"),
+    ):
+        with pytest.raises(ArgumentError, match=match):
             jitops.load("stable_args", [str(src)], **kw)  # type: ignore[arg-type]
-        with pytest.raises(ArgumentError, match="takes no"):
+        with pytest.raises(ArgumentError, match=match):
             jitops.load_inline("stable_args", FIRST, **kw)  # type: ignore[arg-type]
 
 
