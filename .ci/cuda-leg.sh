@@ -4,8 +4,10 @@
 # In a second virtualenv holding the CUDA build of torch (torch==2.14.1, CUDA
 # 13.0), build every builtin library for sm_80 and sm_90 with nvcc, check with
 # cuobjdump that each library holds exactly that SASS, load each one in a
-# process that sees no GPU and check its ops have CUDA kernels registered,
-# then run the pure CUDA tests against torch 2.14.1's own arch parsing.
+# process that sees no GPU and check its ops have CUDA kernels registered;
+# the same for one small kernel on torch's stable ABI (tests/data/stable_cuda),
+# whose only torch dependency must be the C shim's library; then run the pure
+# CUDA tests against torch 2.14.1's own arch parsing.
 #
 # Skipped (exit 0, with a message saying why) where nvcc is absent or the
 # CUDA torch cannot be installed; JITOPS_CUDA_LEG_REQUIRED=1 makes that a

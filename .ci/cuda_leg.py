@@ -8,6 +8,10 @@
 3. Each library loads in a fresh process that sees no GPU, and each of its
    ops that has a CPU kernel has a CUDA kernel registered with the dispatcher.
 
+4. One small kernel on torch's stable ABI (tests/data/stable_cuda): built for the arch list, its nvcc
+   commands and SASS checked as above, its dependencies on torch only the C shim's library (no
+   libtorch_cuda, no c10_cuda), loaded without a GPU with its op's CUDA kernel registered.
+
 Prints a table of build times. Exits non-zero on the first failed check.
 """
 
@@ -30,6 +34,7 @@ sys.path.insert(0, str(REPO))
 import jitops.build.entry as jentry  # noqa: E402
 import jitops.plan as jplan  # noqa: E402
 import jitops.registry as jregistry  # noqa: E402
+from jitops.target import choose_target, probe  # noqa: E402
 from jitops.target.archs import arch_gencode_flags, ptx_archs, sass_archs  # noqa: E402
 from jitops.errors import OfflineMiss  # noqa: E402
 from jitops.spec import OpSpec  # noqa: E402
@@ -147,6 +152,91 @@ def check_loads_without_gpu(spec: OpSpec, archs: str) -> float:
     return time.monotonic() - start
 
 
+STABLE_KERNEL = REPO / "tests" / "data" / "stable_cuda" / "scale_cuda.cu"
+_STABLE_CHILD = """
+import json, sys, time, torch
+sys.path.insert(0, {repo!r})
+import jitops
+start = time.monotonic()
+lib = jitops.load("stable_cuda_scale", [{src!r}], device="cuda")
+has = torch._C._dispatch_has_kernel_for_dispatch_key
+op = lib.library.namespace + "::scale"
+print(json.dumps({{
+    "gpu": torch.cuda.is_available(),
+    "seconds": time.monotonic() - start,
+    "built": lib.library.built,
+    "target": lib.library.target,
+    "library": str(lib.library.library_path),
+    "build_log": lib.library.manifest.build_log,
+    "kernels": [k for k in ("CPU", "CUDA") if has(op, k)],
+}}))
+"""
+
+
+def stable_child(archs: str, offline: bool) -> dict:
+    """Load the stable kernel in a process that sees no GPU (``offline``: never building), its report."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TORCH_CUDA_ARCH_LIST=archs)
+    if offline:
+        env["JITOPS_OFFLINE"] = "1"
+    code = textwrap.dedent(_STABLE_CHILD.format(repo=str(REPO), src=str(STABLE_KERNEL)))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+    if proc.returncode != 0:
+        fail(
+            f"the stable CUDA kernel ({'load' if offline else 'build'}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_stable(archs: str, cuobjdump: str) -> tuple[str, str, float, int, float]:
+    """Build the stable kernel for ``archs``, check its nvcc flags, SASS and dependencies, then load it in
+    a second process without a GPU (offline) and check its op has a CUDA kernel (and only that)."""
+    from jitops.build import stable
+
+    built = stable_child(archs, offline=False)
+    if not built["built"]:
+        fail(
+            f"the stable kernel was not built here (a fresh cache was expected): {built['library']}"
+        )
+    spec = OpSpec(
+        name="stable_cuda_scale",
+        root=STABLE_KERNEL.parent,
+        cpu_sources=(),
+        cuda_sources=(STABLE_KERNEL.name,),
+    )
+    target = choose_target(probe(cuda=False), "cuda", archs)
+    want = arch_gencode_flags(target.archs)
+    check_nvcc_flags(spec, built["build_log"], want)
+    lib = Path(built["library"])
+    got = listed(cuobjdump, "--list-elf", lib), listed(cuobjdump, "--list-ptx", lib)
+    if got != (set(sass_archs(target.archs)), set(ptx_archs(target.archs))):
+        fail(f"{lib}: cuobjdump lists {got}; expected exactly SASS {sass_archs(target.archs)}")
+    dynamic = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True)
+    needed = set(re.findall(r"\(NEEDED\).*\[(.+)\]", dynamic.stdout))
+    if dynamic.returncode == 0 and (
+        {n for n in needed if "torch" in n or "c10" in n} != {f"lib{stable.SHIM_LIBRARY}.so"}
+        or not any(n.startswith("libcudart.so") for n in needed)
+    ):
+        fail(f"{lib} needs {sorted(needed)}: of torch only lib{stable.SHIM_LIBRARY}.so, and cudart")
+    print(f"  nvcc  stable_cuda_scale: exactly {' '.join(want)}", flush=True)
+    print(f"  elf   stable_cuda_scale ({built['target']}): {', '.join(sorted(got[0]))}", flush=True)
+    print(f"  deps  stable_cuda_scale: {', '.join(sorted(needed))}", flush=True)
+    loaded = stable_child(archs, offline=True)
+    if loaded["gpu"] or loaded["built"] or loaded["kernels"] != ["CUDA"]:
+        fail(f"the stable kernel loaded without a GPU should have a CUDA kernel only: {loaded}")
+    print(
+        "  load  stable_cuda_scale: CUDA kernel registered for scale (no GPU visible)", flush=True
+    )
+    return (
+        "stable_cuda_scale",
+        built["target"],
+        built["seconds"],
+        lib.stat().st_size,
+        loaded["seconds"],
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--arch", default="8.0,9.0")
@@ -187,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             (spec.name, plan.target.name, entry.manifest.build_seconds, lib.stat().st_size, load_s)
         )
+
+    rows.append(check_stable(args.arch, args.cuobjdump))
 
     print("\nlibrary      target              build_s   size_MiB  load_check_s")
     for name, target, build_s, size, load_s in rows:

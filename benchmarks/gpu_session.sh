@@ -2,7 +2,7 @@
 # Issue 27's checks in one prepared run on a GPU node (GPU time comes in one short loan), every output teed
 # into $OUT (or a fresh temporary folder):
 #   1. the builtin ops' CUDA libraries built for this GPU (`jitops warm --device cuda`), timed, with their sizes;
-#   2. the cuda-marked tests against that cache and, beside them, the CUDA edit loop
+#   2. the cuda-marked tests against that cache (a stable-ABI CUDA kernel among them) and, beside them, the CUDA edit loop
 #      (benchmarks/cuda_edit_loop.py: it compiles on a few of the node's cores while the tests use the GPU);
 #   3. benchmarks/kernels.py --device cuda: nms against torchvision, then softmax/log_softmax against torch
 #      eager and torch.compile (alone on the node: nothing else runs while it times).
@@ -57,7 +57,7 @@ fi
 # shellcheck disable=SC2086
 JITOPS_TEST_CACHE_DIR=$JITOPS_CACHE_DIR timeout -s INT -k 15 "$(upto "${GPU_SESSION_TEST_SECONDS:-180}")" \
   python3 -m pytest -m cuda -q -n "${GPU_SESSION_WORKERS:-12}" --dist "${GPU_SESSION_DIST:-load}" -p no:cacheprovider -o addopts="" -rf \
-  --tb=line ${GPU_SESSION_TESTS:-tests/test_cuda_ops.py tests/test_bench.py tests/test_parity_softmax.py tests/test_parity_add_nms.py tests/test_nms_parity.py} \
+  --tb=line ${GPU_SESSION_TESTS:-tests/test_cuda_ops.py tests/test_bench.py tests/test_parity_softmax.py tests/test_parity_add_nms.py tests/test_nms_parity.py tests/test_stable_cuda.py} \
   2>&1 | tee "$out/tests.txt" | tail -150
 echo "tests rc=${PIPESTATUS[0]}"
 if [ -n "$loop" ]; then
