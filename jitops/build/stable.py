@@ -22,13 +22,20 @@ The key holds the target version instead of torch's exact version (``key.STABLE_
 an entry built under one torch serves every later one; a load checks that the running torch is at
 least the target. Such a library imports only the C shim's symbols (``aoti_torch_*``, ``torch_*``).
 
+CUDA kernels (``.cu`` sources, ``STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CUDA, m)``, the device guard and stream
+of ``torch/csrc/stable/accelerator.h``) are compiled by nvcc for the plan's archs, as jitops's other CUDA
+builds, with the library's macros and jitops's own nvcc words (key.STABLE_NVCC_FLAGS: a stable key holds no
+torch version that would pin torch's), and linked with cudart; ``libtorch_cuda`` only as needed (the shim's
+``USE_CUDA`` functions are there). The key holds CUDA's major version, not torch's.
+
 The toolchain self-check (selfcheck.py) is not started for these builds: its probe is an op built
 against torch's C++ headers (seconds), checking C++ exceptions thrown through torch's C++ API; a
 stable kernel's errors cross as ``std::runtime_error`` (``STD_TORCH_CHECK``), which
 tests/test_stable_abi.py checks arrives as ``RuntimeError``. A remembered verdict still applies to
 the compiler as a whole.
 
-Imports: checks, errors, key, patterns, spec, torchcompat, user_spec; stable_fast, tubuild (`PCH_ERROR`) and torch lazily. api.user and build.runner call it.
+Imports: checks, errors, key, patterns, spec, torchcompat, user_spec; ninja (`_Aliases`, `cuda_lib_dir`), stable_fast,
+tubuild (`PCH_ERROR`) and torch lazily. api.user and build.runner call it.
 """
 
 from __future__ import annotations
