@@ -21,7 +21,7 @@ import torch
 import jitops
 import jitops.plan as jplan
 from jitops.build import entry, stable
-from jitops.errors import ArgumentError, TargetError, ToolchainError
+from jitops.errors import ArgumentError, ConfigError, TargetError, ToolchainError
 from jitops.key import STABLE_NVCC_FLAGS, compute_key, ingredients
 from jitops.target import Target
 from jitops.target.archs import arch_gencode_flags
@@ -134,6 +134,13 @@ def test_nvcc_command_and_link_words(tmp_path: Path) -> None:
         "-ccbin",
         "/usr/bin/gcc-12",
     ]
+    # nvcc runs the host compiler and passes -D values through sh: what sh would act on is refused
+    job.env = {"CC": "/opt/$(x)/gcc"}
+    with pytest.raises(ConfigError, match="through sh"):
+        stable.commands(job, tmp_path / "build" / "k.so")
+    job.env, job.cflags = {}, (stable.version_flag((2, 13)), "-DNAME=`x`")
+    with pytest.raises(ConfigError, match="nvcc would pass on to a shell"):
+        stable.commands(job, tmp_path / "build" / "k.so")
 
 
 def test_refusals_name_the_cause_and_the_fix(

@@ -297,11 +297,22 @@ def nvcc_command(job: Any, source: Path, obj: Path, alias: Any) -> list[str]:
     user's), the library's macros (its -DTORCH_TARGET_VERSION among them), its namespace and include dirs,
     torch's include root. nvcc hands paths to ``sh`` in double quotes, so a folder or file whose path
     ``sh`` would act on is reached through a plain-named alias in the build dir (as the ninja builds do)."""
+    from ..key import check_nvcc_words
+    from .ninja import sh_plain
+
     include, _ = _torch_dirs()
     macros = [w for w in _joined_macros(job.cflags) if w.startswith(("-D", "-U"))]
+    # nvcc hands -D values to sh in double quotes: the checks the CUDA flags passed (key.flag_words)
+    check_nvcc_words(tuple(macros), f"library {job.library!r}'s C++ flags (nvcc gets its macros)")
     dirs = [w for d in job.include_dirs for w in ("-I", alias.dir(str(d)))]
     # the host compiler: CC as torch's loader takes it (CC is in CUDA keys), else the keyed C++ one
     ccbin = job.env.get("CC") or job.cxx
+    if not sh_plain(ccbin):
+        raise ConfigError(
+            f"library {job.library!r}: nvcc would run the host compiler {checks.shown(ccbin)} through sh, "
+            "which would act on characters in its path. Fix: set CC (or CXX) to a compiler whose path "
+            "holds none of them (a symlink with a plain name)"
+        )
     return [
         str(job.nvcc),
         "-ccbin",
