@@ -278,13 +278,14 @@ def main(argv: list[str] | None = None) -> int:
             (spec.name, plan.target.name, entry.manifest.build_seconds, lib.stat().st_size, load_s)
         )
 
+    warmed = len(rows)
     rows.append(check_stable(args.arch, args.cuobjdump))
 
-    print("\nlibrary      target              build_s   size_MiB  load_check_s")
+    print("\nlibrary            target              build_s   size_MiB  load_check_s")
     for name, target, build_s, size, load_s in rows:
-        print(f"{name:<12} {target:<19} {build_s:>7.1f}  {size / 2**20:>9.2f}  {load_s:>12.1f}")
+        print(f"{name:<18} {target:<19} {build_s:>7.1f}  {size / 2**20:>9.2f}  {load_s:>12.1f}")
     print(
-        f"warm wall time {warm_s:.1f}s for {len(rows)} libraries (MAX_JOBS={os.environ.get('MAX_JOBS', 'auto')})"
+        f"warm wall time {warm_s:.1f}s for {warmed} libraries (MAX_JOBS={os.environ.get('MAX_JOBS', 'auto')})"
     )
     return 0
 
