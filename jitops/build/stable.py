@@ -302,7 +302,7 @@ def nvcc_command(job: Any, source: Path, obj: Path, alias: Any) -> list[str]:
 
     include, _ = _torch_dirs()
     macros = [w for w in _joined_macros(job.cflags) if w.startswith(("-D", "-U"))]
-    # nvcc hands -D values to sh in double quotes: the checks the CUDA flags passed (key.flag_words)
+    # nvcc hands -D values to sh in double quotes: the check the CUDA flags pass (key.build_flags)
     check_nvcc_words(tuple(macros), f"library {job.library!r}'s C++ flags (nvcc gets its macros)")
     dirs = [w for d in job.include_dirs for w in ("-I", alias.dir(str(d)))]
     # the host compiler: CC as torch's loader takes it (CC is in CUDA keys), else the keyed C++ one
