@@ -263,7 +263,7 @@ def prune(
     left fits ``max_size`` (bytes, or a string such as ``"5GB"`` or ``"500MiB"``: binary units);
     ``older_than`` (seconds, a ``timedelta`` or a string such as ``"30d"``) also evicts what was
     unused that long. Damaged things go first; what another process is building or just used is kept
-    ([`Removed.busy`][jitops.cache.Removed.busy])."""
+    (`Removed.busy`)."""
     func = "jitops.cache.prune"
     budget = _size_arg(func, max_size)
     age = _age_arg(func, older_than)
