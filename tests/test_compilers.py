@@ -51,6 +51,50 @@ def test_compilers_too_old_for_torch_are_refused_with_the_fix(version: str) -> N
     compilers.check_supported(toolchain.Tool("cxx", "/usr/bin/g++", "g++ (GCC) 9.4.0"), "softmax")
 
 
+def test_gccs_collector_gets_a_larger_start_only_where_memory_allows() -> None:
+    gcc, gib = "g++ (Debian 12.2.0-14+deb12u1) 12.2.0", 1 << 30
+    words = compilers.gc_words(gcc, 2, ram=24 * gib)
+    assert words == ("--param", "ggc-min-expand=100", "--param", "ggc-min-heapsize=1048576")
+    assert compilers.gc_words(gcc, 8, ram=24 * gib) == ()  # 8 compiles of 1 GiB would not fit
+    assert compilers.gc_words("Debian clang version 14.0.6", 1, ram=24 * gib) == ()
+
+
+TEMPLATES = """#include <map>
+#include <string>
+#include <vector>
+#include <algorithm>
+template <class T> T total(const std::vector<T>& v) { T s{}; for (auto& x : v) s += x; return s; }
+int f(int n) {
+  std::map<std::string, std::vector<double>> m;
+  for (int i = 0; i < n; ++i) m[std::to_string(i)].push_back(i * 0.5);
+  std::vector<double> all;
+  for (auto& [k, v] : m) all.push_back(total(v));
+  std::sort(all.begin(), all.end());
+  return static_cast<int>(total(all));
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_gccs_collector_words_leave_the_object_byte_identical(tmp_path: Path) -> None:
+    """The words are in no key: they must change the compile's speed, never its output."""
+    import subprocess
+
+    src = tmp_path / "t.cpp"
+    src.write_text(TEMPLATES)
+    version = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout
+    words = compilers.gc_words(version.splitlines()[0], 1, ram=64 << 30)
+    assert words
+    objects = []
+    for extra in ((), words, ("--param", "ggc-min-expand=10", "--param", "ggc-min-heapsize=4096")):
+        out = tmp_path / f"t{len(objects)}.o"
+        cmd = ["g++", "-O2", "-fPIC", "-std=c++17", *extra, "-c", str(src), "-o", str(out)]
+        subprocess.run(cmd, check=True)
+        objects.append(out.read_bytes())
+    # the last collects from 4 MiB on, each time the heap grew a tenth: far more often than either
+    assert objects[0] == objects[1] == objects[2]
+
+
 def test_build_flags_swap_only_the_openmp_flag() -> None:
     clang = {"openmp": ["-fopenmp=libgomp", "-idirafter", "/usr/lib/gcc/x/12/include"]}
     assert compilers.build_flags(("-O3", "-fopenmp", "-mavx2"), clang) == (

@@ -53,6 +53,9 @@ class BuildJob:
     pch_max_size: int = 0
     # try the stand-in for <torch/extension.h> first (user libraries; tubuild)
     lean_extension: bool = False
+    # words that make the compiler faster and its output no different (compilers.gc_words): in no
+    # key, added to C++ compiles and PCH builds
+    speed: tuple[str, ...] = ()
     lock_timeout: float | None = None
     # Folders whose files an ingredient of the key already pins (torch, jitops's headers, the
     # compiler's own folder, the cache): what the build reads there is not recorded (store.inputs).

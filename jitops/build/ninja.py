@@ -303,10 +303,12 @@ def write_ninja_file(
         "cuda_dlink_post_cflags = ",
         "sycl_dlink_post_cflags = ",
         f"ldflags = {_var(ldflags)}",
+        *([f"speed = {_var(list(job.speed))}"] if job.speed else []),
         "",
         "rule compile",
-        # -MD: every file read, system headers too (store.inputs records them with the entry)
-        "  command = $cxx -MD -MF $out.d $cflags -c $in -o $out $post_cflags",
+        # -MD: every file read, system headers too (store.inputs records them with the entry);
+        # $speed: words that change no output (BuildJob.speed)
+        f"  command = $cxx -MD -MF $out.d $cflags -c $in -o $out $post_cflags{' $speed' * bool(job.speed)}",
         "  depfile = $out.d",
         *pool,
         "",

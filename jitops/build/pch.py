@@ -202,8 +202,10 @@ def start(
     prefix: list[str],
     root: Path,
     pinned: tuple[str, ...] | list[str] = (),
+    speed: tuple[str, ...] | list[str] = (),
 ) -> Pending | None:
-    """Take the PCH's lock (without waiting: None if another process builds it) and prepare its build."""
+    """Take the PCH's lock (without waiting: None if another process builds it) and prepare its build.
+    ``speed``: the build's compiler words that change no output (BuildJob.speed), not in the key."""
     from ..errors import LockTimeout
     from ..store.lock import key_lock
 
@@ -243,6 +245,7 @@ def start(
             shlex.quote(cxx),
             *flags,
             *more,
+            *map(shlex.quote, speed),
             "-x",
             "c++-header",
             shlex.quote(header),

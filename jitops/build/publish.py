@@ -109,6 +109,7 @@ def build_and_publish(
         omp = compilers.ingredient(plan.compiler) if plan.compiler else None
         # a user's library
         edited = spec.origin != "builtin" and not spec.origin.startswith("package ")
+        n_jobs = jobs or _build.default_jobs(settings.jobs)
         job = _build.BuildJob(
             library=spec.name,
             target=target.name,
@@ -129,7 +130,7 @@ def build_and_publish(
             nvcc=plan.nvcc.path if plan.nvcc else None,
             build_dir=build_dir,
             env=build_env(work / "tmp"),
-            jobs=jobs or _build.default_jobs(settings.jobs),
+            jobs=n_jobs,
             builder=plan.builder,  # the builder its key names
             fake_seconds=settings.fake_build_seconds,
             cache=cache,  # per-file objects and precompiled headers (tubuild)
@@ -143,6 +144,7 @@ def build_and_publish(
             pch_background=settings.pch_background,
             pch_max_size=settings.pch_max_size,
             lean_extension=edited and settings.lean_extension_h,
+            speed=compilers.gc_words(plan.compiler.version, n_jobs) if plan.compiler else (),
             lock_timeout=settings.lock_timeout,
             # the key's files re-digested after each ninja run
             sources_changed=plan.sources_changed,

@@ -217,6 +217,7 @@ class _Files:
                         "prefix": prefix,
                         "root": root,
                         "pinned": list(job.pinned),
+                        "speed": list(job.speed),
                     }
             else:
                 p = pch.start(
@@ -228,6 +229,7 @@ class _Files:
                     prefix=prefix,
                     root=root,
                     pinned=job.pinned,
+                    speed=job.speed,
                 )
                 state = "built" if p is not None else "busy"  # busy: another process builds it now
                 if p is not None:

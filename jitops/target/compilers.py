@@ -16,6 +16,11 @@ GCC and clang are supported. Two facts differ between them:
 Compilers known to be too old for torch's headers are refused with a
 ToolchainError before any build.
 
+GCC's garbage collector starts at a heap sized for small machines and runs
+many times over torch's headers; with room to spare it is given a larger
+start (``gc_words``). That changes how fast a file compiles, never the object
+it makes, so those words are in no key.
+
 Imports: errors, patterns, target, toolchain. ``compiler_ingredient`` (the compiler's part of a key) lives here, with
 the identity it reads; key imports it.
 """
@@ -74,6 +79,26 @@ def kind_of(version: str) -> tuple[str, tuple[int, ...]]:
 
 
 _TRIPLE = lazy(r"^[A-Za-z0-9_]+(-[A-Za-z0-9_.]+)+$")  # what `-dumpmachine` prints: x86_64-linux-gnu
+
+
+# GCC collects garbage first at this heap size (KiB), then each time the heap doubled
+GC_HEAP_KIB = 1 << 20
+
+
+def gc_words(version: str, jobs: int, ram: int | None = None) -> tuple[str, ...]:
+    """GCC's garbage-collector settings for a build of ``jobs`` parallel compiles: a first collection
+    at 1 GiB of heap, where a quarter of the machine's memory (``ram`` bytes) per compile holds it;
+    else, and for other compilers, none (their defaults)."""
+    if kind_of(version)[0] != "gcc":
+        return ()
+    if ram is None:
+        try:
+            ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            return ()
+    if ram // (4 * max(1, jobs)) < GC_HEAP_KIB * 1024:
+        return ()
+    return ("--param", "ggc-min-expand=100", "--param", f"ggc-min-heapsize={GC_HEAP_KIB}")
 
 
 def own_dirs(tool: toolchain.Tool, cache_dir: Path | None) -> list[str]:
