@@ -113,6 +113,39 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _children_of(pid: int) -> list[int]:
+    """The processes below ``pid`` (from /proc: each one's parent)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, todo = [], [pid]
+    while todo:
+        kids = [p for p, pp in parent.items() if pp == todo[-1]]
+        todo.pop()
+        found += kids
+        todo += kids
+    return found
+
+
+def _assert_idle_priority(pid: int) -> None:
+    """The child and its compile take only CPU time nothing else wants (pch_bg.yield_cpu)."""
+    deadline = time.monotonic() + 60
+    while not _children_of(pid) and time.monotonic() < deadline:  # its compile has started
+        time.sleep(0.05)
+    tree = [pid, *_children_of(pid)]
+    assert len(tree) >= 2, tree
+    for p in tree:
+        assert os.getpriority(os.PRIO_PROCESS, p) == pch_bg.NICE == 19
+        assert os.sched_getscheduler(p) == os.SCHED_IDLE
+        group = Path(f"/proc/{p}/autogroup")
+        if group.exists():  # where Linux groups by session, the session's nice counts, not its own
+            assert group.read_text().split()[-1] == "19", group.read_text()
+
+
 def test_settings_turn_background_pchs_off_and_set_the_cap() -> None:
     assert Settings().pch_background is True and Settings().pch_max_size == 1 << 30
     s = Settings.from_env({"JITOPS_PCH_BACKGROUND": "0", "JITOPS_PCH_MAX_SIZE": "2G"})
@@ -130,6 +163,7 @@ def test_first_edit_returns_before_the_pch_then_the_next_edit_uses_it(tmp_path: 
     assert _state(tmp_path, cxx, store, 2) == "background"
     assert _published(store) == []  # it returned while its PCH's compile waits at the gate
     (pid,) = pch_bg.running()
+    _assert_idle_priority(pid)
     assert _state(tmp_path, cxx, store, 3) == "busy"  # an edit meanwhile compiles without it
     assert _published(store) == [] and _alive(pid)
     gate.touch()
