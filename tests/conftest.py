@@ -21,6 +21,7 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,6 +155,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # "cuda").
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """CI's ``--dist loadfile`` hands out the longest files first (tests/xdist_order.py)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.xdist_order import LongFilesFirst
+
+    return LongFilesFirst(config, log)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -1,4 +1,5 @@
-"""Child programs for the drop-in's parity with torch's loader (tests/test_dropin_parity.py).
+"""Child programs for the drop-in's parity with torch's loader (tests/test_dropin_parity.py and
+tests/test_dropin_deepspeed.py).
 
 Each runs in its own interpreter: a body that mishandles the GIL aborts the process, and the
 test must see that as a failure, not lose its own process.

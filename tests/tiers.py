@@ -40,6 +40,7 @@ FAST_FILES = frozenset(
         "tests/test_patterns.py",
         "tests/test_recall.py",
         "tests/test_userdirs.py",
+        "tests/test_xdist_order.py",
     }
 )
 # Named tests, whatever their marks: one real build of each builtin library, and a smoke test of
