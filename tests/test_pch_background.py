@@ -13,6 +13,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -146,6 +147,29 @@ def _assert_idle_priority(pid: int) -> None:
             assert group.read_text().split()[-1] == "19", group.read_text()
 
 
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroups here")
+def test_yielding_never_lowers_a_session_it_does_not_lead() -> None:
+    """A process that is not its session's leader (here: a plain child of the test's session) lowers
+    its own priority only: the autogroup is the whole session, the user's processes included."""
+    before = Path("/proc/self/autogroup").read_text()
+    code = (
+        "import os; from jitops.build import pch_bg; pch_bg.yield_cpu(); "
+        "print(os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0) == os.SCHED_IDLE)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["19", "True"]
+    assert Path("/proc/self/autogroup").read_text() == before
+    # a session leader (as spawn's child is) lowers its own session, which holds nothing else
+    lead = subprocess.run(
+        [sys.executable, "-c", code + "; print(open('/proc/self/autogroup').read())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        start_new_session=True,
+    )
+    assert lead.stdout.split()[-1] == "19" and Path("/proc/self/autogroup").read_text() == before
+
+
 def test_settings_turn_background_pchs_off_and_set_the_cap() -> None:
     assert Settings().pch_background is True and Settings().pch_max_size == 1 << 30
     s = Settings.from_env({"JITOPS_PCH_BACKGROUND": "0", "JITOPS_PCH_MAX_SIZE": "2G"})
@@ -171,6 +195,9 @@ def test_first_edit_returns_before_the_pch_then_the_next_edit_uses_it(tmp_path: 
     (folder,) = _published(store)
     assert (folder / "prefix.h.gch").is_file() and (folder / "manifest.json").is_file()
     assert _state(tmp_path, cxx, store, 4) == "hit"
+    info = build.build(_job(tmp_path, cxx, store, 5), None).timings["files"]["f.cpp"]
+    # the build's summary line shows the size of the PCH it used
+    assert info["pch"] == "hit" and info["pch_bytes"] == (folder / "prefix.h.gch").stat().st_size
     log = (store.logs / f"pch-{folder.name[:12]}.log").read_text()
     assert "published" in log
     assert not list(store.staging.iterdir())  # no half PCH left anywhere

@@ -146,11 +146,15 @@ def yield_cpu() -> None:
     """Give this process, and what it starts, only CPU time nothing else wants: the lowest nice, the
     idle scheduling class, and the lowest nice of its session's autogroup (where Linux groups
     processes by session, a process's own nice only ranks it within its session: a detached child
-    at nice 19 would otherwise take a core from the user's compile as an equal). Best effort."""
+    at nice 19 would otherwise take a core from the user's compile as an equal). The autogroup is
+    every process of the session: it is lowered only by the session's leader (spawn's child), never
+    in a session shared with the user's processes. Best effort."""
     with contextlib.suppress(OSError):
         os.nice(NICE - os.nice(0))
     with contextlib.suppress(OSError, AttributeError):
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    if os.getsid(0) != os.getpid():
+        return
     with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as f:
         f.write(str(NICE))
 
