@@ -97,6 +97,8 @@ def test_manifest_timings_round_trip_and_old_manifests_still_parse() -> None:
     new = Manifest(**base, timings=timings)  # type: ignore[arg-type]
     assert Manifest.parse(new.to_json()).timings == timings
     assert summary(timings) == "a.cpp 1.5s, PCH hit; b.cpp cached; link 0.2s"
+    timings["files"]["a.cpp"]["pch_bytes"] = 786 << 20  # the PCH's size, where one was used
+    assert summary(timings) == "a.cpp 1.5s, PCH hit (786.0 MiB); b.cpp cached; link 0.2s"
 
 
 def test_jitops_pch_setting_and_it_never_changes_the_key(monkeypatch: pytest.MonkeyPatch) -> None:

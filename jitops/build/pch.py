@@ -110,6 +110,7 @@ class Use:
     state: str
     seconds: float = 0.0
     deps: dict[str, str] = field(default_factory=dict)
+    size: int = 0  # bytes of the PCH file (the build's summary line shows them)
 
 
 def pch_file(kind: str) -> str:
@@ -168,7 +169,8 @@ def find(cache: Cache, key: str, kind: str) -> Use | None:
     if not fsutil.may_hold(cache.pch) or not os.path.lexists(final):
         return None
     try:
-        use = Use(key, pch_words(kind, final), "hit", deps=_verify(final, key, kind)["deps"])  # type: ignore[arg-type]
+        m = _verify(final, key, kind)
+        use = Use(key, pch_words(kind, final), "hit", deps=m["deps"], size=int(m.get("size") or 0))
         # its last use, which `cache prune` reads (a PCH used within 10 minutes is kept)
         cache.record_use(final)
         return use

@@ -21,8 +21,9 @@ used it are compiled again at once with the real header, and only that compile's
 skips the stand-in for the rest of the process); a syntax or type error of the user's own is shown at once. Its
 flags are in the object's key and the PCH's.
 
-Imports: fsutil, headers, key (TORCH_STYLE_FLAG), ninja, objcache, pch, pch_bg (background PCHs); admin
-lazily (the size bound after a build); job.BuildJob for annotations (it and its Cache are read by attribute).
+Imports: fsutil, units (a PCH's size), headers, key (TORCH_STYLE_FLAG), ninja, objcache, pch,
+pch_bg (background PCHs); admin lazily (the size bound after a build); job.BuildJob for
+annotations (it and its Cache are read by attribute).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base import fsutil
+from ..base.units import human_size
 from ..store import inputs, objcache
 from . import pch, pch_bg
 from ..spec.headers import EXTENSION_H, spells_python_api
@@ -242,6 +244,7 @@ class _Files:
             "_use": use,
             **({"header": "lean torch/extension.h"} if lean else {}),
             **({"pch_key": pkey[:12]} if prefix else {}),
+            **({"pch_bytes": use.size} if use is not None and use.size else {}),
         }
         return TU(src, obj, extra=(*extra, *(use.words if use else ())))
 
@@ -394,7 +397,8 @@ def summary(timings: dict[str, Any]) -> str:
             parts.append(f"{label} cached")
         else:
             lean = ", lean torch/extension.h" if i.get("header") else ""
-            parts.append(f"{label} {i.get('seconds', 0.0):.1f}s, PCH {i.get('pch')}{lean}")
+            size = f" ({human_size(i['pch_bytes'])})" if i.get("pch_bytes") else ""
+            parts.append(f"{label} {i.get('seconds', 0.0):.1f}s, PCH {i.get('pch')}{size}{lean}")
     if not parts:
         return ""
     pchs = "".join(
