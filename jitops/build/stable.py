@@ -34,15 +34,16 @@ stable kernel's errors cross as ``std::runtime_error`` (``STD_TORCH_CHECK``), wh
 tests/test_stable_abi.py checks arrives as ``RuntimeError``. A remembered verdict still applies to
 the compiler as a whole.
 
-A library of several files compiles each file apart (its own dependency file), up to the build's job count
-at once, then links. Each C++ object comes from the object cache when nothing it read changed (store.objcache:
-tubuild's keys, with torch's version, as the stable PCH's; its record of every file the compile read
-re-hashed), so an edit compiles the edited files only. Only files spelling ``JITOPS_NS`` get the namespace
-macro (tubuild's rule): the namespace is the key's, so those compile again on every edit, the others not.
+A library of several files compiles each file apart (its own dependency file), up to the build's
+job count at once, then links. Each C++ object comes from the object cache when nothing it read
+changed (store.objcache: tubuild's keys, with torch's version as the stable PCH's; its record of
+every file the compile read re-hashed), so an edit compiles the edited files only. Only files
+spelling ``JITOPS_NS`` get the namespace macro (tubuild's rule): the namespace is the key's, so
+those compile again on every edit, the others not.
 
-Imports: checks, errors, key, patterns, spec, torchcompat, user_spec; fsutil, inputs, ninja (`_Aliases`,
-`cuda_lib_dir`), objcache, stable_fast, tubuild (`PCH_ERROR`, `names_namespace`) and torch lazily. api.user and
-build.runner call it.
+Imports: checks, errors, key, patterns, spec, torchcompat, user_spec; fsutil, inputs, ninja
+(`_Aliases`, `cuda_lib_dir`), objcache, stable_fast, tubuild (`PCH_ERROR`, `names_namespace`) and
+torch lazily. api.user and build.runner call it.
 """
 
 from __future__ import annotations
@@ -367,10 +368,11 @@ def nvcc_command(job: Any, source: Path, obj: Path, alias: Any) -> list[str]:
 def build(
     job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str], None] | None = None
 ) -> tuple[int, str, Path, dict[str, Any]]:
-    """The builder of stable plans (``runner.BUILDERS["stable"]``, a ``job.BuildJob``): one compiler run for one
-    C++ file, a compile per file (cached objects reused, in parallel) and the link for several; no ninja;
-    with the shared PCH of its header prefix and the shim's link stub when the job has a cache (stable_fast).
-    A failure while using the PCH runs once more without it. Also returns its timings."""
+    """The builder of stable plans (``runner.BUILDERS["stable"]``, a ``job.BuildJob``): one compiler
+    run for one C++ file, a compile per file (cached objects reused, in parallel) and the link for
+    several; no ninja; with the shared PCH of its header prefix and the shim's link stub when the
+    job has a cache (stable_fast). A failure while using the PCH runs once more without it. Also
+    returns its timings."""
     import time
 
     from . import stable_fast
@@ -461,8 +463,9 @@ def _build_files(
     alias = _Aliases(job.build_dir)
     files: dict[str, dict[str, Any]] = {}
     read: dict[str, str] = {}  # what the cached objects' compiles read
-    used = dict(pch_read)  # what the PCH read: its compiles' objects record it too
-    rc, log, cmd = _compile_files(job, run, on_line, objs, (words, used), alias, files, read, start)
+    rc, log, cmd = _compile_files(
+        job, run, on_line, objs, (words, pch_read), alias, files, read, start
+    )
     if rc != 0 and words and PCH_ERROR.search(log):  # never for the user's own errors
         state = "rejected"
         rc, log, cmd = _compile_files(job, run, on_line, objs, ([], {}), alias, files, read, start)
@@ -510,8 +513,8 @@ def _compile_files(
     source order or 0, every finished compile's output in source order, the commands run). ``files`` gets
     each file's timing (``started`` / ``ended``: seconds after the build began), ``read`` what the cached
     ones' compiles read. ``pch``: the PCH's words and what it read (each object using it records that
-    too: the compile's own dependency file does not list it). Objects that compiled are cached once all have finished (a run that finds the
-    sources changed raises first: nothing of it is cached)."""
+    too: the compile's own dependency file does not list it). Objects that compiled are cached once
+    all have finished (a run that finds the sources changed raises first: nothing of it is cached)."""
     import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -579,9 +582,9 @@ def _compile_files(
             deps = inputs.record(inputs.read_depfile(Path(f"{obj}.d")), root, pinned, job.build_dir)
             objcache.store(cache, key, obj, {**deps, **pch_read})
     order = {os.path.basename(str(s)): n for n, s in enumerate(job.sources)}
-    files_sorted = dict(sorted(files.items(), key=lambda kv: order.get(kv[0], 0)))
+    ordered = sorted(files.items(), key=lambda kv: order.get(kv[0], 0))  # as the sources are listed
     files.clear()
-    files.update(files_sorted)
+    files.update(ordered)
     return rc, "".join(logs), "\n".join(ran)
 
 
