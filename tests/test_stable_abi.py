@@ -709,3 +709,106 @@ def test_no_shared_pch_when_the_library_holds_a_prefix_header(
     assert stable_fast.use_pch(job, "/torch/include", "t")[1] == "hit"
     (tmp_path / "error.h").write_text("#define _ERROR_H 1\n#define AUD_V 7\n")
     assert stable_fast.use_pch(job, "/torch/include", "t") == ([], "shadowed", {}, {})
+
+
+# A three-file stable library: two helpers (one reading a header of the library's folder) and the op.
+_HELPER_H = "#pragma once\n#define TWICE_BY TAG\n"
+_TWICE = '#include "helper.h"\nfloat twice_TAG(float v) { return v * TWICE_BY; }\n'
+_HALF = "float half_TAG(float v) { return v * 0.5f; }\n"
+_OP = SCALE.replace(
+    "using torch::stable::Tensor;",
+    "using torch::stable::Tensor;\nfloat twice_TAG(float v);\nfloat half_TAG(float v);",
+).replace("FACTOR", "half_TAG(twice_TAG(xp[i])) + OFFSET")
+
+
+def _three_files(root: Path, tag: str, offset: str = "0.0f", by: str = "2.0f") -> list[str]:
+    """Write the library (names and the helper's factor carry ``tag``: objects no other test made)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "helper.h").write_text(_HELPER_H.replace("TAG", by))
+    (root / "twice.cpp").write_text(_TWICE.replace("TAG", tag))
+    (root / "half.cpp").write_text(_HALF.replace("TAG", tag))
+    (root / "op.cpp").write_text(_OP.replace("TAG", tag).replace("OFFSET", offset))
+    return [str(root / f) for f in ("twice.cpp", "half.cpp", "op.cpp")]
+
+
+def _compiled(lib: jitops.UserLibrary) -> list[str]:
+    files = lib.library.manifest.timings["files"]
+    assert set(files) == {"twice.cpp", "half.cpp", "op.cpp"}
+    assert all(i["object"] in ("cached", "compiled") for i in files.values())
+    assert all(i["seconds"] > 0 for i in files.values() if i["object"] == "compiled")
+    return sorted(f for f, i in files.items() if i["object"] == "compiled")
+
+
+@pytest.mark.compile
+def test_a_several_file_stable_library_recompiles_only_what_changed(tmp_path: Path) -> None:
+    """Objects come from the object cache when their source, every header they read, their flags and the
+    compiler are unchanged. Editing the op's file compiles it alone; editing a header one helper includes
+    compiles that helper (and the op's file, which spells JITOPS_NS: the namespace is the key's, so any
+    edit gives it a new one), never the other helper. Each result is the edited code's."""
+    sources = _three_files(tmp_path / "lib", "u1")
+    x = torch.arange(4, dtype=torch.float32)
+    first = _with_fake(jitops.load("stable_three", sources))
+    assert _compiled(first) == ["half.cpp", "op.cpp", "twice.cpp"]
+    torch.testing.assert_close(first.scale(x, 1.0), x)  # half(twice(x))
+    _three_files(tmp_path / "lib", "u1", offset="1.0f")
+    edited = _with_fake(jitops.load("stable_three", sources))
+    assert _compiled(edited) == ["op.cpp"]
+    torch.testing.assert_close(edited.scale(x, 1.0), x + 1)
+    _three_files(tmp_path / "lib", "u1", offset="1.0f", by="4.0f")
+    header = _with_fake(jitops.load("stable_three", sources))
+    assert _compiled(header) == ["op.cpp", "twice.cpp"]
+    torch.testing.assert_close(header.scale(x, 1.0), 2 * x + 1)
+
+
+@pytest.mark.compile
+def test_a_syntax_error_in_one_file_of_a_stable_library_names_it(tmp_path: Path) -> None:
+    """A failing compile stops the build, and its error names the file and its line."""
+    sources = _three_files(tmp_path / "lib", "u2")
+    (tmp_path / "lib" / "half.cpp").write_text("float half_u2(float v) { return v * 0.5f }\n")
+    with pytest.raises(jitops.BuildError) as e:
+        jitops.load("stable_three_bad", sources)
+    assert "half.cpp:1" in str(e.value), str(e.value)
+    assert "twice.cpp:" not in str(e.value) and "op.cpp:" not in str(e.value)
+
+
+@pytest.mark.compile
+def test_a_stable_librarys_files_compile_in_parallel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Up to the job count at once: each compile waits (at most 60 s) until another is running beside it, so
+    compiles run one after another never see two at once. Their recorded start and end times overlap too."""
+    import threading
+    import time
+
+    from jitops.build import runner
+
+    real = runner.run_supervised
+    running, met, lock = [0], threading.Event(), threading.Lock()
+    spans: list[tuple[float, float]] = []
+
+    def watched(cmd: list[str], **kw: object) -> tuple[int, str]:
+        if "-c" not in cmd:  # the link, the stub
+            return real(cmd, **kw)  # type: ignore[arg-type]
+        with lock:
+            running[0] += 1
+            if running[0] >= 2:
+                met.set()
+        met.wait(60)
+        began = time.monotonic()
+        try:
+            return real(cmd, **kw)  # type: ignore[arg-type]
+        finally:
+            with lock:
+                running[0] -= 1
+                spans.append((began, time.monotonic()))
+
+    monkeypatch.setenv("MAX_JOBS", "3")
+    monkeypatch.setattr(runner, "run_supervised", watched)
+    lib = _with_fake(jitops.load("stable_three_par", _three_files(tmp_path / "lib", "u3")))
+    assert met.is_set() and len(spans) == 3
+    files = lib.library.manifest.timings["files"]
+    assert [i["object"] for i in files.values()] == ["compiled"] * 3
+    times = sorted((i["started"], i["ended"]) for i in files.values())
+    assert any(b[0] < a[1] for a, b in zip(times, times[1:])), times
+    x = torch.arange(3, dtype=torch.float32)
+    torch.testing.assert_close(lib.scale(x, 1.0), x)

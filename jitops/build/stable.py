@@ -34,8 +34,16 @@ stable kernel's errors cross as ``std::runtime_error`` (``STD_TORCH_CHECK``), wh
 tests/test_stable_abi.py checks arrives as ``RuntimeError``. A remembered verdict still applies to
 the compiler as a whole.
 
-Imports: checks, errors, key, patterns, spec, torchcompat, user_spec; ninja (`_Aliases`, `cuda_lib_dir`), stable_fast,
-tubuild (`PCH_ERROR`) and torch lazily. api.user and build.runner call it.
+A library of several files compiles each file apart (its own dependency file), up to the build's
+job count at once, then links. Each C++ object comes from the object cache when nothing it read
+changed (store.objcache: tubuild's keys, with torch's version as the stable PCH's; its record of
+every file the compile read re-hashed), so an edit compiles the edited files only. Only files
+spelling ``JITOPS_NS`` get the namespace macro (tubuild's rule): the namespace is the key's, so
+those compile again on every edit, the others not.
+
+Imports: checks, errors, key, patterns, spec, torchcompat, user_spec; fsutil, inputs, ninja
+(`_Aliases`, `cuda_lib_dir`), objcache, stable_fast, tubuild (`PCH_ERROR`, `names_namespace`) and
+torch lazily. api.user and build.runner call it.
 """
 
 from __future__ import annotations
@@ -210,8 +218,9 @@ def command(
     ]
 
 
-def compile_words(job: Any, pch_words: Sequence[str] = ()) -> list[str]:
-    """The flags of a compile: the library's, its namespace, its include dirs, torch's include root."""
+def compile_words(job: Any, pch_words: Sequence[str] = (), namespace: bool = True) -> list[str]:
+    """The flags of a compile: the library's, its namespace (``namespace``), its include dirs, torch's
+    include root."""
     include, _ = _torch_dirs()
     marks = set(_abi_macro_words(job.cflags))
     # CXXFLAGS too: the spec's one target word, nothing else naming the ABI's macros
@@ -225,7 +234,7 @@ def compile_words(job: Any, pch_words: Sequence[str] = ()) -> list[str]:
     dirs = [w for d in job.include_dirs for w in ("-I", str(d))]
     return [
         *job.cflags,
-        f"-DJITOPS_NS={job.namespace}",
+        *([f"-DJITOPS_NS={job.namespace}"] if namespace else []),
         *dirs,
         "-isystem",
         include,
@@ -263,24 +272,48 @@ def cuda_link_words(job: Any, torch_lib: str) -> list[str]:
 def commands(
     job: Any, out: Path, pch_words: Sequence[str] = (), stub: Path | None = None
 ) -> list[list[str]]:
-    """The build as commands: one (compile and link) for one C++ source; else one compile per source (nvcc
-    for a ``.cu``), each with its own dependency file (one command would keep only the last source's), then
-    the link."""
-    cuda = job.device == "cuda"
-    if len(job.sources) <= 1 and not cuda:
+    """The build as commands, none taken from the object cache: one (compile and link) for one C++ source;
+    else one compile per source (nvcc for a ``.cu``), each with its own dependency file (one command would
+    keep only the last source's), then the link."""
+    if len(job.sources) <= 1 and job.device != "cuda":
         return [command(job, out, pch_words, stub)]
     from .ninja import _Aliases
 
-    words = compile_words(job, pch_words)
-    objs = [job.build_dir / f"{i}-{Path(s).stem}.o" for i, s in enumerate(job.sources)]
     alias = _Aliases(job.build_dir)  # one per build: each alias is made once
-    compiles = [
-        nvcc_command(job, s, o, alias)
-        if cuda and str(s).endswith(".cu")
-        else [job.cxx, "-fPIC", *words, "-c", str(s), "-MD", "-MF", f"{o}.d", "-o", str(o)]
-        for s, o in zip(job.sources, objs)
-    ]
-    link = [
+    objs = objects(job)
+    compiles = [compile_command(job, s, o, pch_words, alias)[0] for s, o in zip(job.sources, objs)]
+    return [*compiles, link_command(job, objs, out, stub)]
+
+
+def objects(job: Any) -> list[Path]:
+    """The object of each source, in the build dir (numbered: two sources may share a stem)."""
+    return [job.build_dir / f"{i}-{Path(s).stem}.o" for i, s in enumerate(job.sources)]
+
+
+def compile_command(
+    job: Any, source: Path, obj: Path, pch_words: Sequence[str], alias: Any
+) -> tuple[list[str], list[str] | None]:
+    """One source's compile, and the words its object's key covers (None: a ``.cu``, never cached: nvcc's
+    command names aliases in the build dir). Only a
+    file that spells ``JITOPS_NS`` (or whose library folder has a header that does: tubuild's rule) gets
+    ``-DJITOPS_NS``: the namespace is the key's, so any edit changes it, and the other files' objects must
+    not depend on it to be reused."""
+    if job.device == "cuda" and str(source).endswith(".cu"):
+        return nvcc_command(job, source, obj, alias), None
+    from .tubuild import names_namespace
+
+    text = Path(source).read_text(errors="replace")
+    words = compile_words(job, namespace=names_namespace(job, text, " ".join(job.cflags)))
+    cmd = [job.cxx, "-fPIC", *words, *pch_words, "-c", str(source)]
+    # torch's version too, as the stable PCH's key: a stable key holds only the target version, and
+    # torch's headers (a pinned folder) are not in the object's record of what it read
+    keyed = ["stable", f"torch {_torch_id()}", job.cxx, "-fPIC", *words]
+    return [*cmd, "-MD", "-MF", f"{obj}.d", "-o", str(obj)], keyed
+
+
+def link_command(job: Any, objs: Sequence[Path], out: Path, stub: Path | None) -> list[str]:
+    """The link of a several-file library: its objects, the shim's library (or its stub)."""
+    return [
         job.cxx,
         "-shared",
         "-fPIC",
@@ -289,7 +322,6 @@ def commands(
         str(out),
         *link_words(job, out, stub),
     ]
-    return [*compiles, link]
 
 
 def nvcc_command(job: Any, source: Path, obj: Path, alias: Any) -> list[str]:
@@ -336,9 +368,11 @@ def nvcc_command(job: Any, source: Path, obj: Path, alias: Any) -> list[str]:
 def build(
     job: Any, run: Callable[..., tuple[int, str]], on_line: Callable[[str], None] | None = None
 ) -> tuple[int, str, Path, dict[str, Any]]:
-    """The builder of stable plans (``runner.BUILDERS["stable"]``, a ``job.BuildJob``): one compiler run, no ninja;
-    with the shared PCH of its header prefix and the shim's link stub when the job has a cache (stable_fast).
-    A failure while using the PCH runs once more without it. Also returns its timings."""
+    """The builder of stable plans (``runner.BUILDERS["stable"]``, a ``job.BuildJob``): one compiler
+    run for one C++ file, a compile per file (cached objects reused, in parallel) and the link for
+    several; no ninja; with the shared PCH of its header prefix and the shim's link stub when the
+    job has a cache (stable_fast). A failure while using the PCH runs once more without it. Also
+    returns its timings."""
     import time
 
     from . import stable_fast
@@ -357,6 +391,8 @@ def build(
         words, state, later, pch_read = stable_fast.use_pch(job, include, _torch_id())
     stub = stable_fast.link_stub(job, os.path.join(lib, f"lib{SHIM_LIBRARY}.so"), run)
     start = time.monotonic()
+    if len(job.sources) > 1 or job.device == "cuda":
+        return _build_files(job, run, on_line, out, (words, state, later, pch_read), stub, start)
 
     def run_all(cmds: list[list[str]]) -> tuple[int, str, str]:
         """Each command in turn until one fails: (its exit code, the output, the commands run)."""
@@ -369,17 +405,17 @@ def build(
                 break
         return rc, "".join(logs), "\n".join(ran)
 
-    rc, log, cmd = run_all(commands(job, out, words, stub))
+    rc, log, cmd = run_all([command(job, out, words, stub)])
     # never for the user's own errors: those show at once
     if rc != 0 and words and PCH_ERROR.search(log):
         state = "rejected"
-        rc, log, cmd = run_all(commands(job, out, (), stub))
+        rc, log, cmd = run_all([command(job, out, (), stub)])
     elif words and "-Winvalid-pch" in log:
         state = "rejected"
     # a flag forbade undefined symbols after all
     if rc != 0 and stub is not None and "undefined reference" in log:
         stub = None
-        rc, log, cmd = run_all(commands(job, out, (), None))
+        rc, log, cmd = run_all([command(job, out, (), None)])
     seconds = time.monotonic() - start
     if rc == 0 and later and not stable_fast.after(job, later):
         state = "unavailable"
@@ -399,6 +435,157 @@ def build(
     if rc == 0:
         timings["inputs"] = read_by(job, out, pch_read if state == "hit" else {})
     return rc, cmd + "\n" + log, out, timings
+
+
+def _build_files(
+    job: Any,
+    run: Callable[..., tuple[int, str]],
+    on_line: Callable[[str], None] | None,
+    out: Path,
+    pch: tuple[list[str], str, dict[str, dict[str, Any]], dict[str, str]],
+    stub: Path | None,
+    start: float,
+) -> tuple[int, str, Path, dict[str, Any]]:
+    """A several-file (or CUDA) build: each C++ object from the object cache (store.objcache, under
+    tubuild's keys: identity, the compile's words, the source's digest; its record of every file the
+    compile read re-hashed on lookup) or compiled, up to ``job.jobs`` at once; then the link. A failed
+    compile stops the build: nothing new starts, those running finish, and the first failing file (in
+    source order) sets the exit code. A failure while using the PCH compiles again without it; a link
+    the stub cannot satisfy links again against the real library (the objects as they are)."""
+    import time
+
+    from . import stable_fast
+    from .ninja import _Aliases
+    from .tubuild import PCH_ERROR
+
+    words, state, later, pch_read = pch
+    objs = objects(job)
+    alias = _Aliases(job.build_dir)
+    files: dict[str, dict[str, Any]] = {}
+    read: dict[str, str] = {}  # what the cached objects' compiles read
+    rc, log, cmd = _compile_files(
+        job, run, on_line, objs, (words, pch_read), alias, files, read, start
+    )
+    if rc != 0 and words and PCH_ERROR.search(log):  # never for the user's own errors
+        state = "rejected"
+        rc, log, cmd = _compile_files(job, run, on_line, objs, ([], {}), alias, files, read, start)
+    elif words and "-Winvalid-pch" in log:
+        state = "rejected"
+    for i in files.values():
+        i["pch"] = state if i["object"] == "compiled" else i["pch"]
+    link_seconds = 0.0
+    if rc == 0:
+        link = link_command(job, objs, out, stub)
+        began = time.monotonic()
+        rc, text = run(link, cwd=job.build_dir, env=job.env, on_line=on_line)
+        if rc != 0 and stub is not None and "undefined reference" in text:
+            stub = None  # a flag forbade undefined symbols after all
+            link = link_command(job, objs, out, None)
+            rc, text = run(link, cwd=job.build_dir, env=job.env, on_line=on_line)
+        link_seconds = time.monotonic() - began
+        log, cmd = log + text, cmd + "\n" + " ".join(link)
+    if rc == 0 and later and not stable_fast.after(job, later):
+        for i in files.values():
+            i["pch"] = "unavailable" if i["pch"] == "background" else i["pch"]
+    timings: dict[str, Any] = {
+        "files": files,
+        "link_seconds": round(link_seconds, 3),
+        "link": "stub" if stub is not None else SHIM_LIBRARY,
+        "at": time.time(),
+    }
+    if rc == 0:
+        timings["inputs"] = {**read_by(job, out, pch_read if state == "hit" else {}), **read}
+    return rc, cmd + "\n" + log, out, timings
+
+
+def _compile_files(
+    job: Any,
+    run: Callable[..., tuple[int, str]],
+    on_line: Callable[[str], None] | None,
+    objs: list[Path],
+    pch: tuple[Sequence[str], dict[str, str]],
+    alias: Any,
+    files: dict[str, dict[str, Any]],
+    read: dict[str, str],
+    start: float,
+) -> tuple[int, str, str]:
+    """Each object not in the cache compiled, up to ``job.jobs`` at once: (the first failure's exit code in
+    source order or 0, every finished compile's output in source order, the commands run). ``files`` gets
+    each file's timing (``started`` / ``ended``: seconds after the build began), ``read`` what the cached
+    ones' compiles read. ``pch``: the PCH's words and what it read (each object using it records that
+    too: the compile's own dependency file does not list it). Objects that compiled are cached once
+    all have finished (a run that finds the sources changed raises first: nothing of it is cached)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..base import fsutil
+    from ..store import inputs, objcache
+
+    cache, root = job.cache, job.root or job.build_dir
+    pch_words, pch_read = pch
+    todo: list[tuple[str, Path, list[str], str | None]] = []  # label, object, command, key
+    for source, obj in zip(job.sources, objs):
+        label = os.path.basename(str(source))
+        argv, keyed = compile_command(job, source, obj, pch_words, alias)
+        key = None
+        if cache is not None and keyed is not None:
+            key = objcache.tu_key(job.identity, " ".join(keyed), fsutil.sha256_file(source), root)
+            got = objcache.lookup(cache, key, root, obj)
+            if got is not None:
+                read.update(got)
+                files[label] = {"object": "cached", "pch": "-", "seconds": 0.0}
+                continue
+        todo.append((label, obj, argv, key))
+    stop, shown = threading.Event(), threading.Lock()
+
+    def one(argv: list[str]) -> tuple[int, str, float, float] | None:
+        if stop.is_set():  # a compile failed: start no more
+            return None
+        began = time.monotonic()
+        rc, text = run(argv, cwd=job.build_dir, env=job.env, on_line=None)
+        ended = time.monotonic()
+        if rc != 0:
+            stop.set()
+        if on_line is not None:
+            with shown:  # each file's output whole, as it finishes (ninja's way)
+                for line in text.splitlines(keepends=True):
+                    on_line(line)
+        return rc, text, began, ended
+
+    with ThreadPoolExecutor(max_workers=max(1, min(job.jobs, len(todo) or 1))) as pool:
+        futures = [pool.submit(one, argv) for _, _, argv, _ in todo]
+        try:
+            results = [f.result() for f in futures]
+        except BaseException:  # Ctrl-C, or a run that found the sources changed: no more starts
+            stop.set()
+            for f in futures:
+                f.cancel()
+            raise
+    rc, logs, ran = 0, [], []
+    pinned = (*job.pinned, str(job.build_dir), *([str(cache.pch)] if cache is not None else []))
+    for (label, obj, argv, key), result in zip(todo, results):
+        if result is None:
+            continue
+        code, text, began, ended = result
+        ran.append(" ".join(argv))
+        logs.append(text)
+        rc = rc or code
+        files[label] = {
+            "object": "compiled",
+            "pch": "",
+            "seconds": round(ended - began, 3),
+            "started": round(began - start, 3),
+            "ended": round(ended - start, 3),
+        }
+        if code == 0 and key is not None:
+            deps = inputs.record(inputs.read_depfile(Path(f"{obj}.d")), root, pinned, job.build_dir)
+            objcache.store(cache, key, obj, {**deps, **pch_read})
+    order = {os.path.basename(str(s)): n for n, s in enumerate(job.sources)}
+    ordered = sorted(files.items(), key=lambda kv: order.get(kv[0], 0))  # as the sources are listed
+    files.clear()
+    files.update(ordered)
+    return rc, "".join(logs), "\n".join(ran)
 
 
 def read_by(job: Any, out: Path, pch_read: dict[str, str]) -> dict[str, str]:

@@ -89,7 +89,7 @@ def wants_standin(text: str) -> bool:
     return EXTENSION_H.search(own) is not None and not spells_python_api(own)
 
 
-def _names_namespace(job: BuildJob, text: str, rule_flags: str) -> bool:
+def names_namespace(job: BuildJob, text: str, rule_flags: str) -> bool:
     """Whether a file needs -DJITOPS_NS: it (or a header of the library's folder) spells JITOPS_NS, or
     TORCH_EXTENSION_NAME where the flags define that as JITOPS_NS (the drop-in's pybind11 modules)."""
     tokens = ("JITOPS_NS", "TORCH_EXTENSION_NAME") if "=JITOPS_NS" in rule_flags else ("JITOPS_NS",)
@@ -164,7 +164,7 @@ class _Files:
         standin = (f"-I{shlex.quote(str(STANDIN))}",) if lean else ()
         extra = (
             *standin,
-            *((f"-DJITOPS_NS={job.namespace}",) if _names_namespace(job, text, rule_flags) else ()),
+            *((f"-DJITOPS_NS={job.namespace}",) if names_namespace(job, text, rule_flags) else ()),
         )
         tool = job.nvcc if is_cuda else job.cxx
         key = objcache.tu_key(
