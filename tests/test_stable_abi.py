@@ -694,6 +694,49 @@ def test_a_stable_build_needs_no_ninja_and_starts_no_self_check(
     torch.testing.assert_close(_with_fake(lib).scale(torch.ones(2), 1.0), torch.full((2,), 4.0))
 
 
+@pytest.mark.parametrize(
+    "header, prefix",
+    [
+        ("#pragma once\n#include <a.h>\n// c\n#include <b.h>\nint x;\n", ["<a.h>", "<b.h>"]),
+        ("#ifndef K_H\n#define K_H\n#include <a.h>\n#endif\n", ["<a.h>"]),
+        # a macro before the includes changes what they mean: not compiled ahead of it
+        ("#define FAST 1\n#include <a.h>\n", []),
+        ("#ifndef K_H\n#define OTHER\n#include <a.h>\n", []),
+        ("#include <a.h>\n#pragma once\n#define X\n#include <b.h>\n", ["<a.h>"]),
+        ("int x;\n#include <a.h>\n", []),
+    ],
+)
+def test_a_local_first_header_lends_its_leading_system_includes(
+    tmp_path: Path, header: str, prefix: list[str]
+) -> None:
+    """A source whose first line includes a local header gets that header's leading system includes
+    as its PCH prefix (found where the compiler finds it), after only a guard or ``#pragma once``."""
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "k.h").write_text(header)
+    src = '// kernel\n#include "k.h"\n#include <c.h>\nint y;\n'
+    want = [f"#include {h}" for h in prefix]
+    assert pch.local_prefix(src, tmp_path, [tmp_path / "inc"]) == want
+    assert pch.local_prefix(src, tmp_path, []) == []  # not found: no prefix
+    assert pch.local_prefix('#include "/abs/k.h"\n', tmp_path, [tmp_path / "inc"]) == []
+    assert pch.local_prefix("int z;\n" + src, tmp_path, [tmp_path / "inc"]) == []
+
+
+@pytest.mark.compile
+def test_a_kernel_behind_a_local_header_uses_the_shared_stable_pch(
+    built: jitops.UserLibrary, tmp_path: Path
+) -> None:
+    """The stable headers' PCH serves a kernel that includes them through its own ``kernel.h``."""
+    assert pch_bg.wait(300)
+    head, body = FIRST.split("\nusing torch::stable::Tensor;", 1)
+    (tmp_path / "kernel.h").write_text("#pragma once\n" + head + "\n")
+    src = tmp_path / "kernel.cpp"
+    body = body.replace("* static_cast<float>(s)", "* 3.0f")
+    src.write_text('#include "kernel.h"\nusing torch::stable::Tensor;' + body)
+    lib = jitops.load("stable_local_header", [str(src)])
+    assert lib.library.manifest.timings["files"]["kernel.cpp"]["pch"] == "hit"
+    torch.testing.assert_close(lib.scale(torch.ones(3), 1.0), torch.full((3,), 3.0))
+
+
 def test_no_shared_pch_when_the_library_holds_a_prefix_header(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

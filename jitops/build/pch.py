@@ -37,6 +37,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Sequence
 import re
 import shlex
 import shutil
@@ -63,6 +64,46 @@ _SKIP = re.compile(r"\s*(//.*|#\s*line\s+\d+\s*)?$")
 _verified: dict[
     tuple[str, int, int, int], str
 ] = {}  # (path, size, mtime_ns, inode) -> sha256, this process
+
+
+_LOCAL = re.compile(r'\s*#\s*include\s*"([^"]+)"\s*(//.*)?$')
+# what may come before a local header's first #include without changing what that include means:
+# #pragma once, or an include guard (#ifndef G then #define G)
+_ONCE = re.compile(r"\s*#\s*pragma\s+once\s*(//.*)?$")
+_GUARD = re.compile(r"\s*#\s*(ifndef|define)\s+(\w+)\s*(//.*)?$")
+
+
+def local_prefix(text: str, here: Path, dirs: Sequence[Path | str]) -> list[str]:
+    """The header prefix of a source whose first line is ``#include "x.h"``: x.h's own leading
+    ``#include <...>`` lines (after ``#pragma once`` or an include guard), x.h looked up as the
+    compiler does (the source's folder, then ``dirs``). Compiling them first changes nothing: the
+    source includes them first anyway, and a header read twice is read once (the PCH of any prefix
+    relies on that already). [] when the first line is anything else or x.h is not a file."""
+    first = next((ln for ln in text.splitlines() if not _SKIP.match(ln)), "")
+    m = _LOCAL.match(first)
+    if m is None or os.path.isabs(m.group(1)):
+        return []
+    for d in (here, *dirs):
+        header = Path(d) / m.group(1)
+        if header.is_file():
+            break
+    else:
+        return []
+    out: list[str] = []
+    pending, guarded = None, False  # an #ifndef's name until its #define completes the guard
+    for line in header.read_text(errors="replace").splitlines():
+        g = _GUARD.match(line)
+        if _SKIP.match(line) or (not out and pending is None and _ONCE.match(line)):
+            continue
+        if not out and g and g.group(1) == "ifndef" and pending is None and not guarded:
+            pending = g.group(2)
+        elif not out and g and g.group(1) == "define" and g.group(2) == pending:
+            pending, guarded = None, True
+        elif pending is None and _INCLUDE.match(line):
+            out.append(line.strip())
+        else:
+            break
+    return out
 
 
 def header_prefix(text: str) -> list[str]:

@@ -10,6 +10,8 @@ returned (never on the user's wait: a detached, low-priority child), verified be
 :func:`pch.find`, and gcc itself ignores one it cannot use (``-Winvalid-pch``: one note, never a wrong
 result). The PCH is used only when all of a library's files have the same prefix, and never when a
 prefix header is also in the library's own folders (the compile would read that one, not the PCH's).
+A file whose first line includes a local header (``#include "kernel.h"``) has that header's leading
+system includes as its prefix (pch.local_prefix).
 
 **Link stub.** The library must name the C shim's library (``libtorch_cpu.so``) as NEEDED so its
 ``aoti_torch_*`` symbols resolve at load time, but linking against the real 430 MB library costs the
@@ -37,6 +39,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from . import pch, pch_bg
@@ -48,9 +51,15 @@ _soname: dict[
 ] = {}  # (path, size, mtime_ns) -> its SONAME, this process
 
 
-def prefix_of(sources: tuple[Path, ...]) -> list[str]:
-    """The header prefix all C++ sources share (one compiler command builds them all), else []."""
-    prefixes = {tuple(pch.header_prefix(Path(s).read_text(errors="replace"))) for s in sources}
+def prefix_of(sources: tuple[Path, ...], dirs: Sequence[Path | str] = ()) -> list[str]:
+    """The header prefix all C++ sources share, else []: each one's leading ``#include <...>`` lines,
+    or those its first include, a local header found in its folder or ``dirs``, starts with."""
+
+    def one(s: Path) -> tuple[str, ...]:
+        text = Path(s).read_text(errors="replace")
+        return tuple(pch.header_prefix(text) or pch.local_prefix(text, Path(s).parent, dirs))
+
+    prefixes = {one(s) for s in sources}
     return (
         list(prefixes.pop())
         if len(prefixes) == 1 and all(str(s).endswith(pch.CXX_SUFFIXES) for s in sources)
@@ -100,7 +109,7 @@ def use_pch(
     PCH read: store.inputs's record, which the compile's own dependency file does not repeat)."""
     if not job.pch or job.cache is None:
         return [], "off", {}, {}
-    prefix = prefix_of(job.sources)
+    prefix = prefix_of(job.sources, job.include_dirs)
     if not prefix:
         return [], "no prefix", {}, {}
     if shadowed(job, prefix) is not None:
