@@ -211,7 +211,9 @@ def find(cache: Cache, key: str, kind: str) -> Use | None:
         return None
     try:
         m = _verify(final, key, kind)
-        use = Use(key, pch_words(kind, final), "hit", deps=m["deps"], size=int(m.get("size") or 0))
+        size = m.get("size")
+        use = Use(key, pch_words(kind, final), "hit", deps=m["deps"])  # type: ignore[arg-type]
+        use.size = size if isinstance(size, int) else 0
         # its last use, which `cache prune` reads (a PCH used within 10 minutes is kept)
         cache.record_use(final)
         return use

@@ -385,6 +385,9 @@ def build(
         )
     out = job.build_dir / f"{job.library}.so"
     include, lib = _torch_dirs()
+    words: list[str]
+    later: dict[str, dict[str, Any]]
+    pch_read: dict[str, str]
     if job.device == "cuda":  # no shared PCH: nvcc takes none, and its files are few
         words, state, later, pch_read = [], "off (cuda)", {}, {}
     else:
