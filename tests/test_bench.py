@@ -71,10 +71,11 @@ def test_interleaved_measures_each_side_and_the_ratios() -> None:
     def sleeper(seconds: float) -> Any:
         return lambda: time.sleep(seconds)
 
+    # sleeps long enough that a loaded machine's wake-up delay (~1 ms) stays small beside them
     times, ratios, fastest = bench.interleaved(
-        [sleeper(0.002), sleeper(0.004), sleeper(0.006)], rounds=3, block_s=0.02
+        [sleeper(0.01), sleeper(0.02), sleeper(0.03)], rounds=3, block_s=0.1
     )
-    assert 0.002 <= times[0] < 0.004 < times[2]
+    assert 0.01 <= times[0] < 0.02 < times[2]
     assert ratios[0] == pytest.approx(2, rel=0.25) and ratios[1] == pytest.approx(3, rel=0.25)
     assert fastest == pytest.approx(ratios[0], rel=0.01)  # the faster of the two others
     assert bench.interleaved([sleeper(0.001), sleeper(0.001)], rounds=2, block_s=0.01)[2] is None
