@@ -8,9 +8,9 @@
 3. Each library loads in a fresh process that sees no GPU, and each of its
    ops that has a CPU kernel has a CUDA kernel registered with the dispatcher.
 
-4. One small kernel on torch's stable ABI (tests/data/stable_cuda): built for the arch list, its nvcc
-   commands and SASS checked as above, its dependencies on torch only the C shim's library (no
-   libtorch_cuda, no c10_cuda), loaded without a GPU with its op's CUDA kernel registered.
+4. One small kernel on torch's stable ABI (tests/data/stable_cuda): built for the arch list, its
+nvcc commands and SASS checked as above, its dependencies on torch only the C shim's library (no
+libtorch_cuda, no c10_cuda), loaded without a GPU with its op's CUDA kernel registered.
 
 Prints a table of build times. Exits non-zero on the first failed check.
 """
@@ -174,7 +174,8 @@ print(json.dumps({{
 
 
 def stable_child(archs: str, offline: bool) -> dict:
-    """Load the stable kernel in a process that sees no GPU (``offline``: never building), its report."""
+    """Load the stable kernel in a process that sees no GPU (``offline``: never building), its
+    report."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TORCH_CUDA_ARCH_LIST=archs)
     if offline:
         env["JITOPS_OFFLINE"] = "1"
@@ -183,15 +184,15 @@ def stable_child(archs: str, offline: bool) -> dict:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
     )
     if proc.returncode != 0:
-        fail(
-            f"the stable CUDA kernel ({'load' if offline else 'build'}):\n{proc.stdout}\n{proc.stderr}"
-        )
+        step = "load" if offline else "build"
+        fail(f"the stable CUDA kernel ({step}):\n{proc.stdout}\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def check_stable(archs: str, cuobjdump: str) -> tuple[str, str, float, int, float]:
-    """Build the stable kernel for ``archs``, check its nvcc flags, SASS and dependencies, then load it in
-    a second process without a GPU (offline) and check its op has a CUDA kernel (and only that)."""
+    """Build the stable kernel for ``archs``, check its nvcc flags, SASS and dependencies, then load
+    it in a second process without a GPU (offline) and check its op has a CUDA kernel (and only
+    that)."""
     from jitops.build import stable
 
     built = stable_child(archs, offline=False)
@@ -284,9 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nlibrary            target              build_s   size_MiB  load_check_s")
     for name, target, build_s, size, load_s in rows:
         print(f"{name:<18} {target:<19} {build_s:>7.1f}  {size / 2**20:>9.2f}  {load_s:>12.1f}")
-    print(
-        f"warm wall time {warm_s:.1f}s for {warmed} libraries (MAX_JOBS={os.environ.get('MAX_JOBS', 'auto')})"
-    )
+    jobs = os.environ.get("MAX_JOBS", "auto")
+    print(f"warm wall time {warm_s:.1f}s for {warmed} libraries (MAX_JOBS={jobs})")
     return 0
 
 

@@ -43,6 +43,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from edit_loop import EXT_SRC  # noqa: E402  (benchmarks/ is not a package)
+
 REPO = Path(__file__).resolve().parents[1]
 STEPS = ("cold", "edit 1", "edit 2", "edit 3", "error", "fixed")
 OTHER = {
@@ -52,17 +55,7 @@ OTHER = {
     "stable-3file": "tvm-ffi",
 }
 
-TORCH_SRC = """#include <torch/extension.h>
-at::Tensor sq(const at::Tensor& x) {
-  auto y = at::empty_like(x);
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "sq", [&] {
-    const auto* a = x.data_ptr<scalar_t>();
-    auto* b = y.data_ptr<scalar_t>();
-    for (int64_t i = 0; i < x.numel(); ++i) b[i] = a[i] * a[i] + scalar_t(OFFSET);
-  });
-  return y;
-}
-"""
+TORCH_SRC = EXT_SRC  # edit_loop.py's <torch/extension.h> kernel (OFFSET: the edited constant)
 STABLE_HEADERS = """#include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/csrc/stable/ops.h>
@@ -156,7 +149,9 @@ def run(step, off, files):
     if loader == "tvm-ffi":
         y = torch.empty_like(x)
         if "inline" in files:
-            mod = tvm_ffi.cpp.load_inline("nb_scale", cpp_sources=files["inline"], functions=["scale"])
+            mod = tvm_ffi.cpp.load_inline(
+                "nb_scale", cpp_sources=files["inline"], functions=["scale"]
+            )
         else:
             folder, cpps = files_of(step, files)
             # a new name per step: in place, the same library path reloads the old module
@@ -220,7 +215,8 @@ def session(style: str, loader: str, pause: float, base: dict[str, str]) -> dict
 
 def _end_background(cache: Path, limit: float = 60.0) -> None:
     """Sessions must not overlap: end the finished session's background PCH builds (SIGTERM: each
-    kills its compile and publishes nothing). Busy, they run on idle CPU time only and would not end."""
+    kills its compile and publishes nothing). Busy, they run on idle CPU time only and would not
+    end."""
     import signal
 
     deadline = time.monotonic() + limit
@@ -305,8 +301,10 @@ def table(runs: list[dict]) -> list[dict]:
                         == (style, cond, pause, loader)]  # fmt: skip
                 got[loader] = (statistics.median(vals), min(vals), max(vals))
             ratio = got[OTHER[style]][0] / got["jitops"][0]
-            rows.append(dict(style=style, condition=cond, pause=pause, step=step,
-                             jitops=got["jitops"], other=got[OTHER[style]], ratio=ratio))  # fmt: skip
+            rows.append(
+                dict(style=style, condition=cond, pause=pause, step=step, jitops=got["jitops"],
+                     other=got[OTHER[style]], ratio=ratio)
+            )  # fmt: skip
     return rows
 
 

@@ -114,30 +114,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _children_of(pid: int) -> list[int]:
-    """The processes below ``pid`` (from /proc: each one's parent)."""
-    parent: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, todo = [], [pid]
-    while todo:
-        kids = [p for p, pp in parent.items() if pp == todo[-1]]
-        todo.pop()
-        found += kids
-        todo += kids
-    return found
-
-
 def _assert_idle_priority(pid: int) -> None:
     """The child and its compile take only CPU time nothing else wants (pch_bg.yield_cpu)."""
     deadline = time.monotonic() + 60
-    while not _children_of(pid) and time.monotonic() < deadline:  # its compile has started
+    while not pch_bg._below(pid) and time.monotonic() < deadline:  # its compile has started
         time.sleep(0.05)
-    tree = [pid, *_children_of(pid)]
+    tree = [pid, *pch_bg._below(pid)]
     assert len(tree) >= 2, tree
     for p in tree:
         assert os.getpriority(os.PRIO_PROCESS, p) == pch_bg.NICE == 19

@@ -453,9 +453,9 @@ def test_a_target_hidden_in_a_flag_string_or_cxxflags_is_seen(
 
 
 def test_arguments_the_stable_path_cannot_honour_are_refused(tmp_path: Path) -> None:
-    """schemas= with stable sources, and a CUDA flag naming another ABI target: a named error, never a build that
-    silently ignored them (load and load_inline alike); device='cuda' under a CPU torch: the target's error
-    (CUDA kernels on the stable ABI: tests/test_stable_cuda.py)."""
+    """schemas= with stable sources, and a CUDA flag naming another ABI target: a named error, never
+    a build that silently ignored them (load and load_inline alike); device='cuda' under a CPU
+    torch: the target's error (CUDA kernels on the stable ABI: tests/test_stable_cuda.py)."""
     src = tmp_path / "k.cpp"
     src.write_text(FIRST)
     if torch.version.cuda is None:
@@ -710,7 +710,8 @@ def test_a_local_first_header_lends_its_leading_system_includes(
     tmp_path: Path, header: str, prefix: list[str]
 ) -> None:
     """A source whose first line includes a local header gets that header's leading system includes
-    as its PCH prefix (found where the compiler finds it), after only a guard or ``#pragma once``."""
+    as its PCH prefix (found where the compiler finds it), after only a guard or ``#pragma
+    once``."""
     (tmp_path / "inc").mkdir()
     (tmp_path / "inc" / "k.h").write_text(header)
     src = '// kernel\n#include "k.h"\n#include <c.h>\nint y;\n'
@@ -754,7 +755,8 @@ def test_no_shared_pch_when_the_library_holds_a_prefix_header(
     assert stable_fast.use_pch(job, "/torch/include", "t") == ([], "shadowed", {}, {})
 
 
-# A three-file stable library: two helpers (one reading a header of the library's folder) and the op.
+# A three-file stable library: two helpers (one reading a header of the library's folder) and the
+# op.
 _HELPER_H = "#pragma once\n#define TWICE_BY TAG\n"
 _TWICE = '#include "helper.h"\nfloat twice_TAG(float v) { return v * TWICE_BY; }\n'
 _HALF = "float half_TAG(float v) { return v * 0.5f; }\n"
@@ -765,7 +767,8 @@ _OP = SCALE.replace(
 
 
 def _three_files(root: Path, tag: str, offset: str = "0.0f", by: str = "2.0f") -> list[str]:
-    """Write the library (names and the helper's factor carry ``tag``: objects no other test made)."""
+    """Write the library (names and the helper's factor carry ``tag``: objects no other test
+    made)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "helper.h").write_text(_HELPER_H.replace("TAG", by))
     (root / "twice.cpp").write_text(_TWICE.replace("TAG", tag))
@@ -784,10 +787,11 @@ def _compiled(lib: jitops.UserLibrary) -> list[str]:
 
 @pytest.mark.compile
 def test_a_several_file_stable_library_recompiles_only_what_changed(tmp_path: Path) -> None:
-    """Objects come from the object cache when their source, every header they read, their flags and the
-    compiler are unchanged. Editing the op's file compiles it alone; editing a header one helper includes
-    compiles that helper (and the op's file, which spells JITOPS_NS: the namespace is the key's, so any
-    edit gives it a new one), never the other helper. Each result is the edited code's."""
+    """Objects come from the object cache when their source, every header they read, their flags and
+    the compiler are unchanged. Editing the op's file compiles it alone; editing a header one helper
+    includes compiles that helper (and the op's file, which spells JITOPS_NS: the namespace is the
+    key's, so any edit gives it a new one), never the other helper. Each result is the edited
+    code's."""
     sources = _three_files(tmp_path / "lib", "u1")
     x = torch.arange(4, dtype=torch.float32)
     first = _with_fake(jitops.load("stable_three", sources))
@@ -818,8 +822,9 @@ def test_a_syntax_error_in_one_file_of_a_stable_library_names_it(tmp_path: Path)
 def test_a_stable_librarys_files_compile_in_parallel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Up to the job count at once: each compile waits (at most 60 s) until another is running beside it, so
-    compiles run one after another never see two at once. Their recorded start and end times overlap too."""
+    """Up to the job count at once: each compile waits (at most 60 s) until another is running
+    beside it, so compiles run one after another never see two at once. Their recorded start and end
+    times overlap too."""
     import threading
     import time
 

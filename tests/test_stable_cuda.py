@@ -1,9 +1,11 @@
-"""CUDA kernels on torch's stable ABI (build/stable.py): flags, key, refusals, a real nvcc build, a GPU run.
+"""CUDA kernels on torch's stable ABI (build/stable.py): flags, key, refusals, a real nvcc build, a
+GPU run.
 
-The pure tests plan for a simulated CUDA torch (tests/cuda_fakes.py). The compile test runs the real nvcc
-where one is installed (a CUDA torch is not needed: a stable kernel reads torch's headers and links the
-C shim's library, both in the CPU wheel too) and checks the library's SASS, dependencies and imports. The
-``cuda`` test runs the kernel on a GPU against torch (benchmarks/gpu_session.sh runs it).
+The pure tests plan for a simulated CUDA torch (tests/cuda_fakes.py). The compile test runs the real
+nvcc where one is installed (a CUDA torch is not needed: a stable kernel reads torch's headers and
+links the C shim's library, both in the CPU wheel too) and checks the library's SASS, dependencies
+and imports. The ``cuda`` test runs the kernel on a GPU against torch (benchmarks/gpu_session.sh
+runs it).
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def _spec(root: Path = KERNEL_DIR, **kw: object) -> jitops.OpSpec:
 
 @pytest.fixture
 def cuda_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Plans see a CUDA 13.0 torch without a GPU (what the CI leg's venv is), whatever torch runs here."""
+    """Plans see a CUDA 13.0 torch without a GPU (what the CI leg's venv is), whatever torch runs
+    here."""
     monkeypatch.setattr(jplan, "probe", lambda **kw: gpu_system(None))
 
 
@@ -61,7 +64,8 @@ def test_flags_are_the_targets_archs_and_the_stable_words(cuda_torch: None) -> N
         set(STABLE_NVCC_FLAGS) <= set(plan.cuda_cflags)
         and "-DTORCH_STABLE_ONLY" in plan.cuda_cflags
     )
-    # torch's C++-API nvcc flags never reach a stable build: its key holds no torch version to pin them
+    # torch's C++-API nvcc flags never reach a stable build: its key holds no torch version to pin
+    # them
     assert not any(w.startswith("-D__CUDA_NO_HALF") for w in plan.cuda_cflags)
     assert stable.version_flag((2, 13)) in plan.cflags
     # the same arch list however it is spelled: the same key
@@ -76,7 +80,8 @@ def test_the_key_holds_the_target_version_and_cudas_major_not_torchs(cuda_torch:
     digests = {"scale_cuda.cu": "0" * 64}
 
     def key(sys_: object = system, spec_: jitops.OpSpec = spec) -> str:
-        return compute_key(ingredients(spec_, target, sys_, None, None, digests))  # type: ignore[arg-type]
+        parts = ingredients(spec_, target, sys_, None, None, digests)  # type: ignore[arg-type]
+        return compute_key(parts)
 
     ingr = ingredients(spec, target, system, None, None, digests)
     assert ingr["abi"] == "stable" and ingr["torch_version"] is None and ingr["torch_cuda"] == "13"
@@ -89,9 +94,9 @@ def test_the_key_holds_the_target_version_and_cudas_major_not_torchs(cuda_torch:
 
 
 def test_nvcc_command_and_link_words(tmp_path: Path) -> None:
-    """nvcc gets the plan's CUDA flags and the library's macros (its target among them); a source whose path
-    sh would act on reaches nvcc through a plain alias; the link takes cudart and torch_cuda only as
-    needed (where torch has one)."""
+    """nvcc gets the plan's CUDA flags and the library's macros (its target among them); a source
+    whose path sh would act on reaches nvcc through a plain alias; the link takes cudart and
+    torch_cuda only as needed (where torch has one)."""
     odd = tmp_path / "a $(x) b"
     odd.mkdir()
     (odd / "k.cu").write_text(KERNEL)
@@ -146,8 +151,8 @@ def test_nvcc_command_and_link_words(tmp_path: Path) -> None:
 def test_refusals_name_the_cause_and_the_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No nvcc: a ToolchainError naming CUDA_HOME before any compile; a CUDA flag naming another target and
-    schemas=: ArgumentError; a CUDA-only library on a CPU target: TargetError."""
+    """No nvcc: a ToolchainError naming CUDA_HOME before any compile; a CUDA flag naming another
+    target and schemas=: ArgumentError; a CUDA-only library on a CPU target: TargetError."""
     system = gpu_system(None, CUDA_HOME=str(tmp_path), TORCH_CUDA_ARCH_LIST="8.0")
     monkeypatch.setattr(jplan, "probe", lambda **kw: system)
     with pytest.raises(
@@ -200,8 +205,9 @@ def _cuobjdump(nvcc: str) -> str | None:
 def test_a_real_nvcc_build_for_two_archs(
     cuda_torch: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Compile and link with the real nvcc for sm_80 and sm_90 (no GPU needed): the library depends on torch's
-    C shim library and cudart only, imports torch only through the C shim, and holds exactly that SASS."""
+    """Compile and link with the real nvcc for sm_80 and sm_90 (no GPU needed): the library depends
+    on torch's C shim library and cudart only, imports torch only through the C shim, and holds
+    exactly that SASS."""
     nvcc = _nvcc()
     if nvcc is None:
         pytest.skip("needs nvcc (the CUDA toolkit; CUDA CI leg: .ci/cuda-leg.sh)")
@@ -252,8 +258,8 @@ def test_a_real_nvcc_build_for_two_archs(
 @pytest.mark.cuda
 @pytest.mark.compile
 def test_the_kernel_runs_on_the_gpu_as_torch_does() -> None:
-    """Built for this GPU, registered for CUDA only; matches x * s (non-contiguous and empty inputs too) on a
-    side stream and a second device where there is one; a CPU tensor finds no kernel."""
+    """Built for this GPU, registered for CUDA only; matches x * s (non-contiguous and empty inputs
+    too) on a side stream and a second device where there is one; a CPU tensor finds no kernel."""
     lib = jitops.load("stable_cuda_scale", [str(KERNEL_DIR / "scale_cuda.cu")], device="cuda")
     ns = lib.library.namespace
     has = torch._C._dispatch_has_kernel_for_dispatch_key

@@ -124,9 +124,9 @@ def load_spec(
 def _stable(
     spec: OpSpec, texts: Sequence[str], settings: Settings | None = None, device: str | None = None
 ) -> UserLibrary:
-    """Load a stable-ABI library for ``device`` (None: CUDA where its ``.cu`` sources and a GPU are, else CPU,
-    as other libraries); one that defines ops in a fixed namespace under the loader's guard (a different
-    build of a namespace registered here is refused before building)."""
+    """Load a stable-ABI library for ``device`` (None: CUDA where its ``.cu`` sources and a GPU are,
+    else CPU, as other libraries); one that defines ops in a fixed namespace under the loader's
+    guard (a different build of a namespace registered here is refused before building)."""
     from ..build import stable
 
     namespaces = stable.fixed_namespaces(texts, spec.cflags + spec.cuda_cflags)

@@ -240,8 +240,8 @@ def flags(
 
 
 def cuda_lib_dir(toolkit: str) -> str:
-    """The toolkit's library folder, as cpp_extension picks it: ``lib64``, else ``lib`` where only that
-    exists."""
+    """The toolkit's library folder, as cpp_extension picks it: ``lib64``, else ``lib`` where only
+    that exists."""
     lib = os.path.join(toolkit, "lib")
     lib64 = os.path.join(toolkit, "lib64")
     return lib if not os.path.exists(lib64) and os.path.exists(lib) else lib64
@@ -308,7 +308,8 @@ def write_ninja_file(
         "rule compile",
         # -MD: every file read, system headers too (store.inputs records them with the entry);
         # $speed: words that change no output (BuildJob.speed)
-        f"  command = $cxx -MD -MF $out.d $cflags -c $in -o $out $post_cflags{' $speed' * bool(job.speed)}",
+        "  command = $cxx -MD -MF $out.d $cflags -c $in -o $out $post_cflags"
+        + (" $speed" if job.speed else ""),
         "  depfile = $out.d",
         *pool,
         "",

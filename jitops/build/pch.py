@@ -211,9 +211,11 @@ def find(cache: Cache, key: str, kind: str) -> Use | None:
         return None
     try:
         m = _verify(final, key, kind)
-        size = m.get("size")
-        use = Use(key, pch_words(kind, final), "hit", deps=m["deps"])  # type: ignore[arg-type]
-        use.size = size if isinstance(size, int) else 0
+        size, deps = m.get("size"), m["deps"]
+        assert isinstance(deps, dict)  # _verify checked the manifest's shape
+        use = Use(
+            key, pch_words(kind, final), "hit", deps=deps, size=size if isinstance(size, int) else 0
+        )
         # its last use, which `cache prune` reads (a PCH used within 10 minutes is kept)
         cache.record_use(final)
         return use
@@ -249,8 +251,9 @@ def start(
     pinned: tuple[str, ...] | list[str] = (),
     speed: tuple[str, ...] | list[str] = (),
 ) -> Pending | None:
-    """Take the PCH's lock (without waiting: None if another process builds it) and prepare its build.
-    ``speed``: the build's compiler words that change no output (BuildJob.speed), not in the key."""
+    """Take the PCH's lock (without waiting: None if another process builds it) and prepare its
+    build. ``speed``: the build's compiler words that change no output (BuildJob.speed), not in the
+    key."""
     from ..errors import LockTimeout
     from ..store.lock import key_lock
 

@@ -126,9 +126,9 @@ def spawn(
 
 
 def _hurry(pid: int) -> None:
-    """A waiter wants this child's PCH now: the child, what it runs and its session's autogroup back at
-    ordinary priority, where this process may raise priorities (CAP_SYS_NICE); else they stay on idle
-    CPU time."""
+    """A waiter wants this child's PCH now: the child, what it runs and its session's autogroup back
+    at ordinary priority, where this process may raise priorities (CAP_SYS_NICE); else they stay on
+    idle CPU time."""
     for p in (pid, *_below(pid)):
         with contextlib.suppress(OSError, AttributeError):
             os.sched_setscheduler(p, os.SCHED_OTHER, os.sched_param(0))

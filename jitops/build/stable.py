@@ -22,11 +22,12 @@ The key holds the target version instead of torch's exact version (``key.STABLE_
 an entry built under one torch serves every later one; a load checks that the running torch is at
 least the target. Such a library imports only the C shim's symbols (``aoti_torch_*``, ``torch_*``).
 
-CUDA kernels (``.cu`` sources, ``STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CUDA, m)``, the device guard and stream
-of ``torch/csrc/stable/accelerator.h``) are compiled by nvcc for the plan's archs, as jitops's other CUDA
-builds, with the library's macros and jitops's own nvcc words (key.STABLE_NVCC_FLAGS: a stable key holds no
-torch version that would pin torch's), and linked with cudart; ``libtorch_cuda`` only as needed (the shim's
-``USE_CUDA`` functions are there). The key holds CUDA's major version, not torch's.
+CUDA kernels (``.cu`` sources, ``STABLE_TORCH_LIBRARY_IMPL(JITOPS_NS, CUDA, m)``, the device guard
+and stream of ``torch/csrc/stable/accelerator.h``) are compiled by nvcc for the plan's archs, as
+jitops's other CUDA builds, with the library's macros and jitops's own nvcc words
+(key.STABLE_NVCC_FLAGS: a stable key holds no torch version that would pin torch's), and linked with
+cudart; ``libtorch_cuda`` only as needed (the shim's ``USE_CUDA`` functions are there). The key
+holds CUDA's major version, not torch's.
 
 The toolchain self-check (selfcheck.py) is not started for these builds: its probe is an op built
 against torch's C++ headers (seconds), checking C++ exceptions thrown through torch's C++ API; a
@@ -219,8 +220,8 @@ def command(
 
 
 def compile_words(job: Any, pch_words: Sequence[str] = (), namespace: bool = True) -> list[str]:
-    """The flags of a compile: the library's, its namespace (``namespace``), its include dirs, torch's
-    include root."""
+    """The flags of a compile: the library's, its namespace (``namespace``), its include dirs,
+    torch's include root."""
     include, _ = _torch_dirs()
     marks = set(_abi_macro_words(job.cflags))
     # CXXFLAGS too: the spec's one target word, nothing else naming the ABI's macros
@@ -255,9 +256,9 @@ def link_words(job: Any, out: Path, stub: Path | None) -> list[str]:
 
 
 def cuda_link_words(job: Any, torch_lib: str) -> list[str]:
-    """A CUDA build's libraries after the shim: the toolkit's cudart (what nvcc's launch code calls), and
-    torch's CUDA library only as needed (the shim's ``USE_CUDA`` functions live there; a kernel calling none
-    of them does not depend on it). Nothing for a CPU build."""
+    """A CUDA build's libraries after the shim: the toolkit's cudart (what nvcc's launch code
+    calls), and torch's CUDA library only as needed (the shim's ``USE_CUDA`` functions live there; a
+    kernel calling none of them does not depend on it). Nothing for a CPU build."""
     if job.device != "cuda" or not job.nvcc:
         return []
     from .ninja import cuda_lib_dir
@@ -272,9 +273,9 @@ def cuda_link_words(job: Any, torch_lib: str) -> list[str]:
 def commands(
     job: Any, out: Path, pch_words: Sequence[str] = (), stub: Path | None = None
 ) -> list[list[str]]:
-    """The build as commands, none taken from the object cache: one (compile and link) for one C++ source;
-    else one compile per source (nvcc for a ``.cu``), each with its own dependency file (one command would
-    keep only the last source's), then the link."""
+    """The build as commands, none taken from the object cache: one (compile and link) for one C++
+    source; else one compile per source (nvcc for a ``.cu``), each with its own dependency file (one
+    command would keep only the last source's), then the link."""
     if len(job.sources) <= 1 and job.device != "cuda":
         return [command(job, out, pch_words, stub)]
     from .ninja import _Aliases
@@ -293,11 +294,11 @@ def objects(job: Any) -> list[Path]:
 def compile_command(
     job: Any, source: Path, obj: Path, pch_words: Sequence[str], alias: Any
 ) -> tuple[list[str], list[str] | None]:
-    """One source's compile, and the words its object's key covers (None: a ``.cu``, never cached: nvcc's
-    command names aliases in the build dir). Only a
-    file that spells ``JITOPS_NS`` (or whose library folder has a header that does: tubuild's rule) gets
-    ``-DJITOPS_NS``: the namespace is the key's, so any edit changes it, and the other files' objects must
-    not depend on it to be reused."""
+    """One source's compile, and the words its object's key covers (None: a ``.cu``, never cached:
+    nvcc's command names aliases in the build dir). Only a file that spells ``JITOPS_NS`` (or whose
+    library folder has a header that does: tubuild's rule) gets ``-DJITOPS_NS``: the namespace is
+    the key's, so any edit changes it, and the other files' objects must not depend on it to be
+    reused."""
     if job.device == "cuda" and str(source).endswith(".cu"):
         return nvcc_command(job, source, obj, alias), None
     from .tubuild import names_namespace
@@ -325,10 +326,11 @@ def link_command(job: Any, objs: Sequence[Path], out: Path, stub: Path | None) -
 
 
 def nvcc_command(job: Any, source: Path, obj: Path, alias: Any) -> list[str]:
-    """One ``.cu`` compile: the plan's CUDA flags (the target's -gencode words, key.STABLE_NVCC_FLAGS, the
-    user's), the library's macros (its -DTORCH_TARGET_VERSION among them), its namespace and include dirs,
-    torch's include root. nvcc hands paths to ``sh`` in double quotes, so a folder or file whose path
-    ``sh`` would act on is reached through a plain-named alias in the build dir (as the ninja builds do)."""
+    """One ``.cu`` compile: the plan's CUDA flags (the target's -gencode words,
+    key.STABLE_NVCC_FLAGS, the user's), the library's macros (its -DTORCH_TARGET_VERSION among
+    them), its namespace and include dirs, torch's include root. nvcc hands paths to ``sh`` in
+    double quotes, so a folder or file whose path ``sh`` would act on is reached through a
+    plain-named alias in the build dir (as the ninja builds do)."""
     from ..key import check_nvcc_words
     from .ninja import sh_plain
 
@@ -341,9 +343,9 @@ def nvcc_command(job: Any, source: Path, obj: Path, alias: Any) -> list[str]:
     ccbin = job.env.get("CC") or job.cxx
     if not sh_plain(ccbin):
         raise ConfigError(
-            f"library {job.library!r}: nvcc would run the host compiler {checks.shown(ccbin)} through sh, "
-            "which would act on characters in its path. Fix: set CC (or CXX) to a compiler whose path "
-            "holds none of them (a symlink with a plain name)"
+            f"library {job.library!r}: nvcc would run the host compiler {checks.shown(ccbin)} "
+            "through sh, which would act on characters in its path. Fix: set CC (or CXX) to a "
+            "compiler whose path holds none of them (a symlink with a plain name)"
         )
     return [
         str(job.nvcc),
@@ -380,8 +382,9 @@ def build(
 
     if not job.sources:
         raise TargetError(
-            f"library {job.library!r} has only CUDA sources, so nothing of it builds for {job.target}. "
-            "Fix: device='cuda' (a CUDA build of torch, and nvcc), or add its CPU kernels in a .cpp source"
+            f"library {job.library!r} has only CUDA sources, so nothing of it builds for "
+            f"{job.target}. Fix: device='cuda' (a CUDA build of torch, and nvcc), or add its CPU "
+            "kernels in a .cpp source"
         )
     out = job.build_dir / f"{job.library}.so"
     include, lib = _torch_dirs()
@@ -451,10 +454,11 @@ def _build_files(
 ) -> tuple[int, str, Path, dict[str, Any]]:
     """A several-file (or CUDA) build: each C++ object from the object cache (store.objcache, under
     tubuild's keys: identity, the compile's words, the source's digest; its record of every file the
-    compile read re-hashed on lookup) or compiled, up to ``job.jobs`` at once; then the link. A failed
-    compile stops the build: nothing new starts, those running finish, and the first failing file (in
-    source order) sets the exit code. A failure while using the PCH compiles again without it; a link
-    the stub cannot satisfy links again against the real library (the objects as they are)."""
+    compile read re-hashed on lookup) or compiled, up to ``job.jobs`` at once; then the link. A
+    failed compile stops the build: nothing new starts, those running finish, and the first failing
+    file (in source order) sets the exit code. A failure while using the PCH compiles again without
+    it; a link the stub cannot satisfy links again against the real library (the objects as they
+    are)."""
     import time
 
     from . import stable_fast
@@ -512,12 +516,13 @@ def _compile_files(
     read: dict[str, str],
     start: float,
 ) -> tuple[int, str, str]:
-    """Each object not in the cache compiled, up to ``job.jobs`` at once: (the first failure's exit code in
-    source order or 0, every finished compile's output in source order, the commands run). ``files`` gets
-    each file's timing (``started`` / ``ended``: seconds after the build began), ``read`` what the cached
-    ones' compiles read. ``pch``: the PCH's words and what it read (each object using it records that
-    too: the compile's own dependency file does not list it). Objects that compiled are cached once
-    all have finished (a run that finds the sources changed raises first: nothing of it is cached)."""
+    """Each object not in the cache compiled, up to ``job.jobs`` at once: (the first failure's exit
+    code in source order or 0, every finished compile's output in source order, the commands run).
+    ``files`` gets each file's timing (``started`` / ``ended``: seconds after the build began),
+    ``read`` what the cached ones' compiles read. ``pch``: the PCH's words and what it read (each
+    object using it records that too: the compile's own dependency file does not list it). Objects
+    that compiled are cached once all have finished (a run that finds the sources changed raises
+    first: nothing of it is cached)."""
     import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -641,8 +646,8 @@ def translate(name: str, e: BuildError) -> KernelSourceError | None:
 
 
 def refuse_args(name: str, *, schemas: object = None) -> None:
-    """ArgumentError for an argument the stable path would otherwise drop without a word: ``schemas=`` (the
-    sources' m.def strings hold them)."""
+    """ArgumentError for an argument the stable path would otherwise drop without a word:
+    ``schemas=`` (the sources' m.def strings hold them)."""
     if schemas:
         raise ArgumentError(
             f"library {name!r} is built against torch's stable ABI, which takes no schemas= "
@@ -652,15 +657,16 @@ def refuse_args(name: str, *, schemas: object = None) -> None:
 
 
 def check_cuda_flags(name: str, words: Sequence[str], target: str) -> None:
-    """ArgumentError for a CUDA flag naming the stable ABI's macros other than the library's own target word
-    (``target``, from extra_cflags): nvcc would build for a version the key and the load check do not know."""
+    """ArgumentError for a CUDA flag naming the stable ABI's macros other than the library's own
+    target word (``target``, from extra_cflags): nvcc would build for a version the key and the load
+    check do not know."""
     for w in _abi_macro_words(words):
         if w != target:
             raise ArgumentError(
-                f"library {name!r}: extra_cuda_cflags holds {checks.shown(w)}, but the library targets the "
-                f"stable ABI through {checks.shown(target)} (extra_cflags, or the default), which nvcc gets "
-                "too. Fix: give -DTORCH_TARGET_VERSION=<number> in extra_cflags only (or the same word "
-                "in both)"
+                f"library {name!r}: extra_cuda_cflags holds {checks.shown(w)}, but the library "
+                f"targets the stable ABI through {checks.shown(target)} (extra_cflags, or the "
+                "default), which nvcc gets too. Fix: give -DTORCH_TARGET_VERSION=<number> in "
+                "extra_cflags only (or the same word in both)"
             )
 
 
@@ -675,8 +681,9 @@ def spec(
     origin: str,
     extra_cuda_cflags: StrOrSeq | None = None,
 ) -> OpSpec:
-    """The checked spec of a stable-ABI library whose sources are ``root/sources`` (read here, checked before any
-    compile; ``.cu`` files are its CUDA sources); TargetError if the running torch is older than its target."""
+    """The checked spec of a stable-ABI library whose sources are ``root/sources`` (read here,
+    checked before any compile; ``.cu`` files are its CUDA sources); TargetError if the running
+    torch is older than its target."""
     import torch
 
     texts = [(str(root / s), (root / s).read_text(errors="replace")) for s in sources]

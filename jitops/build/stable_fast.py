@@ -52,8 +52,9 @@ _soname: dict[
 
 
 def prefix_of(sources: tuple[Path, ...], dirs: Sequence[Path | str] = ()) -> list[str]:
-    """The header prefix all C++ sources share, else []: each one's leading ``#include <...>`` lines,
-    or those its first include, a local header found in its folder or ``dirs``, starts with."""
+    """The header prefix all C++ sources share, else []: each one's leading ``#include <...>``
+    lines, or those its first include, a local header found in its folder or ``dirs``, starts
+    with."""
 
     def one(s: Path) -> tuple[str, ...]:
         text = Path(s).read_text(errors="replace")

@@ -86,9 +86,9 @@ GC_HEAP_KIB = 1 << 20
 
 
 def gc_words(version: str, jobs: int, ram: int | None = None) -> tuple[str, ...]:
-    """GCC's garbage-collector settings for a build of ``jobs`` parallel compiles: a first collection
-    at 1 GiB of heap, where a quarter of the machine's memory (``ram`` bytes) per compile holds it;
-    else, and for other compilers, none (their defaults)."""
+    """GCC's garbage-collector settings for a build of ``jobs`` parallel compiles: a first
+    collection at 1 GiB of heap, where a quarter of the machine's memory (``ram`` bytes) per compile
+    holds it; else, and for other compilers, none (their defaults)."""
     if kind_of(version)[0] != "gcc":
         return ()
     if ram is None:
