@@ -121,3 +121,24 @@ def test_the_nav_names_every_page_and_only_pages_that_exist() -> None:
     named = set(re.findall(r":\s+([\w/.-]+\.md)\s*$", config, re.M))
     pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
     assert named == pages, (sorted(named - pages), sorted(pages - named))
+
+
+def test_ci_runs_the_readmes_commands_as_written() -> None:
+    """CI takes its set-up line, its Quickstart block and its test command from README.md
+    (.ci/readme_commands.py), so a README command that stops working fails CI."""
+    spec = importlib.util.spec_from_file_location(
+        "readme_commands", REPO / ".ci" / "readme_commands.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (REPO / "README.md").read_text()
+    setup = module.command(text, "setup")
+    assert "torch==2.13.0" in setup and setup.endswith("examples/quickstart.py"), setup
+    assert module.command(text, "test") == ".venv/bin/python -m pytest"
+    assert 'jitops.get("softmax")' in module.command(text, "quickstart")
+    ci = (REPO / ".ci" / "run").read_text()
+    for which in ("setup", "quickstart", "test"):
+        assert f"python3 .ci/readme_commands.py {which})" in ci
+    with pytest.raises(SystemExit, match="not two lines"):
+        module.command(text.replace("\n.venv/bin/python -m pytest", ""), "setup")
