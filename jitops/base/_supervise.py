@@ -10,14 +10,15 @@ is re-parented to it, and the sweep walks ``/proc`` until no descendant is
 left. No compiler keeps running or writing once the process that asked for
 the build is gone.
 
-Standard library only, no jitops or torch import: it starts in milliseconds.
+Standard library only, no jitops or torch import, and of that only what starts fast: every build
+command waits for this script's start-up, so ``_signal`` stands in for ``signal`` (which imports
+``enum``) and ``os.posix_spawnp`` for ``subprocess``.
 
 Imports: nothing (it runs as a script: python -I -S _supervise.py).
 """
 
+import _signal
 import os
-import signal
-import subprocess
 import sys
 import time
 
@@ -51,7 +52,7 @@ def _kill_all(signum=None, frame=None):
             pids = _descendants() if os.path.isdir("/proc/self") else []
             for pid in pids:
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(pid, _signal.SIGKILL)
                 except OSError:
                     pass
             while True:  # reap what died (orphans re-parented to us included)
@@ -65,26 +66,28 @@ def _kill_all(signum=None, frame=None):
             time.sleep(0.005)
     finally:
         try:
-            os.killpg(os.getpgid(0), signal.SIGKILL)
+            os.killpg(os.getpgid(0), _signal.SIGKILL)
         finally:
-            os._exit(128 + (signum or signal.SIGKILL))
+            os._exit(128 + (signum or _signal.SIGKILL))
 
 
 def main() -> int:
     parent = int(sys.argv[1])
     cmd = sys.argv[2:]
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _kill_all)
+    for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+        _signal.signal(sig, _kill_all)
     if sys.platform.startswith("linux"):
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, _signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the request took effect
-        _kill_all(signal.SIGTERM)
-    proc = subprocess.Popen(cmd)
-    rc = proc.wait()
+        _kill_all(_signal.SIGTERM)
+    # the command starts with default dispositions: handled ones reset by the spawn, and the two
+    # Python ignores (SIGPIPE, SIGXFSZ) named
+    pid = os.posix_spawnp(cmd[0], cmd, os.environ, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
+    rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     return rc if rc >= 0 else 128 - rc
 
 
