@@ -164,6 +164,23 @@ def test_yielding_never_lowers_a_session_it_does_not_lead() -> None:
     assert led.get("group") == "19" and Path("/proc/self/autogroup").read_text() == before
 
 
+def test_a_spawned_child_is_lowered_before_it_runs_its_own_code() -> None:
+    """The parent puts a new background child on idle CPU time right after starting it: its own
+    start-up (Python, jitops's imports) never competes with the build that spawned it."""
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == os.nice(0)  # as this process
+        pch_bg._lower(child.pid)
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == pch_bg.NICE == 19
+        assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
+        group = Path(f"/proc/{child.pid}/autogroup")
+        if group.exists():  # its own session's group, nothing else in it
+            assert group.read_text().split()[-1] == "19", group.read_text()
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_settings_turn_background_pchs_off_and_set_the_cap() -> None:
     assert Settings().pch_background is True and Settings().pch_max_size == 1 << 30
     s = Settings.from_env({"JITOPS_PCH_BACKGROUND": "0", "JITOPS_PCH_MAX_SIZE": "2G"})
