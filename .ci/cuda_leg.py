@@ -13,6 +13,10 @@ nvcc commands and SASS checked as above, its dependencies on torch only the C sh
 libtorch_cuda, no c10_cuda), loaded without a GPU with its op's CUDA kernel registered.
 
 Prints a table of build times. Exits non-zero on the first failed check.
+
+``--load-stable`` (run by .ci/torch-versions.sh under another CUDA build of torch, pointed at this
+leg's cache): only step 4's offline load, with no GPU: the entry built under this leg's torch
+serves that torch with no build. Prints the child's report as JSON.
 """
 
 from __future__ import annotations
@@ -241,8 +245,19 @@ def check_stable(archs: str, cuobjdump: str) -> tuple[str, str, float, int, floa
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--arch", default="8.0,9.0")
-    p.add_argument("--cuobjdump", required=True)
+    p.add_argument("--cuobjdump")
+    p.add_argument(
+        "--load-stable", action="store_true", help="only the stable kernel's offline load"
+    )
     args = p.parse_args(argv)
+    if args.load_stable:
+        loaded = stable_child(args.arch, offline=True)
+        print(json.dumps(loaded))
+        if loaded["gpu"] or loaded["built"] or loaded["kernels"] != ["CUDA"]:
+            fail(f"the stable kernel loaded without a GPU should have a CUDA kernel only: {loaded}")
+        return 0
+    if not args.cuobjdump:
+        p.error("--cuobjdump is required")
 
     warm_s = warm(args.arch)
     rows = []

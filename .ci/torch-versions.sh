@@ -12,6 +12,10 @@
 # 2.14.1 (/etc/xdg/pip); PIP_CONFIG_FILE=/dev/null makes pip ignore configuration files for these
 # installs only, so the newer releases come from PyPI without touching system files.
 #
+# A stable-ABI CUDA kernel built by the CUDA leg (under its torch, 2.14.1) loads under each other CUDA
+# build of torch here with no build and no GPU, when JITOPS_STABLE_CUDA_CACHE names the CUDA leg's cache
+# (.ci/run passes it) and the toolkit is found as that leg finds it.
+#
 # Knobs: JITOPS_TORCH_VERSIONS (default "2.14.1 2.15.0"), JITOPS_CUDA_VENV (default .venv-cuda),
 # JITOPS_TORCH_VERSIONS_TIMEOUT (default 3600: the whole leg's seconds; a version still running then fails),
 # JITOPS_TORCH_VERSIONS_REQUIRED=1 (a version that cannot be installed fails the leg instead of being
@@ -111,6 +115,18 @@ for v in "${versions[@]}"; do
     results+=("torch $v: stable-ABI entry built under the main torch loaded with no build")
   else
     failed=1; results+=("torch $v: FAILED: the stable-ABI entry built under the main torch ($stable_main) did not load: $reply $(tail -3 "$stable_state/stderr.log")")
+  fi
+  stable_cuda=${JITOPS_STABLE_CUDA_CACHE:-}
+  if [ -n "$stable_cuda" ] && [ -d "$stable_cuda" ] \
+      && "$venv/bin/python" -c "import torch, sys; sys.exit(0 if torch.version.cuda else 1)" 2> /dev/null; then
+    cuda_log="$stable_state/stable-cuda-$v.log"
+    if env PYTHONPATH="$PWD" JITOPS_CACHE_DIR="$stable_cuda" JITOPS_STATE_DIR="$stable_state" JITOPS_PROGRESS=0 \
+        CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" timeout --kill-after=10 "$(left)" "$venv/bin/python" -W ignore::UserWarning \
+        .ci/cuda_leg.py --load-stable --arch "${JITOPS_CUDA_ARCHS:-8.0,9.0}" > "$cuda_log" 2>&1; then
+      results+=("torch $v: the stable-ABI CUDA kernel built under the CUDA leg's torch loaded with no build, CUDA kernel registered (no GPU)")
+    else
+      failed=1; results+=("torch $v: FAILED: the stable-ABI CUDA kernel built under the CUDA leg's torch: $(tail -3 "$cuda_log")")
+    fi
   fi
   if [ $bundle_built -ne 0 ]; then
     failed=1; results+=("torch $v: FAILED: no bundle of add and nms was built under the main torch: $(tail -3 "$bundle_dir/build.log")")
