@@ -52,7 +52,7 @@ LDFLAGS = ("-ltorch_python",)  # pybind11's type casters for at::Tensor live the
 CPP_HEADER = "#include <torch/extension.h>"
 CUDA_HEADERS = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>")
 # After the prepended headers: the user's first line is line 1 again, so a compiler error names the
-# line of the user's string (torch's own load_inline is one line off; issue 29). pch.header_prefix
+# line of the user's string (torch's own load_inline is one line off). pch.header_prefix
 # reads past it.
 LINE_ONE = "#line 1"
 

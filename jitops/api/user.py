@@ -178,7 +178,7 @@ def load(
         name,
         device,
         sources=sources,
-        extra_cflags=extra_cflags,  # issue 20
+        extra_cflags=extra_cflags,
         extra_cuda_cflags=extra_cuda_cflags,
         extra_ldflags=extra_ldflags,
         extra_include_paths=extra_include_paths,
@@ -314,7 +314,7 @@ def load_inline(
         "jitops.load_inline",
         name,
         device,
-        cpp_sources=cpp_sources,  # issue 20
+        cpp_sources=cpp_sources,
         cuda_sources=cuda_sources,
         extra_cflags=extra_cflags,
         extra_cuda_cflags=extra_cuda_cflags,
@@ -397,7 +397,7 @@ def register_kernel_dir(
         name,
         device,
         ops=ops,
-        extra_cflags=extra_cflags,  # issue 20
+        extra_cflags=extra_cflags,
         extra_cuda_cflags=extra_cuda_cflags,
         extra_ldflags=extra_ldflags,
         extra_include_paths=extra_include_paths,

@@ -1,4 +1,4 @@
-"""``@record``: ``@dataclass(frozen=True)`` at a fraction of the class-creation cost (issue 32 item 4).
+"""``@record``: ``@dataclass(frozen=True)`` at a fraction of the class-creation cost.
 
 CPython 3.11's ``dataclass`` compiles each generated method with its own ``exec`` (six for a frozen
 class: ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``), about

@@ -356,7 +356,7 @@ def ensure_entry(
             f"{plan.spec.name!r} ({plan.target.name}, key {plan.key[:12]}){why}. Fix: {_warm_hint(plan)} "
             "with the same torch, compiler and flags, or unset JITOPS_OFFLINE"
         )
-    # the job's store (issue 16)
+    # the job's store
     job = settings.distributed is not None and settings.distributed.in_job()
     remote = settings.remote is not None or job
     # the cache looked in, for frozen mode's message (a private one may replace it below)
@@ -421,7 +421,7 @@ def _locked(
         if found.reason is not None and os.path.lexists(plan.entry):
             plan = _next_variant(plan, cache.read_manifest(plan.entry))
             cache.set_aside(plan.entry, found.reason)
-        # the remote tier (issue 15), then the job's store (16): fetch, or one build per key
+        # the remote tier, then the job's store: fetch, or one build per key
         if remote:
             from ..remote import obtain
 

@@ -1,4 +1,4 @@
-"""Frozen mode (issue 31): after warm-up, a build is a bug.
+"""Frozen mode: after warm-up, a build is a bug.
 
 ``JITOPS_FREEZE=error|warn`` (``Settings.freeze``) or :func:`freeze` / :func:`unfreeze` (``jitops.freeze()``,
 which win over the variable for the rest of the process) set it. :func:`entry.ensure_entry` asks

@@ -2,7 +2,7 @@
 
 A PCH of ``<torch/extension.h>`` costs a compile of its own (20-40 s under
 load with g++) and, built beside the compiles that need a result, it doubled
-the first edit of a user kernel (issue 29). So when a build wants a PCH
+the first edit of a user kernel. So when a build wants a PCH
 (tubuild decides which, pch how), the build compiles without it and, once it
 has succeeded, :func:`spawn` starts one child per PCH that:
 

@@ -221,7 +221,7 @@ def _cache(root: Path, offline: bool, strict: bool) -> Check:
 
 
 def _obstructions(root: Path) -> Check:
-    """Folders, files or links standing where the cache keeps something else (issue 20)."""
+    """Folders, files or links standing where the cache keeps something else."""
     from ..store.repair import REPAIR, scan
 
     found = scan(Cache(root))
@@ -269,7 +269,7 @@ def _settings(settings: Settings, system: System) -> Check:
         if os.environ.get(k) and not any(s.startswith(k + "=") for s in shown)
     ]
     try:
-        extra_env_flags(system, "cuda")  # unsplittable flag variables (issue 20)
+        extra_env_flags(system, "cuda")  # unsplittable flag variables
     except ConfigError as e:
         return Check("settings", "fail", *_split_fix(str(e)))
     return Check(
@@ -378,7 +378,7 @@ def doctor(
         *_ops(specs, settings),
         _fingerprint_check(specs, system, settings),
     ]
-    if settings.remote is not None:  # the remote tier (issue 15): store, trust, upload, leases
+    if settings.remote is not None:  # the remote tier: store, trust, upload, leases
         from ..remote.commands import doctor_checks
 
         checks += [

@@ -1,5 +1,5 @@
 """``jitops explain``: why this machine would load, build or rebuild an op; and ``jitops doctor
---offline-ready``: whether each of some ops would load with zero builds (issue 31).
+--offline-ready``: whether each of some ops would load with zero builds.
 
 The answer comes from :func:`entry.entry_status`, the question ``get`` asks; on a miss the
 plan's ingredients are compared with the nearest cached or bundled entry's, leaf by leaf.

@@ -62,7 +62,6 @@ BUILTINS: tuple[OpSpec, ...] = (
         cpu_sources=("nms_cpu.cpp", "register.cpp"),  # the CPU half of a CUDA build
         cuda_sources=("nms_cuda.cu",),
         # A CPU target: torch's stable C ABI, so one build serves torch 2.13 and every later one
-        # (issue 31)
         stable_cpu_sources=("nms_stable.cpp",),
         # torchvision's CPU IoU rounds every product; no fused multiply-add
         cflags=("-ffp-contract=off",),

@@ -136,7 +136,7 @@ def extra_env_flags(system: System, device: str = "cpu") -> tuple[tuple[str, ...
     g++ does not read these itself, so jitops applies them (they are in the
     key). NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS are read by nvcc directly;
     for a CUDA build they are only checked here. A value that cannot be
-    split (an unbalanced quote) is a ConfigError naming the variable (issue 20).
+    split (an unbalanced quote) is a ConfigError naming the variable.
     """
 
     def flags(var: str) -> tuple[str, ...]:

@@ -198,7 +198,7 @@ def _define_schemas(ns: str, spec: OpSpec) -> None:
     """Define ``spec``'s schemas in namespace ``ns``, once per process.
 
     A namespace can be opened for definitions only once, so a schema torch
-    refuses (issue 20: found by the property test) is remembered and raised
+    refuses (found by the property test) is remembered and raised
     again as the same KernelSourceError, rather than as torch's "Only a single
     TORCH_LIBRARY" on the next call.
     """
@@ -268,7 +268,7 @@ def get(name: str, *, device: str | None = None, fallback: bool | None = None) -
         OfflineMiss,
         FrozenError,
         ConfigError,
-    ) as e:  # ConfigError: e.g. unsplittable CXXFLAGS (issue 20)
+    ) as e:  # ConfigError: e.g. unsplittable CXXFLAGS
         if not (settings.fallback if fallback is None else fallback):
             raise
         return _fallback_op(spec, name, e)

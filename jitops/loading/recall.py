@@ -1,4 +1,4 @@
-"""The drop-in's warm load without a plan: a call remembered with every fact its plan was made from (issue 32 item 4).
+"""The drop-in's warm load without a plan: a call remembered with every fact its plan was made from.
 
 A torch-style ``load`` plans on every call (the probe, the compiler's identity, the sha256 of each source, the
 key, the entry's check), and the modules that do it cost ~10 ms to import: inside a program that has imported

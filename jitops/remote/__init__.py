@@ -1,4 +1,4 @@
-"""The remote cache tier (issue 15): a second, shared, signed cache behind the local one.
+"""The remote cache tier: a second, shared, signed cache behind the local one.
 
 Nothing here is imported unless ``Settings.remote`` is set (``JITOPS_REMOTE_CACHE``),
 a torchrun job misses an op (``DistributedSettings.in_job``: the job-store tier; ``jitops.build.entry``
@@ -21,7 +21,7 @@ dependency:
 - ``archive_trust``  the hooks that sign exports and verify and note imports
 - ``commands`` what ``jitops cache keygen/push/pull/ls --remote/stats`` and doctor do
 
-- ``c10d_store``, ``digest``, ``job``  the job's own store as a tier (issue 16)
+- ``c10d_store``, ``digest``, ``job``  the job's own store as a tier
 
 This file imports ``jitops.base.settings``, the session when the tier is on, and
 ``.job`` only inside a torchrun job (``DistributedSettings.in_job``).

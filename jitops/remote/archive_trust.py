@@ -1,4 +1,4 @@
-"""What an archive or a bundle trusts (issues 28, 31): ``cache export`` and ``bundle build`` sign what this machine
+"""What an archive or a bundle trusts: ``cache export`` and ``bundle build`` sign what this machine
 built; ``cache import`` and the bundle tier verify what is signed (and, with JITOPS_REQUIRE_SIGNED=1, refuse what
 is not); import notes each entry it installs as imported.
 

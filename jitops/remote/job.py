@@ -1,4 +1,4 @@
-"""The job's own store as a tier (issue 16): torchrun's TCPStore, or the default process group's store.
+"""The job's own store as a tier: torchrun's TCPStore, or the default process group's store.
 
 Imports ``jitops.base.settings``, ``.c10d_store``, ``.digest``, ``.store``, ``.tier``;
 ``.signing`` only with ``JITOPS_DISTRIBUTED=signed``; ``torch.distributed`` only

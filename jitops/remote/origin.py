@@ -1,4 +1,4 @@
-"""An entry's provenance: the note written beside it when it was not built here (issues 16, 28).
+"""An entry's provenance: the note written beside it when it was not built here.
 
 Imports ``jitops.store.cache`` (the note's path, ``Cache.origin_path``), ``jitops.store.manifest`` and ``jitops.base.fsutil``.
 Whatever installs an entry that this machine did not build writes the note *before*
@@ -74,7 +74,7 @@ def origin_of(cache: Cache, address: Address) -> tuple[str, str, str | None] | N
         return "unknown", "its origin note is damaged", None
     if rec.get("manifest") != _digest(cache, address):
         return None
-    kind = rec.get("kind", "job-store")  # notes before issue 28 came from the job's store only
+    kind = rec.get("kind", "job-store")  # older notes came from the job's store only
     if kind not in KINDS:
         return "unknown", f"its origin note names {kind!r}", None
     signer = rec.get("signer")

@@ -152,7 +152,7 @@ def keygen(settings: RemoteSettings | None, force: bool = False) -> tuple[Path, 
         )
     folder = priv_path.parent
     problem = fsutil.insecure_reason(folder, want_dir=True) if os.path.lexists(folder) else None
-    # never re-moded: it may be a shared folder (/tmp's sticky bit) or a file (issue 28)
+    # never re-moded: it may be a shared folder (/tmp's sticky bit) or a file
     if problem is not None:
         raise ConfigError(
             f"cannot keep a signing key in the config dir: {problem}, so jitops would refuse the key "

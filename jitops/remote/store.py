@@ -15,7 +15,7 @@ Imports only the stdlib. Three kinds of things live in a store, by name:
   (failed builds).
 
 Each backend maps these onto what it has: Redis ``SET NX PX`` and scripts, a
-filesystem's exclusive create and mtimes, or (issue 16) a c10d store's
+filesystem's exclusive create and mtimes, or a c10d store's
 ``compare_set`` with the expiry written into the value. Every failure to talk
 to the store is a :class:`StoreError`; the tier then switches itself off.
 Network backends run each operation under :func:`within`, a wall-clock

@@ -121,7 +121,7 @@ def unless_building(cache: Cache, library: str, key: str) -> Iterator[bool]:
     if not cache.walkable(path.parent):
         yield True  # no lock was ever taken here
         return
-    obstruct.heal(path, want_dir=False, what="a build lock file")  # a stray folder there (issue 20)
+    obstruct.heal(path, want_dir=False, what="a build lock file")  # a stray folder there
     lock = filelock.FileLock(str(path), mode=fsutil.FILE_MODE, thread_local=False)
     try:
         lock.acquire(blocking=False)

@@ -131,7 +131,7 @@ def export(
                             continue
                         _add_file(tar, data, name, fsutil.FILE_MODE, time.time())
         os.replace(tmp, dest)
-    except OSError as e:  # the archive's folder, not its private temporary name (issue 20)
+    except OSError as e:  # the archive's folder, not its private temporary name
         if isinstance(e, CacheError):
             raise
         raise CacheError(
@@ -182,7 +182,7 @@ def _validate_staged(entry: Path, lib: str, target: str, keydir: str) -> tuple[M
     try:
         raw = fsutil.read_bounded(entry / MANIFEST, MAX_MANIFEST_BYTES)
         m = Manifest.parse(raw)
-    except OSError as e:  # its strerror only: the path is a private staging folder (issue 20)
+    except OSError as e:  # its strerror only: the path is a private staging folder
         raise EntryProblem(f"no valid manifest ({MANIFEST}: {e.strerror or 'unreadable'})") from e
     except (ValueError, TypeError, UnicodeDecodeError) as e:
         raise EntryProblem(f"no valid manifest ({e})") from e

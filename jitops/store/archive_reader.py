@@ -1,6 +1,6 @@
 """Reading an archive as hostile input: what ``cache import`` and the remote tier take out of one.
 
-Every archive reader in jitops goes through :func:`read` (issue 28, audit defects 2, 6 and 8):
+Every archive reader in jitops goes through :func:`read`:
 
 - only what ``export`` writes is opened: gzip (or a plain tar, e.g. after ``tar -r``); xz, bz2 and
   anything else is refused by its magic bytes before any decompressor runs, and every error of the

@@ -1,4 +1,4 @@
-"""Writing a bundle (issue 31): verified cache entries as an installable wheel that ``store.bundles`` finds.
+"""Writing a bundle: verified cache entries as an installable wheel that ``store.bundles`` finds.
 
 The wheel holds one package, ``jitops_bundle_<name>/``: an ``__init__.py`` whose ``ROOT`` is its folder, and
 below it each entry exactly as the cache holds it (``v1/entries/<library>/<target>/<key>/``: manifest and

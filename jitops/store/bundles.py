@@ -1,4 +1,4 @@
-"""The bundle tier (issue 31): verified entries shipped in installed wheels (``jitops bundle build``).
+"""The bundle tier: verified entries shipped in installed wheels (``jitops bundle build``).
 
 A bundle is a package whose folder holds a cache's layout (``v1/entries/<library>/<target>/<key>/``) and
 that names itself in the ``jitops.bundles`` entry-point group (``name = "jitops_bundle_x:ROOT"``): its folder,

@@ -277,7 +277,7 @@ class Cache:
         if not os.path.lexists(tag := self.base / fsutil.CACHEDIR_TAG):
             fsutil.atomic_write(tag, fsutil.CACHEDIR_SIGNATURE, durable=False)
         for d in (self.staging, self.locks, self.entries):
-            # a stray file or link (issue 20)
+            # a stray file or link
             obstruct.heal(d, want_dir=True, what=f"the {d.name} folder")
             fsutil.makedirs(d)
         # what holds data stays: objects and logs are only a cache, and api.user (load_inline's
@@ -309,9 +309,7 @@ class Cache:
         for d in (self.entries, final.parent.parent, final.parent):
             # never through a link or a file
             if os.path.islink(d) or (os.path.lexists(d) and not os.path.isdir(d)):
-                self.set_aside(
-                    d, "a symbolic link or a file where the cache keeps a folder (issue 20)"
-                )
+                self.set_aside(d, "a symbolic link or a file where the cache keeps a folder")
         fsutil.makedirs(final.parent)
         try:
             os.rename(staged_entry, final)

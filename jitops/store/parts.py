@@ -84,7 +84,7 @@ def _add(part: Part, path: Path, atime: bool = False, size: int | None = None) -
 
 
 def _listdir(cache: Cache, folder: Path) -> list[str]:
-    # never through a link (issue 20: `jitops cache repair` clears it)
+    # never through a link (`jitops cache repair` clears it)
     if not cache.walkable(folder):
         return []
     return [p.name for p in fsutil.children(folder)]

@@ -53,7 +53,7 @@ def writable_cache(cache: Cache, what: str, settings: Settings) -> Cache:
             fsutil.atomic_write(probe_file, b"")
             probe_file.unlink()
             return cache
-    except OSError as e:  # CacheError included: an obstruction that holds data (issue 20)
+    except OSError as e:  # CacheError included: an obstruction that holds data
         problem = (
             str(e)
             if isinstance(e, CacheError)
