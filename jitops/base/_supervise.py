@@ -10,9 +10,14 @@ is re-parented to it, and the sweep walks ``/proc`` until no descendant is
 left. No compiler keeps running or writing once the process that asked for
 the build is gone.
 
+Started with no command (``python -I -S _supervise.py PARENT_PID``), it reads one from stdin up to
+its end: ``cwd``, the number of arguments, the arguments, then ``NAME=value`` environment entries,
+all NUL-separated. So the caller can start it ahead of the command (``runner``'s spare) and a build
+does not wait for a Python start-up; stdin closed with nothing on it: it exits.
+
 Standard library only, no jitops or torch import, and of that only what starts fast: every build
-command waits for this script's start-up, so ``_signal`` stands in for ``signal`` (which imports
-``enum``) and ``os.posix_spawnp`` for ``subprocess``.
+command may wait for this script's start-up, so ``_signal`` stands in for ``signal`` (which
+imports ``enum``) and ``os.posix_spawnp`` for ``subprocess``.
 
 Imports: nothing (it runs as a script: python -I -S _supervise.py).
 """
@@ -84,12 +89,28 @@ def main() -> int:
         libc.prctl(PR_SET_PDEATHSIG, _signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the request took effect
         _kill_all(_signal.SIGTERM)
+    env = dict(os.environ)
+    if not cmd:  # the command comes on stdin
+        fields = [os.fsdecode(f) for f in sys.stdin.buffer.read().split(b"\0")]
+        if fields == [""]:
+            return 0
+        n = int(fields[1])
+        cmd = fields[2 : 2 + n]
+        env = dict(f.split("=", 1) for f in fields[2 + n :] if "=" in f)
+        os.chdir(fields[0])
     # the command starts with default dispositions: handled ones reset by the spawn, and the two
-    # Python ignores (SIGPIPE, SIGXFSZ) named
-    pid = os.posix_spawnp(cmd[0], cmd, os.environ, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
+    # Python ignores (SIGPIPE, SIGXFSZ) named; its stdin is /dev/null, not the request's pipe
+    pid = os.posix_spawnp(
+        cmd[0],
+        cmd,
+        env,
+        file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],
+        setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ),
+    )
     rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     return rc if rc >= 0 else 128 - rc
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # no interpreter teardown: the build waits for this process's end (its output's EOF)
+    os._exit(main())

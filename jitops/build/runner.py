@@ -17,6 +17,8 @@ Imports: errors, job (BuildJob, BuildResult); build_errors, fsutil, ninja, stabl
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import contextvars
 import logging
 import os
@@ -24,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -57,6 +60,77 @@ def default_jobs(max_jobs: int | None = None) -> int:
 # ---------------------------------------------------------------- running
 
 
+# The main thread's supervisor started ahead of its next command: (owner pid, process). A build
+# then waits for no Python start-up, which costs most on a busy machine. Only the main thread
+# makes and takes it: the kernel signals a supervisor when the thread that started it ends.
+_spare: tuple[int, subprocess.Popen[bytes]] | None = None
+
+
+def _start_supervisor() -> subprocess.Popen[bytes]:
+    """A supervisor waiting for its command on stdin (see _supervise.py)."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _request(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> bytes:
+    """A command for a supervisor's stdin: cwd, argument count, arguments, environment; NUL-separated."""
+    fields = [os.fsencode(cwd), str(len(cmd)).encode(), *map(os.fsencode, cmd)]
+    fields += [os.fsencode(f"{k}={v}") for k, v in env.items()]
+    return b"\0".join(fields)
+
+
+def _supervised(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A supervisor running ``cmd``: the main thread's spare when it has a live one, else a new one."""
+    global _spare
+    spare = None
+    if threading.current_thread() is threading.main_thread() and _spare is not None:
+        (owner, spare), _spare = _spare, None
+        if owner != os.getpid() or spare.poll() is not None:
+            spare = None
+    for proc in (spare, None):
+        proc = proc or _start_supervisor()
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(_request(cmd, cwd, env))
+            proc.stdin.close()
+            return proc
+        except OSError:  # the spare died since (a new one is started once)
+            kill_group(proc)
+            if proc is not spare:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _make_spare() -> None:
+    """After a command of the main thread's: the next supervisor starts while the user reads."""
+    global _spare
+    if threading.current_thread() is threading.main_thread() and _spare is None:
+        with contextlib.suppress(OSError):
+            _spare = (os.getpid(), _start_supervisor())
+
+
+def _drop_spare() -> None:
+    """At exit, or in a forked child (which must not use its parent's): let the spare go."""
+    global _spare
+    spare, _spare = _spare, None
+    if spare is not None and spare[0] == os.getpid():
+        with contextlib.suppress(OSError):
+            if spare[1].stdin is not None:
+                spare[1].stdin.close()  # nothing to run: it exits
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            spare[1].wait(2)
+
+
+atexit.register(_drop_spare)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_spare)
+
+
 def run_supervised(
     cmd: Sequence[str],
     *,
@@ -70,16 +144,7 @@ def run_supervised(
     (KeyboardInterrupt included) the whole group is killed before it
     propagates, so Ctrl-C returns at once and leaves no compiler behind.
     """
-    argv = [sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()), *cmd]
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    proc = _supervised(cmd, cwd, env)
     chunks: list[str] = []
     try:
         assert proc.stdout is not None
@@ -93,6 +158,7 @@ def run_supervised(
         kill_group(proc)
         raise
     proc.stdout.close()
+    _make_spare()
     return rc, "".join(chunks)
 
 
