@@ -60,10 +60,13 @@ def default_jobs(max_jobs: int | None = None) -> int:
 # ---------------------------------------------------------------- running
 
 
-# The main thread's supervisor started ahead of its next command: (owner pid, process). A build
+# Supervisors started ahead of their commands by the main thread: (owner pid, process). A build
 # then waits for no Python start-up, which costs most on a busy machine. Only the main thread
-# makes and takes it: the kernel signals a supervisor when the thread that started it ends.
-_spare: tuple[int, subprocess.Popen[bytes]] | None = None
+# starts them (the kernel signals a supervisor when the thread that started it ends, and the main
+# thread lives as long as the process); any thread takes one, so a build's parallel compiles do.
+_spares: list[tuple[int, subprocess.Popen[bytes]]] = []
+_spares_lock = threading.Lock()
+SPARES = 2  # a compile beside the link: what one edit of a several-file library runs
 
 
 def _start_supervisor() -> subprocess.Popen[bytes]:
@@ -84,14 +87,20 @@ def _request(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> bytes:
     return b"\0".join(fields)
 
 
+def _take_spare() -> subprocess.Popen[bytes] | None:
+    """A live spare of this process's, or None."""
+    with _spares_lock:
+        while _spares:
+            owner, proc = _spares.pop()
+            if owner == os.getpid() and proc.poll() is None:
+                return proc
+            _close_pipes(proc)
+    return None
+
+
 def _supervised(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """A supervisor running ``cmd``: the main thread's spare when it has a live one, else a new one."""
-    global _spare
-    spare = None
-    if threading.current_thread() is threading.main_thread() and _spare is not None:
-        (owner, spare), _spare = _spare, None
-        if owner != os.getpid() or spare.poll() is not None:
-            spare = None
+    """A supervisor running ``cmd``: a spare when there is a live one, else a new one."""
+    spare = _take_spare()
     for proc in (spare, None):
         proc = proc or _start_supervisor()
         assert proc.stdin is not None
@@ -106,29 +115,49 @@ def _supervised(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> subproces
     raise AssertionError("unreachable")
 
 
-def _make_spare() -> None:
-    """After a command of the main thread's: the next supervisor starts while the user reads."""
-    global _spare
-    if threading.current_thread() is threading.main_thread() and _spare is None:
+def _make_spares() -> None:
+    """On the main thread, after a command or a build: the next supervisors start while the user
+    reads."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with _spares_lock:
+        missing = SPARES - len(_spares)
         with contextlib.suppress(OSError):
-            _spare = (os.getpid(), _start_supervisor())
+            for _ in range(missing):
+                _spares.append((os.getpid(), _start_supervisor()))
 
 
-def _drop_spare() -> None:
-    """At exit, or in a forked child (which must not use its parent's): let the spare go."""
-    global _spare
-    spare, _spare = _spare, None
-    if spare is not None and spare[0] == os.getpid():
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout):
         with contextlib.suppress(OSError):
-            if spare[1].stdin is not None:
-                spare[1].stdin.close()  # nothing to run: it exits
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            spare[1].wait(2)
+            if pipe is not None:
+                pipe.close()
 
 
-atexit.register(_drop_spare)
+def _drop_spares() -> None:
+    """At exit: the spares get no command and exit. In a forked child, which must not use its
+    parent's: only the child's copies of their pipes are closed (the parent's keep them waiting)."""
+    with _spares_lock:
+        spares = list(_spares)
+        _spares.clear()
+    for owner, proc in spares:
+        _close_pipes(proc)
+        if owner == os.getpid():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(2)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with a free lock (a fork while another thread held it would leave it
+    held) and none of its parent's spares."""
+    global _spares_lock
+    _spares_lock = threading.Lock()
+    _drop_spares()
+
+
+atexit.register(_drop_spares)
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_drop_spare)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def run_supervised(
@@ -158,7 +187,7 @@ def run_supervised(
         kill_group(proc)
         raise
     proc.stdout.close()
-    _make_spare()
+    _make_spares()
     return rc, "".join(chunks)
 
 
@@ -330,6 +359,7 @@ def build(
     token = _RUN.set(run)
     try:
         rc, out, lib = builder(job, on_line)
+        _make_spares()  # its commands may all have run on other threads
     except KeyboardInterrupt as e:
         raise BuildInterrupted(
             f"build of {job.library!r} for {job.target} interrupted; the compiler was stopped and nothing was cached"
