@@ -106,8 +106,8 @@ def plot(found: list[Run], out: Path) -> None:
     axes[1].set_ylabel("ms, first get in a fresh process")
     axes[1].set_title("remote hit against local hit (latest run)", fontsize=9)
     axes[1].legend(fontsize=7)
-    title(fig, "benchmarks/cluster.py on " + " | ".join(sorted({r.conditions() for r in sim})))
-    save(fig, out)
+    title(fig, "benchmarks/cluster.py", sim)
+    save(fig, out, whole=True)
 
 
 def render(results: Path, out: Path) -> str:

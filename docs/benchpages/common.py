@@ -60,8 +60,15 @@ class Run:
         return f"{self.path.stem} {self.when[:10]}"
 
     def conditions(self) -> str:
-        """Machine and conditions in one line (a plot's title)."""
+        """Machine and conditions in one line."""
         return f"{machine(self.path.parent)}; {self.meta.get('conditions', 'not stated')}"
+
+    def caption(self) -> str:
+        """Everything a figure of this run states: machine, conditions, date, load, commit."""
+        return (
+            f"{self.conditions()}; {self.when} UTC, load {self.load}, "
+            f"commit {self.meta.get('commit', '?')}"
+        )
 
 
 def runs(results: Path, pattern: str, benchmark: str) -> list[Run]:
@@ -130,18 +137,22 @@ def pyplot() -> Any:
     return plt
 
 
-def title(fig: Any, text: str) -> None:
-    """The figure's conditions as its title, wrapped to the figure's width."""
+def title(fig: Any, script: str, runs: list[Run]) -> None:
+    """The script and each run's conditions as the figure's title, wrapped to its width."""
     import textwrap
 
     width = int(fig.get_figwidth() * 17)  # characters of a 7-point font per inch, about
+    text = f"{script} on " + " | ".join(
+        (f"run {i}: " if len(runs) > 1 else "") + r.caption() for i, r in enumerate(runs, 1)
+    )
     fig.suptitle(textwrap.fill(text, width), fontsize=7)
 
 
-def save(fig: Any, out: Path) -> None:
+def save(fig: Any, out: Path, whole: bool = False) -> None:
+    """Write the figure without a version stamp (stable bytes); ``whole``: grow the canvas to fit
+    long tick labels rather than cut them."""
     fig.tight_layout()
-    fig.savefig(out, dpi=110, metadata={"Software": None})  # no version stamp: stable bytes
-    fig.clf()
+    fig.savefig(out, dpi=110, metadata={"Software": None}, bbox_inches="tight" if whole else None)
     pyplot().close(fig)
 
 

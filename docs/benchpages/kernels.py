@@ -95,12 +95,8 @@ def plot(run: Run, out: Path) -> None:
     ax.set_xscale("log")
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xlabel("other time / jitops time (above 1: jitops faster)", fontsize=8)
-    title(
-        fig,
-        f"benchmarks/kernels.py on {run.results.get('device_name', '?')}; {run.conditions()}; "
-        f"{run.when} UTC, load {run.load}, commit {run.meta.get('commit', '?')}",
-    )
-    save(fig, out)
+    title(fig, f"benchmarks/kernels.py, {run.results.get('device_name', '?')},", [run])
+    save(fig, out, whole=True)
 
 
 def page(device: str, found: list[Run], out: Path) -> str:

@@ -67,12 +67,8 @@ def plot(found: list[Run], out: Path) -> None:
     )
     ax.set_ylabel("µs per call, 1x8 float32")
     ax.legend(fontsize=7)
-    title(
-        fig,
-        "benchmarks/kernels.py --mode per-call on "
-        + " | ".join(sorted({r.conditions() for r in found})),
-    )
-    save(fig, out)
+    title(fig, "benchmarks/kernels.py (per call)", found)
+    save(fig, out, whole=True)
 
 
 def render(results: Path, out: Path) -> str:

@@ -89,11 +89,8 @@ def plot(found: list[Run], out: Path) -> None:
     ax.set_xlabel("ms, median per fresh process (grey: torch, blue: jitops)")
     if len(found) > 1:
         ax.legend(fontsize=7)
-    title(
-        fig,
-        "benchmarks/warm_in_program.py on " + " | ".join(sorted({r.conditions() for r in found})),
-    )
-    save(fig, out)
+    title(fig, "benchmarks/warm_in_program.py", found)
+    save(fig, out, whole=True)
 
 
 def render(results: Path, out: Path) -> str:
