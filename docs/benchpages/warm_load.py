@@ -66,7 +66,7 @@ def warm_all_table(found: list[Run], first: int) -> list[str]:
         lines.append(
             f"| {i} | {x['cold_s']:.2f} | {median(x['second_wall_s']):.2f} "
             f"| {median(x['second_import_torch_s']):.2f} | {median(x['second_warm_s']):.3f} "
-            f"| {x['second_summary']} |"
+            f"| {x['second_summary'].split('; cache ')[0].rstrip(')')}) |"  # no temporary path
         )
     return lines
 
