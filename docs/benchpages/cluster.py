@@ -111,7 +111,7 @@ def plot(found: list[Run], out: Path) -> None:
 
 
 def render(results: Path, out: Path) -> str:
-    found = runs(results, "cluster-*.json", "cluster")
+    found = runs(results, "cluster*.json", "cluster")
     lines = head(TITLE, INTRO)
     if not found:
         lines += nothing_yet(

@@ -151,7 +151,7 @@ def page(device: str, found: list[Run], out: Path) -> str:
 
 
 def render(results: Path, out: Path) -> str:
-    every = [r for r in runs(results, "kernels-*.json", "kernels") if r.results.get("rows")]
+    every = [r for r in runs(results, "kernels*.json", "kernels") if r.results.get("rows")]
     return "; ".join(
         page(device, [r for r in every if r.results.get("device") == device], out)
         for device in PAGES

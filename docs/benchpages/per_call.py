@@ -72,7 +72,7 @@ def plot(found: list[Run], out: Path) -> None:
 
 
 def render(results: Path, out: Path) -> str:
-    found = [r for r in runs(results, "kernels-*.json", "kernels") if r.results.get("per_call")]
+    found = [r for r in runs(results, "kernels*.json", "kernels") if r.results.get("per_call")]
     lines = head(TITLE, INTRO)
     if not found:
         lines += nothing_yet(

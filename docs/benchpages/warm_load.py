@@ -94,8 +94,8 @@ def plot(found: list[Run], out: Path) -> None:
 
 
 def render(results: Path, out: Path) -> str:
-    in_program = runs(results, "warm-in-program-*.json", "warm_in_program")
-    warm_all = runs(results, "warm-*.json", "warm")
+    in_program = runs(results, "warm-in-program*.json", "warm_in_program")
+    warm_all = runs(results, "warm*.json", "warm")
     lines = head(TITLE, INTRO)
     if not in_program and not warm_all:
         lines += nothing_yet(
