@@ -63,12 +63,10 @@ class Run:
         """Machine and conditions in one line."""
         return f"{machine(self.path.parent)}; {self.meta.get('conditions', 'not stated')}"
 
-    def caption(self) -> str:
+    def caption(self, with_machine: bool = True) -> str:
         """Everything a figure of this run states: machine, conditions, date, load, commit."""
-        return (
-            f"{self.conditions()}; {self.when} UTC, load {self.load}, "
-            f"commit {self.meta.get('commit', '?')}"
-        )
+        said = self.conditions() if with_machine else self.meta.get("conditions", "not stated")
+        return f"{said}; {self.when} UTC, load {self.load}, commit {self.meta.get('commit', '?')}"
 
 
 def runs(results: Path, pattern: str, benchmark: str) -> list[Run]:
@@ -142,9 +140,13 @@ def title(fig: Any, script: str, runs: list[Run]) -> None:
     import textwrap
 
     width = int(fig.get_figwidth() * 17)  # characters of a 7-point font per inch, about
-    text = f"{script} on " + " | ".join(
-        (f"run {i}: " if len(runs) > 1 else "") + r.caption() for i, r in enumerate(runs, 1)
-    )
+    machines = {machine(r.path.parent) for r in runs}
+    if len(runs) > 1 and len(machines) == 1:  # the machine once, then each run's conditions
+        text = f"{script} on {machines.pop()}; " + " | ".join(
+            f"run {i}: {r.caption(with_machine=False)}" for i, r in enumerate(runs, 1)
+        )
+    else:
+        text = f"{script} on " + " | ".join(r.caption() for r in runs)
     fig.suptitle(textwrap.fill(text, width), fontsize=7)
 
 

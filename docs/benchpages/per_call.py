@@ -66,7 +66,8 @@ def plot(found: list[Run], out: Path) -> None:
         fontsize=7,
     )
     ax.set_ylabel("µs per call, 1x8 float32")
-    ax.legend(fontsize=7)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.25)  # room for the legend above the bars
+    ax.legend(fontsize=7, ncol=3, loc="upper center")
     title(fig, "benchmarks/kernels.py (per call)", found)
     save(fig, out, whole=True)
 
