@@ -18,7 +18,9 @@ own job: the same collective's overhead, without the other builds' contention),
 and, for reference, against the slowest build measured inside the 4-op warm
 (which that contention inflates, flattering the ratio).
 
-Usage: ``python benchmarks/cluster.py [--build-seconds 1.0] [--nodes 1,4,16] [--torchrun]``.
+Usage: ``python benchmarks/cluster.py [--build-seconds 1.0] [--nodes 1,4,16] [--torchrun]
+[--out FILE.json]`` (``--out``: the figures and conditions for ``docs/gen_bench.py``, see
+``benchmarks/benchmeta.py``).
 """
 
 from __future__ import annotations
@@ -34,9 +36,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import benchmeta  # noqa: E402
 
 from tests.helpers import environ, scenario_argv  # noqa: E402
 from tests.remote_helpers import keygen, moto_s3, redis_server  # noqa: E402
@@ -116,7 +122,7 @@ def torchrun_job(
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
 
 
-def torchrun_bench(build_s: float) -> None:
+def torchrun_bench(build_s: float) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="jitops-torchrun-"))
     try:
         print(
@@ -124,11 +130,19 @@ def torchrun_bench(build_s: float) -> None:
             "so this 2-core machine's CPU is not the bottleneck)"
         )
         print(f"{'tier':<10} {'builds/op':>10} {'all ranks have all ops (s)':>27}")
+        result: dict[str, Any] = {"ranks": 8, "nodes": 4, "build_seconds": build_s, "jobs": []}
         for store in (False, True):
             replies = torchrun_job(tmp, 8, 2, "get", build_s, store)
             builds = "/".join(str(sum(r["get"][op]["built"] for r in replies)) for op in OPS)
             last = max(r["get_done"] for r in replies) - min(r["get_start"] for r in replies)
             print(f"{'job store' if store else 'none':<10} {builds:>10} {last:>27.2f}")
+            result["jobs"].append(
+                {
+                    "tier": "job store" if store else "none",
+                    "builds_per_op": builds,
+                    "all_done_s": last,
+                }
+            )
         one = torchrun_job(tmp, 8, 2, "warmone", build_s, True)
         alone = max(r["warmone"]["end"] for r in one) - min(r["warmone"]["start"] for r in one)
         replies = torchrun_job(tmp, 8, 2, "warm", build_s, True)
@@ -146,12 +160,20 @@ def torchrun_bench(build_s: float) -> None:
             f"{wall / slowest:.2f}x; that denominator is inflated by contention); built on {nodes} different nodes, "
             f"builds per op {'/'.join(str(e['builds']) for e in report)}"
         )
+        result["warm"] = {
+            "one_op_s": alone,
+            "ops": len(report),
+            "all_ops_s": wall,
+            "slowest_build_s": slowest,
+            "nodes_built_on": nodes,
+        }
+        return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build-seconds", type=float, default=1.0)
     ap.add_argument("--nodes", default="1,4,16")
     ap.add_argument("--repeat", type=int, default=5)
@@ -160,10 +182,27 @@ def main() -> None:
         action="store_true",
         help="real torchrun jobs with the job's store as the tier",
     )
+    benchmeta.add_arguments(ap)
     args = ap.parse_args()
-    if args.torchrun:
-        torchrun_bench(args.build_seconds)
-        return
+    meta = benchmeta.start(args.conditions)
+    with benchmeta.tee() as printed:
+        if args.torchrun:
+            results = {"torchrun": torchrun_bench(args.build_seconds)}
+        else:
+            results = simulated(args)
+    if args.out:
+        benchmeta.write(args.out, "cluster", meta, results, printed.getvalue())
+
+
+def simulated(args: argparse.Namespace) -> dict[str, Any]:
+    """Simulated clusters on each store, then the first get's latency; prints both, returns them."""
+    result: dict[str, Any] = {
+        "build_seconds": args.build_seconds,
+        "ops": OPS,
+        "repeat": args.repeat,
+        "clusters": [],
+        "gets": {},
+    }
     tmp = Path(tempfile.mkdtemp(prefix="jitops-cluster-"))
     try:
         cfg = tmp / "cfg"
@@ -202,6 +241,14 @@ def main() -> None:
                     run_url = f"{url}-n{n}" if url and url.startswith("s3") else url
                     builds, last = cluster(n, run_url, tmp, args.build_seconds, cfg)
                     print(f"{name:<6} {n:>5} {builds:>10} {last:>27}")
+                    result["clusters"].append(
+                        {
+                            "store": name,
+                            "nodes": n,
+                            "builds_per_op": builds,
+                            "all_done_s": float(last),
+                        }
+                    )
                     if run_url is not None:
                         warm[name] = run_url
             base_env = {
@@ -237,6 +284,13 @@ def main() -> None:
                     f"{1000 * (med(remote) - med(local_tier)):.1f} ms first, "
                     f"{1000 * (med(remote2) - med(local_tier)):.1f} ms after"
                 )
+                result["gets"][name] = {
+                    "remote_first_ms": [1000 * t for t in remote],
+                    "remote_second_ms": [1000 * t for t in remote2],
+                    "local_with_tier_ms": [1000 * t for t in local_tier],
+                    "local_without_tier_ms": [1000 * t for t in local_plain],
+                }
+        return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

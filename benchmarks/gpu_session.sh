@@ -4,8 +4,10 @@
 #   1. the builtin ops' CUDA libraries built for this GPU (`jitops warm --device cuda`), timed, with their sizes;
 #   2. the cuda-marked tests against that cache (a stable-ABI CUDA kernel among them) and, beside them, the CUDA edit loop
 #      (benchmarks/cuda_edit_loop.py: it compiles on a few of the node's cores while the tests use the GPU);
-#   3. benchmarks/kernels.py --device cuda: nms against torchvision, then softmax/log_softmax against torch
-#      eager and torch.compile (alone on the node: nothing else runs while it times).
+#   3. benchmarks/kernels.py --device cuda: the per-call cost of a small op, nms against torchvision, then
+#      softmax/log_softmax against torch eager and torch.compile (alone on the node: nothing else runs while it
+#      times), its figures and conditions in $OUT/kernels-gpu.json for docs/gen_bench.py (keep that file, with
+#      env.txt and kernels.txt, in benchmarks/results/<date>-gpu/ beside a README.md naming the machine).
 # Each phase is time-boxed inside GPU_SESSION_SECONDS (default 540). Knobs: GPU_SESSION_PER_OP=0 (one warm for
 # all three ops), GPU_SESSION_LOOP (edit-loop loaders, 0: none), GPU_SESSION_TESTS / _WORKERS / _DIST / _TEST_SECONDS,
 # GPU_SESSION_KERNELS=0 (skip phase 3). First run (H100, 2026-11-27): builds 34 + 19 + 79 s, the cuda tests
@@ -68,5 +70,9 @@ fi
 
 [ "${GPU_SESSION_KERNELS:-1}" = 1 ] || exit 0
 echo "== 3. kernels (left: $(left) s)"
-timeout "$(left)" python3 benchmarks/kernels.py --device cuda 2>&1 | tee "$out/kernels.txt"
+# kernels-gpu.json: the figures with the device and the run's conditions, which docs/gen_bench.py
+# renders as docs/benchmarks/kernels-gpu.md once it is kept under benchmarks/results/<folder>/; SIGINT
+# at the time limit still writes the cases measured so far
+timeout -s INT -k 15 "$(left)" python3 benchmarks/kernels.py --device cuda --out "$out/kernels-gpu.json" \
+  --conditions "alone on the node (gpu_session.sh phase 3)" 2>&1 | tee "$out/kernels.txt"
 echo "kernels rc=${PIPESTATUS[0]}; whole run $(( $(date +%s) - start )) s"

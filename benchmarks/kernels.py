@@ -25,17 +25,31 @@ bfloat16) against torch eager and torch.compile (inductor), and nms against
 torchvision. Each side is timed alone with ``triton.testing.do_bench`` (L2
 flushed, median) or, without triton, ``torch.utils.benchmark``. A case whose
 result differs from torch's, or that fails, is marked; the script then exits 1.
+
+Per call (``--mode per-call`` alone; ``all``, the default, runs it first): what one call of a
+1x8 float32 softmax and add costs through jitops's ``Op``, through its raw ``torch.ops`` packet and
+as torch's own op, the best of 25 blocks of 2,000 calls (on CUDA, synchronized at each block's end):
+the dispatch overhead a small op pays, not the kernel.
+
+``--out FILE.json`` writes the figures with the device and the run's conditions
+(``benchmarks/benchmeta.py``); ``docs/gen_bench.py`` makes the CPU, GPU and per-call pages from
+such files.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import platform
 import sys
-import timeit
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import benchmeta  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -62,34 +76,63 @@ GPU_SHAPES = [
 ]
 QUICK_SHAPES = [((4096, 4096), -1), ((64, 512, 256), 1)]
 NMS_SIZES, QUICK_NMS = (1000, 5000, 20000, 50000), (1000, 20000)
+# CPU against torch.compile too: each case compiles its own graph, so a few shapes (one per class)
+CPU_COMPILE_SHAPES = [((2048, 2048), -1), ((64, 512, 256), 1)]
+
+Rows = list[dict[str, Any]]  # what --out keeps of each measured case (a jitops.bench.Row as a dict)
 
 
 # ------------------------------------------------------------------ CPU
 
 
-def row(label: str, ours: Callable[[], Any], theirs: Callable[[], Any], against: str) -> None:
+def row(
+    label: str, ours: Callable[[], Any], theirs: Callable[[], Any], against: str, out: Rows
+) -> None:
     (a, b), (ratio,), _ = bench.interleaved([ours, theirs])
     print(
         f"{label:46s} jitops {a * 1e3:9.3f} ms   {against} {b * 1e3:9.3f} ms   ratio {ratio:5.2f}x",
         flush=True,
     )
+    out.append({"label": label, "times": {"jitops": a, against: b}, "ratios": {against: ratio}})
 
 
-def per_call() -> None:
-    x = torch.randn(1, 8)
-    op = jitops.get("softmax")
-    raw = getattr(torch.ops, op.namespace).softmax
-    cases = {
-        "op(x)": lambda: op(x),
-        f"torch.ops.{op.namespace}.softmax(x)": lambda: raw(x),
-        "torch.softmax(x, -1)": lambda: torch.softmax(x, -1),
-    }
-    best = {k: min(timeit.repeat(f, number=2000, repeat=25)) / 2000 for k, f in cases.items()}
-    for k, v in best.items():
-        print(f"per call, 1x8 float32: {k:52s} {v * 1e6:6.2f} us")
+def per_call(device: str) -> Rows:
+    """Seconds per call of a 1x8 float32 softmax and add: jitops's Op, its raw torch.ops packet,
+    torch's own op (the best of 25 blocks of 2,000 calls, after 2,000 to warm up)."""
+    x, y = torch.randn(1, 8, device=device), torch.randn(1, 8, device=device)
+    cases: dict[tuple[str, str, str], Callable[[], Any]] = {}
+    for name, args, native in (
+        ("softmax", (x, -1), torch.softmax),
+        ("add", (x, y), torch.add),
+    ):
+        op = jitops.get(name, device=device)
+        raw = getattr(getattr(torch.ops, op.namespace), name)
+        cases[(name, "jitops", "jitops Op")] = lambda op=op, args=args: op(*args)
+        cases[(name, "torch.ops packet", f"torch.ops.<ns>.{name}")] = lambda raw=raw, args=args: (
+            raw(*args)
+        )
+        cases[(name, "torch", f"torch.{name}")] = lambda native=native, args=args: native(*args)
+    out: Rows = []
+    for (name, side, how), fn in cases.items():
+        for _ in range(2000):
+            fn()
+        bench.sync(device)
+        best = float("inf")
+        for _ in range(25):
+            t0 = time.perf_counter()
+            for _ in range(2000):
+                fn()
+            bench.sync(device)
+            best = min(best, (time.perf_counter() - t0) / 2000)
+        print(
+            f"per call, 1x8 float32 on {device}, {name:8s} {how:24s} {best * 1e6:6.2f} us",
+            flush=True,
+        )
+        out.append({"op": name, "side": side, "call": how, "seconds": best})
+    return out
 
 
-def softmaxes(quick: bool) -> None:
+def softmaxes(quick: bool, out: Rows) -> None:
     for name, torch_fn, torch_out in (
         ("softmax", torch.softmax, torch._softmax),
         ("log_softmax", torch.log_softmax, torch._log_softmax),
@@ -97,12 +140,13 @@ def softmaxes(quick: bool) -> None:
         op = jitops.get(name)
         for shape in ((4096, 4096),) if quick else ((4096, 4096), (65536, 128), (128, 65536)):
             x = torch.randn(shape)
-            out = torch.empty_like(x)
-            row(f"{name} {shape} alloc", lambda: op(x, -1), lambda: torch_fn(x, -1), "torch")
-            t = bench.cpu_time(lambda: torch_out(x, -1, False, out=out))
+            buf = torch.empty_like(x)
+            row(f"{name} {shape} alloc", lambda: op(x, -1), lambda: torch_fn(x, -1), "torch", out)
+            t = bench.cpu_time(lambda: torch_out(x, -1, False, out=buf))
             print(
                 f"{name} {str(shape) + ' prealloc (torch only)':36s} {'':22s} torch {t * 1e3:9.3f} ms"
             )
+            out.append({"label": f"{name} {shape} prealloc (torch only)", "times": {"torch": t}})
         # Forward + backward (issue 12 asks for >= 1.0x torch here).
         x = torch.randn(2048, 2048)
         row(
@@ -110,10 +154,11 @@ def softmaxes(quick: bool) -> None:
             call(op, [x], "fwd+bwd", dim=-1),
             call(torch_fn, [x], "fwd+bwd", dim=-1),
             "torch",
+            out,
         )
 
 
-def adds(quick: bool) -> None:
+def adds(quick: bool, rows: Rows) -> None:
     add = jitops.get("add")
     cases = {
         "(4096, 4096) + (4096, 4096)": (torch.randn(4096, 4096), torch.randn(4096, 4096)),
@@ -131,6 +176,7 @@ def adds(quick: bool) -> None:
             lambda: add(a, b, alpha=alpha),
             lambda: torch.add(a, b, alpha=alpha),
             "torch",
+            rows,
         )
         out = torch.empty_like(a)
         row(
@@ -138,6 +184,7 @@ def adds(quick: bool) -> None:
             lambda: add(a, b, alpha=alpha, out=out),
             lambda: torch.add(a, b, alpha=alpha, out=out),
             "torch",
+            rows,
         )
     if quick:
         return
@@ -150,12 +197,18 @@ def adds(quick: bool) -> None:
     )
 
 
-def nmses(quick: bool) -> None:
+def nmses(quick: bool, rows: Rows) -> None:
     nms = jitops.get("nms")
     theirs, against = torchvision_nms(), "torchvision"
     if theirs is None:  # not installed, or its C++ ops do not load with this torch
         theirs, against = jitops.reference("nms"), "reference"
-    for n in (1000,) if quick else (1000, 10000):
+    sizes = (1000,) if quick else (1000, 10000)
+    if against == "reference" and not quick:
+        # the pure-PyTorch reference runs its greedy pass in Python: a third of a second per call
+        # at 1,000 boxes, minutes of rounds at 10,000
+        sizes = (1000,)
+        print("nms: torchvision not importable here; 1000 boxes only against the reference")
+    for n in sizes:
         boxes, scores = random_boxes(n)
         assert torch.equal(nms(boxes, scores, 0.5), jitops.reference("nms")(boxes, scores, 0.5))
         row(
@@ -163,19 +216,37 @@ def nmses(quick: bool) -> None:
             lambda: nms(boxes, scores, 0.5),
             lambda: theirs(boxes, scores, 0.5),
             against,
+            rows,
         )
 
 
-def cpu_main(quick: bool) -> int:
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; copy bandwidth "
-        f"{bench.copy_bandwidth('cpu') / 1e9:.0f} GB/s (256 MiB copy_, read + write)"
-    )
-    per_call()
-    softmaxes(quick)
-    adds(quick)
-    nmses(quick)
-    return 0
+def cpu_main(quick: bool, results: dict[str, Any]) -> int:
+    """The CPU cases against torch eager, then softmax and log_softmax against torch.compile."""
+    rows: Rows = results.setdefault("rows", [])
+    softmaxes(quick, rows)
+    adds(quick, rows)
+    nmses(quick, rows)
+    shapes = CPU_COMPILE_SHAPES[:1] if quick else CPU_COMPILE_SHAPES
+    crows, failed = softmax_rows("cpu", shapes, [torch.float32], True)
+    print("\n".join(bench.table(crows)), flush=True)
+    rows += [dataclasses.asdict(r) for r in crows]
+    results["failed"] = failed
+    for line in failed:
+        print(line, file=sys.stderr)
+    return 1 if failed or any(r.note for r in crows) else 0
+
+
+def device_name(device: str) -> str:
+    """The GPU's name, or the CPU's model (from /proc/cpuinfo where there is one)."""
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    try:
+        for ln in Path("/proc/cpuinfo").read_text().splitlines():
+            if ln.startswith("model name"):
+                return ln.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 # ---------------------------------------------------- GPU (and any device: the tests run it on CPU)
@@ -248,14 +319,8 @@ def nms_rows(
     return rows, failed
 
 
-def gpu_main(quick: bool) -> int:
-    if not torch.cuda.is_available():
-        print(
-            "benchmarks/kernels.py --device cuda: no usable CUDA GPU here (torch.cuda.is_available() is False)",
-            file=sys.stderr,
-        )
-        return 2
-    copy = bench.copy_bandwidth("cuda")
+def gpu_main(quick: bool, results: dict[str, Any]) -> int:
+    copy = results["copy_bandwidth"]
     print(
         f"{torch.cuda.get_device_name()}, torch {torch.__version__} (CUDA {torch.version.cuda}), jitops {jitops.__version__}",
         f"timer: {bench.gpu_timer_name()}; each side timed alone",
@@ -270,7 +335,8 @@ def gpu_main(quick: bool) -> int:
 
     def progress(
         r: bench.Row,
-    ) -> None:  # the tables come at the end; this line per case as it is measured
+    ) -> None:  # the tables come at the end; this line per case as it is measured (and kept)
+        results.setdefault("rows", []).append(dataclasses.asdict(r))
         print(
             f"  measured {r.label}: "
             + ", ".join(f"{k} {v * 1e3:.4f} ms" for k, v in r.times.items())
@@ -299,6 +365,7 @@ def gpu_main(quick: bool) -> int:
     )
     print("\n".join(bench.table(rows, copy)), flush=True)
     failed += sfailed
+    results["failed"] = failed
     for line in failed:
         print(line, file=sys.stderr)
     bad = failed or any(r.note for r in rows + nrows)
@@ -309,8 +376,52 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--quick", action="store_true", help="one shape per class: a smoke run")
+    p.add_argument(
+        "--mode",
+        choices=("all", "kernels", "per-call"),
+        default="all",
+        help="per-call: only the per-call cost of a small op; kernels: only the kernels",
+    )
+    benchmeta.add_arguments(p)
     args = p.parse_args(argv)
-    return gpu_main(args.quick) if args.device == "cuda" else cpu_main(args.quick)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(
+            "benchmarks/kernels.py --device cuda: no usable CUDA GPU here "
+            "(torch.cuda.is_available() is False)",
+            file=sys.stderr,
+        )
+        return 2
+    meta = benchmeta.start(args.conditions)
+    results: dict[str, Any] = {"device": args.device, "mode": args.mode, "quick": args.quick}
+    rc = 0
+    with benchmeta.tee() as printed:
+        results["device_name"] = device_name(args.device)
+        results["threads"] = torch.get_num_threads()
+        if args.device == "cuda":
+            results["cuda"] = torch.version.cuda
+            results["timer"] = bench.gpu_timer_name()
+        else:
+            results["timer"] = "jitops.bench.interleaved (paired rounds, median ratio)"
+        if args.mode != "per-call":
+            results["copy_bandwidth"] = bench.copy_bandwidth(args.device)
+            if args.device == "cpu":
+                print(
+                    f"torch {torch.__version__}, {torch.get_num_threads()} threads; copy bandwidth "
+                    f"{results['copy_bandwidth'] / 1e9:.0f} GB/s (256 MiB copy_, read + write)"
+                )
+        if args.mode != "kernels":
+            results["per_call"] = per_call(args.device)
+        if args.mode != "per-call":
+            run = gpu_main if args.device == "cuda" else cpu_main
+            try:
+                rc = run(args.quick, results)
+            except KeyboardInterrupt:  # a time limit's SIGINT: keep what was measured
+                print("interrupted: the result file keeps the cases measured so far", flush=True)
+                results["interrupted"] = True
+                rc = 130
+    if args.out:
+        benchmeta.write(args.out, "kernels", meta, results, printed.getvalue())
+    return rc
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ outside (wall clock, interpreter start and ``import torch`` included) and
 split by the child itself into ``import torch`` and the warm command. Issue 5's
 target: a second run builds nothing and finishes in <= 2 s for all ops.
 
-Usage: ``python benchmarks/warm.py [--repeat N]``.
+Usage: ``python benchmarks/warm.py [--repeat N] [--out FILE.json]`` (``--out``: the figures and
+conditions for ``docs/gen_bench.py``, see ``benchmarks/benchmeta.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import benchmeta
 
 TARGET_S = 2.0
 
@@ -54,15 +57,33 @@ def run(env: dict[str, str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="second runs, each a fresh process")
+    benchmeta.add_arguments(parser)
     args = parser.parse_args(argv)
+    meta = benchmeta.start(args.conditions)
+    with benchmeta.tee() as printed:
+        results = measure(args.repeat)
+    if args.out:
+        benchmeta.write(args.out, "warm", meta, results, printed.getvalue())
+    return 0
+
+
+def measure(repeat: int) -> dict:
+    """A cold run, then ``repeat`` second runs; prints the table and returns the figures."""
     with tempfile.TemporaryDirectory(prefix="jitops-bench-warm-") as tmp:
-        env = dict(os.environ, JITOPS_CACHE_DIR=os.path.join(tmp, "cache"), JITOPS_PROGRESS="0")
+        # a private state dir too, as on a new machine: the cold run includes the toolchain's
+        # one-time self-check, and no verdict or stamp of another run helps the second runs
+        env = dict(
+            os.environ,
+            JITOPS_CACHE_DIR=os.path.join(tmp, "cache"),
+            JITOPS_STATE_DIR=os.path.join(tmp, "state"),
+            JITOPS_PROGRESS="0",
+        )
         env.pop("JITOPS_OFFLINE", None)
         print("cold `jitops warm --all` (empty cache) ...", flush=True)
         cold = run(env)
         print(f"  {cold['summary']}", flush=True)
-        print(f"second runs ({args.repeat} fresh processes) ...", flush=True)
-        warm = [run(env) for _ in range(args.repeat)]
+        print(f"second runs ({repeat} fresh processes) ...", flush=True)
+        warm = [run(env) for _ in range(repeat)]
     rebuilt = [r["summary"] for r in warm if not r["summary"].startswith("warm: 0 built")]
     if rebuilt:
         raise SystemExit(f"a second run built something: {rebuilt[0]}")
@@ -81,7 +102,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'  of which import torch':44} {torch_s:8.2f}")
     print(f"{'  of which jitops warm (0 built)':44} {ours:8.3f}")
     print(f"\nsecond-run summary: {warm[-1]['summary']}")
-    return 0
+    return {
+        "repeat": repeat,
+        "target_s": TARGET_S,
+        "cold_s": cold["wall"],
+        "cold_summary": cold["summary"],
+        "second_wall_s": [r["wall"] for r in warm],
+        "second_import_torch_s": [r["torch"] for r in warm],
+        "second_warm_s": [r["warm"] for r in warm],
+        "second_summary": warm[-1]["summary"],
+    }
 
 
 if __name__ == "__main__":

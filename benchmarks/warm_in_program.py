@@ -20,8 +20,11 @@ Cases run round-robin (so a load spike on a shared machine spreads over all of t
 shows medians and minima in ms and jitops/torch ratios of the medians. Bytecode caching is on
 (``PYTHONDONTWRITEBYTECODE`` unset), as in an installed program.
 
-Usage: ``python benchmarks/warm_in_program.py [--repeat N] [--against CHECKOUT]`` (a few minutes on 2 cores,
-most of it the cold builds). The jitops measured is the one on ``PYTHONPATH`` / installed; ``--against`` also
+Usage: ``python benchmarks/warm_in_program.py [--repeat N] [--against CHECKOUT] [--out FILE.json]``
+(a few minutes on 2 cores, most of it the cold builds; ``--out``: the figures and conditions for
+``docs/gen_bench.py``, see ``benchmarks/benchmeta.py``).
+
+The jitops measured is the one on ``PYTHONPATH`` / installed; ``--against`` also
 runs each jitops case with another checkout first on ``PYTHONPATH`` (e.g. ``git worktree add /tmp/old <commit>``),
 in the same rounds and on the same cache, so both are measured under the same load (rows marked ``[other]``).
 """
@@ -38,6 +41,9 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
+
+import benchmeta
 
 SMALL = """\
 #include <torch/extension.h>
@@ -135,7 +141,18 @@ def main(argv: list[str] | None = None) -> int:
         metavar="CHECKOUT",
         help="also measure the jitops in this checkout (rows [other])",
     )
+    benchmeta.add_arguments(parser)
     args = parser.parse_args(argv)
+    meta = benchmeta.start(args.conditions)
+    with benchmeta.tee() as printed:
+        results = measure(args)
+    if args.out:
+        benchmeta.write(args.out, "warm_in_program", meta, results, printed.getvalue())
+    return 0
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Build, settle, time every case round-robin and print the table; the figures as data."""
     with tempfile.TemporaryDirectory(prefix="jitops-bench-wip-") as tmp:
         root = Path(tmp)
         srcs = root / "src"  # the sources live apart from every cache and build folder
@@ -267,7 +284,28 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "`/ torch`: jitops's median over torch's warm cpp_extension.load of the same library (softmax: over the small one's)"
     )
-    return 0
+    return {
+        "repeat": args.repeat,
+        "against": args.against,
+        "sizes_bytes": sizes,
+        "cases": {
+            name: {
+                "total_ms": ms[name],
+                **{
+                    f"{part}_ms": [r[part] * 1e3 for r in rs]
+                    for part in ("import", "call")
+                    if part in rs[0]
+                },
+                **({"recalled": recalled[name]} if name in recalled else {}),
+            }
+            for name, rs in results.items()
+        },
+        "torch_baseline": {
+            "small": "small: torch load",
+            "softmax": "small: torch load",
+            "big": "big: torch load",
+        },
+    }
 
 
 if __name__ == "__main__":
