@@ -1,6 +1,8 @@
 """The page of ``benchmarks/notebook_loop.py`` (the edit loop): its ``--out`` files
 ``benchmarks/results/<folder>/notebook-*.json`` become ``docs/benchmarks/edit-loop.md`` and
-``edit-loop.png``, every run of every file pooled per kernel, condition, pause and step.
+``edit-loop.png``. The page shows the code as it is: for each kernel, the newest folder that
+measured it, and in it, for each condition, the last file (by name) that measured that; their
+runs pooled per kernel, condition, pause and step.
 """
 
 from __future__ import annotations
@@ -13,10 +15,23 @@ from .common import ROOT, nothing_yet, pyplot, rel, save
 
 
 def notebook_runs(results: Path) -> tuple[list[dict], list[Path]]:
-    """Every session of every ``notebook-*.json`` result file, and those files."""
-    files = sorted(results.glob("*/notebook-*.json"))
-    runs = [r for f in files for r in json.loads(f.read_text())["runs"]]
-    return runs, files
+    """The sessions the page shows (see the module docstring), and the files they come from."""
+    newest: dict[tuple[str, str], tuple[tuple[str, str], Path]] = {}
+    loaded = {}
+    for f in sorted(results.glob("*/notebook-*.json")):
+        loaded[f] = json.loads(f.read_text())["runs"]
+        for r in loaded[f]:
+            order = (f.parent.name, f.name)
+            kind = (r["style"], r["condition"])
+            newest[kind] = max(newest.get(kind, (order, f)), (order, f))
+    style_folder = {}
+    for (style, _), (order, _) in newest.items():
+        style_folder[style] = max(style_folder.get(style, order[0]), order[0])
+    chosen = {kind: f for kind, (order, f) in newest.items() if order[0] == style_folder[kind[0]]}
+    runs = [
+        r for f, rs in loaded.items() for r in rs if chosen.get((r["style"], r["condition"])) == f
+    ]
+    return runs, sorted(set(chosen.values()))
 
 
 def notebook_page(runs: list[dict], files: list[Path]) -> str:
