@@ -1,6 +1,6 @@
 """Print a command of README.md's as written, so CI runs the README instead of a copy of it.
 
-    python3 .ci/readme_commands.py setup       # the contributors' set-up line (venv, install, main job)
+    python3 .ci/readme_commands.py setup       # contributors' set-up (venv, install, main job)
     python3 .ci/readme_commands.py test        # the test command, its trailing comment dropped
     python3 .ci/readme_commands.py quickstart  # the Python block under "## Quickstart"
 
@@ -19,7 +19,7 @@ _BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.S | re.M)
 
 
 def blocks(text: str, lang: str, after: str) -> list[str]:
-    """The fenced ``lang`` blocks of ``text`` that come after the first line starting with ``after``."""
+    """The fenced ``lang`` blocks of ``text`` after the first line that starts with ``after``."""
     start = text.find("\n" + after)
     if start < 0:
         raise SystemExit(f"README.md: no line starting with {after!r}")

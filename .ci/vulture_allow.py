@@ -1,5 +1,5 @@
-"""Names that vulture (CI's dead-code check, `vulture jitops .ci/vulture_allow.py`) would call unused,
-and why each stays. Vulture reads this file; nothing runs it."""
+"""Names that vulture (CI's dead-code check: `vulture jitops .ci/vulture_allow.py`) would call
+unused, and why each stays. Vulture reads this file; nothing runs it."""
 # ruff: noqa: F821, B018
 
 # required by a signature jitops does not choose

@@ -110,9 +110,10 @@ def page(device: str, found: list[Run], out: Path) -> str:
         if device == "cuda":
             lines += [
                 "The machines these pages are usually made on have no GPU; on a lent one,",
-                "`bash benchmarks/gpu_session.sh` writes `kernels-gpu.json` into its output folder.",
-                "Tables from H100 runs on 2026-11-27, whose raw output was not kept, are quoted with",
-                "their conditions in `benchmarks/results/2026-11-25-to-28-readme-log/README.md`;",
+                "`bash benchmarks/gpu_session.sh` writes `kernels-gpu.json` into its output",
+                "folder. Tables from H100 runs on 2026-11-27, whose raw output was not kept, are",
+                "quoted with their conditions in",
+                "`benchmarks/results/2026-11-25-to-28-readme-log/README.md`;",
                 "they are not rendered here.",
                 "",
             ]

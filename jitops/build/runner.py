@@ -81,7 +81,8 @@ def _start_supervisor() -> subprocess.Popen[bytes]:
 
 
 def _request(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> bytes:
-    """A command for a supervisor's stdin: cwd, argument count, arguments, environment; NUL-separated."""
+    """A command for a supervisor's stdin: cwd, argument count, arguments, environment, each
+    NUL-separated."""
     fields = [os.fsencode(cwd), str(len(cmd)).encode(), *map(os.fsencode, cmd)]
     fields += [os.fsencode(f"{k}={v}") for k, v in env.items()]
     return b"\0".join(fields)
