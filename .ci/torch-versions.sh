@@ -14,7 +14,8 @@
 #
 # A stable-ABI CUDA kernel built by the CUDA leg (under its torch, 2.14.1) loads under each other CUDA
 # build of torch here with no build and no GPU, when JITOPS_STABLE_CUDA_CACHE names the CUDA leg's cache
-# (.ci/run passes it) and the toolkit is found as that leg finds it.
+# (.ci/run passes it) and JITOPS_STABLE_CUDA_HOME the toolkit that leg built with (its path is part of the
+# key: the same toolkit through another path, e.g. the /usr/local/cuda link, is another key).
 #
 # Knobs: JITOPS_TORCH_VERSIONS (default "2.14.1 2.15.0"), JITOPS_CUDA_VENV (default .venv-cuda),
 # JITOPS_TORCH_VERSIONS_TIMEOUT (default 3600: the whole leg's seconds; a version still running then fails),
@@ -121,7 +122,7 @@ for v in "${versions[@]}"; do
       && "$venv/bin/python" -c "import torch, sys; sys.exit(0 if torch.version.cuda else 1)" 2> /dev/null; then
     cuda_log="$stable_state/stable-cuda-$v.log"
     if env PYTHONPATH="$PWD" JITOPS_CACHE_DIR="$stable_cuda" JITOPS_STATE_DIR="$stable_state" JITOPS_PROGRESS=0 \
-        CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" timeout --kill-after=10 "$(left)" "$venv/bin/python" -W ignore::UserWarning \
+        CUDA_HOME="${JITOPS_STABLE_CUDA_HOME:-${CUDA_HOME:-/usr/local/cuda}}" timeout --kill-after=10 "$(left)" "$venv/bin/python" -W ignore::UserWarning \
         .ci/cuda_leg.py --load-stable --arch "${JITOPS_CUDA_ARCHS:-8.0,9.0}" > "$cuda_log" 2>&1; then
       results+=("torch $v: the stable-ABI CUDA kernel built under the CUDA leg's torch loaded with no build, CUDA kernel registered (no GPU)")
     else
