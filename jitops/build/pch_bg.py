@@ -130,25 +130,28 @@ def _lower(pid: int) -> None:
     """A child just started: on idle CPU time at once, not only once it has imported jitops and
     lowered itself (yield_cpu): that start-up, at full weight in a new session's autogroup, would
     take CPU from the build that spawned it. Best effort, as yield_cpu."""
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, pid, NICE)
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/autogroup", "w") as f:
-        f.write(str(NICE))
+    _set_priority([pid], NICE, "SCHED_IDLE", group=pid)
 
 
 def _hurry(pid: int) -> None:
     """A waiter wants this child's PCH now: the child, what it runs and its session's autogroup back
     at ordinary priority, where this process may raise priorities (CAP_SYS_NICE); else they stay on
     idle CPU time."""
-    for p in (pid, *_below(pid)):
+    _set_priority([pid, *_below(pid)], 0, "SCHED_OTHER", group=pid)
+
+
+def _set_priority(pids: list[int], nice: int, policy: str, group: int | None) -> None:
+    """Best effort: each process of ``pids`` in scheduling class ``policy`` (its name in ``os``;
+    none where the OS has none) at ``nice``, and the autogroup of ``group``, a session's leader, at
+    ``nice`` too. The class first: a process leaves the idle class before its nice is raised."""
+    for p in pids:
         with contextlib.suppress(OSError, AttributeError):
-            os.sched_setscheduler(p, os.SCHED_OTHER, os.sched_param(0))
+            os.sched_setscheduler(p, getattr(os, policy), os.sched_param(0))
         with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, p, 0)
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/autogroup", "w") as f:
-        f.write("0")
+            os.setpriority(os.PRIO_PROCESS, p, nice)
+    if group is not None:
+        with contextlib.suppress(OSError), open(f"/proc/{group}/autogroup", "w") as f:
+            f.write(str(nice))
 
 
 def _below(pid: int) -> list[int]:
@@ -197,14 +200,8 @@ def yield_cpu() -> None:
     at nice 19 would otherwise take a core from the user's compile as an equal). The autogroup is
     every process of the session: it is lowered only by the session's leader (spawn's child), never
     in a session shared with the user's processes. Best effort."""
-    with contextlib.suppress(OSError):
-        os.nice(NICE - os.nice(0))
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    if os.getsid(0) != os.getpid():
-        return
-    with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as f:
-        f.write(str(NICE))
+    me = os.getpid()
+    _set_priority([me], NICE, "SCHED_IDLE", group=me if os.getsid(0) == me else None)
 
 
 def child_main(raw: str) -> int:
