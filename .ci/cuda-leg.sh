@@ -53,7 +53,7 @@ if has_cuda_torch; then
 else
   python3 -m venv "$venv" || skip "cannot create the virtualenv $venv"
   if ! timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q "$torch_req" ninja 'filelock>=3.20.3' platformdirs \
-      pytest pytest-timeout numpy > "$venv/pip.log" 2>&1; then
+      pytest pytest-timeout pytest-xdist numpy > "$venv/pip.log" 2>&1; then
     tail -5 "$venv/pip.log"
     skip "cannot install the CUDA build of torch ($torch_req) into $venv; pip's log: $venv/pip.log"
   fi
@@ -85,9 +85,16 @@ timeout --kill-after=30 "$(left)" "$py" -W ignore::UserWarning .ci/cuda_leg.py -
   || { rc=$?; [ $rc -ge 124 ] && echo "cuda-leg: FAILED: time box of ${budget}s ran out"; exit $rc; }
 checks_s=$(( $(date +%s) - t ))
 
-# --- the pure CUDA tests, against torch 2.14.1's own arch parsing; its ninja writer; one odd-path build
+# --- three real nvcc builds (test_cuda_build.py: odd paths, the lean stand-in, a split bundle), each
+# mostly one core waiting on the next step: side by side on three workers (three tests on three
+# workers are handed out one apiece); then the pure CUDA tests, against torch 2.14.1's own arch
+# parsing, and its ninja writer
 t=$(date +%s)
-timeout --kill-after=10 "$(left)" "$py" -m pytest --full -q -p no:cacheprovider tests/test_cuda_target.py tests/test_cuda_toolchain.py tests/test_ninja.py tests/test_cuda_build.py
+"$py" -c "import xdist" 2> /dev/null || timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q pytest-xdist > /dev/null 2>&1 || true
+workers=(); "$py" -c "import xdist" 2> /dev/null && workers=(-n 3 --dist load)
+timeout --kill-after=10 "$(left)" "$py" -m pytest --full -q -p no:cacheprovider "${workers[@]}" tests/test_cuda_build.py
+timeout --kill-after=10 "$(left)" "$py" -m pytest --full -q -p no:cacheprovider \
+  tests/test_cuda_target.py tests/test_cuda_toolchain.py tests/test_ninja.py
 tests_s=$(( $(date +%s) - t ))
 
 echo "cuda-leg: PASSED in $(elapsed)s (venv ${setup_s}s, build + checks ${checks_s}s, pure tests ${tests_s}s)"

@@ -151,10 +151,12 @@ def warm_load(
     }
 
 
-def deepspeed_cpu_optimizers(loader: str, out: str, steps: int = 5) -> dict[str, Any]:
-    """DeepSpeed's CPU Adam, Adagrad and Lion, built by DeepSpeed's own op builders through ``loader``'s
-    ``torch.utils.cpp_extension.load`` ("torch", or "jitops" swapped in), stepped ``steps`` times on the same
-    seeded parameters and gradients; the parameters' bytes are saved under ``out`` (one file per optimizer)."""
+def deepspeed_cpu_optimizers(
+    loader: str, out: str, optimizers: list[str], steps: int = 5
+) -> dict[str, Any]:
+    """DeepSpeed's CPU ``optimizers`` (of adam, adagrad, lion), built by DeepSpeed's own op builders through
+    ``loader``'s ``torch.utils.cpp_extension.load`` ("torch", or "jitops" swapped in), stepped ``steps`` times on
+    the same seeded parameters and gradients; the parameters' bytes are saved under ``out`` (one file each)."""
     import hashlib
     import os
     import sys
@@ -170,12 +172,10 @@ def deepspeed_cpu_optimizers(loader: str, out: str, steps: int = 5) -> dict[str,
     from deepspeed.ops.adam import DeepSpeedCPUAdam
     from deepspeed.ops.lion import DeepSpeedCPULion
 
+    classes = {"adam": DeepSpeedCPUAdam, "adagrad": DeepSpeedCPUAdagrad, "lion": DeepSpeedCPULion}
     report: dict[str, Any] = {}
-    for name, cls in (
-        ("adam", DeepSpeedCPUAdam),
-        ("adagrad", DeepSpeedCPUAdagrad),
-        ("lion", DeepSpeedCPULion),
-    ):
+    for name in optimizers:
+        cls = classes[name]
         gen = torch.Generator().manual_seed(1234)
         count = 138_817  # not a multiple of any SIMD width: the scalar tail runs too
         param = torch.nn.Parameter(torch.randn(count, generator=gen))
