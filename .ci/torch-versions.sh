@@ -35,6 +35,29 @@ results=()
 # has_torch VENV VERSION [MODULES]: the venv's torch is VERSION and it imports MODULES
 has_torch() { [ -x "$1/bin/python" ] && "$1/bin/python" -c "import torch, sys${3:+, $3}; sys.exit(0 if torch.__version__.split('+')[0] == '$2' else 1)" 2>/dev/null; }
 
+# own_venv VERSION: .venv-torch-VERSION with that torch and the test deps, made unless it has them already
+own_venv() {
+  local venv=".venv-torch-$1"
+  has_torch "$venv" "$1" "pytest, hypothesis, cryptography, xdist" && return 0
+  python3 -m venv "$venv" && PIP_CONFIG_FILE=/dev/null timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q \
+    "torch==$1" "${deps[@]}" > "$venv/pip.log" 2>&1
+}
+
+# `torch-versions.sh prepare`: only make the versions' own venvs (not those in JITOPS_TORCH_VERSIONS_PREPARE_SKIP,
+# which another leg makes), so that .ci/run downloads and unpacks them while the CUDA leg compiles
+if [ "${1:-}" = prepare ]; then
+  for v in "${versions[@]}"; do
+    case " ${JITOPS_TORCH_VERSIONS_PREPARE_SKIP:-} " in *" $v "*) continue ;; esac
+    t=$(date +%s)
+    if own_venv "$v"; then
+      echo "torch-versions: .venv-torch-$v ready in $(( $(date +%s) - t ))s (made beside the CUDA leg)"
+    else
+      echo "torch-versions: could not make .venv-torch-$v beside the CUDA leg; the leg tries again"
+    fi
+  done
+  exit 0
+fi
+
 # Issue 33: a stable-ABI kernel built once under the main leg's torch (.venv, 2.13) loads under each version with
 # no build (JITOPS_OFFLINE=1: a miss would raise), from the same cache.
 stable_cache=$(mktemp -d)
@@ -86,14 +109,11 @@ for v in "${versions[@]}"; do
     venv=$cuda_venv
     has_torch "$venv" "$v" "pytest, hypothesis, setuptools, cryptography, xdist" \
       || timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q hypothesis setuptools 'cryptography>=42' pytest-xdist > /dev/null 2>&1
-  elif ! has_torch "$venv" "$v" "pytest, hypothesis, cryptography, xdist"; then
-    python3 -m venv "$venv"
-    if ! PIP_CONFIG_FILE=/dev/null timeout --kill-after=10 "$(left)" "$venv/bin/pip" install -q "torch==$v" "${deps[@]}" > "$venv/pip.log" 2>&1; then
-      tail -3 "$venv/pip.log"
-      results+=("torch $v: SKIPPED: pip could not install it (log: $venv/pip.log)")
-      [ "${JITOPS_TORCH_VERSIONS_REQUIRED:-0}" = 1 ] && failed=1
-      continue
-    fi
+  elif ! own_venv "$v"; then
+    tail -3 "$venv/pip.log"
+    results+=("torch $v: SKIPPED: pip could not install it (log: $venv/pip.log)")
+    [ "${JITOPS_TORCH_VERSIONS_REQUIRED:-0}" = 1 ] && failed=1
+    continue
   fi
   setup_s=$(( $(date +%s) - t ))
   t=$(date +%s)
