@@ -242,6 +242,13 @@ def ask(
 ) -> str:
     """The answer of ``path *question`` (``--version``: its identity line; else stdout's first
     line), remembered like the identity: the warm path never runs the compiler."""
+    return _ask(path, question, cache_dir, record, refresh)[0]
+
+
+def _ask(
+    path: str, question: tuple[str, ...], cache_dir: Path | None, record: bool, refresh: bool
+) -> tuple[str, bool]:
+    """:func:`ask`'s answer, and whether this call ran ``path`` for it (not remembered)."""
     fp = _fingerprint(path)
     name = (
         fp
@@ -252,7 +259,7 @@ def ask(
         if refresh:
             _memo.pop(name, None)
         elif name in _memo:
-            return _memo[name][1]
+            return _memo[name][1], False
     with _ask_lock:
         return _identify(path, name, question, cache_dir, record, refresh)
 
@@ -264,10 +271,10 @@ def _identify(
     cache_dir: Path | None,
     record: bool,
     refresh: bool = False,
-) -> str:
+) -> tuple[str, bool]:
     with _memo_lock:
         if name in _memo:  # another thread asked while this one waited
-            return _memo[name][1]
+            return _memo[name][1], False
     version = None
     record_file = cache_dir / f"{name}.json" if cache_dir is not None else None
     if record_file is not None and not refresh:
@@ -285,7 +292,7 @@ def _identify(
     # root just for this.
     if asked and record and cache_dir is not None and os.path.isdir(cache_dir.parent):
         _record(cache_dir, name, path, version)
-    return version
+    return version, asked
 
 
 def _run(path: str, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
@@ -348,9 +355,10 @@ def tool(name: str, path: str, cache_dir: Path | None, *, record: bool = True) -
     real = os.path.realpath(path)
     if name != "cxx":
         return Tool(name, real, identify(real, cache_dir, record=record), command=path)
-    version = identify(real, cache_dir, record=record)  # a program that is no compiler stops here
+    # a program that is no compiler stops here
+    version, asked = _ask(real, ("--version",), cache_dir, record, False)
     ran, fresh = programs(real, path, cache_dir, record=record)
-    if fresh:  # asked anew (first use, or something behind the driver changed): so is its identity
+    if fresh and not asked:  # something behind the driver changed: so may its remembered identity
         version = identify(real, cache_dir, record=record, refresh=True)
     return Tool(name, real, version, command=path, programs=ran)
 
@@ -445,6 +453,8 @@ def _ask_programs(command: str) -> list[tuple[str, str, str, str]]:
     """[(role, absolute path, the bare name it was looked up by on PATH or "", sha256)]."""
     from ..base.fsutil import sha256_file
 
+    from concurrent.futures import ThreadPoolExecutor
+
     def run(*args: str) -> str:
         out = _run(command, args)
         return out.stdout + out.stderr
@@ -454,7 +464,25 @@ def _ask_programs(command: str) -> list[tuple[str, str, str, str]]:
     found: dict[str, tuple[str, str]] = {
         "command": (os.path.realpath(_which(command) or command), "")
     }
-    for line in run(*_DRYRUN).splitlines():
+    # on the first build's path: the two runs, then the hashes of the programs, side by side
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="jitops-toolchain") as pool:
+        asked_ld = pool.submit(run, "-print-prog-name=ld")
+        dry = run(*_DRYRUN)
+        ld = asked_ld.result().strip().splitlines()
+        rows = _program_rows(found, dry, ld)
+        digests = pool.map(
+            lambda path: "" if os.path.isdir(path) else sha256_file(Path(os.path.realpath(path))),
+            [path for _, path, _ in rows],
+        )
+        return [(role, path, looked_up, d) for (role, path, looked_up), d in zip(rows, digests)]
+
+
+def _program_rows(
+    found: dict[str, tuple[str, str]], dry: str, ld: list[str]
+) -> list[tuple[str, str, str]]:
+    """[(role, absolute path, the bare name it was looked up by on PATH or "")] from the driver's
+    ``-###`` output ``dry`` and its ``-print-prog-name=ld`` lines ``ld``."""
+    for line in dry.splitlines():
         if line.startswith("COLLECT_GCC="):
             found["driver"] = (line.partition("=")[2].strip(), "")
         elif line.startswith("InstalledDir:"):
@@ -463,7 +491,6 @@ def _ask_programs(command: str) -> list[tuple[str, str, str, str]]:
             word = line.split()[0].strip('"')
             role = "compiler proper" if "compiler proper" not in found else "assembler"
             found.setdefault(role, (word, ""))
-    ld = run("-print-prog-name=ld").strip().splitlines()
     if ld:
         found["linker"] = (ld[0].strip(), "")
     out = []
@@ -473,8 +500,7 @@ def _ask_programs(command: str) -> list[tuple[str, str, str, str]]:
             looked_up, path = word, shutil.which(word) or ""
         if not path or not os.path.exists(path):
             continue
-        digest = "" if os.path.isdir(path) else sha256_file(Path(os.path.realpath(path)))
-        out.append((role, path, looked_up, digest))
+        out.append((role, path, looked_up))
     return out
 
 
