@@ -12,6 +12,7 @@
 # Skipped (exit 0, with a message saying why) where nvcc is absent or the
 # CUDA torch cannot be installed; JITOPS_CUDA_LEG_REQUIRED=1 makes that a
 # failure. Time-boxed by JITOPS_CUDA_LEG_TIMEOUT seconds (default 1800).
+# `cuda-leg.sh prepare` only makes the venv (where there is an nvcc), for a later run to reuse.
 #
 # Knobs: JITOPS_CUDA_VENV (default .venv-cuda, reused when it already has the
 # CUDA torch), JITOPS_CUDA_ARCHS (default 8.0,9.0), JITOPS_CUDA_LEG_CACHE
@@ -61,6 +62,8 @@ else
 fi
 setup_s=$(( $(date +%s) - t ))
 "$py" -c "import torch; print(f'cuda-leg: torch {torch.__version__} (CUDA {torch.version.cuda}) in $venv')" 2>/dev/null
+# `cuda-leg.sh prepare`: only the venv, made ahead of the leg (.ci/run: while its other set-up runs)
+if [ "${1:-}" = prepare ]; then echo "cuda-leg: $venv ready in ${setup_s}s (made ahead of the leg)"; exit 0; fi
 
 # --- cuobjdump: shipped in triton's package beside the CUDA torch, else the toolkit's, else PyPI's
 cuobjdump=$(ls "$venv"/lib/python3*/site-packages/triton/backends/nvidia/bin/cuobjdump 2>/dev/null | head -1 || true)

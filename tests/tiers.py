@@ -1,5 +1,5 @@
 """The fast tier: what a bare ``python -m pytest`` runs (tests/conftest.py applies it; ``--full`` runs all), and the
-versions tier (``--tier versions``, CI's other torch versions: see VERSIONS_FILES).
+versions tier (``--tier versions``, CI's newest torch: see VERSIONS_FILES).
 
 An allow-list: pure files (their tests without a heavy mark) and named tests (one real build of each builtin
 library, a smoke test of each public entry point). Anything not listed, every new file included (e.g.
@@ -78,7 +78,7 @@ FAST_TESTS = frozenset(
     }
 )
 HEAVY = frozenset({"compile", "process", "slow", "cuda"})
-# The versions tier (``--tier versions``: CI's torch-versions leg, each extra torch): the fast tier,
+# The versions tier (``--tier versions``: CI's torch-versions leg, the newest torch): the fast tier,
 # every pure test, and these files' compile tests: the builtin ops' parity (a kernel bit-identical
 # to one torch is checked against each; no build beyond the fast tier's), the stable ABI (its
 # headers, target version and link), and the lean <torch/extension.h> stand-in (it mirrors one
