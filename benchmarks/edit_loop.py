@@ -150,6 +150,9 @@ def torch_pch_files() -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmeta import as_installed
+
+    as_installed()  # jitops loads as installed: byte-compiled
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="ext,lean,four,softmax", help="comma-separated cases")

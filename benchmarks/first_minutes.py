@@ -116,6 +116,9 @@ def measure(loader: str, tmp: Path, base: dict[str, str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmeta import as_installed
+
+    as_installed()  # jitops loads as installed: byte-compiled
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--load", action="store_true", help="two CPU-bound children run during the measurement"

@@ -109,6 +109,9 @@ PER_CALL = """
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmeta import as_installed
+
+    as_installed()  # jitops loads as installed: byte-compiled
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--repeat", type=int, default=5, help="fresh processes per warm measurement"

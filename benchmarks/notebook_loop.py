@@ -241,6 +241,9 @@ def busy_loops(n: int) -> list[subprocess.Popen[bytes]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmeta import as_installed
+
+    as_installed()  # jitops loads as installed: byte-compiled
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--styles", default="torch,stable,stable-local,stable-3file")
     ap.add_argument("--conditions", default="idle,busy")

@@ -326,6 +326,9 @@ def parts(rounds: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmeta import as_installed
+
+    as_installed()  # jitops loads as installed: byte-compiled
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="jitops-stable,tvm-ffi,torch,gcc")

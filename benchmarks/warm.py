@@ -55,6 +55,7 @@ def run(env: dict[str, str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    benchmeta.as_installed()  # jitops loads as installed: byte-compiled
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="second runs, each a fresh process")
     benchmeta.add_arguments(parser)

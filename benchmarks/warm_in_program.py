@@ -134,6 +134,7 @@ def child(code: str, env: dict[str, str], timeout: float = 900) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    benchmeta.as_installed()  # jitops loads as installed: byte-compiled
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7, help="fresh processes per case")
     parser.add_argument(
