@@ -194,3 +194,22 @@ def test_doctor_reports_clang_its_binary_and_openmp_flags(tmp_path: Path) -> Non
         and "clang version" in check.detail
         and "-fopenmp=libgomp" in check.detail
     )
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_a_compiler_asked_for_the_first_time_runs_each_question_once(tmp_path: Path) -> None:
+    """The first build's identity: ``--version``, ``-###`` and the linker's name, each asked once (the
+    identity is not asked again after the driver's programs when it was asked just before)."""
+    asked = tmp_path / "asked"
+    wrapper = tmp_path / "c++"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {asked}\nexec {shutil.which("g++")} "$@"\n')
+    wrapper.chmod(0o755)
+    tool = toolchain.tool("cxx", str(wrapper), None, record=False)
+    lines = asked.read_text().splitlines()
+    assert sorted(w.split()[0] for w in lines) == sorted(
+        ["--version", "-###", "-print-prog-name=ld"]
+    ), lines
+    assert "g++" in tool.version and dict(tool.programs)["compiler proper"]
+    # a second process-wide ask is remembered: nothing runs
+    assert toolchain.tool("cxx", str(wrapper), None, record=False).version == tool.version
+    assert len(asked.read_text().splitlines()) == 3
