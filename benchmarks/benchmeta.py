@@ -31,10 +31,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def as_installed() -> None:
-    """Byte-compile the checkout's jitops as ``pip install`` does, so the fresh processes a benchmark
-    times load it as a user's install would. Else, where PYTHONDONTWRITEBYTECODE is set (as on the
-    project's machines), each of them compiles the modules it imports from source, which the loaders
-    it is compared with, installed by pip, never do."""
+    """Byte-compile the checkout's jitops as ``pip install`` does, so the fresh processes a
+    benchmark times load it as a user's install would. Else, where PYTHONDONTWRITEBYTECODE is set
+    (as on the project's machines), each of them compiles the modules it imports from source,
+    which the loaders it is compared with, installed by pip, never do."""
     import compileall
 
     compileall.compile_dir(str(REPO / "jitops"), quiet=1, workers=0)

@@ -154,9 +154,10 @@ def warm_load(
 def deepspeed_cpu_optimizers(
     loader: str, out: str, optimizers: list[str], steps: int = 5
 ) -> dict[str, Any]:
-    """DeepSpeed's CPU ``optimizers`` (of adam, adagrad, lion), built by DeepSpeed's own op builders through
-    ``loader``'s ``torch.utils.cpp_extension.load`` ("torch", or "jitops" swapped in), stepped ``steps`` times on
-    the same seeded parameters and gradients; the parameters' bytes are saved under ``out`` (one file each)."""
+    """DeepSpeed's CPU ``optimizers`` (of adam, adagrad, lion), built by DeepSpeed's own op
+    builders through ``loader``'s ``torch.utils.cpp_extension.load`` ("torch", or "jitops" swapped
+    in), stepped ``steps`` times on the same seeded parameters and gradients; the parameters' bytes
+    are saved under ``out`` (one file each)."""
     import hashlib
     import os
     import sys

@@ -198,8 +198,8 @@ def test_doctor_reports_clang_its_binary_and_openmp_flags(tmp_path: Path) -> Non
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def test_a_compiler_asked_for_the_first_time_runs_each_question_once(tmp_path: Path) -> None:
-    """The first build's identity: ``--version``, ``-###`` and the linker's name, each asked once (the
-    identity is not asked again after the driver's programs when it was asked just before)."""
+    """The first build's identity: ``--version``, ``-###`` and the linker's name, each asked once
+    (the identity is not asked again after the driver's programs when it was asked just before)."""
     asked = tmp_path / "asked"
     wrapper = tmp_path / "c++"
     wrapper.write_text(f'#!/bin/sh\necho "$*" >> {asked}\nexec {shutil.which("g++")} "$@"\n')

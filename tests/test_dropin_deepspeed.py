@@ -8,7 +8,8 @@ CI's ``--dist loadfile`` can hand it out first while the other worker runs the r
 (tests/xdist_order.py). Skipped without deepspeed.
 
 Adam and Adagrad by default. Lion goes through the same op builder and the same jitops code, at
-over half the compile time of all three; JITOPS_DEEPSPEED_OPTIMIZERS=adam,adagrad,lion checks it too.
+over half the compile time of all three; JITOPS_DEEPSPEED_OPTIMIZERS=adam,adagrad,lion checks it
+too.
 """
 
 from __future__ import annotations
