@@ -453,8 +453,6 @@ def _ask_programs(command: str) -> list[tuple[str, str, str, str]]:
     """[(role, absolute path, the bare name it was looked up by on PATH or "", sha256)]."""
     from ..base.fsutil import sha256_file
 
-    from concurrent.futures import ThreadPoolExecutor
-
     def run(*args: str) -> str:
         out = _run(command, args)
         return out.stdout + out.stderr
@@ -464,25 +462,7 @@ def _ask_programs(command: str) -> list[tuple[str, str, str, str]]:
     found: dict[str, tuple[str, str]] = {
         "command": (os.path.realpath(_which(command) or command), "")
     }
-    # on the first build's path: the two runs, then the hashes of the programs, side by side
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="jitops-toolchain") as pool:
-        asked_ld = pool.submit(run, "-print-prog-name=ld")
-        dry = run(*_DRYRUN)
-        ld = asked_ld.result().strip().splitlines()
-        rows = _program_rows(found, dry, ld)
-        digests = pool.map(
-            lambda path: "" if os.path.isdir(path) else sha256_file(Path(os.path.realpath(path))),
-            [path for _, path, _ in rows],
-        )
-        return [(role, path, looked_up, d) for (role, path, looked_up), d in zip(rows, digests)]
-
-
-def _program_rows(
-    found: dict[str, tuple[str, str]], dry: str, ld: list[str]
-) -> list[tuple[str, str, str]]:
-    """[(role, absolute path, the bare name it was looked up by on PATH or "")] from the driver's
-    ``-###`` output ``dry`` and its ``-print-prog-name=ld`` lines ``ld``."""
-    for line in dry.splitlines():
+    for line in run(*_DRYRUN).splitlines():
         if line.startswith("COLLECT_GCC="):
             found["driver"] = (line.partition("=")[2].strip(), "")
         elif line.startswith("InstalledDir:"):
@@ -491,6 +471,7 @@ def _program_rows(
             word = line.split()[0].strip('"')
             role = "compiler proper" if "compiler proper" not in found else "assembler"
             found.setdefault(role, (word, ""))
+    ld = run("-print-prog-name=ld").strip().splitlines()
     if ld:
         found["linker"] = (ld[0].strip(), "")
     out = []
@@ -500,7 +481,8 @@ def _program_rows(
             looked_up, path = word, shutil.which(word) or ""
         if not path or not os.path.exists(path):
             continue
-        out.append((role, path, looked_up))
+        digest = "" if os.path.isdir(path) else sha256_file(Path(os.path.realpath(path)))
+        out.append((role, path, looked_up, digest))
     return out
 
 
