@@ -15,21 +15,24 @@
 #
 # A stable-ABI CUDA kernel built by the CUDA leg (under its torch, 2.14.1) loads under each other CUDA
 # build of torch here with no build and no GPU, when JITOPS_STABLE_CUDA_CACHE names the CUDA leg's cache
-# (.ci/run passes it) and JITOPS_STABLE_CUDA_HOME the toolkit that leg built with (its path is part of the
-# key: the same toolkit through another path, e.g. the /usr/local/cuda link, is another key).
+# and JITOPS_STABLE_CUDA_HOME the toolkit that leg built with (its path is part of the key: the same
+# toolkit through another path, e.g. the /usr/local/cuda link, is another key). .ci/run runs the CUDA leg
+# beside this one and passes JITOPS_STABLE_CUDA_READY instead: a file that leg writes when it ends, the
+# cache on its first line (empty: nothing was built) and the toolkit on its second; the first check that
+# needs them waits for it. The newest version comes first, so its tier runs while the CUDA leg builds.
 #
 # The versions tier runs under the newest (JITOPS_TORCH_VERSIONS_TIER, default 2.15.0): the main leg has
 # the oldest, and 2.14.1 is the CUDA leg's torch, under which that leg builds every builtin op and runs the
 # CUDA tests; here 2.14.1 gets the checks below the tier (the stable-ABI entries built under other torches
 # load with no build; add rebuilt from the bundle is bit-identical to its torch.add).
 #
-# Knobs: JITOPS_TORCH_VERSIONS (default "2.14.1 2.15.0"), JITOPS_CUDA_VENV (default .venv-cuda),
+# Knobs: JITOPS_TORCH_VERSIONS (default "2.15.0 2.14.1"), JITOPS_CUDA_VENV (default .venv-cuda),
 # JITOPS_TORCH_VERSIONS_TIMEOUT (default 3600: the whole leg's seconds; a version still running then fails),
 # JITOPS_TORCH_VERSIONS_REQUIRED=1 (a version that cannot be installed fails the leg instead of being
 # skipped). Exits non-zero if any installed version fails its tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-versions=(${JITOPS_TORCH_VERSIONS:-2.14.1 2.15.0})
+versions=(${JITOPS_TORCH_VERSIONS:-2.15.0 2.14.1})
 tier_versions=" ${JITOPS_TORCH_VERSIONS_TIER:-2.15.0} "
 cuda_venv=${JITOPS_CUDA_VENV:-.venv-cuda}
 deps=(ninja 'filelock>=3.20.3' platformdirs pytest pytest-timeout pytest-xdist hypothesis numpy setuptools 'cryptography>=42')
@@ -109,6 +112,16 @@ and not [a for a in r["nms"]["spawned"] if any(w in ("-c", "-shared", "-o") or w
 else 1)' "$1" 2>/dev/null
 }
 
+cuda_leg_ended() {  # JITOPS_STABLE_CUDA_READY: wait for the CUDA leg beside this one, then take its cache and toolkit
+  local ready=${JITOPS_STABLE_CUDA_READY:-}
+  [ -n "$ready" ] || return 0
+  local t=$(date +%s)
+  while [ ! -e "$ready" ] && [ "$(left)" -gt 1 ]; do sleep 2; done
+  [ -e "$ready" ] || return 1
+  JITOPS_STABLE_CUDA_CACHE=$(sed -n 1p "$ready") JITOPS_STABLE_CUDA_HOME=$(sed -n 2p "$ready") JITOPS_STABLE_CUDA_READY=""
+  echo "torch-versions: waited $(( $(date +%s) - t ))s for the CUDA leg beside this one"
+}
+
 for v in "${versions[@]}"; do
   t=$(date +%s)
   venv=".venv-torch-$v"
@@ -149,6 +162,9 @@ for v in "${versions[@]}"; do
     results+=("torch $v: stable-ABI entry built under the main torch loaded with no build")
   else
     failed=1; results+=("torch $v: FAILED: the stable-ABI entry built under the main torch ($stable_main) did not load: $reply $(tail -3 "$stable_state/stderr.log")")
+  fi
+  if ! cuda_leg_ended; then
+    failed=1; results+=("torch $v: FAILED: the CUDA leg wrote no $JITOPS_STABLE_CUDA_READY before this leg's time box ran out")
   fi
   stable_cuda=${JITOPS_STABLE_CUDA_CACHE:-}
   if [ -n "$stable_cuda" ] && [ -d "$stable_cuda" ] \
