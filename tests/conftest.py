@@ -15,7 +15,6 @@ run's summary says how many were left to ``--full``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -171,15 +170,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import sys
 
-    # background PCH builds this process started: none outlives the run. They are stopped, not
-    # waited for (SIGTERM: the compile is killed, nothing published): no test is left to use their
-    # PCHs, and waiting would raise them from idle priority to finish compiles nobody needs.
+    # background PCH builds this process started: none outlives the run, and no test is left to
+    # use their PCHs
     if "jitops.build.pch_bg" in sys.modules:
-        bg = sys.modules["jitops.build.pch_bg"]
-        for pid in bg.running():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        bg.wait(60)
+        from tests.helpers import stop_background_pchs
+
+        stop_background_pchs(sys.modules["jitops.build.pch_bg"], 60)
     if _WORKER:  # the controller removes the shared folders once every worker has finished
         return
     if not os.environ.get("JITOPS_TEST_CACHE_DIR"):

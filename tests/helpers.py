@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,16 @@ NOBODY = 65534  # the unprivileged uid that permission tests drop to
 
 # Device parametrization: the cuda case carries the cuda marker (skipped without a GPU).
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
+
+
+def stop_background_pchs(pch_bg: Any, timeout: float) -> bool:
+    """Stop the background PCH builds this process started and wait up to `timeout` s for them to
+    end; whether none is left. SIGTERM kills the compile and publishes nothing: waiting for them
+    instead would raise them from idle priority to finish PCHs no test will use."""
+    for pid in pch_bg.running():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    return bool(pch_bg.wait(timeout))
 
 
 def child_env(**overrides: str | None) -> dict[str, str]:

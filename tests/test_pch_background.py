@@ -8,11 +8,9 @@ one uses it; the process that asked may exit at once; the child is bounded and l
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
 import os
-import signal
 import stat
 import subprocess
 import time
@@ -26,7 +24,7 @@ from jitops.build import pch_bg, pch_marks
 from jitops.target import toolchain
 from jitops.build import runner as build
 from jitops.base.settings import Settings
-from tests.helpers import run_scenario
+from tests.helpers import run_scenario, stop_background_pchs
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -135,12 +133,8 @@ def _assert_idle_priority(pid: int) -> None:
 def _no_child_left() -> Any:
     """Each test starts with no background child of this process and leaves none: under a loaded
     machine (CI's workers) they run on idle CPU time only and could outlive their test. Those that
-    tests of other files left running in this process are stopped, not waited for (SIGTERM: the
-    compile is killed, nothing published): no test here uses their PCHs."""
-    for pid in pch_bg.running():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    assert pch_bg.wait(60)
+    tests of other files left running in this process are stopped: no test here uses their PCHs."""
+    assert stop_background_pchs(pch_bg, 60)
     yield
     assert pch_bg.wait(120)
 
