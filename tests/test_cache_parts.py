@@ -262,3 +262,34 @@ def test_a_clang_pch_written_just_now_is_published(cache: Cache, tmp_path: Path)
     subprocess.run(p.command, shell=True, check=True, timeout=120)
     assert pch.finish(cache, p, time.monotonic() - t0) is not None
     assert pch.find(cache, key, "clang") is not None
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["deps not a mapping", "deps missing", "object missing", "size not a number", "object edited"],
+)
+def test_a_damaged_object_record_is_a_miss(cache: Cache, tmp_path: Path, damage: str) -> None:
+    """An object whose record is damaged or whose bytes changed is compiled again, never linked."""
+    key, root = _object(cache, tmp_path, "obj")
+    record_path = cache.build_path("objects", key, ".json")
+    record = json.loads(record_path.read_text())
+    if damage == "object edited":
+        obj = cache.build_path("objects", record["object"], ".o")
+        obj.chmod(0o600)
+        data = bytearray(obj.read_bytes())
+        data[0] ^= 1
+        obj.write_bytes(bytes(data))
+    else:
+        if damage == "deps not a mapping":
+            record["deps"] = list(record["deps"])
+        elif damage == "deps missing":
+            del record["deps"]
+        elif damage == "object missing":
+            del record["object"]
+        elif damage == "size not a number":
+            record["size"] = "5000"
+        record_path.chmod(0o600)
+        record_path.write_text(json.dumps(record))
+    into = tmp_path / "into.o"
+    assert objcache.lookup(cache, key, root, into) is None
+    assert not into.exists()  # nothing to link

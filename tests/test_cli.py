@@ -88,6 +88,18 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 1 and "did you mean 'softmax'" in err
 
 
+def test_info_without_a_compiler_says_what_is_missing(
+    private_cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``jitops info`` on a machine whose compiler is gone still describes the op, and says which
+    tool is missing and how to get one."""
+    monkeypatch.setenv("CXX", str(private_cache / "no-such-c++"))
+    rc, out, _ = run(["info", "softmax"], capsys)
+    assert rc == 0
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("toolchain    missing: ")]
+    assert "no C++ compiler found (CXX=" in line
+
+
 # ------------------------------------------------------------------ warm
 
 

@@ -97,6 +97,13 @@ def test_public_functions_name_the_bad_argument(call, arg: str) -> None:  # type
     assert arg in str(info.value)
 
 
+def test_a_kernel_folder_that_is_not_there_is_named(tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("")
+    for path in (tmp_path / "nope", tmp_path / "a_file"):
+        with pytest.raises(jitops.KernelSourceError, match="does not exist or is not a directory"):
+            jitops.register_kernel_dir(path)
+
+
 def test_invalid_name_is_still_invalid_name_error() -> None:
     with pytest.raises(InvalidNameError):
         jitops.get("../etc")

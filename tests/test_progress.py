@@ -137,3 +137,35 @@ def test_jupyter_cell_shows_a_live_updating_display(
     )
     assert json.loads(outputs[-1]["text"])["built"] is True
     assert not any(o.get("name") == "stderr" for o in outputs), outputs
+
+
+def test_warm_display_in_a_terminal_shows_each_library_and_a_failure_whole(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``jitops warm``'s display when forced to a terminal: a live line while libraries build,
+    cleared before each result line; a failure's first line on its result line and the rest of its
+    message after it, on stderr."""
+    import time
+    from types import SimpleNamespace
+
+    from jitops.base.progress import WarmDisplay
+
+    def outcome(name: str, status: str, message: str) -> Any:
+        task = SimpleNamespace(what=f"{name} for cpu", spec=SimpleNamespace(name=name))
+        return SimpleNamespace(task=task, status=status, message=message, target="cpu", seconds=1.0)
+
+    built = outcome("softmax", "built", "")
+    failed = outcome("add", "failed", "add.cpp:3: error: expected ';'\n   3 | return y\n")
+    with WarmDisplay(2, forced=True) as display:
+        display.start(built.task)
+        display.start(failed.task)
+        time.sleep(0.7)  # the live line is drawn every 0.5 s
+        display.finish(built)
+        display.finish(failed)
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        "[1/2] built   softmax for cpu (1.0s)",
+        "[2/2] failed  add for cpu (1.0s): add.cpp:3: error: expected ';'",
+    ]
+    assert re.search(r"jitops warm \[0/2\] softmax for cpu \d+s, add for cpu \d+s", err)
+    assert "   3 | return y" in err and err.endswith("\r\033[K")

@@ -298,6 +298,39 @@ def test_source_digests_ignore_prefix_and_mtime(tmp_path: Path) -> None:
     assert jkey.source_state(dataclasses.replace(SOFTMAX, root=b))[0] != da
 
 
+def test_a_source_changed_after_its_digest_is_named(tmp_path: Path) -> None:
+    """After a build: each way a source the key covers can change is named (edited, written again
+    with the same bytes, added, removed); a source the spec names that is not there is refused."""
+    root = Path(shutil.copytree(SOFTMAX.root, tmp_path / "softmax"))
+    op = dataclasses.replace(SOFTMAX, root=root)
+    digests, stamps = jkey.source_state(op)
+    assert jkey.changed_source(op, digests, stamps) is None
+    header = root / "softmax_common.h"
+    text = header.read_text()
+    header.write_text(text + "// edit\n")
+    assert jkey.changed_source(op, digests, stamps) == "softmax_common.h was edited"
+    header.write_text(text)
+    os.utime(header, ns=(1, 1))
+    assert jkey.changed_source(op, digests, stamps) == "softmax_common.h was written again"
+    (root / "extra.h").write_text("// new\n")
+    assert jkey.changed_source(op, digests, stamps) == "extra.h was added"
+    (root / "extra.h").unlink()
+    header.unlink()
+    assert jkey.changed_source(op, digests, stamps) == "softmax_common.h was removed"
+    stamped = {label for label, _, _ in jkey.source_stamp(op)}
+    assert stamped and header.name not in stamped and stamped < set(digests)
+    source = root / op.cpu_sources[0]
+    source.unlink()
+    with pytest.raises(FileNotFoundError, match="not found under"):
+        jkey.source_state(op)
+
+
+def test_flags_with_a_line_break_inside_quotes_are_refused() -> None:
+    assert jkey.split_flags("CXXFLAGS", "-O2 -DNAME='\"x\"'") == ("-O2", '-DNAME="x"')
+    with pytest.raises(JitopsError, match="line break inside quotes"):
+        jkey.split_flags("CXXFLAGS", "-DNAME='a\nb'")
+
+
 @pytest.mark.process
 @pytest.mark.timeout(120)
 def test_key_is_stable_across_processes_cwds_and_homes(tmp_path: Path) -> None:
@@ -392,6 +425,25 @@ def test_manifest_round_trip_and_rejects_garbage() -> None:
     for raw in (b"", b"{", b"[]", json.dumps(bad).encode(), b'{"format": 2}'):
         with pytest.raises((ValueError, TypeError)):
             jmanifest.Manifest.parse(raw)
+    # forged fields: each refused with what is wrong, never loaded as a manifest
+    good = json.loads(m.to_json())
+    digest = "a" * 64
+    forged = {
+        "unknown fields": {**good, "run_this": "rm -rf /"},
+        "wrong type": {**good, "size": "1"},
+        "inputs not a mapping": {**good, "inputs": ["x.h"]},
+        "inputs with an empty label": {**good, "inputs": {"": digest}},
+        "inputs with a short digest": {**good, "inputs": {"x.h": "a" * 63}},
+        "inputs with a NUL in a label": {**good, "inputs": {"x\0.h": digest}},
+        "inputs with a digest not hex": {**good, "inputs": {"x.h": "g" * 64}},
+        "inputs with upper-case hex": {**good, "inputs": {"x.h": "A" * 64}},
+    }
+    for body in forged.values():
+        with pytest.raises(ValueError, match="unknown fields|wrong type|wrong shape"):
+            jmanifest.Manifest.parse(json.dumps(body).encode())
+    for inputs in ({"x.h": digest}, {}):  # well-formed inputs, sealed by the digest
+        sealed = dataclasses.replace(m, inputs=inputs)
+        assert jmanifest.Manifest.parse(sealed.to_json()).inputs == inputs
 
 
 # ------------------------------------------------------------------ functionalization pairings

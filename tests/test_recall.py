@@ -11,10 +11,12 @@ Records and libraries settle for ``stamps.SETTLED`` (2 s) before they may be rec
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +232,189 @@ def test_a_damaged_or_stale_record_is_no_record(damage: str, tmp_path: Path) -> 
     assert recall.recall(req) is None
     if damage in bodies:  # read as a record: refused for what it says, not for how it was stored
         assert req.stamps.recalled(path.name, recall.MAX_BYTES) == bodies[damage]
+
+
+FACTS = [
+    "a-pair-short",
+    "compiler-switched",
+    "compiler-replaced",
+    "source-changed",
+    "path-unreadable",
+    "include-dir-created",
+    "include-dir-unreadable",
+    "assembler-elsewhere",
+    "bytes-changed",
+    "bytes-unreadable",
+    "manifest-changed",
+    "manifest-gone",
+    "library-replaced",
+]
+
+
+@pytest.mark.parametrize("fact", [None, *FACTS])
+def test_a_record_is_recalled_only_while_every_fact_holds(
+    fact: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A well-formed record whose facts all hold answers with the module its namespace loaded in
+    this process; one fact that no longer holds (a compiler, a source's identity or bytes, an
+    include path that now exists, the assembler PATH finds, the manifest, the library) and recall
+    answers None: the call plans. A fact that cannot be read is one that does not hold."""
+    from jitops.loading import recall
+
+    req = _request(tmp_path)
+    source, manifest, lib = tmp_path / "x.cpp", tmp_path / "manifest.json", tmp_path / "lib.so"
+    source.write_text("// the source\n")
+    manifest.write_bytes(b'{"a manifest": 1}')
+    lib.write_bytes(b"a library")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)  # stat fails with ELOOP, not "no such file"
+    found = recall._compiler(req.system)
+    assert found is not None, "a C++ compiler on PATH"
+    command, compiler = found
+    assembler = shutil.which("as")
+    assert assembler is not None
+
+    def ident(p: Path | str) -> list[int]:
+        return list(stamps.identity(os.stat(p)))
+
+    good = {
+        "v": recall.FORMAT,
+        "request": req.digest,
+        "key": "k" * 64,
+        "namespace": f"recall_test_{tmp_path.name}",
+        "module": "m",
+        "manifest_path": str(manifest),
+        "manifest": stamps.manifest_digest(manifest.read_bytes()),
+        "library_path": str(lib),
+        "library": ident(lib),
+        "command": command,
+        "compiler": compiler,
+        "compiler_identity": ident(compiler),
+        "paths": [[str(source), ident(source)]],
+        "absent": [str(tmp_path / "include")],
+        "digests": [[str(source), hashlib.sha256(source.read_bytes()).hexdigest()]],
+        "lookups": [["as", assembler]],
+    }
+    other = tmp_path / "other"
+    other.write_text("x")
+    body = dict(good)
+    if fact == "a-pair-short":  # read, but not a record of this format
+        body["lookups"] = [["as"]]
+    elif fact == "compiler-switched":
+        body["command"] = "/usr/bin/another-c++"
+    elif fact == "compiler-replaced":
+        body["compiler_identity"] = ident(other)
+    elif fact == "source-changed":
+        body["paths"] = [[str(source), ident(other)]]
+    elif fact == "path-unreadable":
+        body["paths"] = [[str(loop), ident(source)]]
+    elif fact == "include-dir-created":
+        (tmp_path / "include").mkdir()
+    elif fact == "include-dir-unreadable":
+        body["absent"] = [str(loop)]
+    elif fact == "assembler-elsewhere":
+        body["lookups"] = [["as", str(other)]]
+    elif fact == "bytes-changed":
+        body["digests"] = [[str(source), "0" * 64]]
+    elif fact == "bytes-unreadable":
+        body["digests"] = [[str(tmp_path / "gone.cpp"), good["digests"][0][1]]]
+    elif fact == "manifest-changed":
+        body["manifest"] = "0" * 64
+    elif fact == "manifest-gone":
+        body["manifest_path"] = str(tmp_path / "gone.json")
+    elif fact == "library-replaced":
+        body["library"] = ident(other)
+    folder = tmp_path / "state" / "verified"
+    folder.mkdir(parents=True, mode=0o700)
+    (tmp_path / "state").chmod(0o700)
+    path = folder / (req.digest[:32] + recall.SUFFIX)
+    path.write_text(json.dumps(body))
+    path.chmod(0o600)
+    loaded = types.ModuleType("m")  # the module this process loaded for the namespace
+    monkeypatch.setitem(recall.MODULES, good["namespace"], loaded)
+    assert recall.recall(req) is (loaded if fact is None else None)
+
+
+class _Reached(Exception):
+    """Raised where the proof first reads the loaded library: every check before it held."""
+
+
+class _LibraryNotRead:
+    @property
+    def manifest(self) -> Any:
+        raise _Reached
+
+
+class _Library:
+    """The loaded library as far as the proof reads it before its seal (a stand-in: a real one
+    needs a build, which the compile tests above make)."""
+
+    def __init__(self, inputs: dict[str, str] | None, entry: Path) -> None:
+        self.manifest = types.SimpleNamespace(inputs=inputs)
+        self.entry = entry
+
+
+PROOF_REFUSALS = [
+    "a folder not settled",
+    "too many folders",
+    "a source not stamped by the plan",
+    "a source written since",
+    "another compiler",
+    "the compiler's programs unknown",
+    "what the build read unknown",
+    "what the build read not sealed",
+]
+
+
+@pytest.mark.parametrize("refusal", [None, *PROOF_REFUSALS])
+def test_a_call_is_remembered_only_from_settled_facts_its_plan_took(
+    refusal: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a remembered call is proven from must be what its plan read, settled: a folder that
+    changed within the settle time, a tree too big to walk, a source the plan did not stamp or that
+    was written since, another compiler than the plan's, or programs the compiler's driver runs
+    that this process does not know, and nothing is remembered (the call plans next time). The
+    plan is a real one (a copy of the softmax op's sources, a CPU plan with the real compiler)."""
+    import dataclasses
+
+    from jitops.base.settings import Settings
+    from jitops.kernels import BUILTINS
+    from jitops.loading import recall
+    from jitops.plan import make_plan
+    from jitops.target import toolchain
+
+    softmax = next(s for s in BUILTINS if s.name == "softmax")
+    root = Path(shutil.copytree(softmax.root, tmp_path / "softmax"))
+    spec = dataclasses.replace(softmax, root=root)
+    settings = Settings.from_env({"JITOPS_CACHE_DIR": str(tmp_path / "cache")})
+    plan = make_plan(spec, "cpu", settings=settings)
+    assert plan.compiler is not None
+    req = _request(tmp_path)
+    monkeypatch.setattr(recall, "SETTLED", 0)  # no waiting: what was just written counts as settled
+    if refusal == "a folder not settled":
+        monkeypatch.setattr(recall, "SETTLED", 3600)
+    elif refusal == "too many folders":
+        monkeypatch.setattr(recall, "MAX_FOLDERS", 1)
+    elif refusal == "a source not stamped by the plan":
+        plan = dataclasses.replace(plan, stamps=plan.stamps[1:])
+    elif refusal == "a source written since":
+        source = root / spec.cpu_sources[0]
+        source.write_bytes(source.read_bytes())  # the same bytes, written again
+    elif refusal == "another compiler":
+        other = dataclasses.replace(plan.compiler, command="/usr/bin/another-c++")
+        plan = dataclasses.replace(plan, compiler=other)
+    elif refusal == "the compiler's programs unknown":
+        monkeypatch.setattr(toolchain, "_asked", {})
+    lib: Any = _LibraryNotRead()
+    if refusal == "what the build read unknown":  # an entry from before inputs were recorded
+        lib = _Library(None, tmp_path / "entry")
+    elif refusal == "what the build read not sealed":  # no proof by bytes has sealed them yet
+        lib = _Library({}, tmp_path / "entry")
+    if refusal is None:
+        with pytest.raises(_Reached):
+            recall._proof(req, plan, lib, "m")
+    else:
+        assert recall._proof(req, plan, lib, "m") is None
 
 
 @pytest.mark.parametrize("marker", ["STABLE_TORCH_LIBRARY", "JITOPS_LIBRARY"])
