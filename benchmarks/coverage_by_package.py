@@ -7,22 +7,33 @@ Each file is ``coverage json`` output of one run (for example the whole suite un
 count (their names are relative), not copies the tests run elsewhere. A subpackage is the first
 folder under ``jitops/``; the package's own top-level modules are one row (``jitops``). Per row and
 run: lines run of lines, branches taken of branches, both as percentages; the last run is compared
-with the first (its change in points). ``--out`` writes the rows as JSON.
+with the first (its change in points). ``--omit PATTERN`` leaves files out (a module that only
+runs where coverage cannot measure it). ``--out`` writes the rows as JSON.
+
+``--lost REV_FIRST REV_LAST`` also lists, file by file, the lines and branches the first run ran
+and the last did not: a file's lines are matched between the two commits by content (difflib),
+so an unchanged line keeps its identity wherever edits moved it.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import fnmatch
 import json
+import subprocess
 from collections import defaultdict
 from pathlib import Path
 
 
-def by_package(report: dict) -> dict[str, list[int]]:
-    """{subpackage: [statements, covered, branches, covered branches]}."""
+def by_package(report: dict, omit: tuple[str, ...] = ()) -> dict[str, list[int]]:
+    """{subpackage: [statements, covered, branches, covered branches]}, less the files ``omit``
+    names (fnmatch patterns)."""
     rows: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for name, data in report["files"].items():
         parts = Path(name).parts
+        if any(fnmatch.fnmatch(name, pattern) for pattern in omit):
+            continue
         if parts[0] != "jitops":  # a copy elsewhere (tests run the package from odd folders)
             continue
         rest = parts[1:]
@@ -36,6 +47,44 @@ def by_package(report: dict) -> dict[str, list[int]]:
     return dict(rows)
 
 
+def _text(rev: str, name: str) -> list[str] | None:
+    got = subprocess.run(["git", "show", f"{rev}:{name}"], capture_output=True, text=True)
+    return got.stdout.splitlines() if got.returncode == 0 else None
+
+
+def lost(first: dict, last: dict, revs: tuple[str, str]) -> list[str]:
+    """Per file in both runs: lines and branches (line pairs; a negative end leaves the function)
+    that ran in ``first`` and not in ``last``, in ``last``'s line numbers."""
+    out = []
+    for name in sorted(set(first["files"]) & set(last["files"])):
+        if not name.startswith("jitops/"):
+            continue
+        a, b = _text(revs[0], name), _text(revs[1], name)
+        if a is None or b is None:
+            continue
+        moved: dict[int, int] = {}
+        for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+            moved.update({block.a + k + 1: block.b + k + 1 for k in range(block.size)})
+
+        def to_last(n: int) -> int | None:
+            got = moved.get(abs(n))
+            return None if got is None else (got if n > 0 else -got)
+
+        f, g = first["files"][name], last["files"][name]
+        missing = set(g["missing_lines"])
+        lines = sorted(m for n in f["executed_lines"] if (m := to_last(n)) in missing)
+        not_taken = {tuple(x) for x in g.get("missing_branches", [])}
+        branches = sorted(
+            pair
+            for x, y in f.get("executed_branches", [])
+            if (pair := (to_last(x), to_last(y))) in not_taken
+        )
+        if lines or branches:
+            out.append(f"{name}: lines {lines}, branches {branches}")
+            out += [f"    {n}: {b[n - 1].strip()}" for n in lines]
+    return out
+
+
 def pct(done: int, of: int) -> float:
     return 100.0 * done / of if of else 100.0
 
@@ -44,11 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", help="NAME=coverage.json")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--lost", nargs=2, metavar=("REV_FIRST", "REV_LAST"))
+    ap.add_argument("--omit", action="append", default=[], help="a file pattern left out")
     a = ap.parse_args(argv)
-    runs = {}
+    runs, reports = {}, []
     for arg in a.runs:
         name, _, path = arg.partition("=")
-        runs[name] = by_package(json.loads(Path(path).read_text()))
+        reports.append(json.loads(Path(path).read_text()))
+        runs[name] = by_package(reports[-1], tuple(a.omit))
     names = list(runs)
     packages = sorted(set().union(*runs.values()))
     totals = {n: [sum(r[i] for r in runs[n].values()) for i in range(4)] for n in names}
@@ -72,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
             change = f"{f'{dl:+.1f} / {db:+.1f}':>20}"
         print(f"{package:<12}{cells}{change}")
         out.append({"subpackage": package, **{n: got[n] for n in names}})
+    if a.lost:
+        gone = lost(reports[0], reports[-1], tuple(a.lost))
+        print(f"\nran in {names[0]}, not in {names[-1]}:" if gone else "\nnothing ran only first")
+        print("\n".join(gone))
     if a.out:
         a.out.write_text(json.dumps({"benchmark": "coverage", "rows": out}, indent=1) + "\n")
     return 0
