@@ -187,29 +187,34 @@ def test_the_edit_loop_page_shows_each_kernels_newest_runs_per_condition(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Newer code's runs replace older ones: for each kernel its newest folder, and in it, per
-    condition, the last file by name; a kernel measured only in an older folder stays."""
+    condition and pause, the last file by name; a kernel measured only in an older folder stays."""
     monkeypatch.syspath_prepend(str(REPO / "docs"))
     from benchpages import edit_loop
 
-    def run(style: str, cond: str, tag: str) -> dict[str, Any]:
-        return {"style": style, "condition": cond, "tag": tag}
+    def run(style: str, cond: str, tag: str, pause: float = 0.0) -> dict[str, Any]:
+        return {"style": style, "condition": cond, "pause": pause, "tag": tag}
 
     files = {
         "a-old/notebook-torch.json": [run("torch", "idle", "t-old"), run("torch", "busy", "t-old")],
         "a-old/notebook-stable.json": [run("stable", "idle", "s-old")],
-        "b-new/notebook-stable-1.json": [run("stable", "idle", "s1"), run("stable", "busy", "s1")],
+        "b-new/notebook-stable-1.json": [
+            run("stable", "idle", "s1"),
+            run("stable", "busy", "s1"),
+            run("stable", "busy", "s1", 5.0),
+        ],
         "b-new/notebook-stable-2-busy.json": [run("stable", "busy", "s2")],
     }
     for name, runs in files.items():
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(json.dumps({"runs": runs, "steps": []}))
     runs, chosen = edit_loop.notebook_runs(tmp_path)
-    got = {(r["style"], r["condition"]): r["tag"] for r in runs}
+    got = {(r["style"], r["condition"], r["pause"]): r["tag"] for r in runs}
     assert got == {
-        ("torch", "idle"): "t-old",
-        ("torch", "busy"): "t-old",
-        ("stable", "idle"): "s1",
-        ("stable", "busy"): "s2",
+        ("torch", "idle", 0.0): "t-old",
+        ("torch", "busy", 0.0): "t-old",
+        ("stable", "idle", 0.0): "s1",
+        ("stable", "busy", 0.0): "s2",  # a later file measured it again
+        ("stable", "busy", 5.0): "s1",  # that file did not: the earlier one stays
     }
     assert [p.relative_to(tmp_path).as_posix() for p in chosen] == [
         "a-old/notebook-torch.json",

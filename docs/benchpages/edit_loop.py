@@ -1,8 +1,8 @@
 """The page of ``benchmarks/notebook_loop.py`` (the edit loop): its ``--out`` files
 ``benchmarks/results/<folder>/notebook-*.json`` become ``docs/benchmarks/edit-loop.md`` and
 ``edit-loop.png``. The page shows the code as it is: for each kernel, the newest folder that
-measured it, and in it, for each condition, the last file (by name) that measured that; their
-runs pooled per kernel, condition, pause and step.
+measured it, and in it, for each condition and pause, the last file (by name) that measured
+that; their runs pooled per kernel, condition, pause and step.
 """
 
 from __future__ import annotations
@@ -16,20 +16,23 @@ from .common import ROOT, nothing_yet, pyplot, rel, save
 
 def notebook_runs(results: Path) -> tuple[list[dict], list[Path]]:
     """The sessions the page shows (see the module docstring), and the files they come from."""
-    newest: dict[tuple[str, str], tuple[tuple[str, str], Path]] = {}
+    newest: dict[tuple[str, str, float], tuple[tuple[str, str], Path]] = {}
     loaded = {}
     for f in sorted(results.glob("*/notebook-*.json")):
         loaded[f] = json.loads(f.read_text())["runs"]
         for r in loaded[f]:
             order = (f.parent.name, f.name)
-            kind = (r["style"], r["condition"])
+            kind = (r["style"], r["condition"], r["pause"])
             newest[kind] = max(newest.get(kind, (order, f)), (order, f))
     style_folder = {}
-    for (style, _), (order, _) in newest.items():
+    for (style, _, _), (order, _) in newest.items():
         style_folder[style] = max(style_folder.get(style, order[0]), order[0])
     chosen = {kind: f for kind, (order, f) in newest.items() if order[0] == style_folder[kind[0]]}
     runs = [
-        r for f, rs in loaded.items() for r in rs if chosen.get((r["style"], r["condition"])) == f
+        r
+        for f, rs in loaded.items()
+        for r in rs
+        if chosen.get((r["style"], r["condition"], r["pause"])) == f
     ]
     return runs, sorted(set(chosen.values()))
 
@@ -56,9 +59,22 @@ def notebook_page(runs: list[dict], files: list[Path]) -> str:
     ]
     rows = table(runs)
     for style in dict.fromkeys(r["style"] for r in rows):
-        rounds = len({r["round"] for r in runs if r["style"] == style})
+        cases = sorted({(r["condition"], r["pause"]) for r in runs if r["style"] == style})
+        rounds = ", ".join(
+            f"{c} {p:g} s: "
+            + str(
+                len(
+                    {
+                        r["round"]
+                        for r in runs
+                        if (r["style"], r["condition"], r["pause"]) == (style, c, p)
+                    }
+                )
+            )
+            for c, p in cases
+        )
         lines += [
-            f"## `{style}` kernel, against {OTHER[style]} ({rounds} round(s))",
+            f"## `{style}` kernel, against {OTHER[style]} (rounds: {rounds})",
             "",
             f"| condition | pause | step | jitops s | {OTHER[style]} s | ratio |",
             "| --- | --- | --- | --- | --- | --- |",
