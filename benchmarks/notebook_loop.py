@@ -213,6 +213,12 @@ def session(style: str, loader: str, pause: float, base: dict[str, str]) -> dict
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def background_pids(cache: Path) -> list[int]:
+    """The background PCH builds of the cache at ``cache`` (they outlive the session's process)."""
+    ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return [int(ln.split()[0]) for ln in ps.splitlines() if "pch_bg" in ln and str(cache) in ln]
+
+
 def _end_background(cache: Path, limit: float = 60.0) -> None:
     """Sessions must not overlap: end the finished session's background PCH builds (SIGTERM: each
     kills its compile and publishes nothing). Busy, they run on idle CPU time only and would not
@@ -221,8 +227,7 @@ def _end_background(cache: Path, limit: float = 60.0) -> None:
 
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-        pids = [int(ln.split()[0]) for ln in ps.splitlines() if "pch_bg" in ln and str(cache) in ln]
+        pids = background_pids(cache)
         if not pids:
             return
         for pid in pids:

@@ -21,9 +21,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from notebook_loop import CHILD, REPO, sources  # noqa: E402  (benchmarks/ is not a package)
+from notebook_loop import CHILD, REPO, background_pids, sources  # noqa: E402  (not a package)
 
 
 def folder_bytes(path: Path) -> int:
@@ -33,15 +34,13 @@ def folder_bytes(path: Path) -> int:
 def _wait_background(cache: Path, limit: float = 900.0) -> None:
     """Wait for the background PCH builds of the session's cache (they outlive its process)."""
     deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
-        if not any("pch_bg" in line and str(cache) in line for line in ps.splitlines()):
-            return
+    while background_pids(cache):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"background PCH builds for {cache} still running after {limit:.0f} s")
         time.sleep(0.5)
-    raise SystemExit(f"background PCH builds for {cache} still running after {limit:.0f} s")
 
 
-def measure(style: str, base: dict[str, str]) -> dict[str, object]:
+def measure(style: str, base: dict[str, str]) -> dict[str, Any]:
     steps = [[s, off, sources(style, "jitops", off, broken=False)] for s, off in
              (("cold", 0), ("edit 1", 1), ("edit 2", 2))]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="pch-bytes-") as tmp:
@@ -73,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     mb = 1e6
     print(f"{'kernel':<14}{'PCHs (MB each)':>28}{'cache, MB':>12}")
     for r in rows:
-        each = ", ".join(f"{b / mb:.1f}" for b in r["pch_bytes"]) or "none"  # type: ignore[attr-defined]
-        print(f"{r['style']:<14}{each:>28}{r['cache_bytes'] / mb:>12.1f}")  # type: ignore[operator]
+        each = ", ".join(f"{b / mb:.1f}" for b in r["pch_bytes"]) or "none"
+        print(f"{r['style']:<14}{each:>28}{r['cache_bytes'] / mb:>12.1f}")
     if a.out:
         a.out.write_text(json.dumps({"benchmark": "pch_bytes", "rows": rows}, indent=1) + "\n")
     return 0

@@ -156,16 +156,21 @@ def test_warm_display_in_a_terminal_shows_each_library_and_a_failure_whole(
 
     built = outcome("softmax", "built", "")
     failed = outcome("add", "failed", "add.cpp:3: error: expected ';'\n   3 | return y\n")
+    live = re.compile(r"jitops warm \[0/2\] softmax for cpu \d+s, add for cpu \d+s")
+    drawn = ""
     with WarmDisplay(2, forced=True) as display:
         display.start(built.task)
         display.start(failed.task)
-        time.sleep(0.7)  # the live line is drawn every 0.5 s
+        deadline = time.monotonic() + 30  # the live line is drawn every 0.5 s
+        while not live.search(drawn) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            drawn += capsys.readouterr().err
         display.finish(built)
         display.finish(failed)
     out, err = capsys.readouterr()
+    assert live.search(drawn), drawn
     assert out.splitlines() == [
         "[1/2] built   softmax for cpu (1.0s)",
         "[2/2] failed  add for cpu (1.0s): add.cpp:3: error: expected ';'",
     ]
-    assert re.search(r"jitops warm \[0/2\] softmax for cpu \d+s, add for cpu \d+s", err)
     assert "   3 | return y" in err and err.endswith("\r\033[K")

@@ -59,20 +59,11 @@ def notebook_page(runs: list[dict], files: list[Path]) -> str:
     ]
     rows = table(runs)
     for style in dict.fromkeys(r["style"] for r in rows):
-        cases = sorted({(r["condition"], r["pause"]) for r in runs if r["style"] == style})
-        rounds = ", ".join(
-            f"{c} {p:g} s: "
-            + str(
-                len(
-                    {
-                        r["round"]
-                        for r in runs
-                        if (r["style"], r["condition"], r["pause"]) == (style, c, p)
-                    }
-                )
-            )
-            for c, p in cases
-        )
+        seen: dict[tuple[str, float], set[int]] = {}  # (condition, pause) -> its rounds
+        for r in runs:
+            if r["style"] == style:
+                seen.setdefault((r["condition"], r["pause"]), set()).add(r["round"])
+        rounds = ", ".join(f"{c} {p:g} s: {len(n)}" for (c, p), n in sorted(seen.items()))
         lines += [
             f"## `{style}` kernel, against {OTHER[style]} (rounds: {rounds})",
             "",
