@@ -24,16 +24,25 @@ timeout), ``wait`` is never used, and no collective is ever issued.
   Taking a lapsed lease over is ``compare_set(key, old, mine)``: one winner.
 - **Records** hold their writer's expiry time (wall clock; failure records
   last minutes, so small clock skew does not matter).
+- **Exit.** Every call into the C++ store passes a gate (:class:`_Gate`). A daemon
+  thread (a lease renewal, ``distributed.warm``'s heartbeat) whose call returns while
+  the interpreter finalizes is ended by Python inside pybind11's GIL guard, and that
+  aborts the whole process ("terminate called without an active exception"). At exit,
+  before finalizing, the gate lets the calls under way return (a bounded wait) and
+  refuses new ones with StoreError.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
+import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from .store import Holder, Store, StoreError, StoreTimeout, parse_lease
@@ -41,6 +50,44 @@ from .store import Holder, Store, StoreError, StoreTimeout, parse_lease
 T = TypeVar("T")
 PREFIX = "jitops/v1/"
 CHUNK = 4 << 20  # bytes per store request; see the module docstring
+EXIT_WAIT = 2.0  # seconds the exit waits for calls under way; a stalled one rarely ends meanwhile
+
+
+class _Gate:
+    """This process's calls into the C++ store: counted while under way; none after :meth:`close`."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = 0
+        self._closed = False
+
+    @contextmanager
+    def call(self, what: str) -> Iterator[None]:
+        with self._cond:
+            if self._closed:
+                raise StoreError(f"{what} was not sent: this process is exiting")
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
+
+    def close(self, wait: float = EXIT_WAIT) -> bool:
+        """Refuse new calls; wait up to ``wait`` s for those under way. True if none is left."""
+        with self._cond:
+            self._closed = True
+            return self._cond.wait_for(lambda: self._busy == 0, timeout=wait)
+
+    def reopen(self) -> None:  # a forked child: the parent's calls are not its own
+        self._cond, self._busy, self._closed = threading.Condition(), 0, False
+
+
+_gate = _Gate()
+# atexit runs its hooks last-registered first: this one, registered on import, after the tier's
+atexit.register(_gate.close)
+os.register_at_fork(after_in_child=_gate.reopen)
 
 
 class C10dStore(Store):
@@ -60,14 +107,15 @@ class C10dStore(Store):
 
         url = f"c10d://{host}:{port}"
         try:
-            s = dist.TCPStore(
-                host,
-                port,
-                is_master=False,
-                timeout=timedelta(seconds=connect_timeout),
-                wait_for_workers=False,
-            )
-            s.set_timeout(timedelta(seconds=op_timeout))
+            with _gate.call(f"connect to {url}"):
+                s = dist.TCPStore(
+                    host,
+                    port,
+                    is_master=False,
+                    timeout=timedelta(seconds=connect_timeout),
+                    wait_for_workers=False,
+                )
+                s.set_timeout(timedelta(seconds=op_timeout))
         except (
             RuntimeError,
             OSError,
@@ -80,7 +128,8 @@ class C10dStore(Store):
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         try:
-            return fn()
+            with _gate.call(f"{what} on {self.url}"):
+                return fn()
         except (
             RuntimeError,
             OSError,
