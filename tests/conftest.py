@@ -63,6 +63,9 @@ os.environ["JITOPS_STATE_DIR"] = _SESSION_STATE
 # checkout or torch (same op names, same graph code) is never what a test gets back.
 _SESSION_INDUCTOR = _session_dir("_JITOPS_TEST_SESSION_INDUCTOR", "jitops-test-inductor-")
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _SESSION_INDUCTOR)
+# Background PCHs start even beside the other workers' compiles: tests that wait for one must get
+# it; test_pch_background checks that contended CPUs defer one, with busy programs of its own.
+os.environ["JITOPS_PCH_PRESSURE"] = "1"
 for _var in (
     "JITOPS_OFFLINE",
     "JITOPS_FALLBACK",

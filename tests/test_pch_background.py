@@ -13,6 +13,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ def _job(
     n: int,
     background: bool = True,
     library: str = "bg",
+    pressure: float = 1.0,
 ) -> build.BuildJob:
     root = tmp_path / ("lib" if library == "bg" else library)
     root.mkdir(exist_ok=True)
@@ -93,6 +95,7 @@ def _job(
         pch_build=True,
         pch_background=background,
         pch_max_size=1 << 30,
+        pch_pressure=pressure,
     )
 
 
@@ -190,6 +193,71 @@ def test_settings_turn_background_pchs_off_and_set_the_cap() -> None:
     assert Settings.from_env({"JITOPS_PCH_MAX_SIZE": "0"}).pch_max_size == 0
     with pytest.raises(ValueError, match="JITOPS_PCH_MAX_SIZE='lots'.*Fix"):
         Settings.from_env({"JITOPS_PCH_MAX_SIZE": "lots"})
+    assert Settings.from_env({}).pch_pressure == 0.25
+    assert Settings.from_env({"JITOPS_PCH_PRESSURE": "0"}).pch_pressure == 0.0
+    assert Settings.from_env({"JITOPS_PCH_PRESSURE": "1"}).pch_pressure == 1.0
+    for bad in ("1.5", "-0.1", "nan", "most"):
+        with pytest.raises(ValueError, match="JITOPS_PCH_PRESSURE=.*fraction from 0 to 1.*Fix"):
+            Settings.from_env({"JITOPS_PCH_PRESSURE": bad})
+
+
+def _busy_loops(n: int) -> list[subprocess.Popen[bytes]]:
+    """``n`` CPU-bound programs, each in a session of its own, as another user's would be."""
+    code = "while True: pass"
+    return [
+        subprocess.Popen([sys.executable, "-c", code], start_new_session=True) for _ in range(n)
+    ]
+
+
+def _stop(loops: list[subprocess.Popen[bytes]]) -> None:
+    for p in loops:
+        p.kill()
+        p.wait()
+
+
+def test_contention_reads_the_cpus_pressure_and_none_where_there_is_none(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    since = pch_bg.cpu_waited()
+    if since is None:
+        pytest.skip("this system keeps no CPU pressure (/proc/pressure/cpu)")
+    loops = _busy_loops((os.cpu_count() or 1) + 1)  # one more than the cores: some always wait
+    try:
+        time.sleep(1.0)
+        share = pch_bg.contention(since)
+    finally:
+        _stop(loops)
+    assert share is not None and share > 0.5, share
+    monkeypatch.setattr(pch_bg, "PRESSURE", str(tmp_path / "none"))
+    assert pch_bg.cpu_waited() is None and pch_bg.contention(since) is None
+    (tmp_path / "junk").write_text("some avg10=0.00\n")
+    monkeypatch.setattr(pch_bg, "PRESSURE", str(tmp_path / "junk"))
+    assert pch_bg.cpu_waited() is None
+
+
+@pytest.mark.compile
+def test_a_build_on_contended_cpus_defers_its_pch_and_the_next_build_decides_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child started while other programs keep every core busy would never run, and, runnable,
+    would slow the user's next compiles: the build says ``deferred`` and starts none."""
+    if pch_bg.cpu_waited() is None:
+        pytest.skip("this system keeps no CPU pressure (/proc/pressure/cpu)")
+    store, cxx = cache.Cache(tmp_path / "cache"), _slow_cxx(tmp_path, 0)
+    assert _state(tmp_path, cxx, store, 1) == "first use"
+    loops = _busy_loops((os.cpu_count() or 1) + 1)
+    try:
+        with caplog.at_level("INFO", logger="jitops"):
+            result = build.build(_job(tmp_path, cxx, store, 2, pressure=0.25), None)
+        assert ctypes.CDLL(str(result.library)).f() == 4
+        assert result.timings["files"]["f.cpp"]["pch"] == "deferred"
+        assert pch_bg.running() == [] and _published(store) == []
+        assert "not started: programs waited for a CPU" in caplog.text
+    finally:
+        _stop(loops)
+    # nothing remembers the deferral: the next build decides again (here: always start)
+    assert _state(tmp_path, cxx, store, 3) == "background" and len(pch_bg.running()) == 1
+    assert pch_bg.wait(120) and len(_published(store)) == 1
 
 
 @pytest.mark.compile

@@ -107,6 +107,14 @@ SETTINGS: tuple[tuple[str, str, str, str], ...] = (
         "off: beside the build's compiles, which then wait for it.",
     ),
     (
+        "JITOPS_PCH_PRESSURE",
+        "fraction (0 to 1)",
+        "0.25",
+        "A background precompiled header starts only where, during the build that wants it, "
+        "programs waited for a CPU less than this share of the time (Linux's CPU pressure; "
+        "where the system has none, it always starts); `1`: always. A later build tries again.",
+    ),
+    (
         "JITOPS_PCH_MAX_SIZE",
         "size (`2G`, `500M`, bytes; `0`: no bound)",
         "`1G`",
@@ -289,6 +297,12 @@ def _freeze(text: str) -> str | None:
     return text.lower() if text.lower() in FREEZE_MODES else None
 
 
+def _fraction(text: str) -> float:
+    if not 0.0 <= (value := float(text)) <= 1.0:  # NaN fails too
+        raise ValueError(text)
+    return value
+
+
 def _size(text: str) -> int:  # 1G, 500M, 1.5GiB or a byte count (binary units); 0: no cap
     from .units import parse_size  # only when a size is set: not on every warm load
 
@@ -457,6 +471,8 @@ class Settings:
     pch_background: bool = True
     # JITOPS_PCH_MAX_SIZE: cap on PCHs + per-file objects, LRU after builds; 0: none
     pch_max_size: int = 1 << 30
+    # JITOPS_PCH_PRESSURE: the CPU pressure during a build above which its background PCH waits
+    pch_pressure: float = 0.25
     # JITOPS_STATE_DIR, absolute; None: platformdirs' user state dir (self-check verdicts)
     state_dir: Path | None = None
     # JITOPS_FREEZE: "error"/"warn" after warm-up (build.freeze; jitops.freeze() wins); None: off
@@ -483,6 +499,13 @@ class Settings:
             _size,
             "a size such as 2G, 500M or 0 (no cap)",
             "set e.g. JITOPS_PCH_MAX_SIZE=2G, or unset it for the default 1G",
+        )
+        pressure = _optional(
+            env,
+            "JITOPS_PCH_PRESSURE",
+            _fraction,
+            "a fraction from 0 to 1",
+            "set e.g. JITOPS_PCH_PRESSURE=0.25, 1 to always start background PCHs, or unset it",
         )
         return cls(
             cache_dir=_cache_dir(env.get("JITOPS_CACHE_DIR", "")),
@@ -515,6 +538,7 @@ class Settings:
             state_dir=_cache_dir(env.get("JITOPS_STATE_DIR", "")),
             pch_background=_on_unless_off(env, "JITOPS_PCH_BACKGROUND"),
             pch_max_size=1 << 30 if cap is None else cap,
+            pch_pressure=0.25 if pressure is None else pressure,
             freeze=_optional(
                 env,
                 "JITOPS_FREEZE",

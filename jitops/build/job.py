@@ -51,6 +51,8 @@ class BuildJob:
     pch_background: bool = False
     # bound PCHs + objects to this after a build (settings.pch_max_size); 0: no bound
     pch_max_size: int = 0
+    # start a background PCH only below this CPU pressure during the build (settings.pch_pressure)
+    pch_pressure: float = 1.0
     # try the stand-in for <torch/extension.h> first (user libraries; tubuild)
     lean_extension: bool = False
     # words that make the compiler faster and its output no different (compilers.gc_words): in no

@@ -19,6 +19,12 @@ has succeeded, :func:`spawn` starts one child per PCH that:
   its staging removed;
 * then bounds the rebuildable caches (:func:`store.admin.cap_parts`).
 
+It starts only where the CPUs had time to spare during the build that wants it
+(:func:`contention`, Linux's CPU pressure, under ``JITOPS_PCH_PRESSURE``): on
+cores that other programs keep busy it would never run, and a starved child,
+still runnable, slows the user's next compiles all the same. Such a build says
+``deferred``; the next build that wants the PCH decides again.
+
 An edit that arrives meanwhile finds the lock held and compiles without the
 PCH (state ``busy``); later edits find it published (``hit``).
 ``JITOPS_PCH_BACKGROUND=0`` builds it beside the compiles instead, as before.
@@ -61,6 +67,31 @@ _children: list[
     subprocess.Popen[bytes]
 ] = []  # started by this process (wait(), and reaped as they end)
 _keys: dict[int, str] = {}  # pid -> the PCH key its child builds
+# Linux's pressure stall information: its first line's total is the microseconds in which some
+# runnable task waited for a CPU, machine-wide
+PRESSURE = "/proc/pressure/cpu"
+Sample = tuple[float, float]  # (monotonic seconds, seconds some task waited for a CPU)
+
+
+def cpu_waited() -> Sample | None:
+    """Now, and how long runnable tasks have waited for a CPU so far; None where the system keeps
+    no CPU pressure (not Linux, or a kernel without it). Cheap: one small read, no subprocess."""
+    try:
+        with open(PRESSURE, "rb") as f:
+            first = f.readline()
+        waited = int(first.rsplit(b"total=", 1)[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.monotonic(), waited
+
+
+def contention(since: Sample | None) -> float | None:
+    """The share of the time since ``since`` (a :func:`cpu_waited`) in which some task waited for a
+    CPU: near 0 with a core to spare, near 1 when other programs keep every core busy."""
+    now = cpu_waited()
+    if since is None or now is None or now[0] <= since[0]:
+        return None
+    return min(1.0, max(0.0, (now[1] - since[1]) / (now[0] - since[0])))
 
 
 def busy(cache: Cache, key: str) -> bool:
@@ -71,10 +102,27 @@ def busy(cache: Cache, key: str) -> bool:
 
 
 def spawn(
-    cache: Cache, wanted: dict[str, dict[str, Any]], env: dict[str, str], max_size: int
-) -> list[int]:
-    """Start one detached child per wanted PCH ({key: pch.start's keywords}); their pids. Never raises."""
+    cache: Cache,
+    wanted: dict[str, dict[str, Any]],
+    env: dict[str, str],
+    max_size: int,
+    since: Sample | None = None,
+    pressure: float = 1.0,
+) -> list[int] | None:
+    """Start one detached child per wanted PCH ({key: pch.start's keywords}); their pids. None: not
+    now, the CPUs were contended more than ``pressure`` since ``since`` (the build's start). Never
+    raises."""
     _children[:] = [c for c in _children if c.poll() is None]
+    share = contention(since) if pressure < 1.0 else None
+    if share is not None and share > pressure:
+        log.info(
+            "PCH %s: not started: programs waited for a CPU %.0f%% of the build (over "
+            "JITOPS_PCH_PRESSURE=%g); a later build starts it",
+            ", ".join(k[:12] for k in wanted),
+            share * 100,
+            pressure,
+        )
+        return None
     pids = []
     for key, kw in wanted.items():
         spec = {

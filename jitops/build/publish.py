@@ -143,6 +143,7 @@ def build_and_publish(
             pch_build=edited,
             pch_background=settings.pch_background,
             pch_max_size=settings.pch_max_size,
+            pch_pressure=settings.pch_pressure,
             lean_extension=edited and settings.lean_extension_h,
             speed=compilers.gc_words(plan.compiler.version, n_jobs) if plan.compiler else (),
             lock_timeout=settings.lock_timeout,

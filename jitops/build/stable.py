@@ -43,8 +43,8 @@ spelling ``JITOPS_NS`` get the namespace macro (tubuild's rule): the namespace i
 those compile again on every edit, the others not.
 
 Imports: checks, errors, key, patterns, spec, torchcompat, user_spec; fsutil, inputs, ninja
-(`_Aliases`, `cuda_lib_dir`), objcache, stable_fast, tubuild (`PCH_ERROR`, `names_namespace`) and
-torch lazily. api.user and build.runner call it.
+(`_Aliases`, `cuda_lib_dir`), objcache, pch_bg (`cpu_waited`), stable_fast, tubuild
+(`PCH_ERROR`, `names_namespace`) and torch lazily. api.user and build.runner call it.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..spec import checks
 from .job import LINK_DEPFILE
@@ -63,6 +63,9 @@ from ..spec import OpSpec
 from ..base.torchcompat import parse
 from ..spec.user_spec import BuildOptions, StrOrSeq, _as_list, _spec
 from ..base.patterns import lazy
+
+if TYPE_CHECKING:
+    from .pch_bg import Sample
 
 ABIS = ("stable",)  # what abi= accepts besides None (detect from the source)
 _STABLE = lazy(r"\bSTABLE_TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(", needs="STABLE_TORCH_LIBRARY")
@@ -377,7 +380,7 @@ def build(
     returns its timings."""
     import time
 
-    from . import stable_fast
+    from . import pch_bg, stable_fast
     from .tubuild import PCH_ERROR  # the compiler's words for a PCH it refused (gcc and clang)
 
     if not job.sources:
@@ -397,8 +400,12 @@ def build(
         words, state, later, pch_read = stable_fast.use_pch(job, include, _torch_id())
     stub = stable_fast.link_stub(job, os.path.join(lib, f"lib{SHIM_LIBRARY}.so"), run)
     start = time.monotonic()
+    # the CPUs' contention from here decides whether the PCH it lacks starts after it
+    since = pch_bg.cpu_waited() if later else None
     if len(job.sources) > 1 or job.device == "cuda":
-        return _build_files(job, run, on_line, out, (words, state, later, pch_read), stub, start)
+        return _build_files(
+            job, run, on_line, out, (words, state, later, pch_read), stub, (start, since)
+        )
 
     def run_all(cmds: list[list[str]]) -> tuple[int, str, str]:
         """Each command in turn until one fails: (its exit code, the output, the commands run)."""
@@ -423,8 +430,8 @@ def build(
         stub = None
         rc, log, cmd = run_all([command(job, out, (), None)])
     seconds = time.monotonic() - start
-    if rc == 0 and later and not stable_fast.after(job, later):
-        state = "unavailable"
+    if rc == 0 and later:
+        state = stable_fast.after(job, later, since)
     timings = {
         "files": {
             os.path.basename(str(s)): {
@@ -450,7 +457,7 @@ def _build_files(
     out: Path,
     pch: tuple[list[str], str, dict[str, dict[str, Any]], dict[str, str]],
     stub: Path | None,
-    start: float,
+    start_since: tuple[float, Sample | None],
 ) -> tuple[int, str, Path, dict[str, Any]]:
     """A several-file (or CUDA) build: each C++ object from the object cache (store.objcache, under
     tubuild's keys: identity, the compile's words, the source's digest; its record of every file the
@@ -466,6 +473,7 @@ def _build_files(
     from .tubuild import PCH_ERROR
 
     words, state, later, pch_read = pch
+    start, since = start_since
     objs = objects(job)
     alias = _Aliases(job.build_dir)
     files: dict[str, dict[str, Any]] = {}
@@ -491,9 +499,10 @@ def _build_files(
             rc, text = run(link, cwd=job.build_dir, env=job.env, on_line=on_line)
         link_seconds = time.monotonic() - began
         log, cmd = log + text, cmd + "\n" + " ".join(link)
-    if rc == 0 and later and not stable_fast.after(job, later):
+    if rc == 0 and later:
+        after = stable_fast.after(job, later, since)
         for i in files.values():
-            i["pch"] = "unavailable" if i["pch"] == "background" else i["pch"]
+            i["pch"] = after if i["pch"] == "background" else i["pch"]
     timings: dict[str, Any] = {
         "files": files,
         "link_seconds": round(link_seconds, 3),

@@ -150,9 +150,12 @@ def use_pch(
     )
 
 
-def after(job: Any, later: dict[str, dict[str, Any]]) -> bool:
-    """Once the build succeeded: start the PCH it lacked, detached. Whether one was started."""
-    return bool(later) and bool(pch_bg.spawn(job.cache, later, job.env, job.pch_max_size))
+def after(job: Any, later: dict[str, dict[str, Any]], since: pch_bg.Sample | None) -> str:
+    """Once the build (begun at ``since``, a ``pch_bg.cpu_waited``) succeeded: start the PCH it
+    lacked, detached. Its state: ``background`` (started), ``deferred`` (the CPUs were contended)
+    or ``unavailable``."""
+    pids = pch_bg.spawn(job.cache, later, job.env, job.pch_max_size, since, job.pch_pressure)
+    return "deferred" if pids is None else "background" if pids else "unavailable"
 
 
 def soname(path: str) -> str | None:

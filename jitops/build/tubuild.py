@@ -7,7 +7,8 @@ PCH runs again without one (one note): a PCH is never the reason a build fails. 
 its second build on (the first build of a prefix only records it: a library built once and never edited costs no
 PCH), beside the compiles, for the build after (user libraries only: builtin ops are built once per machine). Times
 come from ninja's own log. Per-file states: ``hit`` (compiled with the PCH), ``built`` (compiled without; its PCH
-built beside), ``background`` (compiled without; its PCH built after the build, detached: pch_bg), ``busy`` (another
+built beside), ``background`` (compiled without; its PCH built after the build, detached: pch_bg),
+``deferred`` (the same, not started: the CPUs were contended during the build), ``busy`` (another
 process builds it), ``first use`` (the prefix's first build: recorded, no PCH yet), ``refused`` (it did not compile
 lately: pch.refused), ``none`` (builtin), ``no prefix``, ``off`` (JITOPS_PCH=0), ``rejected`` (the compiler refused
 it), ``unavailable``.
@@ -141,6 +142,8 @@ class _Files:
         self.built: dict[str, float] = {}  # PCH key (12) -> seconds to build it
         self.finished: set[str] = set()  # PCH keys whose build ran (published or not)
         self.inputs: dict[str, str] = {}  # what the compiles and the link read (store.inputs)
+        # the CPUs' contention from here decides whether the PCHs it lacks start after it
+        self.since = pch_bg.cpu_waited() if job.pch_background else None
 
     def tu(self, source: str, lean: bool) -> TU:
         """The TU of ``source`` (cached object, or compiled with its PCH, its namespace and stand-in flags)."""
@@ -380,9 +383,12 @@ def _after(job: BuildJob, files: _Files) -> None:
     from ..store import admin as cache_admin
 
     if files.later:
-        pids = pch_bg.spawn(files.cache, files.later, job.env, job.pch_max_size)
+        pids = pch_bg.spawn(
+            files.cache, files.later, job.env, job.pch_max_size, files.since, job.pch_pressure
+        )
+        after = "deferred" if pids is None else "background" if pids else "unavailable"
         for i in files.info.values():
-            i["pch"] = "unavailable" if i["pch"] == "background" and not pids else i["pch"]
+            i["pch"] = after if i["pch"] == "background" else i["pch"]
     try:
         cache_admin.cap_parts(files.cache, job.pch_max_size)
     except OSError as e:
