@@ -194,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                     for loader in LOADERS:
                         steps = session(loader, base, a.pch, a.edits)
                         runs.append(dict(condition=cond, round=rnd, loader=loader, steps=steps))
-                        print(f"  {cond} round {rnd + 1} {loader:<8}" + "  ".join(
-                            f"{s} {v['wall']:.3f}" for s, v in steps.items()), flush=True)  # fmt: skip
+                        walls = "  ".join(f"{s} {v['wall']:.3f}" for s, v in steps.items())
+                        print(f"  {cond} round {rnd + 1} {loader:<8}{walls}", flush=True)
             finally:
                 for p in loops:
                     p.kill()

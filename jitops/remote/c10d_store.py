@@ -54,7 +54,7 @@ EXIT_WAIT = 2.0  # seconds the exit waits for calls under way; a stalled one rar
 
 
 class _Gate:
-    """This process's calls into the C++ store: counted while under way; none after :meth:`close`."""
+    """This process's calls into the C++ store: counted while under way, none after ``close``."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
