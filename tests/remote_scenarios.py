@@ -119,3 +119,31 @@ def timed_gets() -> dict[str, float]:
     jitops.get("fakemul")
     t2 = time.perf_counter()
     return {"first_get_s": t1 - t0, "second_get_s": t2 - t1}
+
+
+def poll_job_store_then_exit(threads: int) -> dict[str, Any]:
+    """Daemon threads polling a job store (a TCPStore on loopback) while this function returns and
+    the process exits: a call that returns during finalization must not abort the process."""
+    import threading
+
+    import torch.distributed as dist
+
+    from jitops.remote.c10d_store import C10dStore
+    from jitops.remote.store import StoreError
+
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    store = C10dStore.connect("127.0.0.1", server.port, 5, 5)
+    polls = [0] * threads
+
+    def poll(i: int) -> None:
+        while True:
+            try:
+                store.get_value("never/set")
+            except StoreError:
+                return
+            polls[i] += 1
+
+    for i in range(threads):
+        threading.Thread(target=poll, args=(i,), daemon=True).start()
+    time.sleep(0.3)
+    return {"polls": list(polls), "server": server.port}

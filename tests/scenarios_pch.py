@@ -20,3 +20,14 @@ def background_child(spec: dict[str, Any]) -> dict[str, Any]:
 
     logging.getLogger("jitops").addHandler(Keep())
     return {"code": pch_bg.child_main(json.dumps(spec)), "log": lines}
+
+
+def spin(seconds: float) -> dict[str, Any]:
+    """Keep one core busy for ``seconds`` (another user's program, for the CPU-pressure tests)."""
+    import time
+
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    return {"loops": n}

@@ -13,7 +13,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from jitops.build import pch_bg, pch_marks
 from jitops.target import toolchain
 from jitops.build import runner as build
 from jitops.base.settings import Settings
-from tests.helpers import run_scenario, stop_background_pchs
+from tests.helpers import REPO, child_env, run_scenario, scenario_argv, stop_background_pchs
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -202,11 +201,13 @@ def test_settings_turn_background_pchs_off_and_set_the_cap() -> None:
 
 
 def _busy_loops(n: int) -> list[subprocess.Popen[bytes]]:
-    """``n`` CPU-bound programs, each in a session of its own, as another user's would be."""
-    code = "while True: pass"
-    return [
-        subprocess.Popen([sys.executable, "-c", code], start_new_session=True) for _ in range(n)
+    """``n`` CPU-bound programs (bounded), each in a session of its own, as another user's are."""
+    argv = scenario_argv("scenarios_pch.spin", seconds=120)
+    loops = [
+        subprocess.Popen(argv, cwd=REPO, env=child_env(), start_new_session=True) for _ in range(n)
     ]
+    time.sleep(0.5)  # started: their imports are CPU work too
+    return loops
 
 
 def _stop(loops: list[subprocess.Popen[bytes]]) -> None:

@@ -602,49 +602,51 @@ def test_c10d_connect_to_an_impossible_port_is_a_store_error() -> None:
         C10dStore.connect("127.0.0.1", 70000, 1, 1)
 
 
-# Daemon threads polling the job's store while the main thread returns: a call that comes back
-# during finalization must not abort the process (pybind11's GIL guard ends the thread there).
-EXIT_WHILE_POLLING = r"""
-import atexit, json, sys, threading, time
-errors = []
-atexit.register(lambda: print(json.dumps(errors), flush=True))  # runs after the store's gate
-import torch.distributed as dist
-from jitops.remote.c10d_store import C10dStore
-from jitops.remote.store import StoreError
-server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-store = C10dStore.connect("127.0.0.1", server.port, 5, 5)
-
-def poll():
-    while True:
-        try:
-            store.get_value("never/set")
-        except StoreError as e:
-            errors.append(str(e))
-            return
-
-for _ in range(3):
-    threading.Thread(target=poll, daemon=True).start()
-time.sleep(0.3)
-"""
-
-
 @pytest.mark.timeout(60)
 def test_exit_while_daemon_threads_poll_the_job_store_is_clean() -> None:
     pytest.importorskip("torch.distributed")
-    for _ in range(3):  # without the gate, each run aborted (SIGABRT)
-        proc = subprocess.run(
-            [sys.executable, "-c", EXIT_WHILE_POLLING],
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=40,
+    for _ in range(3):  # without the store's exit gate, each run aborted (SIGABRT)
+        proc = run_scenario_proc(
+            "remote_scenarios.poll_job_store_then_exit", threads=3, timeout=40, check=False
         )
         assert proc.returncode == 0 and "terminate called" not in proc.stderr, (
             proc.returncode,
             proc.stderr[-2000:],
         )
-        errors = last_json(proc.stdout)
-        assert len(errors) == 3 and all("this process is exiting" in e for e in errors), errors
+        polls = last_json(proc.stdout)["polls"]
+        assert len(polls) == 3 and all(n > 0 for n in polls), polls  # each was polling
+
+
+@pytest.mark.timeout(30)
+def test_the_exit_gate_lets_calls_under_way_finish_and_refuses_new_ones() -> None:
+    from jitops.remote.c10d_store import _Gate
+    from jitops.remote.store import StoreError
+
+    gate, inside = _Gate(), threading.Event()
+
+    def slow_call(seconds: float) -> None:
+        with gate.call("a slow call"):
+            inside.set()
+            time.sleep(seconds)
+
+    t = threading.Thread(target=slow_call, args=(0.3,))
+    t.start()
+    assert inside.wait(10)
+    began = time.monotonic()
+    assert gate.close(wait=10) is True  # waited for the call under way
+    assert time.monotonic() - began > 0.2
+    t.join()
+    with pytest.raises(StoreError, match="this process is exiting"), gate.call("a late call"):
+        pass
+    gate.reopen()  # a forked child's gate: open, nothing under way
+    inside.clear()
+    t = threading.Thread(target=slow_call, args=(2.0,))
+    t.start()
+    assert inside.wait(10)
+    began = time.monotonic()
+    assert gate.close(wait=0.2) is False  # bounded: gives up on a call that outlasts the wait
+    assert time.monotonic() - began < 1.5
+    t.join()
 
 
 @pytest.mark.timeout(30)
