@@ -238,6 +238,18 @@ def _end_background(cache: Path, limit: float = 60.0) -> None:
         time.sleep(0.5)
 
 
+def session_env() -> dict[str, str]:
+    """This environment less every loader's settings (each session sets its own caches), with the
+    checkout's jitops first on the path."""
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("JITOPS_", "TVM_FFI_")) and k not in ("CXX", "MAX_JOBS")
+    }
+    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), base.get("PYTHONPATH")) if p)
+    return base
+
+
 def busy_loops(n: int) -> list[subprocess.Popen[bytes]]:
     return [
         subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
@@ -258,12 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     styles = a.styles.split(",")
     pauses = [float(p) for p in a.pauses.split(",")]
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("JITOPS_", "TVM_FFI_")) and k not in ("CXX", "MAX_JOBS")
-    }
-    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), base.get("PYTHONPATH")) if p)
+    base = session_env()
     runs: list[dict[str, object]] = []
     print(
         f"notebook loop: {os.cpu_count()} cores, load average at start "

@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmeta import as_installed, start, tee, write  # noqa: E402
-from notebook_loop import REPO, _end_background, busy_loops, sources  # noqa: E402
+from notebook_loop import _end_background, busy_loops, session_env, sources  # noqa: E402
 
 LOADERS = ("jitops", "tvm-ffi")
 STEPS = ("cold", "error")
@@ -178,12 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = ap.parse_args(argv)
     as_installed()
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("JITOPS_", "TVM_FFI_")) and k not in ("CXX", "MAX_JOBS")
-    }
-    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), base.get("PYTHONPATH")) if p)
+    base = session_env()
     meta = start(a.conditions)
     runs: list[dict] = []
     with tee() as printed:
