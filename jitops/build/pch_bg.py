@@ -45,6 +45,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..base import fsutil
@@ -99,6 +100,26 @@ def busy(cache: Cache, key: str) -> bool:
     return any(_keys.get(c.pid) == key and c.poll() is None for c in _children) or pch.building(
         cache, key
     )
+
+
+def start(
+    cache: Cache,
+    wanted: dict[str, dict[str, Any]],
+    env: dict[str, str],
+    max_size: int,
+    since: Sample | None,
+    pressure: float,
+    infos: Iterable[dict[str, Any]],
+) -> str:
+    """:func:`spawn`, then its outcome as a build's PCH state: ``background`` (started),
+    ``deferred`` (the CPUs were contended) or ``unavailable``; written into each of ``infos``
+    (the build's per-file records) whose state was ``background``, the one that waited on it."""
+    pids = spawn(cache, wanted, env, max_size, since, pressure)
+    state = "deferred" if pids is None else "background" if pids else "unavailable"
+    for info in infos:
+        if info.get("pch") == "background":
+            info["pch"] = state
+    return state
 
 
 def spawn(

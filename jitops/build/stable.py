@@ -500,9 +500,7 @@ def _build_files(
         link_seconds = time.monotonic() - began
         log, cmd = log + text, cmd + "\n" + " ".join(link)
     if rc == 0 and later:
-        after = stable_fast.after(job, later, since)
-        for i in files.values():
-            i["pch"] = after if i["pch"] == "background" else i["pch"]
+        stable_fast.after(job, later, since, files.values())
     timings: dict[str, Any] = {
         "files": files,
         "link_seconds": round(link_seconds, 3),

@@ -39,7 +39,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from . import pch, pch_bg
@@ -150,12 +150,15 @@ def use_pch(
     )
 
 
-def after(job: Any, later: dict[str, dict[str, Any]], since: pch_bg.Sample | None) -> str:
+def after(
+    job: Any,
+    later: dict[str, dict[str, Any]],
+    since: pch_bg.Sample | None,
+    infos: Iterable[dict[str, Any]] = (),
+) -> str:
     """Once the build (begun at ``since``, a ``pch_bg.cpu_waited``) succeeded: start the PCH it
-    lacked, detached. Its state: ``background`` (started), ``deferred`` (the CPUs were contended)
-    or ``unavailable``."""
-    pids = pch_bg.spawn(job.cache, later, job.env, job.pch_max_size, since, job.pch_pressure)
-    return "deferred" if pids is None else "background" if pids else "unavailable"
+    lacked, detached; its state, as :func:`pch_bg.start` gives it and writes into ``infos``."""
+    return pch_bg.start(job.cache, later, job.env, job.pch_max_size, since, job.pch_pressure, infos)
 
 
 def soname(path: str) -> str | None:

@@ -383,12 +383,15 @@ def _after(job: BuildJob, files: _Files) -> None:
     from ..store import admin as cache_admin
 
     if files.later:
-        pids = pch_bg.spawn(
-            files.cache, files.later, job.env, job.pch_max_size, files.since, job.pch_pressure
+        pch_bg.start(
+            files.cache,
+            files.later,
+            job.env,
+            job.pch_max_size,
+            files.since,
+            job.pch_pressure,
+            files.info.values(),
         )
-        after = "deferred" if pids is None else "background" if pids else "unavailable"
-        for i in files.info.values():
-            i["pch"] = after if i["pch"] == "background" else i["pch"]
     try:
         cache_admin.cap_parts(files.cache, job.pch_max_size)
     except OSError as e:
