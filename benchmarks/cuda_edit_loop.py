@@ -18,11 +18,11 @@ include the build or load and one call (synchronized). Where the time goes: ever
 its phases to a CSV (``NVCC_APPEND_FLAGS=--time FILE``), summed per step and phase (cudafe++ and
 cicc are the front end and the device code generator, ptxas the assembler; the host compiler's
 passes are summed as one); the rest of a step is the host compile of the ``.cpp``, the link and
-loading. The jitops children share ``JITOPS_STATE_DIR``: point it at a folder where this jitops has built
-once (its remembered self-check verdict), or the first jitops cold build also waits for the
-once-per-compiler self-check. A loader whose child fails or outlasts ``--child-timeout`` is
-reported and skipped; the others still run. ``--busy idle,busy`` runs every loader again beside one
-CPU-bound process per core.
+loading. The jitops children share ``JITOPS_STATE_DIR``: point it at a folder where this jitops has
+built once (its remembered self-check verdict), or the first jitops cold build also waits for the
+once-per-compiler self-check. A loader whose child fails or outlasts ``--child-timeout`` is reported
+and skipped; the others still run. ``--busy idle,busy`` runs every loader again beside one CPU-bound
+process per core.
 
 Needs a GPU and nvcc; ``--build-only`` (with ``TORCH_CUDA_ARCH_LIST``) times the same builds and
 loads without calling the kernel, so a machine with nvcc and a CUDA torch but no GPU can run it.
