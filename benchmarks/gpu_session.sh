@@ -3,7 +3,8 @@
 # into $OUT (or a fresh temporary folder):
 #   1. the builtin ops' CUDA libraries built for this GPU (`jitops warm --device cuda`), timed, with their sizes;
 #   2. the cuda-marked tests against that cache (a stable-ABI CUDA kernel among them) and, beside them, the CUDA edit loop
-#      (benchmarks/cuda_edit_loop.py: it compiles on a few of the node's cores while the tests use the GPU);
+#      (benchmarks/cuda_edit_loop.py: it compiles on a few of the node's cores while the tests use the GPU;
+#      cuda-edit-loop-gpu.json for docs/gen_bench.py);
 #   3. benchmarks/kernels.py --device cuda: the per-call cost of a small op, nms against torchvision, then
 #      softmax/log_softmax against torch eager and torch.compile (alone on the node: nothing else runs while it
 #      times), its figures and conditions in $OUT/kernels-gpu.json for docs/gen_bench.py (keep that file, with
@@ -50,8 +51,11 @@ find "$JITOPS_CACHE_DIR" -name '*.so' -printf '%s bytes  %p\n' | tee -a "$out/bu
 
 echo "== 2. cuda tests, and the CUDA edit loop beside them"
 loop=
-if [ "${GPU_SESSION_LOOP:-jitops,torch}" != 0 ]; then
-  timeout "$(upto 240)" python3 benchmarks/cuda_edit_loop.py --only "${GPU_SESSION_LOOP:-jitops,torch}" --child-timeout 150 \
+# the fastest layouts first: a time limit cuts the slowest; the result file keeps each finished loader
+loaders=${GPU_SESSION_LOOP:-stable-split,jitops-split,stable,torch-split,jitops,torch}
+if [ "$loaders" != 0 ]; then
+  timeout "$(upto 240)" python3 benchmarks/cuda_edit_loop.py --only "$loaders" --child-timeout 150 \
+    --out "$out/cuda-edit-loop-gpu.json" --conditions "beside the cuda tests (gpu_session.sh phase 2)" \
     > "$out/edit_loop.txt" 2>&1 &
   loop=$!
 fi
