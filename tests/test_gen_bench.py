@@ -148,10 +148,22 @@ def test_every_page_renders_from_tiny_results_and_states_its_conditions(
             },
         },
     )
+    step = {"seconds": 2.0, "phases": {"cudafe++": 0.5, "cicc": 0.25}}
+    _write(
+        folder,
+        "cuda-edit-loop-idle.json",
+        "cuda_edit_loop",
+        {
+            "idle": {
+                "torch-split": [dict(step, seconds=s) for s in (30.0, 20.0, 18.0)],
+                "stable-split": [dict(step, seconds=s) for s in (3.0, 2.0, 1.8)],
+            }
+        },
+    )
     out = tmp_path / "pages"
     assert gen_bench.main(tmp_path / "results", out) == 0
     pages = {p.stem: p.read_text() for p in out.glob("*.md")}
-    for name in ("warm-load", "per-call", "kernels-cpu", "cluster"):
+    for name in ("warm-load", "per-call", "kernels-cpu", "cluster", "cuda-edit-loop"):
         text = pages[name]
         assert (out / f"{name}.png").stat().st_size > 0 and f"]({name}.png)" in text, name
         for said in ("a test box, 2 cores", "idle: nothing else running", "0.31 / 1.2"):
@@ -164,6 +176,10 @@ def test_every_page_renders_from_tiny_results_and_states_its_conditions(
         in (pages["kernels-cpu"])
     )
     assert "| none | 4 | 4/4 | 1.50 |" in pages["cluster"]
+    assert (
+        "| 1 | idle | jitops, split (stable ABI in the `.cpp`) | 3.00 | 2.00 | 1.80 "
+        "| 10.00, 10.00, 10.00 | cudafe++ 0.50, cicc 0.25 |" in pages["cuda-edit-loop"]
+    )
     # No GPU result file: the page says so and shows no figure.
     gpu = pages["kernels-gpu"]
     assert "No result file" in gpu and ".png" not in gpu and not (out / "kernels-gpu.png").exists()
@@ -178,7 +194,8 @@ def test_every_page_renders_from_tiny_results_and_states_its_conditions(
 def test_the_nav_and_the_overview_name_every_generated_page() -> None:
     config = (REPO / "mkdocs.yml").read_text()
     overview = (REPO / "docs" / "benchmarks.md").read_text()
-    for name in ("edit-loop", "loader", "warm-load", "per-call", "kernels-cpu", "kernels-gpu"):
+    names = ("edit-loop", "cuda-edit-loop", "loader", "warm-load", "per-call", "kernels-cpu")
+    for name in (*names, "kernels-gpu"):
         assert f"benchmarks/{name}.md" in config and f"(benchmarks/{name}.md)" in overview, name
     assert "benchmarks/cluster.md" in config and "(benchmarks/cluster.md)" in overview
 

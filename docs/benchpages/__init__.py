@@ -8,6 +8,6 @@ no result file exists yet, and then says so on the page instead of showing figur
 
 from __future__ import annotations
 
-from . import cluster, edit_loop, kernels, loader, per_call, warm_load
+from . import cluster, cuda_edit_loop, edit_loop, kernels, loader, per_call, warm_load
 
-PAGES = (edit_loop, loader, warm_load, per_call, kernels, cluster)
+PAGES = (edit_loop, cuda_edit_loop, loader, warm_load, per_call, kernels, cluster)
