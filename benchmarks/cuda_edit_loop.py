@@ -10,7 +10,9 @@ Loaders (sources and layouts), each in a fresh process with fresh cache and buil
 * ``stable``: torch's stable ABI, all in one ``.cu``, as stable extensions are written;
 * the split layouts, where the ``.cu`` holds only the kernel and a C launcher (no torch header) and
   the host code (checks, allocation, stream, registration) is in ``cpp_sources``: ``torch-split``
-  (torch's loader, ``<torch/extension.h>``), ``jitops-split`` (lean ATen) and ``stable-split``.
+  (torch's loader, ``<torch/extension.h>`` in the ``.cpp``, ``no_implicit_headers=True``),
+  ``dropin-split`` (``jitops.load_inline`` on the same arguments), ``jitops-split`` (lean ATen)
+  and ``stable-split``.
 
 Each child builds version 1 (cold), then versions 2 and 3 (two edits of the kernel's body in the
 ``.cu``; ``cpp_sources`` unchanged), calling the kernel after each and checking its result. Times
@@ -187,11 +189,18 @@ STABLE_SPLIT_CPP = (
 # loader: (which function, cpp_sources, cuda_sources, keywords); an edit changes OFFSET in the .cu
 SOURCES = {
     "torch": ("torch", TORCH_CPP, TORCH_CU, {"functions": ["scale"], "extra_cuda_cflags": ["-O3"]}),
+    # no_implicit_headers: else torch's loader puts <torch/types.h> back on top of the .cu
     "torch-split": (
         "torch",
         TORCH_SPLIT_CPP,
         SPLIT_CU,
-        {"functions": ["scale"], "extra_cuda_cflags": ["-O3"]},
+        {"functions": ["scale"], "extra_cuda_cflags": ["-O3"], "no_implicit_headers": True},
+    ),
+    "dropin-split": (
+        "jitops",
+        TORCH_SPLIT_CPP,
+        SPLIT_CU,
+        {"functions": ["scale"], "extra_cuda_cflags": ["-O3"], "no_implicit_headers": True},
     ),
     "jitops-dropin": (
         "jitops",
@@ -320,6 +329,7 @@ def run(loader: str, work: Path, state: str, call: bool, timeout: float) -> list
 # each jitops loader against torch's loader on the same layout
 AGAINST = {"jitops-dropin": "torch", "jitops": "torch", "stable": "torch"} | {
     "jitops-split": "torch-split",
+    "dropin-split": "torch-split",
     "stable-split": "torch-split",
 }
 

@@ -29,6 +29,7 @@ AGAINST = {
     "jitops": "torch",
     "stable": "torch",
     "jitops-split": "torch-split",
+    "dropin-split": "torch-split",
     "stable-split": "torch-split",
 }
 LAYOUT = {
@@ -36,7 +37,9 @@ LAYOUT = {
     "jitops-dropin": "jitops drop-in, the same arguments",
     "jitops": "jitops, all in the `.cu` (lean ATen, `JITOPS_LIBRARY`)",
     "stable": "jitops, stable ABI, all in the `.cu`",
-    "torch-split": "torch `load_inline`, split (`<torch/extension.h>` in the `.cpp`)",
+    "torch-split": "torch `load_inline`, split (`<torch/extension.h>` in the `.cpp`, "
+    "`no_implicit_headers=True`)",
+    "dropin-split": "jitops drop-in, split, the same arguments",
     "jitops-split": "jitops, split (lean ATen in the `.cpp`)",
     "stable-split": "jitops, split (stable ABI in the `.cpp`)",
 }
