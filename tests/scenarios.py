@@ -342,6 +342,7 @@ def load_inline_cuda(name: str, cpp: str, cu: str) -> dict[str, Any]:
         "target": lib.library.target,
         "ops": sorted(lib.ops),
         "headers": {f: i.get("header") for f, i in files.items()},
+        "torch_headers": sorted(f for f, i in files.items() if i.get("torch_headers")),
     }
 
 

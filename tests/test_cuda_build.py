@@ -137,6 +137,8 @@ def test_a_cu_file_with_torch_extension_h_is_compiled_against_the_lean_stand_in(
     assert r["ops"] == ["odd_ext"] and r["target"] == "cuda-sm90"
     cu = [f for f in r["headers"] if f.endswith(".cu")]
     assert cu and all(r["headers"][f] == "lean torch/extension.h" for f in cu), r["headers"]
+    # the .cu read torch's C++ headers (a slow one gets the split hint); the .cpp is no nvcc file
+    assert r["torch_headers"] == cu, r
 
 
 @pytest.mark.timeout(900)

@@ -176,3 +176,28 @@ def test_an_edit_compiled_by_gcc_hints_once_at_clang(
     assert tubuild.compiler_hint({"files": {"k.cpp": {"pch": "first use"}}}, "gcc") is None
     assert "CXX=clang++" in (tubuild.compiler_hint(edit, "gcc") or "")
     assert tubuild.compiler_hint(edit, "gcc") is None  # once per process
+
+
+def test_a_slow_cu_file_with_torch_headers_hints_once_at_the_split(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tubuild, "_cuda_hinted", [])
+    heavy = ("#include <torch/extension.h>", "# include <ATen/core/Tensor.h>", '#include "c10/x.h"')
+    for line in heavy:
+        assert tubuild.TORCH_HEADER.search(f"// a kernel\n{line}\n__global__ void k() {{}}"), line
+    light = (
+        "#include <torch/headeronly/util/Exception.h>",
+        "#include <torch/csrc/stable/tensor.h>",
+    )
+    for line in (*light, "#include <cuda_runtime.h>", "// #include <torch/extension.h>"):
+        assert not tubuild.TORCH_HEADER.search(line), line
+
+    def files(seconds: float, torch_headers: bool) -> dict[str, Any]:
+        info = {"object": "compiled", "pch": "nvcc", "seconds": seconds}
+        return {"files": {"k.cu": {**info, **({"torch_headers": True} if torch_headers else {})}}}
+
+    assert tubuild.cuda_hint(files(60.0, False)) is None  # a slow kernel of its own: no hint
+    assert tubuild.cuda_hint(files(2.0, True)) is None  # fast enough
+    hint = tubuild.cuda_hint(files(60.0, True)) or ""
+    assert "60s on k.cu" in hint and "no_implicit_headers=True" in hint, hint
+    assert tubuild.cuda_hint(files(60.0, True)) is None  # once per process

@@ -26,7 +26,7 @@ from ..key import INCLUDE_DIR, SCRUBBED_ENV_VARS
 from ..store.manifest import Hit, Manifest
 from ..plan import Plan
 from ..base.settings import Settings
-from .tubuild import compiler_hint, summary
+from .tubuild import compiler_hint, cuda_hint, summary
 
 log = logging.getLogger("jitops")
 # Ingredients an object or PCH key holds in other forms (the source's digest, the exact flags) or
@@ -204,9 +204,9 @@ def build_and_publish(
             return found.manifest
         where = summary(result.timings)
         log.info("built %s in %.1fs%s", plan.what, result.seconds, f" ({where})" if where else "")
-        hint = compiler_hint(result.timings, job.pch)
-        if hint:
-            log.info(hint)
+        for hint in (compiler_hint(result.timings, job.pch), cuda_hint(result.timings)):
+            if hint:
+                log.info(hint)
         if not isinstance(found, Hit):  # e.g. a directory above the entry belongs to another user
             raise CacheError(
                 f"built {plan.what} but cannot trust where it was published: {found.reason}. "

@@ -246,6 +246,7 @@ class _Files:
             "_obj": obj,
             "_use": use,
             **({"header": "lean torch/extension.h"} if lean else {}),
+            **({"torch_headers": True} if is_cuda and TORCH_HEADER.search(text) else {}),
             **({"pch_key": pkey[:12]} if prefix else {}),
             **({"pch_bytes": use.size} if use is not None and use.size else {}),
         }
@@ -417,6 +418,33 @@ def summary(timings: dict[str, Any]) -> str:
 
 
 _hinted: list[bool] = []
+_cuda_hinted: list[bool] = []
+# an include of torch's C++ API (not its header-only or stable-ABI headers)
+TORCH_HEADER = re.compile(
+    r'^[ \t]*#[ \t]*include[ \t]*[<"](?:ATen/|c10/|torch/(?!headeronly/|csrc/stable/))', re.M
+)
+SLOW_CUDA_FILE = 5.0  # seconds: a .cu compile this long makes an edit loop drag
+
+
+def cuda_hint(timings: dict[str, Any]) -> str | None:
+    """Once per process, after a ``.cu`` that includes torch's C++ headers compiled slowly: how to
+    make an edit of its kernel recompile in about a second."""
+    slow = [
+        (label, i.get("seconds", 0.0))
+        for label, i in (timings.get("files") or {}).items()
+        if i.get("torch_headers") and i.get("seconds", 0.0) >= SLOW_CUDA_FILE
+    ]
+    if _cuda_hinted or not slow:
+        return None
+    _cuda_hinted.append(True)
+    label, seconds = slow[0]
+    return (
+        f"note: nvcc spent {seconds:.0f}s on {label}, mostly parsing torch's C++ headers, which it "
+        "reads three times and cannot precompile. Keep the kernel and a small launcher in the .cu "
+        "with no torch header (load_inline adds one unless no_implicit_headers=True) and the host "
+        "code in a .cpp: an edit of the kernel then recompiles in about a second (docs: CUDA, "
+        "editing a CUDA kernel)"
+    )
 
 
 def compiler_hint(timings: dict[str, Any], kind: str) -> str | None:
