@@ -397,7 +397,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     benchmeta.as_installed()
-    meta = benchmeta.start(args.conditions)
+    said = {"idle": "idle: nothing else started", "busy": "busy: one CPU-bound process per core"}
+    meta = benchmeta.start(
+        args.conditions or "; ".join(said.get(c, c) for c in args.busy.split(","))
+    )
     where = (
         torch.cuda.get_device_name()
         if call

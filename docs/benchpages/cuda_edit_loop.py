@@ -1,6 +1,7 @@
-"""The CUDA edit-loop page: a small kernel given to ``load_inline`` with ``cuda_sources``, built cold
-and edited twice in one process, per loader and source layout, from ``benchmarks/cuda_edit_loop.py
---out`` files (on a GPU node, or ``--build-only`` on a machine with nvcc and no GPU).
+"""The CUDA edit-loop page: a small kernel given to ``load_inline`` with ``cuda_sources``, built
+cold and edited twice in one process, per loader and source layout, from
+``benchmarks/cuda_edit_loop.py --out`` files (on a GPU node, or ``--build-only`` on a machine with
+nvcc and no GPU).
 """
 
 from __future__ import annotations
