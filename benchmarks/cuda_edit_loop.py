@@ -71,12 +71,14 @@ torch::Tensor scale(torch::Tensor x) {
 """
 )
 LEAN_CPP = '#include <jitops/op.h>\nJITOPS_LIBRARY(m) { m.def("scale(Tensor x) -> Tensor"); }\n'
-LEAN_CU = (
-    """#include <jitops/op.h>
+# jitops style: lean ATen headers and the CUDA stream
+LEAN_HEADERS = """#include <jitops/op.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAStream.h>
 """
+LEAN_CU = (
+    LEAN_HEADERS
     + KERNEL
     + """
 at::Tensor scale(const at::Tensor& x) {
@@ -105,11 +107,7 @@ extern "C" int scale_launch(const float* x, float* y, int64_t n, void* stream) {
 )
 LAUNCH_DECL = 'extern "C" int scale_launch(const float* x, float* y, int64_t n, void* stream);\n'
 LEAN_SPLIT_CPP = (
-    """#include <jitops/op.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty_like.h>
-#include <c10/cuda/CUDAStream.h>
-"""
+    LEAN_HEADERS
     + LAUNCH_DECL
     + """
 at::Tensor scale(const at::Tensor& x) {
